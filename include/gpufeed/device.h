@@ -1,0 +1,86 @@
+// Device: where batches end up. One virtual backend interface (c10's Device/Stream habit):
+// HostDevice (no GPU: batches stay in host memory) and CudaDevice (pinned host staging,
+// device memory, a copy stream, an event per batch). Tests implement it with fakes.
+//
+// Thread-safety: Device is thread-safe. A DeviceStream is used by one thread at a time
+// unless its backend says otherwise; DeviceEvent is thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gpufeed {
+
+enum class DeviceType { kCpu, kCuda };
+
+// Something that completes later: a copy's event. The buffer pool holds a buffer back until
+// the fence that reads it is done (see BufferPool::Handle::ReleaseAfter).
+class Fence {
+ public:
+  virtual ~Fence() = default;
+  // True once the work before the fence has completed. Never blocks.
+  virtual bool IsDone() = 0;
+  // Blocks until the work before the fence has completed. Throws Error(kDevice) on failure.
+  virtual void Wait() = 0;
+};
+
+class DeviceEvent : public Fence {
+ public:
+  // Makes work submitted later to `stream` (a CUstream handle of the consumer, 0 for the
+  // default stream) wait for this event without blocking the host: the DLPack
+  // `__dlpack__(stream=...)` rule. A no-op on the host device.
+  virtual void MakeStreamWait(uintptr_t stream) = 0;
+};
+
+class DeviceStream {
+ public:
+  virtual ~DeviceStream() = default;
+  // Enqueues a host-to-device copy of `bytes` from pinned `src` to device `dst`.
+  virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  // Records an event after everything enqueued so far.
+  virtual std::shared_ptr<DeviceEvent> Record() = 0;
+  // Blocks until everything enqueued so far has completed.
+  virtual void Synchronize() = 0;
+};
+
+struct DeviceMemoryInfo {
+  uint64_t free_bytes = 0;
+  uint64_t total_bytes = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual DeviceType type() const = 0;
+  virtual int ordinal() const = 0;
+  // "cpu", "cuda:0"
+  virtual std::string name() const = 0;
+  // False when batches can be built straight in their final memory (the host device):
+  // then the loader skips the staging buffer and the copy.
+  virtual bool needs_copy() const = 0;
+
+  // Staging memory the CPU writes and the copy engine reads: page-locked on CUDA.
+  // Throws Error(kDevice) naming the bytes asked for when it cannot be had.
+  virtual void* AllocHost(size_t bytes) = 0;
+  virtual void FreeHost(void* ptr) noexcept = 0;
+  // Memory the consumer reads batches from. On the host device, the same as AllocHost.
+  virtual void* AllocDevice(size_t bytes) = 0;
+  virtual void FreeDevice(void* ptr) noexcept = 0;
+
+  virtual std::unique_ptr<DeviceStream> NewStream() = 0;
+  virtual DeviceMemoryInfo MemoryInfo() = 0;
+};
+
+// The host device: 64-byte aligned heap memory, copies are memcpy, events are done at once.
+std::shared_ptr<Device> HostDevice();
+
+// Opens a device by spec: "cpu", "auto" (CUDA when a driver and a GPU are there, else the
+// host with a one-line notice on stderr), "cuda" (ordinal LOCAL_RANK, else 0) or "cuda:N".
+// Throws Error(kInvalidArgument) for a bad spec and Error(kDevice) when CUDA is asked for
+// and cannot be had, saying which library was tried and why it failed.
+std::shared_ptr<Device> OpenDevice(const std::string& spec);
+
+}  // namespace gpufeed

@@ -1,0 +1,74 @@
+// The file seam: every byte gpufeed reads from disk goes through a FileSystem, so tests can
+// inject EIO, short reads and delays without touching real files (LevelDB's Env).
+//
+// Thread-safety: File and FileSystem are thread-safe; ReadAt may be called by many threads
+// at once (it is a pread, with no shared file position).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace gpufeed {
+
+class File {
+ public:
+  virtual ~File() = default;
+
+  // The path the file was opened with, for error messages.
+  virtual const std::string& path() const = 0;
+  virtual uint64_t Size() const = 0;
+  // Reads up to `n` bytes at `offset` into `buf`, like pread: returns the bytes read, which
+  // may be fewer than `n` (a short read, or the end of the file). Throws Error(kIo) naming
+  // the path and offset when the OS fails the read.
+  virtual size_t ReadAt(uint64_t offset, void* buf, size_t n) const = 0;
+  // The whole file mapped read-only, or nullptr where mapping is not possible or not wanted
+  // (the fault-injecting wrapper returns nullptr so every read goes through ReadAt).
+  // The mapping lives as long as the File.
+  virtual const std::byte* Map() const = 0;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  // Throws Error(kNotFound) for a missing file, Error(kIo) for other open failures.
+  virtual std::unique_ptr<File> Open(const std::string& path) const = 0;
+};
+
+// The POSIX file system (open, pread, mmap). Lives for the whole program.
+std::shared_ptr<const FileSystem> DefaultFileSystem();
+
+// Reads exactly `n` bytes at `offset`, retrying short reads. Throws Error(kCorruptData)
+// naming `what` and the path when the file ends first, Error(kIo) when a read fails.
+void ReadFully(const File& file, uint64_t offset, void* buf, size_t n, const std::string& what);
+
+// A FileSystem that wraps another and injects faults, for tests. Thread-safe; the rules may
+// be changed while readers run.
+class FaultInjectingFileSystem : public FileSystem {
+ public:
+  struct Rules {
+    // Fail every ReadAt with EIO once this many ReadAt calls have succeeded (-1: never).
+    int64_t eio_after_reads = -1;
+    // Return at most this many bytes per ReadAt (0: no limit), to exercise retry loops.
+    size_t max_bytes_per_read = 0;
+    // Sleep this long in every ReadAt, to simulate a slow disk.
+    int64_t delay_us = 0;
+  };
+
+  explicit FaultInjectingFileSystem(std::shared_ptr<const FileSystem> base, Rules rules = {});
+  ~FaultInjectingFileSystem() override;
+
+  std::unique_ptr<File> Open(const std::string& path) const override;
+  void SetRules(const Rules& rules);
+  Rules rules() const;
+  // ReadAt calls seen so far, over all files.
+  int64_t reads() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+  std::shared_ptr<const FileSystem> base_;
+};
+
+}  // namespace gpufeed

@@ -1,0 +1,58 @@
+// Source: where samples come from (NumPy, HDF5, SQLite, PostgreSQL, memory, synthetic).
+//
+// Thread-safety: a Source is thread-safe. Many loader workers call Read at once, each with
+// its own SourceWorkerState; a source never holds a global lock on the hot path. A source
+// sorts a batch's indices for locality and scatters rows back into the order asked.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpufeed/schema.h"
+
+namespace gpufeed {
+
+// Where a batch's rows go: one pointer per field of the source's schema (same order), each
+// to `rows` contiguous samples of that field's SampleBytes().
+struct BatchView {
+  std::vector<std::byte*> fields;
+  int64_t rows = 0;
+};
+
+// Per-worker scratch a source keeps between batches (decoded-chunk caches, buffers).
+// Used by one worker thread at a time.
+class SourceWorkerState {
+ public:
+  virtual ~SourceWorkerState() = default;
+};
+
+class Source {
+ public:
+  virtual ~Source() = default;
+
+  virtual const Schema& schema() const = 0;
+  // Number of samples.
+  virtual int64_t size() const = 0;
+  // A short description for logs: "numpy:/data/train (2 fields, 100000 samples)".
+  virtual std::string Describe() const = 0;
+  // What identifies the data for a cache key: paths, sizes, modification times, fields.
+  virtual std::string Identity() const = 0;
+  // Samples stored together (an HDF5 chunk along axis 0); 1 when any order reads alike.
+  // Block shuffle uses it.
+  virtual int64_t PreferredBlock() const { return 1; }
+
+  virtual std::unique_ptr<SourceWorkerState> NewWorkerState() const { return nullptr; }
+
+  // Reads samples `indices` into `out`: row i of every field receives sample indices[i].
+  // `state` is this worker's state from NewWorkerState() (may be null when that returned
+  // null). REQUIRES: out.rows == indices.size(); every index in [0, size()).
+  // Throws Error naming the file, field and sample index on failure.
+  virtual void Read(std::span<const int64_t> indices, const BatchView& out,
+                    SourceWorkerState* state) const = 0;
+};
+
+}  // namespace gpufeed

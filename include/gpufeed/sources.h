@@ -1,0 +1,52 @@
+// Constructors of the built-in sources. Each returns a thread-safe Source.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpufeed/file.h"
+#include "gpufeed/schema.h"
+#include "gpufeed/source.h"
+
+namespace gpufeed {
+
+struct NumpyOptions {
+  // Fields to read, in this order. Default: empty = every `*.npy` in the folder, by name.
+  std::vector<std::string> fields;
+  // Default: null = the POSIX file system.
+  std::shared_ptr<const FileSystem> file_system;
+  // Read through mmap where the file system allows it; pread otherwise. Default: true.
+  bool use_mmap = true;
+};
+
+// A folder with one `.npy` file per field (`mel.npy`, `label.npy`), C order, samples along
+// axis 0. dtypes: bool, int8..int64, uint8..uint64, float16/32/64. The header is parsed
+// strictly. Throws Error naming the file for a missing folder or field, a truncated file, an
+// unsupported dtype or order, or fields with different sample counts.
+std::shared_ptr<Source> OpenNumpy(const std::string& dir, NumpyOptions options = {});
+
+// Writes one `.npy` file (the header and `bytes` of C-order data). Used by the demo and tests.
+// Throws Error(kIo) naming the path.
+void WriteNpy(const std::string& path, const FieldSpec& field, int64_t samples,
+              const void* data);
+
+// Deterministic data of a given schema: the value of every element is a function of
+// (seed, field, sample, element), so tests can check any row (see SyntheticValue).
+std::shared_ptr<Source> OpenSynthetic(Schema schema, int64_t samples, uint64_t seed = 0);
+// The value OpenSynthetic stores at `element` of `sample` in field number `field`, as a
+// double before conversion to the field's dtype.
+double SyntheticValue(uint64_t seed, int field, int64_t sample, int64_t element, DType dtype);
+
+// Arrays already in memory (NumPy arrays, torch tensors): zero-copy. `owner` keeps the
+// memory alive for as long as the source lives.
+struct MemoryField {
+  FieldSpec spec;
+  const void* data = nullptr;  // C-order [samples, ...spec.shape]
+  int64_t samples = 0;
+};
+std::shared_ptr<Source> OpenMemory(std::vector<MemoryField> fields,
+                                   std::shared_ptr<const void> owner = nullptr);
+
+}  // namespace gpufeed
