@@ -19,13 +19,18 @@ class File {
   // The path the file was opened with, for error messages.
   virtual const std::string& path() const = 0;
   virtual uint64_t Size() const = 0;
+  // Last modification time in nanoseconds since the epoch, for cache keys (Source::Identity).
+  // 0 where the file system does not know it.
+  virtual int64_t ModificationTimeNs() const { return 0; }
   // Reads up to `n` bytes at `offset` into `buf`, like pread: returns the bytes read, which
   // may be fewer than `n` (a short read, or the end of the file). Throws Error(kIo) naming
   // the path and offset when the OS fails the read.
   virtual size_t ReadAt(uint64_t offset, void* buf, size_t n) const = 0;
   // The whole file mapped read-only, or nullptr where mapping is not possible or not wanted
   // (the fault-injecting wrapper returns nullptr so every read goes through ReadAt).
-  // The mapping lives as long as the File.
+  // The mapping lives as long as the File. The POSIX file maps on the first call (once, even
+  // when many threads call at once); an empty file maps to a valid, non-null pointer to no
+  // bytes, so nullptr always means "use ReadAt".
   virtual const std::byte* Map() const = 0;
 };
 
@@ -43,18 +48,24 @@ std::shared_ptr<const FileSystem> DefaultFileSystem();
 // naming `what` and the path when the file ends first, Error(kIo) when a read fails.
 void ReadFully(const File& file, uint64_t offset, void* buf, size_t n, const std::string& what);
 
+// The faults a FaultInjectingFileSystem injects. (At namespace scope because g++ rejects a
+// nested struct with member initializers as a default argument of its enclosing class.)
+struct FaultRules {
+  // Fail every ReadAt with EIO once this many ReadAt calls have succeeded (-1: never),
+  // counted from construction or the last SetRules.
+  int64_t eio_after_reads = -1;
+  // Return at most this many bytes per ReadAt (0: no limit), to exercise retry loops.
+  size_t max_bytes_per_read = 0;
+  // Sleep this long in every ReadAt, to simulate a slow disk.
+  int64_t delay_us = 0;
+};
+
 // A FileSystem that wraps another and injects faults, for tests. Thread-safe; the rules may
-// be changed while readers run.
+// be changed while readers run. Its files never map (Map() is nullptr), so every read sees the
+// faults.
 class FaultInjectingFileSystem : public FileSystem {
  public:
-  struct Rules {
-    // Fail every ReadAt with EIO once this many ReadAt calls have succeeded (-1: never).
-    int64_t eio_after_reads = -1;
-    // Return at most this many bytes per ReadAt (0: no limit), to exercise retry loops.
-    size_t max_bytes_per_read = 0;
-    // Sleep this long in every ReadAt, to simulate a slow disk.
-    int64_t delay_us = 0;
-  };
+  using Rules = FaultRules;
 
   explicit FaultInjectingFileSystem(std::shared_ptr<const FileSystem> base, Rules rules = {});
   ~FaultInjectingFileSystem() override;

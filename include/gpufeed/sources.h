@@ -49,4 +49,11 @@ struct MemoryField {
 std::shared_ptr<Source> OpenMemory(std::vector<MemoryField> fields,
                                    std::shared_ptr<const void> owner = nullptr);
 
+// Opens whatever `path` holds: a folder -> OpenNumpy, an HDF5 file (.h5/.hdf5/.hdf or the HDF5
+// signature) -> the HDF5 source. `fields` as in NumpyOptions::fields (empty = all). Throws
+// Error(kNotFound) for a missing path, Error(kInvalidArgument) for a lone .npy file (naming
+// its folder), Error(kUnsupported) for a format gpufeed does not read.
+std::shared_ptr<Source> OpenPath(const std::string& path, const std::vector<std::string>& fields,
+                                 std::shared_ptr<const FileSystem> fs = nullptr);
+
 }  // namespace gpufeed

@@ -1,0 +1,22 @@
+// Choosing a source from a path: what OpenPath (gpufeed/sources.h) looks at, exposed for the
+// CLI's `inspect` and for tests. Thread-safety: pure functions over the file system.
+#pragma once
+
+#include <string>
+
+#include "gpufeed/file.h"
+
+namespace gpufeed {
+
+enum class PathKind {
+  kMissing,      // nothing at the path
+  kNumpyFolder,  // a folder (of .npy files, one per field)
+  kNpyFile,      // a single .npy file: one field, not a data set
+  kHdf5,         // .h5/.hdf5/.hdf, or any file that starts with the HDF5 signature
+  kUnknown,      // a file of no format gpufeed reads
+};
+
+// What lies at `path`. Files are opened through `fs` to look for the HDF5 signature.
+PathKind ClassifyPath(const std::string& path, const FileSystem& fs);
+
+}  // namespace gpufeed
