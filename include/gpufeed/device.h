@@ -71,6 +71,10 @@ class Device {
   virtual void FreeDevice(void* ptr) noexcept = 0;
 
   virtual std::unique_ptr<DeviceStream> NewStream() = 0;
+  // Records an event on a consumer's stream (a CUstream handle, 0 for the default stream),
+  // so a batch released while the consumer's kernels may still read it is reused only after
+  // they finish. Null on the host device, where nothing runs asynchronously.
+  virtual std::shared_ptr<DeviceEvent> RecordOn(uintptr_t stream) = 0;
   virtual DeviceMemoryInfo MemoryInfo() = 0;
 };
 

@@ -1,0 +1,174 @@
+// Loader: turns a Source into a stream of batches on a device, ahead of the training step.
+//
+//   Sampler -> workers (threads) -> Source::Read into a batch buffer -> transforms ->
+//   Device copy (when the device needs one) -> reorder -> Next()
+//
+// Workers build whole batches, at most `workers + prefetch` ahead of the consumer, and
+// Next() hands them out in plan order, so a seed gives the same batches every run. Epochs
+// follow one another without a pause: workers start the next epoch's first batches while
+// the consumer finishes the current one. The first error in a worker stops the producers
+// and is raised by the next Next(), naming the sample and file. Destroying a loader
+// mid-epoch stops and joins every thread.
+//
+//   gpufeed::Loader loader(gpufeed::OpenNumpy("train"), {.batch_size = 8192});
+//   while (auto batch = loader.Next()) { use(batch->field("mel")); }   // one epoch
+//
+// Thread-safety: Next, SetEpoch, State and Restore are for one consumer thread at a time.
+// stats() may be called from any thread. A Batch may be dropped on any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufeed/device.h"
+#include "gpufeed/schema.h"
+#include "gpufeed/source.h"
+#include "gpufeed/transforms.h"
+
+namespace gpufeed {
+
+struct LoaderOptions {
+  int64_t batch_size = 0;     // Required: > 0
+  bool shuffle = true;        // Default: true
+  uint64_t seed = 0;          // Default: 0
+  bool drop_last = false;     // Default: false
+  int rank = -1;              // Default: -1 = $RANK, else 0
+  int world_size = -1;        // Default: -1 = $WORLD_SIZE, else 1
+  int64_t shuffle_block = 0;  // Default: 0 = full shuffle; < 0 = the source's PreferredBlock()
+  int shuffle_window = 4;     // Default: 4 (see SamplerOptions)
+  int workers = 0;            // Default: 0 = min(4, hardware threads)
+  int prefetch = 0;           // Default: 0 = 2 * workers: batches kept ready beyond the workers'
+  int max_outstanding = 2;    // Default: 2 batches the consumer may hold when it asks for more
+  std::shared_ptr<Device> device;                     // Default: null = the host
+  std::vector<std::shared_ptr<Transform>> transforms;  // Default: none
+  int64_t start_epoch = 0;    // Default: 0
+};
+
+// Where one field of a batch lives: `rows` samples of `spec`, contiguous, C order.
+struct FieldView {
+  const FieldSpec* spec = nullptr;
+  void* data = nullptr;
+  int64_t rows = 0;
+  DeviceType device_type = DeviceType::kCpu;
+  int device_ordinal = 0;
+
+  size_t bytes() const { return static_cast<size_t>(rows) * spec->SampleBytes(); }
+  template <typename T>
+  const T* as() const { return static_cast<const T*>(data); }
+};
+
+// Accumulated time per stage, in nanoseconds, summed over workers for the worker stages.
+struct LoaderStats {
+  int64_t batches = 0;            // delivered to the consumer
+  int64_t samples = 0;
+  int64_t bytes = 0;              // delivered, after transforms
+  int64_t read_ns = 0;            // Source::Read, summed over workers
+  int64_t transform_ns = 0;       // transforms, summed over workers
+  int64_t copy_ns = 0;            // issuing the device copy (and waiting for staging buffers)
+  int64_t buffer_wait_ns = 0;     // workers waiting for a free batch buffer
+  int64_t queue_wait_ns = 0;      // batches ready, waiting for the consumer to ask
+  int64_t consumer_wait_ns = 0;   // the consumer blocked inside Next()
+  int64_t consumer_step_ns = 0;   // between Next() calls: the training step
+  int64_t first_batch_ns = 0;     // construction (or restart) to the first batch
+  int64_t wall_ns = 0;            // first Next() call to now
+  int workers = 0;
+  int prefetch = 0;
+  int buffers = 0;                // batch buffers in the pool(s), allocated once
+  int64_t buffer_bytes = 0;       // bytes of one batch buffer
+  std::string device;
+
+  // Fraction of the consumer's time spent waiting in Next(): the GPU's data stall.
+  double ConsumerWaitFraction() const;
+  std::string ToJson() const;
+};
+
+// Where a loader stands: the epoch and the next batch of it to deliver. Restore() resumes
+// exactly there. `seed`, `world_size`, `rank` and `batch_size` are checked on restore.
+struct LoaderState {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  int64_t batch_size = 0;
+
+  std::string ToJson() const;
+  // Throws Error(kInvalidArgument) for malformed JSON.
+  static LoaderState FromJson(std::string_view json);
+};
+
+class Batch {
+ public:
+  ~Batch();
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  int64_t epoch() const { return epoch_; }
+  int64_t index() const { return index_; }  // batch number within the epoch
+  int64_t size() const { return rows_; }
+  const Schema& schema() const { return *schema_; }
+  // The sample indices of the rows, in row order.
+  std::span<const int64_t> indices() const { return indices_; }
+  // Throws Error(kNotFound) naming the fields when there is no such field.
+  FieldView field(std::string_view name) const;
+  FieldView field(int index) const;
+  // The event after the batch's copy (null on the host): no consumer may read the batch
+  // before it. WaitOn makes a consumer CUDA stream wait for it; Synchronize blocks the host.
+  const std::shared_ptr<DeviceEvent>& ready_event() const { return ready_; }
+  void WaitOn(uintptr_t stream) const;
+  void Synchronize() const;
+
+ private:
+  friend class Loader;
+  struct Parts;
+  explicit Batch(std::unique_ptr<Parts> parts);
+
+  std::unique_ptr<Parts> parts_;
+  const Schema* schema_ = nullptr;
+  int64_t epoch_ = 0;
+  int64_t index_ = 0;
+  int64_t rows_ = 0;
+  std::vector<int64_t> indices_;
+  std::vector<std::byte*> fields_;
+  std::shared_ptr<DeviceEvent> ready_;
+};
+
+class Loader {
+ public:
+  // Throws Error(kInvalidArgument) for nonsense options (batch_size <= 0, rank >= world
+  // size, negative workers), and whatever the transforms throw for the source's schema.
+  Loader(std::shared_ptr<Source> source, LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // The next batch of the current epoch, or null once the epoch is over; the call after
+  // that starts the next epoch. Rethrows a worker's error. Throws Error(kInvalidArgument)
+  // when the consumer still holds max_outstanding batches.
+  std::unique_ptr<Batch> Next();
+
+  // The epoch the next batch comes from. SetEpoch(e) makes the next Next() start epoch e
+  // at its first batch (a no-op when that is already where the loader stands).
+  int64_t epoch() const;
+  void SetEpoch(int64_t epoch);
+  LoaderState State() const;
+  void Restore(const LoaderState& state);
+
+  const Schema& schema() const;  // after transforms
+  int64_t batches_per_epoch() const;
+  int64_t samples_per_epoch() const;
+  const Source& source() const;
+  const Device& device() const;
+  int held_batches() const;  // batches the consumer has not dropped yet
+  LoaderStats stats() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpufeed

@@ -1,0 +1,64 @@
+// Sampler: the plan of an epoch. Which samples, in which order, in which batches, for this
+// rank. Seeded: the same seed and epoch give the same order on any machine (the shuffle
+// uses its own PRNG, not the standard library's implementation-defined distributions).
+//
+// Sharding follows PyTorch's DistributedSampler: the epoch's order is dealt round-robin to
+// `world_size` ranks, so every sample is in exactly one shard. With drop_last the order is
+// first cut to a multiple of world_size (shards equal in length) and each shard's last
+// partial batch is dropped.
+//
+// Block shuffle (for compressed, chunked data): the samples are cut into blocks of
+// `shuffle_block` consecutive samples (an HDF5 chunk), the blocks are shuffled, and samples
+// are shuffled within windows of `shuffle_window` consecutive blocks. A batch then touches
+// about batch_size / shuffle_block * (1 + 1 / shuffle_window) chunks instead of one chunk
+// per sample, at the cost of a weaker shuffle: samples of one chunk land within
+// shuffle_window chunks' worth of each other in the epoch.
+//
+// Thread-safety: immutable after construction; const methods may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace gpufeed {
+
+struct SamplerOptions {
+  int64_t batch_size = 0;     // Required: > 0
+  bool shuffle = true;        // Default: true
+  uint64_t seed = 0;          // Default: 0
+  bool drop_last = false;     // Default: false: the last batch may be short
+  int rank = -1;              // Default: -1 = $RANK, else 0
+  int world_size = -1;        // Default: -1 = $WORLD_SIZE, else 1
+  int64_t shuffle_block = 0;  // Default: 0 = full shuffle; > 0: block shuffle (above)
+  int shuffle_window = 4;     // Default: 4 blocks per within-window shuffle
+};
+
+class Sampler {
+ public:
+  // Throws Error(kInvalidArgument) for batch_size <= 0, rank outside [0, world_size),
+  // world_size <= 0, a negative shuffle_block, shuffle_window <= 0, or a bad $RANK.
+  Sampler(int64_t num_samples, SamplerOptions options);
+
+  const SamplerOptions& options() const { return options_; }
+  int rank() const { return options_.rank; }
+  int world_size() const { return options_.world_size; }
+  int64_t num_samples() const { return num_samples_; }
+  // Samples this rank sees per epoch (after drop_last).
+  int64_t shard_size() const { return shard_size_; }
+  int64_t batches_per_epoch() const { return batches_per_epoch_; }
+
+  // This rank's samples of `epoch`, in delivery order; batch b is
+  // [b * batch_size, min((b + 1) * batch_size, shard_size())).
+  std::vector<int64_t> EpochOrder(int64_t epoch) const;
+  // Rows of batch `batch` within an EpochOrder.
+  std::span<const int64_t> BatchOf(const std::vector<int64_t>& order, int64_t batch) const;
+
+ private:
+  SamplerOptions options_;
+  int64_t num_samples_;
+  int64_t shard_size_ = 0;
+  int64_t batches_per_epoch_ = 0;
+};
+
+}  // namespace gpufeed

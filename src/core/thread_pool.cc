@@ -1,0 +1,56 @@
+#include "core/thread_pool.h"
+
+#include <atomic>
+#include <exception>
+
+namespace gpufeed {
+
+ThreadPool::ThreadPool(int threads, size_t queue_capacity) : queue_(queue_capacity) {
+  GPUFEED_ASSERT(threads > 0, "a thread pool needs at least one thread");
+  threads_.reserve(static_cast<size_t>(threads));
+  for (int i = 0; i < threads; ++i) threads_.emplace_back([this, i] { Run(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  queue_.Close();
+  for (auto& t : threads_) t.join();
+}
+
+std::future<void> ThreadPool::Submit(Task task) {
+  std::packaged_task<void(int)> packaged(std::move(task));
+  std::future<void> future = packaged.get_future();
+  const bool queued = queue_.Push(std::move(packaged));
+  GPUFEED_ASSERT(queued, "Submit on a pool being destroyed");
+  return future;
+}
+
+void ThreadPool::ParallelFor(int64_t n,
+                             const std::function<void(int64_t, int)>& fn) {
+  if (n <= 0) return;
+  // One task per thread pulling indices from a shared counter balances uneven work.
+  std::atomic<int64_t> next{0};
+  const int64_t tasks = std::min<int64_t>(n, size());
+  std::vector<std::future<void>> futures;
+  futures.reserve(static_cast<size_t>(tasks));
+  for (int64_t t = 0; t < tasks; ++t) {
+    futures.push_back(Submit([&](int thread_index) {
+      for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i, thread_index);
+    }));
+  }
+  std::exception_ptr first;
+  for (auto& f : futures) {
+    try {
+      f.get();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+      next.store(n);  // stop handing out work after a failure
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void ThreadPool::Run(int thread_index) {
+  while (auto task = queue_.Pop()) (*task)(thread_index);
+}
+
+}  // namespace gpufeed

@@ -1,0 +1,70 @@
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "gpufeed/device.h"
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+class DoneEvent : public DeviceEvent {
+ public:
+  bool IsDone() override { return true; }
+  void Wait() override {}
+  void MakeStreamWait(uintptr_t) override {}
+};
+
+// Copies on the host are synchronous memcpy: by the time Record() returns they are done.
+class HostStream : public DeviceStream {
+ public:
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  std::shared_ptr<DeviceEvent> Record() override { return std::make_shared<DoneEvent>(); }
+  void Synchronize() override {}
+};
+
+class HostDeviceImpl : public Device {
+ public:
+  DeviceType type() const override { return DeviceType::kCpu; }
+  int ordinal() const override { return 0; }
+  std::string name() const override { return "cpu"; }
+  bool needs_copy() const override { return false; }
+
+  void* AllocHost(size_t bytes) override {
+    // Page alignment keeps large batches off shared cache lines and lets the kernel back
+    // them with whole pages.
+    constexpr size_t kAlign = 4096;
+    void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    if (p == nullptr) {
+      throw Error(ErrorCode::kDevice,
+                  fmt::format("out of host memory allocating a {} byte batch buffer", bytes));
+    }
+    return p;
+  }
+  void FreeHost(void* ptr) noexcept override { std::free(ptr); }
+  void* AllocDevice(size_t bytes) override { return AllocHost(bytes); }
+  void FreeDevice(void* ptr) noexcept override { FreeHost(ptr); }
+  std::unique_ptr<DeviceStream> NewStream() override { return std::make_unique<HostStream>(); }
+  std::shared_ptr<DeviceEvent> RecordOn(uintptr_t) override { return nullptr; }
+  DeviceMemoryInfo MemoryInfo() override {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long available = sysconf(_SC_AVPHYS_PAGES);
+    const long page = sysconf(_SC_PAGESIZE);
+    return {static_cast<uint64_t>(available) * static_cast<uint64_t>(page),
+            static_cast<uint64_t>(pages) * static_cast<uint64_t>(page)};
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<Device> HostDevice() {
+  static const std::shared_ptr<Device> device = std::make_shared<HostDeviceImpl>();
+  return device;
+}
+
+}  // namespace gpufeed

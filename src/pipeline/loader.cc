@@ -1,0 +1,567 @@
+#include "gpufeed/loader.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/buffer_pool.h"
+#include "core/thread_pool.h"
+#include "gpufeed/error.h"
+#include "gpufeed/sampler.h"
+#include "pipeline/batch_layout.h"
+#include "pipeline/random.h"
+
+namespace gpufeed {
+namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+SamplerOptions ToSamplerOptions(const LoaderOptions& o, const Source& source) {
+  SamplerOptions s;
+  s.batch_size = o.batch_size;
+  s.shuffle = o.shuffle;
+  s.seed = o.seed;
+  s.drop_last = o.drop_last;
+  s.rank = o.rank;
+  s.world_size = o.world_size;
+  s.shuffle_block = o.shuffle_block < 0 ? std::max<int64_t>(1, source.PreferredBlock())
+                                        : o.shuffle_block;
+  s.shuffle_window = o.shuffle_window;
+  return s;
+}
+
+LoaderOptions CheckOptions(LoaderOptions o) {
+  if (o.workers < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("workers must be >= 0 (0 = automatic), got {}", o.workers));
+  }
+  if (o.prefetch < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("prefetch must be >= 0 (0 = automatic), got {}", o.prefetch));
+  }
+  if (o.max_outstanding < 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("max_outstanding must be >= 1, got {}", o.max_outstanding));
+  }
+  if (o.start_epoch < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("start_epoch must be >= 0, got {}", o.start_epoch));
+  }
+  if (o.workers == 0) {
+    o.workers = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  }
+  if (o.prefetch == 0) o.prefetch = 2 * o.workers;
+  if (!o.device) o.device = HostDevice();
+  return o;
+}
+
+}  // namespace
+
+// What a Batch owns: its buffers (returned to their pools when it dies) and the loader's
+// count of batches the consumer holds.
+struct Batch::Parts {
+  BufferPool::Handle buffer;
+  std::shared_ptr<const Schema> schema;
+  std::shared_ptr<Device> device;
+  std::shared_ptr<std::atomic<int>> held;
+  uintptr_t consumer_stream = 0;
+  bool consumer_stream_set = false;
+};
+
+Batch::Batch(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {
+  schema_ = parts_->schema.get();
+}
+
+Batch::~Batch() {
+  if (!parts_) return;
+  if (parts_->consumer_stream_set && parts_->buffer) {
+    // The consumer's kernels may still read this batch: reuse it only after them.
+    try {
+      parts_->buffer.ReleaseAfter(parts_->device->RecordOn(parts_->consumer_stream));
+    } catch (...) {
+      // Recording failed (driver shutting down); fall back to a host-side wait on the copy.
+      if (ready_) {
+        try {
+          ready_->Wait();
+        } catch (...) {
+        }
+      }
+    }
+  }
+  parts_->buffer.Reset();
+  parts_->held->fetch_sub(1);
+}
+
+FieldView Batch::field(int index) const {
+  GPUFEED_ASSERT(index >= 0 && index < static_cast<int>(fields_.size()), "field index");
+  const FieldSpec& spec = schema_->fields[static_cast<size_t>(index)];
+  return FieldView{&spec, fields_[static_cast<size_t>(index)], rows_,
+                   parts_->device->type(), parts_->device->ordinal()};
+}
+
+FieldView Batch::field(std::string_view name) const {
+  schema_->Field(name);  // throws naming the fields
+  return field(schema_->IndexOf(name));
+}
+
+void Batch::WaitOn(uintptr_t stream) const {
+  if (ready_) ready_->MakeStreamWait(stream);
+  parts_->consumer_stream = stream;
+  parts_->consumer_stream_set = true;
+}
+
+void Batch::Synchronize() const {
+  if (ready_) ready_->Wait();
+}
+
+class Loader::Impl {
+ public:
+  Impl(std::shared_ptr<Source> source, LoaderOptions options)
+      : source_(std::move(source)),
+        options_(CheckOptions(std::move(options))),
+        sampler_(source_ ? source_->size() : 0, ToSamplerOptions(options_, *CheckSource())),
+        layout_(source_->schema(), options_.transforms, options_.batch_size),
+        schema_(std::make_shared<const Schema>(layout_.output_schema())),
+        device_(options_.device),
+        held_(std::make_shared<std::atomic<int>>(0)) {
+    const int buffers = options_.workers + options_.prefetch + options_.max_outstanding;
+    Device* device = device_.get();
+    if (device_->needs_copy()) {
+      // Staging buffers are only held from read to copy completion.
+      staging_pool_ = BufferPool::Create(
+          "pinned staging", layout_.buffer_bytes(), options_.workers + 2,
+          [device](size_t n) { return device->AllocHost(n); },
+          [device](void* p) { device->FreeHost(p); });
+      batch_pool_ = BufferPool::Create(
+          "device batches", layout_.buffer_bytes(), buffers,
+          [device](size_t n) { return device->AllocDevice(n); },
+          [device](void* p) { device->FreeDevice(p); });
+      stream_ = device_->NewStream();
+    } else {
+      batch_pool_ = BufferPool::Create(
+          "host batches", layout_.buffer_bytes(), buffers,
+          [device](size_t n) { return device->AllocHost(n); },
+          [device](void* p) { device->FreeHost(p); });
+    }
+    // The pools' lambdas use the raw pointer: keep the device alive as long as they live.
+    keep_device_ = device_;
+    worker_states_.resize(static_cast<size_t>(options_.workers));
+    for (auto& state : worker_states_) state = source_->NewWorkerState();
+    consumer_epoch_ = options_.start_epoch;
+    Start(options_.start_epoch, 0);
+  }
+
+  ~Impl() { Stop(); }
+
+  std::unique_ptr<Batch> Next() {
+    const int64_t called = NowNs();
+    if (last_return_ns_ != 0) {
+      consumer_step_ns_.fetch_add(called - last_return_ns_, std::memory_order_relaxed);
+    } else {
+      wall_start_ns_ = called;
+    }
+    const int held = held_->load();
+    if (held >= options_.max_outstanding) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{} batches are still referenced; release them or raise "
+                              "max_outstanding (now {})",
+                              held, options_.max_outstanding));
+    }
+    std::unique_ptr<Batch> batch;
+    {
+      std::unique_lock lock(mu_);
+      if (error_) std::rethrow_exception(error_);
+      if (consumer_batch_ >= sampler_.batches_per_epoch()) {
+        // End of the epoch: report it once; the next call goes on with the next epoch,
+        // whose first batches the workers may have built already.
+        ++consumer_epoch_;
+        consumer_batch_ = 0;
+        last_return_ns_ = NowNs();
+        return nullptr;
+      }
+      ready_cv_.wait(lock, [&] { return error_ || ready_.count(next_deliver_) > 0; });
+      if (error_) std::rethrow_exception(error_);
+      auto node = ready_.extract(next_deliver_);
+      ReadyBatch& ready = node.mapped();
+      ++next_deliver_;
+      ++consumer_batch_;
+      work_cv_.notify_all();
+      const int64_t now = NowNs();
+      queue_wait_ns_.fetch_add(std::max<int64_t>(0, called - ready.ready_ns),
+                               std::memory_order_relaxed);
+      if (first_batch_ns_ == 0) first_batch_ns_ = now - run_start_ns_;
+      batch = MakeBatch(std::move(ready));
+    }
+    held_->fetch_add(1);
+    last_return_ns_ = NowNs();
+    consumer_wait_ns_.fetch_add(last_return_ns_ - called, std::memory_order_relaxed);
+    delivered_batches_.fetch_add(1, std::memory_order_relaxed);
+    delivered_samples_.fetch_add(batch->size(), std::memory_order_relaxed);
+    int64_t bytes = 0;
+    for (int i = 0; i < static_cast<int>(schema_->fields.size()); ++i) {
+      bytes += static_cast<int64_t>(batch->field(i).bytes());
+    }
+    delivered_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    return batch;
+  }
+
+  int64_t epoch() const {
+    std::lock_guard lock(mu_);
+    return consumer_batch_ >= sampler_.batches_per_epoch() ? consumer_epoch_ + 1 : consumer_epoch_;
+  }
+
+  void SetEpoch(int64_t epoch) {
+    if (epoch < 0) {
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("epoch must be >= 0, got {}", epoch));
+    }
+    {
+      std::lock_guard lock(mu_);
+      const bool at_start = consumer_batch_ == 0 && consumer_epoch_ == epoch;
+      const bool at_end_of_previous =
+          consumer_batch_ >= sampler_.batches_per_epoch() && consumer_epoch_ + 1 == epoch;
+      if (at_end_of_previous) {
+        consumer_epoch_ = epoch;
+        consumer_batch_ = 0;
+      }
+      if ((at_start || at_end_of_previous) && !error_) return;
+    }
+    Restart(epoch, 0);
+  }
+
+  LoaderState State() const {
+    std::lock_guard lock(mu_);
+    LoaderState state;
+    state.epoch = consumer_epoch_;
+    state.batch = consumer_batch_;
+    state.seed = options_.seed;
+    state.rank = sampler_.rank();
+    state.world_size = sampler_.world_size();
+    state.batch_size = options_.batch_size;
+    return state;
+  }
+
+  void Restore(const LoaderState& state) {
+    const auto mismatch = [](std::string_view what, auto saved, auto now) {
+      return Error(ErrorCode::kInvalidArgument,
+                   fmt::format("cannot restore loader state: it was saved with {} {}, this "
+                               "loader has {}",
+                               what, saved, now));
+    };
+    if (state.seed != options_.seed) throw mismatch("seed", state.seed, options_.seed);
+    if (state.rank != sampler_.rank()) throw mismatch("rank", state.rank, sampler_.rank());
+    if (state.world_size != sampler_.world_size()) {
+      throw mismatch("world_size", state.world_size, sampler_.world_size());
+    }
+    if (state.batch_size != options_.batch_size) {
+      throw mismatch("batch_size", state.batch_size, options_.batch_size);
+    }
+    if (state.epoch < 0 || state.batch < 0 || state.batch > sampler_.batches_per_epoch()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("cannot restore loader state: batch {} of epoch {} is outside an "
+                              "epoch of {} batches",
+                              state.batch, state.epoch, sampler_.batches_per_epoch()));
+    }
+    Restart(state.epoch, state.batch);
+  }
+
+  const Schema& schema() const { return *schema_; }
+  const Sampler& sampler() const { return sampler_; }
+  const Source& source() const { return *source_; }
+  const Device& device() const { return *device_; }
+  int held() const { return held_->load(); }
+
+  LoaderStats Stats() const {
+    LoaderStats s;
+    s.batches = delivered_batches_.load();
+    s.samples = delivered_samples_.load();
+    s.bytes = delivered_bytes_.load();
+    s.read_ns = read_ns_.load();
+    s.transform_ns = transform_ns_.load();
+    s.copy_ns = copy_ns_.load();
+    s.buffer_wait_ns = buffer_wait_ns_.load();
+    s.queue_wait_ns = queue_wait_ns_.load();
+    s.consumer_wait_ns = consumer_wait_ns_.load();
+    s.consumer_step_ns = consumer_step_ns_.load();
+    {
+      std::lock_guard lock(mu_);
+      s.first_batch_ns = first_batch_ns_;
+      s.wall_ns = wall_start_ns_ ? last_return_ns_ - wall_start_ns_ : 0;
+    }
+    s.workers = options_.workers;
+    s.prefetch = options_.prefetch;
+    s.buffers = batch_pool_->capacity() + (staging_pool_ ? staging_pool_->capacity() : 0);
+    s.buffer_bytes = static_cast<int64_t>(layout_.buffer_bytes());
+    s.device = device_->name();
+    return s;
+  }
+
+ private:
+  struct ReadyBatch {
+    int64_t epoch = 0;
+    int64_t batch = 0;
+    std::vector<int64_t> indices;
+    BufferPool::Handle buffer;
+    std::shared_ptr<DeviceEvent> event;
+    int64_t ready_ns = 0;
+  };
+
+  const Source* CheckSource() const {
+    if (!source_) throw Error(ErrorCode::kInvalidArgument, "the loader needs a source, got null");
+    return source_.get();
+  }
+
+  // Starts workers producing from batch `batch` of `epoch`. REQUIRES: no workers running.
+  void Start(int64_t epoch, int64_t batch) {
+    {
+      std::lock_guard lock(mu_);
+      run_epoch_ = epoch;
+      run_batch_ = batch;
+      next_claim_ = 0;
+      next_deliver_ = 0;
+      consumer_epoch_ = epoch;
+      consumer_batch_ = batch;
+      stop_ = false;
+      error_ = nullptr;
+      ready_.clear();
+      run_start_ns_ = NowNs();
+      first_batch_ns_ = 0;
+    }
+    if (sampler_.batches_per_epoch() == 0) return;  // nothing to read, ever
+    pool_ = std::make_unique<ThreadPool>(options_.workers, options_.workers);
+    loops_.clear();
+    for (int w = 0; w < options_.workers; ++w) {
+      loops_.push_back(pool_->Submit([this](int thread_index) { WorkerLoop(thread_index); }));
+    }
+  }
+
+  void Stop() noexcept {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    ready_cv_.notify_all();
+    batch_pool_->WakeAll();
+    if (staging_pool_) staging_pool_->WakeAll();
+    for (auto& loop : loops_) loop.wait();  // worker loops catch everything themselves
+    loops_.clear();
+    pool_.reset();
+    if (stream_) {
+      try {
+        stream_->Synchronize();
+      } catch (...) {
+        // A failed copy was reported by its batch's worker already.
+      }
+    }
+    std::lock_guard lock(mu_);
+    ready_.clear();
+  }
+
+  void Restart(int64_t epoch, int64_t batch) {
+    Stop();
+    Start(epoch, batch);
+  }
+
+  // The epoch and batch that run sequence number `seq` stands for.
+  std::pair<int64_t, int64_t> Position(int64_t seq) const {
+    const int64_t per_epoch = sampler_.batches_per_epoch();
+    const int64_t absolute = run_batch_ + seq;
+    return {run_epoch_ + absolute / per_epoch, absolute % per_epoch};
+  }
+
+  std::shared_ptr<const std::vector<int64_t>> OrderOf(int64_t epoch) {
+    std::lock_guard lock(orders_mu_);
+    auto it = orders_.find(epoch);
+    if (it != orders_.end()) return it->second;
+    // Keep only the epochs in use: the consumer's and the one the workers run ahead into.
+    while (orders_.size() >= 2) orders_.erase(orders_.begin());
+    auto order = std::make_shared<const std::vector<int64_t>>(sampler_.EpochOrder(epoch));
+    orders_.emplace(epoch, order);
+    return order;
+  }
+
+  bool Stopping() const {
+    std::lock_guard lock(mu_);
+    return stop_ || error_;
+  }
+
+  void WorkerLoop(int worker) {
+    for (;;) {
+      int64_t seq;
+      {
+        std::unique_lock lock(mu_);
+        work_cv_.wait(lock, [&] {
+          return stop_ || error_ ||
+                 next_claim_ < next_deliver_ + options_.workers + options_.prefetch;
+        });
+        if (stop_ || error_) return;
+        seq = next_claim_++;
+      }
+      try {
+        ReadyBatch ready = Build(seq, worker);
+        if (!ready.buffer) return;  // stopped while waiting for a buffer
+        std::lock_guard lock(mu_);
+        if (stop_) return;
+        ready_.emplace(seq, std::move(ready));
+        ready_cv_.notify_all();
+      } catch (...) {
+        std::lock_guard lock(mu_);
+        if (!error_ && !stop_) error_ = std::current_exception();
+        ready_cv_.notify_all();
+        work_cv_.notify_all();
+        batch_pool_->WakeAll();
+        if (staging_pool_) staging_pool_->WakeAll();
+        return;
+      }
+    }
+  }
+
+  ReadyBatch Build(int64_t seq, int worker) {
+    ReadyBatch ready;
+    std::tie(ready.epoch, ready.batch) = Position(seq);
+    const auto order = OrderOf(ready.epoch);
+    const auto rows = sampler_.BatchOf(*order, ready.batch);
+    ready.indices.assign(rows.begin(), rows.end());
+    const auto stopping = [this] { return Stopping(); };
+
+    int64_t t0 = NowNs();
+    BufferPool::Handle host = (staging_pool_ ? staging_pool_ : batch_pool_)->Acquire(stopping);
+    if (!host) return ready;
+    int64_t t1 = NowNs();
+    buffer_wait_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
+
+    BatchView view = layout_.View(host.data(), static_cast<int64_t>(rows.size()));
+    source_->Read(rows, view, worker_states_[static_cast<size_t>(worker)].get());
+    int64_t t2 = NowNs();
+    read_ns_.fetch_add(t2 - t1, std::memory_order_relaxed);
+
+    if (!options_.transforms.empty()) {
+      const uint64_t batch_seed = MixSeed(MixSeed(options_.seed, static_cast<uint64_t>(ready.epoch)),
+                                          static_cast<uint64_t>(ready.batch));
+      for (size_t i = 0; i < options_.transforms.size(); ++i) {
+        options_.transforms[i]->Apply(layout_.stage_schema(i), view, MixSeed(batch_seed, i));
+      }
+      const int64_t t3 = NowNs();
+      transform_ns_.fetch_add(t3 - t2, std::memory_order_relaxed);
+      t2 = t3;
+    }
+
+    if (!staging_pool_) {
+      ready.buffer = std::move(host);
+    } else {
+      BufferPool::Handle target = batch_pool_->Acquire(stopping);
+      if (!target) return ready;
+      const int64_t t3 = NowNs();
+      buffer_wait_ns_.fetch_add(t3 - t2, std::memory_order_relaxed);
+      {
+        std::lock_guard lock(stream_mu_);
+        for (const auto& region : layout_.CopyRegions(static_cast<int64_t>(rows.size()))) {
+          stream_->CopyToDevice(target.data() + region.offset, host.data() + region.offset,
+                                region.bytes);
+        }
+        ready.event = stream_->Record();
+      }
+      // The staging buffer comes back once the copy that reads it is done.
+      host.ReleaseAfter(ready.event);
+      copy_ns_.fetch_add(NowNs() - t3, std::memory_order_relaxed);
+      ready.buffer = std::move(target);
+    }
+    ready.ready_ns = NowNs();
+    return ready;
+  }
+
+  std::unique_ptr<Batch> MakeBatch(ReadyBatch ready) {
+    auto parts = std::make_unique<Batch::Parts>();
+    parts->schema = schema_;
+    parts->device = device_;
+    parts->held = held_;
+    std::byte* base = ready.buffer.data();
+    parts->buffer = std::move(ready.buffer);
+    std::unique_ptr<Batch> batch(new Batch(std::move(parts)));
+    batch->epoch_ = ready.epoch;
+    batch->index_ = ready.batch;
+    batch->rows_ = static_cast<int64_t>(ready.indices.size());
+    batch->indices_ = std::move(ready.indices);
+    batch->fields_ = layout_.View(base, batch->rows_).fields;
+    batch->ready_ = std::move(ready.event);
+    return batch;
+  }
+
+  std::shared_ptr<Source> source_;
+  LoaderOptions options_;
+  Sampler sampler_;
+  BatchLayout layout_;
+  std::shared_ptr<const Schema> schema_;
+  std::shared_ptr<Device> device_;
+  std::shared_ptr<Device> keep_device_;
+  std::shared_ptr<std::atomic<int>> held_;
+  std::shared_ptr<BufferPool> staging_pool_;  // only when the device needs a copy
+  std::shared_ptr<BufferPool> batch_pool_;
+  std::mutex stream_mu_;
+  std::unique_ptr<DeviceStream> stream_;
+  std::vector<std::unique_ptr<SourceWorkerState>> worker_states_;
+
+  std::mutex orders_mu_;
+  std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;   // workers: a slot opened, or stop
+  std::condition_variable ready_cv_;  // consumer: a batch is ready, or an error
+  bool stop_ = false;
+  std::exception_ptr error_;
+  int64_t run_epoch_ = 0;  // where the current run of workers started
+  int64_t run_batch_ = 0;
+  int64_t next_claim_ = 0;    // run sequence numbers
+  int64_t next_deliver_ = 0;
+  std::map<int64_t, ReadyBatch> ready_;
+  int64_t consumer_epoch_ = 0;  // where the consumer stands
+  int64_t consumer_batch_ = 0;
+  int64_t run_start_ns_ = 0;
+  int64_t first_batch_ns_ = 0;
+  int64_t wall_start_ns_ = 0;
+  int64_t last_return_ns_ = 0;
+
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<std::future<void>> loops_;
+
+  std::atomic<int64_t> delivered_batches_{0};
+  std::atomic<int64_t> delivered_samples_{0};
+  std::atomic<int64_t> delivered_bytes_{0};
+  std::atomic<int64_t> read_ns_{0};
+  std::atomic<int64_t> transform_ns_{0};
+  std::atomic<int64_t> copy_ns_{0};
+  std::atomic<int64_t> buffer_wait_ns_{0};
+  std::atomic<int64_t> queue_wait_ns_{0};
+  std::atomic<int64_t> consumer_wait_ns_{0};
+  std::atomic<int64_t> consumer_step_ns_{0};
+};
+
+Loader::Loader(std::shared_ptr<Source> source, LoaderOptions options)
+    : impl_(std::make_unique<Impl>(std::move(source), std::move(options))) {}
+Loader::~Loader() = default;
+std::unique_ptr<Batch> Loader::Next() { return impl_->Next(); }
+int64_t Loader::epoch() const { return impl_->epoch(); }
+void Loader::SetEpoch(int64_t epoch) { impl_->SetEpoch(epoch); }
+LoaderState Loader::State() const { return impl_->State(); }
+void Loader::Restore(const LoaderState& state) { impl_->Restore(state); }
+const Schema& Loader::schema() const { return impl_->schema(); }
+int64_t Loader::batches_per_epoch() const { return impl_->sampler().batches_per_epoch(); }
+int64_t Loader::samples_per_epoch() const { return impl_->sampler().shard_size(); }
+const Source& Loader::source() const { return impl_->source(); }
+const Device& Loader::device() const { return impl_->device(); }
+int Loader::held_batches() const { return impl_->held(); }
+LoaderStats Loader::stats() const { return impl_->Stats(); }
+
+}  // namespace gpufeed

@@ -1,0 +1,114 @@
+#include "gpufeed/sampler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <numeric>
+#include <string_view>
+
+#include "gpufeed/error.h"
+#include "pipeline/random.h"
+
+namespace gpufeed {
+namespace {
+
+int EnvInt(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  int out = 0;
+  const std::string_view text(value);
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  if (ec != std::errc() || ptr != text.data() + text.size()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("environment variable {}='{}' is not an integer", name, text));
+  }
+  return out;
+}
+
+}  // namespace
+
+Sampler::Sampler(int64_t num_samples, SamplerOptions options)
+    : options_(options), num_samples_(num_samples) {
+  if (options_.batch_size <= 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("batch_size must be positive, got {}", options_.batch_size));
+  }
+  if (num_samples < 0) {
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("negative sample count {}", num_samples));
+  }
+  if (options_.world_size < 0) options_.world_size = EnvInt("WORLD_SIZE", 1);
+  if (options_.rank < 0) options_.rank = EnvInt("RANK", 0);
+  if (options_.world_size <= 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("world_size must be positive, got {}", options_.world_size));
+  }
+  if (options_.rank < 0 || options_.rank >= options_.world_size) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("rank {} is outside [0, world_size={})", options_.rank,
+                            options_.world_size));
+  }
+  if (options_.shuffle_block < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("shuffle_block must be >= 0, got {}", options_.shuffle_block));
+  }
+  if (options_.shuffle_window <= 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("shuffle_window must be positive, got {}", options_.shuffle_window));
+  }
+  const int64_t world = options_.world_size;
+  const int64_t used = options_.drop_last ? num_samples / world * world : num_samples;
+  // Round-robin dealing: rank r gets positions r, r + world, ...
+  shard_size_ = used / world + (options_.rank < used % world ? 1 : 0);
+  const int64_t b = options_.batch_size;
+  batches_per_epoch_ = options_.drop_last ? shard_size_ / b : (shard_size_ + b - 1) / b;
+  if (options_.drop_last) shard_size_ = batches_per_epoch_ * b;
+}
+
+std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
+  std::vector<int64_t> all(static_cast<size_t>(num_samples_));
+  std::iota(all.begin(), all.end(), int64_t{0});
+  if (options_.shuffle) {
+    Pcg32 rng(MixSeed(options_.seed, static_cast<uint64_t>(epoch)));
+    const int64_t block = options_.shuffle_block;
+    if (block <= 1) {
+      Shuffle(all.data(), num_samples_, rng);
+    } else {
+      const int64_t blocks = (num_samples_ + block - 1) / block;
+      std::vector<int64_t> block_order(static_cast<size_t>(blocks));
+      std::iota(block_order.begin(), block_order.end(), int64_t{0});
+      Shuffle(block_order.data(), blocks, rng);
+      size_t pos = 0;
+      for (int64_t blk : block_order) {
+        const int64_t begin = blk * block;
+        const int64_t end = std::min(num_samples_, begin + block);
+        for (int64_t s = begin; s < end; ++s) all[pos++] = s;
+      }
+      // Mix samples within windows of shuffle_window blocks' worth of positions.
+      const int64_t window = block * options_.shuffle_window;
+      for (int64_t start = 0; start < num_samples_; start += window) {
+        Shuffle(all.data() + start, std::min(window, num_samples_ - start), rng);
+      }
+    }
+  }
+  const int64_t world = options_.world_size;
+  std::vector<int64_t> shard;
+  shard.reserve(static_cast<size_t>(shard_size_));
+  for (int64_t pos = options_.rank; static_cast<int64_t>(shard.size()) < shard_size_;
+       pos += world) {
+    shard.push_back(all[static_cast<size_t>(pos)]);
+  }
+  return shard;
+}
+
+std::span<const int64_t> Sampler::BatchOf(const std::vector<int64_t>& order,
+                                          int64_t batch) const {
+  GPUFEED_ASSERT(batch >= 0 && batch < batches_per_epoch_, "batch outside the epoch");
+  const int64_t begin = batch * options_.batch_size;
+  const int64_t end = std::min<int64_t>(begin + options_.batch_size,
+                                        static_cast<int64_t>(order.size()));
+  return std::span<const int64_t>(order.data() + begin, static_cast<size_t>(end - begin));
+}
+
+}  // namespace gpufeed
