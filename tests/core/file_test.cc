@@ -1,0 +1,218 @@
+#include "gpufeed/file.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "gpufeed-file-XXXXXX").string();
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string Write(const std::string& name, const std::string& bytes) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+    return path;
+  }
+  // 0, 1, 2, ... 255, 0, 1, ...: every offset holds a known byte.
+  static std::string Pattern(size_t n) {
+    std::string s(n, '\0');
+    for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>(i % 251);
+    return s;
+  }
+
+  std::string dir_;
+};
+
+template <typename F>
+ErrorCode CodeOf(F&& f, std::string* message = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.code();
+  }
+  ADD_FAILURE() << "no Error thrown";
+  return ErrorCode::kCancelled;
+}
+
+TEST_F(FileTest, OpenMissingFileIsNotFoundNamingThePath) {
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { DefaultFileSystem()->Open(dir_ + "/nope.bin"); }, &message),
+            ErrorCode::kNotFound);
+  EXPECT_THAT(message, HasSubstr("nope.bin"));
+  EXPECT_EQ(CodeOf([&] { DefaultFileSystem()->Open(dir_ + "/no/such/dir/x"); }),
+            ErrorCode::kNotFound);
+}
+
+TEST_F(FileTest, OpenFolderIsInvalidArgument) {
+  EXPECT_EQ(CodeOf([&] { DefaultFileSystem()->Open(dir_); }), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(FileTest, ReadAtReadsAtOffsetsAndStopsAtTheEnd) {
+  const std::string data = Pattern(1000);
+  const auto file = DefaultFileSystem()->Open(Write("a.bin", data));
+  EXPECT_EQ(file->Size(), 1000u);
+  EXPECT_THAT(file->path(), HasSubstr("a.bin"));
+  EXPECT_GT(file->ModificationTimeNs(), 0);
+
+  std::string buf(100, '\0');
+  ASSERT_EQ(file->ReadAt(300, buf.data(), 100), 100u);
+  EXPECT_EQ(buf, data.substr(300, 100));
+  // Past the end: a short read, then nothing.
+  ASSERT_EQ(file->ReadAt(950, buf.data(), 100), 50u);
+  EXPECT_EQ(buf.substr(0, 50), data.substr(950));
+  EXPECT_EQ(file->ReadAt(1000, buf.data(), 100), 0u);
+  EXPECT_EQ(file->ReadAt(5000, buf.data(), 100), 0u);
+}
+
+TEST_F(FileTest, MapGivesTheFileBytesOnceForAllThreads) {
+  const std::string data = Pattern(100'000);
+  const auto file = DefaultFileSystem()->Open(Write("m.bin", data));
+  std::vector<const std::byte*> seen(8);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < seen.size(); ++t) {
+    threads.emplace_back([&, t] { seen[t] = file->Map(); });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_NE(seen[0], nullptr);
+  for (const auto* p : seen) EXPECT_EQ(p, seen[0]);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(seen[0]), data.size()), data);
+}
+
+TEST_F(FileTest, MapOfAnEmptyFileIsNonNull) {
+  const auto file = DefaultFileSystem()->Open(Write("empty.bin", ""));
+  EXPECT_EQ(file->Size(), 0u);
+  EXPECT_NE(file->Map(), nullptr);
+  char c;
+  EXPECT_EQ(file->ReadAt(0, &c, 1), 0u);
+}
+
+TEST_F(FileTest, ReadFullyReadsExactlyOrSaysWhereTheFileEnds) {
+  const std::string data = Pattern(64);
+  const auto file = DefaultFileSystem()->Open(Write("r.bin", data));
+  std::string buf(32, '\0');
+  ReadFully(*file, 16, buf.data(), 32, "test bytes");
+  EXPECT_EQ(buf, data.substr(16, 32));
+
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { ReadFully(*file, 40, buf.data(), 32, "test bytes"); }, &message),
+            ErrorCode::kCorruptData);
+  EXPECT_THAT(message, HasSubstr("r.bin"));
+  EXPECT_THAT(message, HasSubstr("test bytes"));
+  EXPECT_THAT(message, HasSubstr("offset 40"));
+}
+
+TEST_F(FileTest, FaultFileNeverMaps) {
+  FaultInjectingFileSystem fs(DefaultFileSystem());
+  const auto file = fs.Open(Write("f.bin", Pattern(10)));
+  EXPECT_EQ(file->Map(), nullptr);
+  EXPECT_EQ(file->Size(), 10u);
+}
+
+TEST_F(FileTest, FaultShortReadsStillReadFully) {
+  const std::string data = Pattern(1000);
+  FaultInjectingFileSystem fs(DefaultFileSystem(), {.max_bytes_per_read = 7});
+  const auto file = fs.Open(Write("s.bin", data));
+  std::string one(100, '\0');
+  EXPECT_EQ(file->ReadAt(0, one.data(), 100), 7u);
+  std::string buf(1000, '\0');
+  const int64_t before = fs.reads();
+  ReadFully(*file, 0, buf.data(), buf.size(), "all");
+  EXPECT_EQ(buf, data);
+  EXPECT_EQ(fs.reads() - before, (1000 + 6) / 7);
+}
+
+TEST_F(FileTest, FaultEioAfterNReadsNamesPathAndOffset) {
+  FaultInjectingFileSystem fs(DefaultFileSystem(), {.eio_after_reads = 2});
+  const auto file = fs.Open(Write("e.bin", Pattern(100)));
+  char buf[10];
+  EXPECT_EQ(file->ReadAt(0, buf, 10), 10u);
+  EXPECT_EQ(file->ReadAt(10, buf, 10), 10u);
+  std::string message;
+  EXPECT_EQ(CodeOf([&] { file->ReadAt(20, buf, 10); }, &message), ErrorCode::kIo);
+  EXPECT_THAT(message, HasSubstr("e.bin"));
+  EXPECT_THAT(message, HasSubstr("offset 20"));
+  // Every later read fails too, until the rules change; the count restarts then.
+  EXPECT_EQ(CodeOf([&] { file->ReadAt(0, buf, 10); }), ErrorCode::kIo);
+  fs.SetRules({.eio_after_reads = 1});
+  EXPECT_EQ(file->ReadAt(0, buf, 10), 10u);
+  EXPECT_EQ(CodeOf([&] { file->ReadAt(0, buf, 10); }), ErrorCode::kIo);
+  fs.SetRules({});
+  EXPECT_EQ(file->ReadAt(0, buf, 10), 10u);
+  EXPECT_EQ(fs.reads(), 7);
+}
+
+TEST_F(FileTest, FaultEioCountIsExactAcrossThreads) {
+  FaultInjectingFileSystem fs(DefaultFileSystem(), {.eio_after_reads = 100});
+  const auto file = fs.Open(Write("t.bin", Pattern(4096)));
+  std::atomic<int> ok{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      char buf[16];
+      for (int i = 0; i < 50; ++i) {
+        try {
+          file->ReadAt(static_cast<uint64_t>(i) * 16, buf, sizeof(buf));
+          ++ok;
+        } catch (const Error&) {
+          ++failed;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 100);
+  EXPECT_EQ(failed.load(), 300);
+  EXPECT_EQ(fs.reads(), 400);
+}
+
+TEST_F(FileTest, FaultDelaySlowsEveryRead) {
+  FaultInjectingFileSystem fs(DefaultFileSystem(), {.delay_us = 20'000});
+  const auto file = fs.Open(Write("d.bin", Pattern(10)));
+  char buf[10];
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(file->ReadAt(0, buf, 10), 10u);
+  EXPECT_EQ(file->ReadAt(0, buf, 10), 10u);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(40));
+  EXPECT_EQ(fs.rules().delay_us, 20'000);
+}
+
+TEST_F(FileTest, FaultFileOutlivesItsFileSystem) {
+  std::unique_ptr<File> file;
+  {
+    FaultInjectingFileSystem fs(DefaultFileSystem(), {.max_bytes_per_read = 3});
+    file = fs.Open(Write("o.bin", Pattern(10)));
+  }
+  char buf[10];
+  EXPECT_EQ(file->ReadAt(0, buf, 10), 3u);
+}
+
+TEST_F(FileTest, FaultOpenOfMissingFileIsNotFound) {
+  FaultInjectingFileSystem fs(DefaultFileSystem());
+  EXPECT_EQ(CodeOf([&] { fs.Open(dir_ + "/missing"); }), ErrorCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace gpufeed
