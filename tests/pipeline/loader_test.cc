@@ -1,0 +1,327 @@
+#include "gpufeed/loader.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "gpufeed/error.h"
+#include "gpufeed/sources.h"
+
+namespace gpufeed {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A data set whose values tell which sample they came from: label[i] = i,
+// x[i][e] = i * 10 + e.
+struct Data {
+  std::vector<int64_t> label;
+  std::vector<float> x;
+  explicit Data(int64_t n) : label(static_cast<size_t>(n)), x(static_cast<size_t>(n * 4)) {
+    for (int64_t i = 0; i < n; ++i) {
+      label[static_cast<size_t>(i)] = i;
+      for (int e = 0; e < 4; ++e) x[static_cast<size_t>(i * 4 + e)] = static_cast<float>(i * 10 + e);
+    }
+  }
+  std::shared_ptr<Source> Open() const {
+    return OpenMemory({{ParseSchema("x:float32[4]").fields[0], x.data(),
+                        static_cast<int64_t>(label.size())},
+                       {ParseSchema("label:int64").fields[0], label.data(),
+                        static_cast<int64_t>(label.size())}});
+  }
+};
+
+// Wraps a source: sleeps in every Read, and fails on one sample.
+class TestSource : public Source {
+ public:
+  TestSource(std::shared_ptr<Source> base, int64_t fail_at = -1, int delay_ms = 0)
+      : base_(std::move(base)), fail_at_(fail_at), delay_ms_(delay_ms) {}
+  const Schema& schema() const override { return base_->schema(); }
+  int64_t size() const override { return base_->size(); }
+  std::string Describe() const override { return "test"; }
+  std::string Identity() const override { return "test"; }
+  void Read(std::span<const int64_t> indices, const BatchView& out,
+            SourceWorkerState* state) const override {
+    ++reads;
+    if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+    for (int64_t i : indices) {
+      if (i == fail_at_) {
+        throw Error(ErrorCode::kIo, "test.bin: read failed at sample " + std::to_string(i));
+      }
+    }
+    base_->Read(indices, out, state);
+  }
+  mutable std::atomic<int> reads{0};
+
+ private:
+  std::shared_ptr<Source> base_;
+  int64_t fail_at_;
+  int delay_ms_;
+};
+
+LoaderOptions Opts(int64_t batch, int workers = 2) {
+  LoaderOptions o;
+  o.batch_size = batch;
+  o.workers = workers;
+  o.rank = 0;
+  o.world_size = 1;
+  o.seed = 1;
+  return o;
+}
+
+// Checks a batch's rows against the data and returns the labels in row order.
+std::vector<int64_t> CheckedLabels(const Batch& batch) {
+  const auto x = batch.field("x");
+  const auto label = batch.field("label");
+  std::vector<int64_t> out;
+  for (int64_t r = 0; r < batch.size(); ++r) {
+    const int64_t i = label.as<int64_t>()[r];
+    EXPECT_EQ(i, batch.indices()[static_cast<size_t>(r)]);
+    for (int e = 0; e < 4; ++e) EXPECT_EQ(x.as<float>()[r * 4 + e], static_cast<float>(i * 10 + e));
+    out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> Epoch(Loader& loader) {
+  std::vector<std::vector<int64_t>> batches;
+  while (auto batch = loader.Next()) batches.push_back(CheckedLabels(*batch));
+  return batches;
+}
+
+TEST(Loader, EverySampleExactlyOncePerEpochWithCorrectValues) {
+  Data data(1000);
+  Loader loader(data.Open(), Opts(64, 3));
+  EXPECT_EQ(loader.batches_per_epoch(), 16);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::multiset<int64_t> seen;
+    auto batches = Epoch(loader);
+    ASSERT_EQ(batches.size(), 16u);
+    EXPECT_EQ(batches.back().size(), 1000u - 15 * 64);
+    for (auto& b : batches) seen.insert(b.begin(), b.end());
+    EXPECT_EQ(seen.size(), 1000u);
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 1000u);
+  }
+}
+
+TEST(Loader, SameSeedSameBatchesWhateverTheWorkerCount) {
+  Data data(500);
+  Loader one(data.Open(), Opts(32, 1));
+  Loader four(data.Open(), Opts(32, 4));
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    const auto a = Epoch(one);
+    EXPECT_EQ(a, Epoch(four));
+    if (epoch == 0) {
+      LoaderOptions other = Opts(32, 2);
+      other.seed = 2;
+      Loader different(data.Open(), other);
+      EXPECT_NE(a, Epoch(different));
+    }
+  }
+}
+
+TEST(Loader, EpochsAdvanceAndSetEpochReplaysAnEpoch) {
+  Data data(100);
+  Loader loader(data.Open(), Opts(10));
+  EXPECT_EQ(loader.epoch(), 0);
+  const auto e0 = Epoch(loader);
+  EXPECT_EQ(loader.epoch(), 1);
+  loader.SetEpoch(1);  // already there: keeps what the workers prefetched
+  const auto e1 = Epoch(loader);
+  EXPECT_NE(e0, e1);
+  loader.SetEpoch(0);
+  EXPECT_EQ(Epoch(loader), e0);
+  auto first = loader.Next();
+  EXPECT_EQ(first->epoch(), 1);
+  EXPECT_EQ(first->index(), 0);
+}
+
+TEST(Loader, ResumeMidEpochYieldsExactlyTheRemainingBatches) {
+  Data data(300);
+  Loader reference(data.Open(), Opts(16));
+  Epoch(reference);
+  const auto expected = Epoch(reference);  // epoch 1
+
+  Loader first(data.Open(), Opts(16));
+  Epoch(first);
+  for (int i = 0; i < 7; ++i) first.Next();
+  const std::string saved = first.State().ToJson();
+
+  Loader resumed(data.Open(), Opts(16));
+  resumed.Restore(LoaderState::FromJson(saved));
+  const auto rest = Epoch(resumed);
+  ASSERT_EQ(rest.size(), expected.size() - 7);
+  EXPECT_TRUE(std::equal(rest.begin(), rest.end(), expected.begin() + 7));
+
+  LoaderOptions other = Opts(16);
+  other.seed = 99;
+  Loader wrong(data.Open(), other);
+  EXPECT_THROW(wrong.Restore(LoaderState::FromJson(saved)), Error);
+  EXPECT_THROW(LoaderState::FromJson("{\"epoch\": 1}"), Error);
+}
+
+TEST(Loader, WorkerErrorIsRaisedByNextWithTheSampleAndFile) {
+  Data data(200);
+  auto source = std::make_shared<TestSource>(data.Open(), /*fail_at=*/123);
+  Loader loader(source, Opts(10));
+  try {
+    while (loader.Next()) {
+    }
+    FAIL() << "the error was lost";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    EXPECT_THAT(e.what(), HasSubstr("test.bin"));
+    EXPECT_THAT(e.what(), HasSubstr("sample 123"));
+  }
+  EXPECT_THROW(loader.Next(), Error);  // stays failed until restarted
+}
+
+TEST(Loader, DroppingMidEpochJoinsEveryThreadQuickly) {
+  Data data(10000);
+  auto source = std::make_shared<TestSource>(data.Open(), -1, /*delay_ms=*/20);
+  auto loader = std::make_unique<Loader>(source, Opts(8, 4));
+  loader->Next();
+  const auto start = std::chrono::steady_clock::now();
+  loader.reset();
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count();
+  EXPECT_LT(ms, 100);
+  const int reads = source->reads.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_EQ(source->reads.load(), reads) << "a worker still runs after the loader is gone";
+}
+
+TEST(Loader, BatchesOutliveTheLoaderAndTooManyHeldIsAnError) {
+  Data data(100);
+  std::unique_ptr<Batch> kept;
+  {
+    LoaderOptions o = Opts(10);
+    o.max_outstanding = 2;
+    Loader loader(data.Open(), o);
+    kept = loader.Next();
+    auto second = loader.Next();
+    EXPECT_EQ(loader.held_batches(), 2);
+    try {
+      loader.Next();
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), HasSubstr("2 batches are still referenced"));
+    }
+    second.reset();
+    EXPECT_NE(loader.Next(), nullptr);
+  }
+  CheckedLabels(*kept);  // still valid memory after the loader is gone
+}
+
+TEST(Loader, NonsenseOptionsAreClearErrors) {
+  Data data(10);
+  EXPECT_THROW(Loader(data.Open(), Opts(0)), Error);
+  EXPECT_THROW(Loader(data.Open(), Opts(-1)), Error);
+  LoaderOptions o = Opts(2);
+  o.rank = 3;
+  o.world_size = 2;
+  EXPECT_THROW(Loader(data.Open(), o), Error);
+  o = Opts(2);
+  o.workers = -1;
+  EXPECT_THROW(Loader(data.Open(), o), Error);
+  EXPECT_THROW(Loader(nullptr, Opts(2)), Error);
+}
+
+TEST(Loader, DropLastAndShardingPerRank) {
+  Data data(103);
+  std::multiset<int64_t> all;
+  for (int rank = 0; rank < 2; ++rank) {
+    LoaderOptions o = Opts(10);
+    o.rank = rank;
+    o.world_size = 2;
+    o.drop_last = true;
+    Loader loader(data.Open(), o);
+    EXPECT_EQ(loader.batches_per_epoch(), 5);
+    for (auto& b : Epoch(loader)) {
+      EXPECT_EQ(b.size(), 10u);
+      all.insert(b.begin(), b.end());
+    }
+  }
+  EXPECT_EQ(all.size(), 100u);
+  EXPECT_EQ(std::set<int64_t>(all.begin(), all.end()).size(), 100u);
+}
+
+TEST(Loader, TransformsChangeTheSchemaAndValues) {
+  Data data(50);
+  LoaderOptions o = Opts(8);
+  o.transforms = {Normalize("x", 5.0f, 10.0f), Cast("x", DType::kFloat16)};
+  Loader loader(data.Open(), o);
+  EXPECT_EQ(loader.schema().Field("x").dtype, DType::kFloat16);
+  auto batch = loader.Next();
+  const auto x = batch->field("x");
+  const auto label = batch->field("label");
+  for (int64_t r = 0; r < batch->size(); ++r) {
+    const int64_t i = label.as<int64_t>()[r];
+    const float expected = (static_cast<float>(i * 10 + 1) - 5.0f) / 10.0f;
+    EXPECT_NEAR(HalfToFloat(x.as<uint16_t>()[r * 4 + 1]), expected, 1e-3f * (1 + expected));
+  }
+}
+
+TEST(Loader, StatsCountWhatWasDelivered) {
+  Data data(256);
+  Loader loader(data.Open(), Opts(64));
+  Epoch(loader);
+  const LoaderStats s = loader.stats();
+  EXPECT_EQ(s.batches, 4);
+  EXPECT_EQ(s.samples, 256);
+  EXPECT_EQ(s.bytes, 256 * (16 + 8));
+  EXPECT_EQ(s.workers, 2);
+  EXPECT_EQ(s.prefetch, 4);
+  EXPECT_GT(s.read_ns, 0);
+  const auto j = nlohmann::json::parse(s.ToJson());
+  EXPECT_EQ(j.at("samples").get<int64_t>(), 256);
+  EXPECT_TRUE(j.contains("consumer_wait_fraction"));
+}
+
+TEST(Loader, EmptyEpochEndsAtOnce) {
+  Data data(5);
+  LoaderOptions o = Opts(10);
+  o.drop_last = true;
+  Loader loader(data.Open(), o);
+  EXPECT_EQ(loader.batches_per_epoch(), 0);
+  EXPECT_EQ(loader.Next(), nullptr);
+  EXPECT_EQ(loader.Next(), nullptr);
+}
+
+// A host device that pretends to need a copy, so the staging path (pinned buffer, copy,
+// fence-guarded release) runs without a GPU.
+class StagingHostDevice : public Device {
+ public:
+  DeviceType type() const override { return DeviceType::kCpu; }
+  int ordinal() const override { return 0; }
+  std::string name() const override { return "staging-cpu"; }
+  bool needs_copy() const override { return true; }
+  void* AllocHost(size_t n) override { return HostDevice()->AllocHost(n); }
+  void FreeHost(void* p) noexcept override { HostDevice()->FreeHost(p); }
+  void* AllocDevice(size_t n) override { return HostDevice()->AllocDevice(n); }
+  void FreeDevice(void* p) noexcept override { HostDevice()->FreeDevice(p); }
+  std::unique_ptr<DeviceStream> NewStream() override { return HostDevice()->NewStream(); }
+  std::shared_ptr<DeviceEvent> RecordOn(uintptr_t) override { return nullptr; }
+  DeviceMemoryInfo MemoryInfo() override { return HostDevice()->MemoryInfo(); }
+};
+
+TEST(Loader, StagedCopyPathDeliversTheSameBatches) {
+  Data data(400);
+  Loader direct(data.Open(), Opts(32));
+  LoaderOptions o = Opts(32);
+  o.device = std::make_shared<StagingHostDevice>();
+  Loader staged(data.Open(), o);
+  EXPECT_EQ(Epoch(direct), Epoch(staged));
+  EXPECT_EQ(staged.stats().device, "staging-cpu");
+}
+
+}  // namespace
+}  // namespace gpufeed
