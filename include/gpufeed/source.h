@@ -19,7 +19,7 @@ namespace gpufeed {
 // Where a batch's rows go: one pointer per field of the source's schema (same order), each
 // to `rows` contiguous samples of that field's SampleBytes().
 struct BatchView {
-  std::vector<std::byte*> fields;
+  std::vector<std::byte*> fields = {};
   int64_t rows = 0;
 };
 

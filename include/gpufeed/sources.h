@@ -14,9 +14,11 @@ namespace gpufeed {
 
 struct NumpyOptions {
   // Fields to read, in this order. Default: empty = every `*.npy` in the folder, by name.
-  std::vector<std::string> fields;
+  // (Members without a default get `= {}` so designated initializers that skip them do not
+  // trip g++'s -Wmissing-field-initializers.)
+  std::vector<std::string> fields = {};
   // Default: null = the POSIX file system.
-  std::shared_ptr<const FileSystem> file_system;
+  std::shared_ptr<const FileSystem> file_system = nullptr;
   // Read through mmap where the file system allows it; pread otherwise. Default: true.
   bool use_mmap = true;
 };
@@ -42,7 +44,7 @@ double SyntheticValue(uint64_t seed, int field, int64_t sample, int64_t element,
 // Arrays already in memory (NumPy arrays, torch tensors): zero-copy. `owner` keeps the
 // memory alive for as long as the source lives.
 struct MemoryField {
-  FieldSpec spec;
+  FieldSpec spec = {};
   const void* data = nullptr;  // C-order [samples, ...spec.shape]
   int64_t samples = 0;
 };
