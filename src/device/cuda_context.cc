@@ -1,0 +1,52 @@
+#include "device/cuda_context.h"
+
+#include <fmt/format.h>
+
+#include "gpufeed/error.h"
+
+namespace gpufeed::cuda {
+
+std::shared_ptr<CudaContext> CudaContext::RetainPrimary(const CudaDriver& driver, int ordinal) {
+  const std::string name = fmt::format("cuda:{}", ordinal);
+  CUdevice device = 0;
+  driver.Check(driver.DeviceGet(&device, ordinal), name + ": cuDeviceGet");
+  CUcontext context = nullptr;
+  // Never cuCtxCreate: a context of our own would not share memory or streams with PyTorch.
+  driver.Check(driver.DevicePrimaryCtxRetain(&context, device),
+               name + ": cuDevicePrimaryCtxRetain");
+  return std::shared_ptr<CudaContext>(new CudaContext(driver, device, context, ordinal));
+}
+
+CudaContext::CudaContext(const CudaDriver& driver, CUdevice device, CUcontext context,
+                         int ordinal)
+    : driver_(driver),
+      device_(device),
+      context_(context),
+      ordinal_(ordinal),
+      name_(fmt::format("cuda:{}", ordinal)) {}
+
+CudaContext::~CudaContext() {
+  // Exactly one release per retain; never a reset, which would free PyTorch's memory too.
+  // At process exit the driver may already be deinitialized: nothing left to release then.
+  driver_.DevicePrimaryCtxRelease(device_);
+}
+
+void CudaContext::Check(CUresult result, std::string_view what) const {
+  if (result == kSuccess) return;
+  throw Error(ErrorCode::kDevice, fmt::format("{}: {}: {}", name_, what, driver_.Describe(result)));
+}
+
+CurrentContextScope::CurrentContextScope(const CudaContext& context) : driver_(context.driver()) {
+  CUcontext current = nullptr;
+  if (driver_.CtxGetCurrent(&current) != kSuccess) current = nullptr;
+  if (current == context.handle()) return;
+  context.Check(driver_.CtxSetCurrent(context.handle()), "cuCtxSetCurrent");
+  previous_ = current;
+  restore_ = true;
+}
+
+CurrentContextScope::~CurrentContextScope() {
+  if (restore_) driver_.CtxSetCurrent(previous_);
+}
+
+}  // namespace gpufeed::cuda

@@ -1,0 +1,63 @@
+// CudaContext: one device's primary context, retained for as long as anything gpufeed made
+// on the device (the device, a stream, an event, a buffer pool) still lives; every such RAII
+// owner holds a shared_ptr to it. The primary context is the one the CUDA runtime (hence
+// PyTorch) uses, so batches and the consumer's tensors share pointers and streams.
+//
+// The current context is per thread: CurrentContextScope makes ours current for one driver
+// call on any thread (workers, the consumer, a thread dropping the last batch) and puts back
+// whatever that thread had, so a framework's idea of its current device never changes.
+//
+// Thread-safety: CudaContext is immutable and thread-safe. A CurrentContextScope belongs to
+// the thread that made it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "device/cuda_driver.h"
+
+namespace gpufeed::cuda {
+
+class CudaContext {
+ public:
+  // Retains the primary context of device `ordinal`. REQUIRES: cuInit succeeded and the
+  // ordinal exists. Throws Error(kDevice) when the driver refuses.
+  static std::shared_ptr<CudaContext> RetainPrimary(const CudaDriver& driver, int ordinal);
+  ~CudaContext();
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+
+  const CudaDriver& driver() const { return driver_; }
+  CUcontext handle() const { return context_; }
+  CUdevice device() const { return device_; }
+  int ordinal() const { return ordinal_; }
+  // "cuda:0"
+  const std::string& name() const { return name_; }
+  // Throws Error(kDevice, "<name>: <what>: <the driver's error>") unless result is kSuccess.
+  void Check(CUresult result, std::string_view what) const;
+
+ private:
+  CudaContext(const CudaDriver& driver, CUdevice device, CUcontext context, int ordinal);
+
+  const CudaDriver& driver_;
+  const CUdevice device_;
+  const CUcontext context_;
+  const int ordinal_;
+  const std::string name_;
+};
+
+class CurrentContextScope {
+ public:
+  // Throws Error(kDevice) when the context cannot be made current.
+  explicit CurrentContextScope(const CudaContext& context);
+  ~CurrentContextScope();
+  CurrentContextScope(const CurrentContextScope&) = delete;
+  CurrentContextScope& operator=(const CurrentContextScope&) = delete;
+
+ private:
+  const CudaDriver& driver_;
+  CUcontext previous_ = nullptr;
+  bool restore_ = false;
+};
+
+}  // namespace gpufeed::cuda

@@ -1,0 +1,124 @@
+// CudaDriver: the CUDA driver API, found at run time. gpufeed never links CUDA: the driver
+// (libcuda.so.1, or the library $GPUFEED_CUDA_LIBRARY names) is opened with
+// dlopen(RTLD_NOW | RTLD_LOCAL) on first use and its symbols land in one typed table. A
+// library or symbol that cannot be had is an Error(kDevice) carrying dlerror() and the
+// library tried; a table is either complete or not handed out at all.
+//
+// The types below are our own minimal declarations (no cuda.h): opaque handles and an int
+// result. Where cuda.h exists on the build machine, tests/device/cuda_driver_abi_test.cc
+// checks every signature, the `_v2` names and the constants against it.
+//
+// Thread-safety: Get() and Load() are thread-safe; a loaded table is immutable and lives
+// until the process exits (a driver is never unloaded: other libraries may share it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace gpufeed::cuda {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;  // 64-bit Linux: pointer-sized
+struct CUctx_st;
+struct CUstream_st;
+struct CUevent_st;
+using CUcontext = CUctx_st*;
+using CUstream = CUstream_st*;
+using CUevent = CUevent_st*;
+
+inline constexpr CUresult kSuccess = 0;
+inline constexpr CUresult kErrorInvalidValue = 1;
+inline constexpr CUresult kErrorOutOfMemory = 2;
+inline constexpr CUresult kErrorNotInitialized = 3;
+inline constexpr CUresult kErrorDeinitialized = 4;
+inline constexpr CUresult kErrorStubLibrary = 34;
+inline constexpr CUresult kErrorNoDevice = 100;
+inline constexpr CUresult kErrorInvalidDevice = 101;
+inline constexpr CUresult kErrorInvalidContext = 201;
+inline constexpr CUresult kErrorInvalidHandle = 400;
+inline constexpr CUresult kErrorNotReady = 600;
+
+inline constexpr unsigned int kMemHostAllocPortable = 0x01;  // pinned for every context
+inline constexpr unsigned int kStreamNonBlocking = 0x1;  // no implicit sync with stream 0
+inline constexpr unsigned int kEventDisableTiming = 0x2;  // the cheapest event: sync only
+inline constexpr unsigned int kEventWaitDefault = 0x0;
+
+// X(Member, "symbol to dlsym", cuda.h base name, signature). The symbol is the one cuda.h
+// maps the base name to (`cuMemAlloc` -> `cuMemAlloc_v2`): the unversioned exports keep the
+// old 32-bit ABI (notes section 1.5). The base name is only used by the ABI test.
+#define GPUFEED_CUDA_DRIVER_SYMBOLS(X)                                                      \
+  X(Init, "cuInit", cuInit, CUresult(unsigned int))                                         \
+  X(DriverGetVersion, "cuDriverGetVersion", cuDriverGetVersion, CUresult(int*))             \
+  X(DeviceGetCount, "cuDeviceGetCount", cuDeviceGetCount, CUresult(int*))                   \
+  X(DeviceGet, "cuDeviceGet", cuDeviceGet, CUresult(CUdevice*, int))                        \
+  X(DeviceGetName, "cuDeviceGetName", cuDeviceGetName, CUresult(char*, int, CUdevice))      \
+  X(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain,           \
+    CUresult(CUcontext*, CUdevice))                                                         \
+  X(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", cuDevicePrimaryCtxRelease,     \
+    CUresult(CUdevice))                                                                     \
+  X(CtxSetCurrent, "cuCtxSetCurrent", cuCtxSetCurrent, CUresult(CUcontext))                 \
+  X(CtxGetCurrent, "cuCtxGetCurrent", cuCtxGetCurrent, CUresult(CUcontext*))                \
+  X(MemHostAlloc, "cuMemHostAlloc", cuMemHostAlloc, CUresult(void**, size_t, unsigned int)) \
+  X(MemFreeHost, "cuMemFreeHost", cuMemFreeHost, CUresult(void*))                           \
+  X(MemAlloc, "cuMemAlloc_v2", cuMemAlloc, CUresult(CUdeviceptr*, size_t))                  \
+  X(MemFree, "cuMemFree_v2", cuMemFree, CUresult(CUdeviceptr))                              \
+  X(MemGetInfo, "cuMemGetInfo_v2", cuMemGetInfo, CUresult(size_t*, size_t*))                \
+  X(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", cuMemcpyHtoDAsync,                             \
+    CUresult(CUdeviceptr, const void*, size_t, CUstream))                                   \
+  X(StreamCreate, "cuStreamCreate", cuStreamCreate, CUresult(CUstream*, unsigned int))      \
+  X(StreamDestroy, "cuStreamDestroy_v2", cuStreamDestroy, CUresult(CUstream))               \
+  X(StreamSynchronize, "cuStreamSynchronize", cuStreamSynchronize, CUresult(CUstream))      \
+  X(StreamWaitEvent, "cuStreamWaitEvent", cuStreamWaitEvent,                                \
+    CUresult(CUstream, CUevent, unsigned int))                                              \
+  X(EventCreate, "cuEventCreate", cuEventCreate, CUresult(CUevent*, unsigned int))          \
+  X(EventRecord, "cuEventRecord", cuEventRecord, CUresult(CUevent, CUstream))               \
+  X(EventQuery, "cuEventQuery", cuEventQuery, CUresult(CUevent))                            \
+  X(EventSynchronize, "cuEventSynchronize", cuEventSynchronize, CUresult(CUevent))          \
+  X(EventDestroy, "cuEventDestroy_v2", cuEventDestroy, CUresult(CUevent))                   \
+  X(GetErrorName, "cuGetErrorName", cuGetErrorName, CUresult(CUresult, const char**))       \
+  X(GetErrorString, "cuGetErrorString", cuGetErrorString, CUresult(CUresult, const char**))
+
+class CudaDriver {
+ public:
+  // The driver $GPUFEED_CUDA_LIBRARY names, else "libcuda.so.1". Throws Error(kDevice)
+  // naming the library and carrying dlerror() when it or one of its symbols is missing.
+  static const CudaDriver& Get();
+  // The driver at `library` (a path or a soname), loaded once per distinct name.
+  static const CudaDriver& Load(const std::string& library);
+  // What Get() loads: $GPUFEED_CUDA_LIBRARY when set and not empty, else "libcuda.so.1".
+  static std::string DefaultLibrary();
+
+  CudaDriver(const CudaDriver&) = delete;
+  CudaDriver& operator=(const CudaDriver&) = delete;
+
+  const std::string& library() const { return library_; }
+  // True for gpufeed's test double (it exports fake_cuda_failures): its figures mean nothing.
+  bool is_fake() const { return is_fake_; }
+
+  // "CUDA_ERROR_OUT_OF_MEMORY": from the driver, else a local table, else "CUDA error N".
+  std::string ErrorName(CUresult result) const;
+  // "CUDA_ERROR_OUT_OF_MEMORY (out of memory)".
+  std::string Describe(CUresult result) const;
+  // Throws Error(kDevice, "<what>: <Describe(result)>") unless result is kSuccess.
+  void Check(CUresult result, std::string_view what) const;
+
+#define GPUFEED_CUDA_MEMBER(member, symbol, base, signature) \
+  std::add_pointer_t<signature> member = nullptr;
+  GPUFEED_CUDA_DRIVER_SYMBOLS(GPUFEED_CUDA_MEMBER)
+#undef GPUFEED_CUDA_MEMBER
+
+ private:
+  explicit CudaDriver(std::string library);
+
+  std::string library_;
+  bool is_fake_ = false;
+};
+
+// The error name for codes that matter, for when no driver could answer.
+std::string_view FallbackErrorName(CUresult result);
+
+}  // namespace gpufeed::cuda
