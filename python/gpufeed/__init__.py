@@ -1,0 +1,54 @@
+"""gpufeed: keeps training GPUs busy.
+
+Reads training samples in parallel C++ threads (no GIL, no fork), batches them in pinned
+memory, copies them to the GPU ahead of the step, and hands each batch to PyTorch as a dict
+of tensors, zero-copy through DLPack::
+
+    loader = gpufeed.Loader("train.h5", fields=["mel", "label"], batch_size=8192,
+                            device="cuda")
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in gpufeed.tqdm(loader):
+            loss = model(batch["mel"], batch["label"])
+"""
+
+from gpufeed import _gpufeed
+from gpufeed._gpufeed import (
+    Cancelled,
+    CorruptData,
+    DeviceError,
+    Error,
+    InvalidArgument,
+    IoError,
+    NotFound,
+    Source,
+    Unsupported,
+)
+from gpufeed._loader import Batch, Loader
+from gpufeed._progress import tqdm
+from gpufeed._sources import memory, open, synthetic
+
+__all__ = [
+    "Batch",
+    "Cancelled",
+    "CorruptData",
+    "DeviceError",
+    "Error",
+    "InvalidArgument",
+    "IoError",
+    "Loader",
+    "NotFound",
+    "Source",
+    "Unsupported",
+    "memory",
+    "open",
+    "synthetic",
+    "tqdm",
+]
+
+if _gpufeed.HAS_MONITOR:
+    from gpufeed._monitor import Monitor  # noqa: F401
+
+    __all__.append("Monitor")
+
+__version__ = "0.1.0"

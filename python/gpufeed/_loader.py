@@ -1,0 +1,200 @@
+"""gpufeed.Loader: batches as dicts of torch tensors, fed by the C++ engine."""
+
+import json
+import re
+
+import torch
+
+from gpufeed import _gpufeed, _sources, _tensors
+
+
+class Batch(dict):
+    """One batch: field name -> torch tensor [batch_size, ...], plus where it came from.
+
+    The tensors share the loader's batch buffer (zero-copy); it goes back to the loader's
+    pool only once every tensor of the batch is freed.
+    """
+
+    __slots__ = ("_handle",)
+
+    @property
+    def indices(self):
+        """The sample index of each row, a torch.int64 tensor (a copy)."""
+        return torch.from_numpy(self._handle.indices())
+
+    @property
+    def epoch(self):
+        return self._handle.epoch
+
+    @property
+    def index(self):
+        """The batch number within its epoch."""
+        return self._handle.index
+
+
+def _device_spec(device):
+    spec = str(device)  # accepts torch.device("cuda", 1) as well as "cuda:1"
+    if spec == "cuda" and isinstance(device, torch.device) and device.index is not None:
+        spec = f"cuda:{device.index}"
+    return spec
+
+
+def _optional_int(value, name, default):
+    if value is None:
+        return default
+    if isinstance(value, bool) or int(value) != value:
+        raise _gpufeed.InvalidArgument(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+class Loader:
+    """Loads batches of a data set in C++ threads and yields them as dicts of tensors.
+
+    source:     a path (a folder of .npy files, one per field, or an HDF5 file), a dict
+                name -> NumPy array / CPU tensor (read in place), or a gpufeed.Source such as
+                gpufeed.synthetic(...).
+    fields:     the fields to read, in order (None: all).
+    batch_size: samples per batch (required).
+    shuffle, seed, drop_last: as torch's DataLoader + DistributedSampler; a seed gives the
+                same batches on every run.
+    workers:    reader threads (None: min(4, cores)). prefetch: batches kept ready beyond
+                the workers (None: 2 * workers).
+    device:     "auto" (CUDA when there is a GPU), "cpu", "cuda", "cuda:N" or a torch.device.
+    transforms: host transforms applied before the copy, e.g. ["cast:mel:float16",
+                "normalize:mel:0.5:0.25", "specaugment:mel"].
+    rank, world_size: this process's shard (None: $RANK / $WORLD_SIZE as torchrun sets them).
+    max_outstanding: batches the training loop may still hold when it asks for the next
+                one; beyond that the loader raises instead of recycling a buffer in use.
+
+    Iterating yields the rest of the current epoch, then stops; the next loop runs the next
+    epoch (set_epoch() picks one). Batch tensors stay valid for as long as they are held.
+    Use one loader from one thread at a time.
+    """
+
+    def __init__(self, source, fields=None, batch_size=None, *, shuffle=True, seed=0,
+                 drop_last=False, workers=None, prefetch=None, device="auto", transforms=(),
+                 rank=None, world_size=None, max_outstanding=2, shuffle_block=0,
+                 shuffle_window=4):
+        if batch_size is None:
+            raise _gpufeed.InvalidArgument("batch_size is required (samples per batch)")
+        if isinstance(transforms, str):
+            transforms = [transforms]
+        self._source = _sources.as_source(source, fields)
+        self._impl = _gpufeed._Loader(
+            self._source,
+            batch_size=_optional_int(batch_size, "batch_size", 0),
+            shuffle=bool(shuffle),
+            seed=_optional_int(seed, "seed", 0),
+            drop_last=bool(drop_last),
+            rank=_optional_int(rank, "rank", -1),
+            world_size=_optional_int(world_size, "world_size", -1),
+            workers=_optional_int(workers, "workers", 0),
+            prefetch=_optional_int(prefetch, "prefetch", 0),
+            max_outstanding=_optional_int(max_outstanding, "max_outstanding", 2),
+            device=_device_spec(device),
+            transforms=[str(t) for t in transforms],
+            shuffle_block=_optional_int(shuffle_block, "shuffle_block", 0),
+            shuffle_window=_optional_int(shuffle_window, "shuffle_window", 4),
+        )
+        self._batch_size = int(batch_size)
+        self.schema = [(name, dtype, tuple(shape)) for name, dtype, shape in self._impl.schema]
+        _tensors.check_schema(self.schema)
+        self._names = [name for name, _, _ in self.schema]
+        self._views = _tensors.field_views(self.schema)
+        match = re.fullmatch(r"(cpu|cuda)(?::(\d+))?", self._impl.device)
+        self._device_type = match.group(1) if match else "cpu"
+        self._device_index = int(match.group(2) or 0) if match else 0
+
+    # Iteration ---------------------------------------------------------------------------
+
+    def __iter__(self):
+        impl = self._impl
+        make = self._make_batch
+        while True:
+            handle = impl.next()  # waits with the GIL released
+            if handle is None:
+                return
+            yield make(handle)
+
+    def _make_batch(self, handle):
+        stream = _tensors.consumer_stream(self._device_type, self._device_index)
+        batch = Batch(zip(self._names, map(_tensors.from_capsule, handle.capsules(stream))))
+        for position, dtype in self._views:
+            name = self._names[position]
+            batch[name] = batch[name].view(dtype)
+        batch._handle = handle
+        return batch
+
+    def __len__(self):
+        """Batches per epoch for this rank."""
+        return self._impl.batches_per_epoch
+
+    # Epochs and resumption ---------------------------------------------------------------
+
+    def set_epoch(self, epoch):
+        """Makes the next batch the first of `epoch` (a no-op where the loader stands there)."""
+        self._impl.set_epoch(int(epoch))
+
+    @property
+    def epoch(self):
+        """The epoch the next batch comes from."""
+        return self._impl.epoch
+
+    def state_dict(self):
+        """Where the loader stands: resume exactly there with load_state_dict()."""
+        return json.loads(self._impl.state_json())
+
+    def load_state_dict(self, state):
+        """Resumes at a state_dict(): the next batch is the one that followed it. The seed,
+        rank, world_size and batch_size must match this loader's."""
+        self._impl.restore_json(json.dumps(dict(state)))
+
+    # Figures -----------------------------------------------------------------------------
+
+    def stats(self):
+        """Figures so far: batches, samples, bytes, seconds per stage (read, transform, copy,
+        buffer and queue waits, the consumer's wait in the loop and its step between
+        batches), consumer_wait_fraction, workers, prefetch, buffers, device."""
+        stats = json.loads(self._impl.stats_json())
+        stats["held_batches"] = self._impl.held_batches
+        return stats
+
+    @property
+    def batch_size(self):
+        return self._batch_size
+
+    @property
+    def samples_per_epoch(self):
+        return self._impl.samples_per_epoch
+
+    @property
+    def device(self):
+        """Where batches are: "cpu" or "cuda:N"."""
+        if self._device_type == "cpu":
+            return torch.device("cpu")
+        return torch.device(self._device_type, self._device_index)
+
+    @property
+    def source(self):
+        return self._source
+
+    # Lifetime ----------------------------------------------------------------------------
+
+    def close(self):
+        """Stops and joins the reader threads. Batches already delivered stay valid."""
+        self._impl.close()
+
+    @property
+    def closed(self):
+        return self._impl.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"{len(self)} batches/epoch"
+        return (f"<gpufeed.Loader {self._source.describe()}, batch_size={self._batch_size}, "
+                f"device={self._impl.device if not self.closed else '-'}, {state}>")

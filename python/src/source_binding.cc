@@ -1,0 +1,130 @@
+// Sources as Python sees them: opened from a path, made synthetic, or wrapping NumPy arrays
+// and torch tensors in place. Also the sampler's plan, so tests can check the loader against
+// the C++ sampler without going through the loader.
+#include <Python.h>
+#include <fmt/format.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "gpufeed/error.h"
+#include "gpufeed/sampler.h"
+#include "gpufeed/sources.h"
+
+namespace gpufeed::python {
+namespace {
+
+DType DTypeFromName(const std::string& name) {
+  const auto dtype = ParseDType(name);
+  if (!dtype) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("dtype '{}' is not one gpufeed reads (bool, int8..int64, "
+                            "uint8..uint64, float16, bfloat16, float32, float64)",
+                            name));
+  }
+  return *dtype;
+}
+
+py::list SchemaToList(const Schema& schema) {
+  py::list out;
+  for (const FieldSpec& f : schema.fields) {
+    out.append(py::make_tuple(f.name, std::string(DTypeName(f.dtype)),
+                              py::tuple(py::cast(f.shape))));
+  }
+  return out;
+}
+
+// Keeps the Python objects behind a memory source alive. The source may die on a thread
+// without the GIL (a loader closed with the GIL released), so the release takes it.
+std::shared_ptr<const void> HoldPythonObject(const py::object& object) {
+  return std::shared_ptr<const void>(new py::object(object), [](const void* p) {
+    auto* held = static_cast<py::object*>(const_cast<void*>(p));
+    if (!Py_IsInitialized()) return;  // the interpreter is gone: nothing left to release
+    py::gil_scoped_acquire gil;
+    delete held;
+  });
+}
+
+using MemoryFieldTuple = std::tuple<std::string, std::string, std::vector<int64_t>, uintptr_t,
+                                    int64_t>;
+
+}  // namespace
+
+void BindSources(py::module_& m) {
+  py::class_<Source, std::shared_ptr<Source>>(m, "Source", "A data set gpufeed reads samples from.")
+      .def_property_readonly("schema", [](const Source& s) { return SchemaToList(s.schema()); },
+                             "[(name, dtype, per-sample shape), ...]")
+      .def("__len__", &Source::size)
+      .def("describe", &Source::Describe)
+      .def("identity", &Source::Identity)
+      .def_property_readonly("preferred_block", &Source::PreferredBlock)
+      .def("__repr__", [](const Source& s) { return "<gpufeed.Source " + s.Describe() + ">"; });
+
+  m.def(
+      "open_path",
+      [](const std::string& path, const std::vector<std::string>& fields) {
+        py::gil_scoped_release release;
+        return OpenPath(path, fields);
+      },
+      py::arg("path"), py::arg("fields") = std::vector<std::string>{},
+      "A NumPy folder or an HDF5 file, by what lies at `path`.");
+
+  m.def(
+      "synthetic",
+      [](const std::string& spec, int64_t samples, uint64_t seed) {
+        if (samples < 0) {
+          throw Error(ErrorCode::kInvalidArgument,
+                      fmt::format("synthetic: samples must be >= 0, got {}", samples));
+        }
+        return OpenSynthetic(ParseSchema(spec), samples, seed);
+      },
+      py::arg("schema"), py::arg("samples"), py::arg("seed") = 0);
+
+  m.def(
+      "memory",
+      [](const std::vector<MemoryFieldTuple>& fields, const py::object& owner) {
+        std::vector<MemoryField> memory;
+        memory.reserve(fields.size());
+        for (const auto& [name, dtype, shape, address, samples] : fields) {
+          memory.push_back(MemoryField{FieldSpec{name, DTypeFromName(dtype), shape},
+                                       reinterpret_cast<const void*>(address), samples});
+        }
+        return OpenMemory(std::move(memory), HoldPythonObject(owner));
+      },
+      py::arg("fields"), py::arg("owner"),
+      "Arrays in memory, zero-copy: fields are (name, dtype, per-sample shape, address, "
+      "samples); `owner` keeps the memory alive as long as the source lives.");
+
+  m.def("parse_schema", [](const std::string& spec) { return SchemaToList(ParseSchema(spec)); });
+
+  m.def(
+      "synthetic_value",
+      [](uint64_t seed, int field, int64_t sample, int64_t element, const std::string& dtype) {
+        return SyntheticValue(seed, field, sample, element, DTypeFromName(dtype));
+      },
+      py::arg("seed"), py::arg("field"), py::arg("sample"), py::arg("element"), py::arg("dtype"));
+
+  m.def(
+      "epoch_order",
+      [](int64_t num_samples, int64_t batch_size, int64_t epoch, uint64_t seed, bool shuffle,
+         bool drop_last, int rank, int world_size) {
+        Sampler sampler(num_samples, SamplerOptions{.batch_size = batch_size,
+                                                    .shuffle = shuffle,
+                                                    .seed = seed,
+                                                    .drop_last = drop_last,
+                                                    .rank = rank,
+                                                    .world_size = world_size});
+        const std::vector<int64_t> order = sampler.EpochOrder(epoch);
+        return py::array_t<int64_t>(static_cast<py::ssize_t>(order.size()), order.data());
+      },
+      py::arg("num_samples"), py::arg("batch_size"), py::arg("epoch"), py::arg("seed") = 0,
+      py::arg("shuffle") = true, py::arg("drop_last") = false, py::arg("rank") = 0,
+      py::arg("world_size") = 1,
+      "This rank's samples of `epoch` in delivery order, as the C++ sampler plans them.");
+}
+
+}  // namespace gpufeed::python
