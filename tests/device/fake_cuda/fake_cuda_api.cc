@@ -1,0 +1,356 @@
+// The driver entry points the fake exports, under the exact names gpufeed dlsyms (the
+// `_v2` ones where cuda.h maps the base name to them). Signatures follow cuda.h; handles
+// are the fake's own objects, device pointers are host addresses.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "fake_cuda/fake_cuda_state.h"
+
+using fake_cuda::Allocation;
+using fake_cuda::Context;
+using fake_cuda::CUresult;
+using fake_cuda::Event;
+using fake_cuda::GetState;
+using fake_cuda::Op;
+using fake_cuda::State;
+using fake_cuda::Stream;
+using Lock = std::unique_lock<std::mutex>;
+namespace fc = fake_cuda;
+
+namespace {
+
+constexpr size_t kAlign = 256;  // cuMemAlloc's documented alignment
+
+struct ErrorText {
+  CUresult code;
+  const char* name;
+  const char* text;
+};
+
+constexpr ErrorText kErrors[] = {
+    {0, "CUDA_SUCCESS", "no error"},
+    {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {34, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
+    {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {600, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+const ErrorText* FindError(CUresult code) {
+  for (const ErrorText& e : kErrors) {
+    if (e.code == code) return &e;
+  }
+  return nullptr;
+}
+
+CUresult Allocate(void** out, size_t bytes, bool device, const char* call) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, call); r != fc::kSuccess) return r;
+  if (out == nullptr || bytes == 0) return fc::kInvalidValue;
+  if (device ? s.device_used + bytes > s.config.device_memory
+             : s.config.pinned_limit != 0 && s.pinned_used + bytes > s.config.pinned_limit) {
+    return fc::kOutOfMemory;
+  }
+  void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  if (p == nullptr) return fc::kOutOfMemory;
+  // Garbage, not zeros: a batch whose copy never ran must not read as valid data.
+  std::memset(p, 0xA5, bytes);
+  s.allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{bytes, device};
+  (device ? s.device_used : s.pinned_used) += bytes;
+  *out = p;
+  return fc::kSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuInit(unsigned int flags) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (flags != 0) return fc::kInvalidValue;
+  if (s.config.init_result != fc::kSuccess) return s.config.init_result;
+  s.initialized = true;
+  return fc::kSuccess;
+}
+
+CUresult cuDriverGetVersion(int* version) {
+  if (version == nullptr) return fc::kInvalidValue;
+  *version = 12040;
+  return fc::kSuccess;
+}
+
+CUresult cuDeviceGetCount(int* count) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (!s.initialized) return fc::kNotInitialized;
+  if (count == nullptr) return fc::kInvalidValue;
+  *count = s.config.device_count;
+  return fc::kSuccess;
+}
+
+CUresult cuDeviceGet(int* device, int ordinal) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (!s.initialized) return fc::kNotInitialized;
+  if (device == nullptr) return fc::kInvalidValue;
+  if (ordinal < 0 || ordinal >= s.config.device_count || ordinal >= fc::kMaxDevices) {
+    return fc::kInvalidDevice;
+  }
+  *device = ordinal;
+  return fc::kSuccess;
+}
+
+CUresult cuDeviceGetName(char* name, int length, int device) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (!s.initialized) return fc::kNotInitialized;
+  if (name == nullptr || length <= 0) return fc::kInvalidValue;
+  if (device < 0 || device >= s.config.device_count) return fc::kInvalidDevice;
+  std::snprintf(name, static_cast<size_t>(length), "Fake GPU %d (gpufeed test double)", device);
+  return fc::kSuccess;
+}
+
+CUresult cuDevicePrimaryCtxRetain(void** context, int device) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (!s.initialized) return fc::kNotInitialized;
+  if (context == nullptr) return fc::kInvalidValue;
+  if (device < 0 || device >= s.config.device_count || device >= fc::kMaxDevices) {
+    return fc::kInvalidDevice;
+  }
+  ++s.contexts[device].refs;
+  *context = &s.contexts[device];
+  return fc::kSuccess;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(int device) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (device < 0 || device >= fc::kMaxDevices) return fc::kInvalidDevice;
+  if (s.contexts[device].refs == 0) {
+    fc::RecordFailure(s, "cuDevicePrimaryCtxRelease_v2 of a primary context not retained");
+    return fc::kInvalidContext;
+  }
+  --s.contexts[device].refs;
+  return fc::kSuccess;
+}
+
+CUresult cuCtxSetCurrent(void* context) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (context != nullptr) {
+    auto* c = static_cast<Context*>(context);
+    if (c < s.contexts || c >= s.contexts + fc::kMaxDevices) {
+      fc::RecordFailure(s, "cuCtxSetCurrent of an unknown context");
+      return fc::kInvalidContext;
+    }
+  }
+  fc::CurrentContext() = static_cast<Context*>(context);
+  return fc::kSuccess;
+}
+
+CUresult cuCtxGetCurrent(void** context) {
+  if (context == nullptr) return fc::kInvalidValue;
+  *context = fc::CurrentContext();
+  return fc::kSuccess;
+}
+
+CUresult cuMemHostAlloc(void** out, size_t bytes, unsigned int /*flags*/) {
+  return Allocate(out, bytes, false, "cuMemHostAlloc");
+}
+
+CUresult cuMemFreeHost(void* ptr) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuMemFreeHost"); r != fc::kSuccess) return r;
+  return fc::Free(s, lock, ptr, false, "cuMemFreeHost");
+}
+
+CUresult cuMemAlloc_v2(unsigned long long* out, size_t bytes) {
+  void* p = nullptr;
+  const CUresult r = Allocate(&p, bytes, true, "cuMemAlloc_v2");
+  if (r == fc::kSuccess) *out = reinterpret_cast<uintptr_t>(p);
+  return r;
+}
+
+CUresult cuMemFree_v2(unsigned long long ptr) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuMemFree_v2"); r != fc::kSuccess) return r;
+  return fc::Free(s, lock, reinterpret_cast<void*>(ptr), true, "cuMemFree_v2");
+}
+
+CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuMemGetInfo_v2"); r != fc::kSuccess) return r;
+  if (free_bytes == nullptr || total_bytes == nullptr) return fc::kInvalidValue;
+  *total_bytes = s.config.device_memory;
+  *free_bytes = s.config.device_memory - s.device_used;
+  return fc::kSuccess;
+}
+
+CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t bytes,
+                              void* stream) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuMemcpyHtoDAsync_v2"); r != fc::kSuccess) return r;
+  Stream* target = fc::FindStream(s, stream, "cuMemcpyHtoDAsync_v2");
+  if (target == nullptr) return fc::kInvalidHandle;
+  void* dst_ptr = reinterpret_cast<void*>(dst);
+  if (fc::FindAllocation(s, dst_ptr, bytes, true) == nullptr) {
+    char text[160];
+    std::snprintf(text, sizeof(text),
+                  "cuMemcpyHtoDAsync_v2: destination [%p, +%zu) is not inside a live device "
+                  "allocation", dst_ptr, bytes);
+    fc::RecordFailure(s, text);
+    return fc::kInvalidValue;
+  }
+  if (fc::FindAllocation(s, src, bytes, false) == nullptr) ++s.pageable_copies;
+  Op op;
+  op.kind = Op::Kind::kCopy;
+  op.dst = dst_ptr;
+  op.src = src;
+  op.bytes = bytes;
+  if (s.config.fail_copy_nth > 0 && ++s.copies_started == s.config.fail_copy_nth) {
+    s.config.fail_copy_nth = 0;
+    if (!s.config.fail_copy_async) return s.config.fail_copy_result;
+    op.fail_result = s.config.fail_copy_result;
+  }
+  fc::Enqueue(s, *target, std::move(op));
+  return fc::kSuccess;
+}
+
+CUresult cuStreamCreate(void** stream, unsigned int /*flags*/) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuStreamCreate"); r != fc::kSuccess) return r;
+  if (stream == nullptr) return fc::kInvalidValue;
+  fc::ReapFinished(s, lock);
+  std::shared_ptr<Stream> created = fc::StartStream(s, false);
+  s.live_streams[created.get()] = created;
+  *stream = created.get();
+  return fc::kSuccess;
+}
+
+CUresult cuStreamDestroy_v2(void* stream) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  auto it = s.live_streams.find(static_cast<Stream*>(stream));
+  if (it == s.live_streams.end()) {
+    fc::RecordFailure(s, "cuStreamDestroy_v2 of an unknown or destroyed stream");
+    return fc::kInvalidHandle;
+  }
+  // Returns at once, as the real one does: queued work still runs, then the thread exits.
+  it->second->destroyed = true;
+  s.live_streams.erase(it);
+  s.cv.notify_all();
+  return fc::kSuccess;
+}
+
+CUresult cuStreamSynchronize(void* stream) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  Stream* target = fc::FindStream(s, stream, "cuStreamSynchronize");
+  if (target == nullptr) return fc::kInvalidHandle;
+  const uint64_t until = target->enqueued;
+  s.cv.wait(lock, [&] { return target->completed >= until; });
+  if (target->error_seq != 0 && target->error_seq <= until) return target->error;
+  return fc::kSuccess;
+}
+
+CUresult cuStreamWaitEvent(void* stream, void* event, unsigned int flags) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuStreamWaitEvent"); r != fc::kSuccess) return r;
+  if (flags != 0) return fc::kInvalidValue;
+  Stream* target = fc::FindStream(s, stream, "cuStreamWaitEvent");
+  Event* e = fc::FindEvent(s, event, "cuStreamWaitEvent");
+  if (target == nullptr || e == nullptr) return fc::kInvalidHandle;
+  // Uses the event's state now: a later re-record does not change what this wait waits for.
+  if (!e->stream) return fc::kSuccess;
+  Op op;
+  op.kind = Op::Kind::kWait;
+  op.wait_stream = e->stream;
+  op.wait_seq = e->seq;
+  fc::Enqueue(s, *target, std::move(op));
+  return fc::kSuccess;
+}
+
+CUresult cuEventCreate(void** event, unsigned int /*flags*/) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuEventCreate"); r != fc::kSuccess) return r;
+  if (event == nullptr) return fc::kInvalidValue;
+  auto created = std::make_unique<Event>();
+  *event = created.get();
+  s.events[created.get()] = std::move(created);
+  return fc::kSuccess;
+}
+
+CUresult cuEventRecord(void* event, void* stream) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuEventRecord"); r != fc::kSuccess) return r;
+  Event* e = fc::FindEvent(s, event, "cuEventRecord");
+  Stream* target = fc::FindStream(s, stream, "cuEventRecord");
+  if (e == nullptr || target == nullptr) return fc::kInvalidHandle;
+  // Captures the stream's work at this moment.
+  e->stream = target == s.default_stream.get() ? s.default_stream : s.live_streams.at(target);
+  e->seq = target->enqueued;
+  return fc::kSuccess;
+}
+
+CUresult cuEventQuery(void* event) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  Event* e = fc::FindEvent(s, event, "cuEventQuery");
+  if (e == nullptr) return fc::kInvalidHandle;
+  return fc::EventStatus(s, *e);
+}
+
+CUresult cuEventSynchronize(void* event) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  Event* e = fc::FindEvent(s, event, "cuEventSynchronize");
+  if (e == nullptr) return fc::kInvalidHandle;
+  s.cv.wait(lock, [&] { return fc::EventStatus(s, *e) != fc::kNotReady; });
+  return fc::EventStatus(s, *e);
+}
+
+CUresult cuEventDestroy_v2(void* event) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  auto it = s.events.find(static_cast<Event*>(event));
+  if (it == s.events.end()) {
+    fc::RecordFailure(s, "cuEventDestroy_v2 of an unknown or destroyed event");
+    return fc::kInvalidHandle;
+  }
+  s.events.erase(it);  // may be pending: the real one does not wait either
+  return fc::kSuccess;
+}
+
+CUresult cuGetErrorName(CUresult error, const char** name) {
+  if (name == nullptr) return fc::kInvalidValue;
+  const ErrorText* e = FindError(error);
+  *name = e != nullptr ? e->name : nullptr;
+  return e != nullptr ? fc::kSuccess : fc::kInvalidValue;
+}
+
+CUresult cuGetErrorString(CUresult error, const char** text) {
+  if (text == nullptr) return fc::kInvalidValue;
+  const ErrorText* e = FindError(error);
+  *text = e != nullptr ? e->text : nullptr;
+  return e != nullptr ? fc::kSuccess : fc::kInvalidValue;
+}
+
+}  // extern "C"

@@ -1,0 +1,144 @@
+// The fake driver's state: contexts, allocations, streams (one worker thread each) and
+// events, all behind one mutex. The fake is a test double, so simplicity of its locking
+// beats speed: every API call takes the lock, and only the stream workers' delays and
+// memcpy run outside it.
+//
+// Thread-safety: everything here is used with State::mu held unless a comment says so.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace fake_cuda {
+
+using CUresult = int;
+
+// Result codes (cuda.h's values).
+inline constexpr CUresult kSuccess = 0;
+inline constexpr CUresult kInvalidValue = 1;
+inline constexpr CUresult kOutOfMemory = 2;
+inline constexpr CUresult kNotInitialized = 3;
+inline constexpr CUresult kInvalidDevice = 101;
+inline constexpr CUresult kInvalidContext = 201;
+inline constexpr CUresult kInvalidHandle = 400;
+inline constexpr CUresult kNotReady = 600;
+
+inline constexpr int kMaxDevices = 16;
+
+struct Context {
+  int ordinal = 0;
+  int refs = 0;
+};
+
+struct Stream;
+
+struct Op {
+  enum class Kind { kCopy, kWait, kProbe };
+  Kind kind = Kind::kCopy;
+  uint64_t seq = 0;  // 1-based position on its stream
+  // kCopy (and the probed range for kProbe)
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+  CUresult fail_result = kSuccess;  // an injected asynchronous failure
+  // kWait: run once `wait_stream` has completed `wait_seq` operations.
+  std::shared_ptr<Stream> wait_stream;
+  uint64_t wait_seq = 0;
+  // kProbe
+  int* probe_out = nullptr;
+};
+
+struct Stream {
+  bool is_default = false;
+  bool destroyed = false;  // by cuStreamDestroy: the worker drains the queue and exits
+  bool finished = false;   // the worker has exited
+  std::deque<Op> queue;    // the front is running while `running`
+  bool running = false;
+  uint64_t enqueued = 0;
+  uint64_t completed = 0;
+  uint64_t error_seq = 0;  // first failed operation (0 = none); sticky like a real error
+  CUresult error = kSuccess;
+  std::thread worker;
+};
+
+struct Event {
+  std::shared_ptr<Stream> stream;  // of the last record; null = never recorded
+  uint64_t seq = 0;                // complete once stream->completed >= seq
+};
+
+struct Allocation {
+  size_t bytes = 0;
+  bool device = false;  // else pinned host memory
+};
+
+struct Config {
+  int device_count = 1;
+  CUresult init_result = kSuccess;
+  uint64_t device_memory = uint64_t{1} << 30;
+  uint64_t pinned_limit = 0;  // 0 = unlimited
+  int64_t copy_delay_us = 0;
+  int64_t fail_copy_nth = 0;  // 0 = none
+  CUresult fail_copy_result = kSuccess;
+  bool fail_copy_async = false;
+  bool events_lie = false;
+};
+
+struct State {
+  std::mutex mu;
+  std::condition_variable cv;  // any stream progress, destroy or free
+  Config config;
+  bool initialized = false;
+  Context contexts[kMaxDevices];
+  std::map<uintptr_t, Allocation> allocations;  // by base address
+  uint64_t device_used = 0;
+  uint64_t pinned_used = 0;
+  std::map<Stream*, std::shared_ptr<Stream>> live_streams;
+  std::vector<std::shared_ptr<Stream>> workers;  // streams whose thread is not joined yet
+  std::shared_ptr<Stream> default_stream;
+  std::map<Event*, std::unique_ptr<Event>> events;
+  std::deque<std::string> failures;  // deque: c_str() stays valid as it grows
+  int64_t copies_started = 0;  // for fail_copy_nth
+  int64_t copies_completed = 0;
+  int64_t pageable_copies = 0;
+};
+
+// The one state, never destroyed (stream threads may still run at exit).
+State& GetState();
+Config ConfigFromEnvironment();
+
+// --- helpers; REQUIRES: State::mu held by `lock` ---------------------------------------------
+void RecordFailure(State& s, std::string message);
+// INVALID_CONTEXT (recorded as a failure naming `call`) unless the calling thread has a
+// current, retained context; NOT_INITIALIZED before cuInit.
+CUresult RequireContext(State& s, const char* call);
+// The stream behind a handle (0, 1 and 2 are the default stream), or null after recording
+// a failure naming `call`.
+Stream* FindStream(State& s, void* handle, const char* call);
+Event* FindEvent(State& s, void* handle, const char* call);
+// The live allocation holding [ptr, ptr + bytes) of the given kind, or null.
+const Allocation* FindAllocation(const State& s, const void* ptr, size_t bytes, bool device);
+// Unfinished copies (on any stream) writing, or when `reads_too` also reading, bytes in
+// [ptr, ptr + bytes).
+int UnfinishedCopies(const State& s, const void* ptr, size_t bytes, bool reads_too);
+uint64_t Enqueue(State& s, Stream& stream, Op op);
+std::shared_ptr<Stream> StartStream(State& s, bool is_default);
+// Joins the threads of destroyed streams that have drained.
+void ReapFinished(State& s, std::unique_lock<std::mutex>& lock);
+CUresult EventStatus(const State& s, const Event& event);
+// Frees a tracked allocation at base `ptr` after the unfinished copies using it (a failure:
+// a real driver need not wait for them).
+CUresult Free(State& s, std::unique_lock<std::mutex>& lock, void* ptr, bool device,
+              const char* call);
+
+// The calling thread's current context (cuCtxSetCurrent).
+Context*& CurrentContext();
+
+}  // namespace fake_cuda
