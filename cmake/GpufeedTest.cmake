@@ -1,10 +1,15 @@
 # gpufeed_add_test(NAME SOURCES a.cc b.cc LIBS x y [LABELS l1 l2])
 # One GoogleTest executable per call, registered with CTest test by test. Labels let the
 # sanitizer runs pick suites: "tsan" marks the suites ThreadSanitizer runs.
+add_custom_target(gpufeed_tsan_tests)
+
 function(gpufeed_add_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest_main GTest::gmock)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  if("tsan" IN_LIST ARG_LABELS)
+    add_dependencies(gpufeed_tsan_tests ${name})
+  endif()
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT 300)
 endfunction()

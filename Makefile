@@ -1,0 +1,50 @@
+# Two entry points a newcomer needs:
+#   make demo   install what is missing, build, run `gpufeed demo`
+#   make test   install what is missing, build, run every test (C++, sanitizers, Python)
+# The rest are the steps they are made of.
+
+JOBS ?= $(shell nproc)
+PYTHON ?= /usr/bin/python3
+BUILD ?= build
+CMAKE_FLAGS ?=
+
+.PHONY: demo test setup build test-cpp test-asan test-tsan test-python clean
+
+demo: build
+	./$(BUILD)/src/cli/gpufeed demo
+
+test: test-cpp test-asan test-tsan test-python
+
+setup:
+	scripts/setup
+
+build: setup
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPython3_EXECUTABLE=$(PYTHON) $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+test-cpp: build
+	cd $(BUILD) && ctest -j $(JOBS) --output-on-failure
+
+# AddressSanitizer + UndefinedBehaviorSanitizer over every C++ suite.
+test-asan: setup
+	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGPUFEED_SANITIZE=address,undefined \
+	  -DGPUFEED_BUILD_PYTHON=OFF -DGPUFEED_BUILD_BENCH=OFF
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	cd $(BUILD)-asan && ctest -j $(JOBS) --output-on-failure
+
+# ThreadSanitizer over the suites labelled "tsan" (everything with threads).
+test-tsan: setup
+	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGPUFEED_SANITIZE=thread \
+	  -DGPUFEED_BUILD_PYTHON=OFF -DGPUFEED_BUILD_BENCH=OFF
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target gpufeed_tsan_tests
+	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j $(JOBS) -L tsan --output-on-failure
+
+test-python: build
+	@if [ -d python/tests ]; then \
+	  PYTHONPATH=$(CURDIR)/python:$(CURDIR)/$(BUILD)/python GPUFEED_BIN=$(CURDIR)/$(BUILD)/src/cli/gpufeed \
+	    $(PYTHON) -m pytest -q python/tests; \
+	else echo "no Python tests yet"; fi
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

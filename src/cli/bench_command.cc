@@ -1,0 +1,120 @@
+#include "cli/bench_command.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "cli/bench_run.h"
+#include "cli/exit_codes.h"
+#include "cli/progress_line.h"
+#include "gpufeed/error.h"
+#include "gpufeed/sources.h"
+
+namespace gpufeed::cli {
+namespace {
+
+struct BenchArgs {
+  std::string path;
+  std::string synthetic;
+  int64_t samples = 100000;
+  std::vector<std::string> fields;
+  std::vector<std::string> transforms;
+  std::string device = "cpu";
+  bool no_shuffle = false;
+  bool block_shuffle = false;
+  bool json = false;
+  bool quiet = false;
+  BenchConfig config;
+};
+
+int RunBenchCommand(BenchArgs& args) {
+  if (args.path.empty() == args.synthetic.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "give a data set PATH or --synthetic SPEC (e.g. --synthetic "
+                "'mel:float32[1,64,32],label:int64'), not both");
+  }
+  std::shared_ptr<Source> source =
+      args.synthetic.empty()
+          ? OpenPath(args.path, args.fields)
+          : OpenSynthetic(ParseSchema(args.synthetic), args.samples, args.config.loader.seed);
+  LoaderOptions& o = args.config.loader;
+  o.shuffle = !args.no_shuffle;
+  if (args.block_shuffle) o.shuffle_block = -1;  // the source's own block (HDF5 chunk)
+  o.device = OpenDevice(args.device);
+  for (const auto& t : args.transforms) o.transforms.push_back(ParseTransform(t));
+  if (args.config.epochs <= 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--epochs must be positive, got {}", args.config.epochs));
+  }
+  if (args.config.step_ms < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("--step-ms must be >= 0, got {}", args.config.step_ms));
+  }
+  ProgressLine line(!args.json && !args.quiet);
+  const BenchResult result = RunBench(source, args.config, [&](const BenchProgress& p) {
+    line.Update(FormatProgress(p));
+  });
+  line.Finish();
+  if (args.json) {
+    fmt::print("{}\n", result.ToJson());
+  } else {
+    fmt::print("{}", FormatBenchReport(result));
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterBenchCommand(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  args->config.loader.batch_size = 8192;
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "Measure the loader on a data set: samples/s, MB/s, consumer wait, per-stage times, and\n"
+      "in the same run the memcpy ceiling of the same bytes with the same number of threads.");
+  cmd->add_option("path", args->path,
+                  "A data set: a folder of .npy files (one per field) or an HDF5 file");
+  cmd->add_option("--synthetic", args->synthetic,
+                  "Benchmark generated data of this schema instead, e.g. "
+                  "'mel:float32[1,64,32],label:int64'");
+  cmd->add_option("--samples", args->samples, "Samples of synthetic data")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--fields", args->fields, "Fields to read (default: all)")->delimiter(',');
+  cmd->add_option("-b,--batch-size", args->config.loader.batch_size, "Samples per batch")
+      ->capture_default_str();
+  cmd->add_option("-w,--workers", args->config.loader.workers,
+                  "Worker threads (0: min(4, cores))")
+      ->capture_default_str();
+  cmd->add_option("-p,--prefetch", args->config.loader.prefetch,
+                  "Batches kept ready beyond the workers' (0: 2 x workers)")
+      ->capture_default_str();
+  cmd->add_option("-e,--epochs", args->config.epochs, "Epochs to run")->capture_default_str();
+  cmd->add_option("--step-ms", args->config.step_ms,
+                  "Simulate a GPU step of this many ms per batch (a sleep) and report the "
+                  "fraction of wall time the simulated GPU was busy")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->config.loader.seed, "Shuffle seed")->capture_default_str();
+  cmd->add_flag("--no-shuffle", args->no_shuffle, "Read in order");
+  cmd->add_flag("--block-shuffle", args->block_shuffle,
+                "Shuffle whole chunks, then samples within a window of chunks (for compressed "
+                "HDF5: each chunk is decoded once per window instead of once per sample)");
+  cmd->add_option("--shuffle-window", args->config.loader.shuffle_window,
+                  "Chunks per window with --block-shuffle")
+      ->capture_default_str();
+  cmd->add_option("-d,--device", args->device, "cpu, auto, cuda or cuda:N")->capture_default_str();
+  cmd->add_option("-t,--transform", args->transforms,
+                  "A host transform, repeatable: cast:FIELD:float16, normalize:FIELD:MEAN:STD, "
+                  "specaugment:FIELD");
+  cmd->add_flag("--json", args->json,
+                "Print one JSON object (samples_per_s, ceiling_samples_per_s, ratio_to_ceiling, "
+                "consumer_wait_fraction, gpu_busy_fraction, ...)");
+  cmd->add_flag("-q,--quiet", args->quiet, "No progress line");
+  cmd->callback([args] {
+    const int code = RunReportingErrors([&] { return RunBenchCommand(*args); });
+    if (code != 0) throw CLI::RuntimeError(code);
+  });
+}
+
+}  // namespace gpufeed::cli

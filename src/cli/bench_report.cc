@@ -1,0 +1,58 @@
+#include <fmt/format.h>
+
+#include "cli/bench_run.h"
+
+namespace gpufeed::cli {
+namespace {
+
+double Share(int64_t part_ns, double total_s) {
+  return total_s > 0 ? 100.0 * static_cast<double>(part_ns) * 1e-9 / total_s : 0;
+}
+
+}  // namespace
+
+std::string FormatProgress(const BenchProgress& p) {
+  return fmt::format("epoch {}/{}  batch {}/{}  {} samples/s  consumer wait {:.1f}%", p.epoch + 1,
+                     p.epochs, p.batch, p.batches_per_epoch, FormatCount(p.samples_per_s),
+                     100.0 * p.consumer_wait_fraction);
+}
+
+std::string FormatBenchReport(const BenchResult& r) {
+  const LoaderStats& s = r.stats;
+  const double worker_s = r.wall_s * s.workers;  // worker-seconds available
+  std::string out;
+  out += fmt::format("source      {}\n", r.source);
+  out += fmt::format("device      {}   workers {}   prefetch {}   buffers {} x {}\n", r.device,
+                     s.workers, s.prefetch, s.buffers, FormatBytes(s.buffer_bytes));
+  out += fmt::format("delivered   {} samples in {} batches over {} epoch(s), {:.2f} s\n",
+                     FormatCount(r.samples), s.batches, r.epochs, r.wall_s);
+  out += fmt::format("throughput  {} samples/s   {}/s\n", FormatCount(r.samples_per_s),
+                     FormatBytes(r.bytes_per_s));
+  if (r.ceiling_bytes_per_s > 0) {
+    out += fmt::format(
+        "ceiling     {} samples/s   {}/s  (memcpy of the same bytes, {} threads, same run)\n",
+        FormatCount(r.ceiling_samples_per_s), FormatBytes(r.ceiling_bytes_per_s), s.workers);
+    out += fmt::format("ratio       {:.2f} of the ceiling\n", r.ratio_to_ceiling);
+  }
+  out += fmt::format("first batch {:.3f} s after the first Next()\n", r.time_to_first_batch_s);
+  out += fmt::format("consumer    waited {:.1f}% of its time in Next()\n",
+                     100.0 * r.consumer_wait_fraction);
+  if (r.step_ms > 0) {
+    out += fmt::format(
+        "gpu (sim.)  busy {:.1f}% of wall time from the first batch ({:.1f}% counting start-up), "
+        "step {} ms\n",
+        100.0 * r.gpu_busy_fraction, 100.0 * r.gpu_busy_fraction_with_startup, r.step_ms);
+  }
+  out += fmt::format(
+      "workers     read {:.0f}%  transform {:.0f}%  copy {:.0f}%  waiting for a buffer {:.0f}% "
+      "of {:.2f} worker-seconds\n",
+      Share(s.read_ns, worker_s), Share(s.transform_ns, worker_s), Share(s.copy_ns, worker_s),
+      Share(s.buffer_wait_ns, worker_s), worker_s);
+  out += fmt::format("memory      peak RSS {} (anonymous {}; bound {})\n",
+                     FormatBytes(static_cast<double>(r.peak_rss_bytes)),
+                     FormatBytes(static_cast<double>(r.peak_anon_rss_bytes)),
+                     FormatBytes(static_cast<double>(r.bound_anon_rss_bytes)));
+  return out;
+}
+
+}  // namespace gpufeed::cli

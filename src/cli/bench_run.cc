@@ -1,0 +1,192 @@
+#include "cli/bench_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/thread_pool.h"
+
+namespace gpufeed::cli {
+namespace {
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+// A field of /proc/self/status in bytes ("RssAnon", "VmHWM"), or 0.
+int64_t StatusBytes(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const size_t key_len = std::strlen(key);
+  while (std::getline(in, line)) {
+    if (line.compare(0, key_len, key) == 0 && line.size() > key_len && line[key_len] == ':') {
+      return std::strtoll(line.c_str() + key_len + 1, nullptr, 10) * 1024;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int threads) {
+  if (total_bytes <= 0 || chunk_bytes <= 0) return 0;
+  threads = std::max(1, threads);
+  // Each thread copies from its own 64 MB+ source (larger than any cache) into its own
+  // destination, as a worker writes a batch buffer.
+  // Both sides come from the host device's allocator, as the loader's batch buffers do, so
+  // the ceiling and the loader write the same kind of memory.
+  const auto chunk = static_cast<size_t>(chunk_bytes);
+  const size_t source_bytes = std::max<size_t>(chunk, size_t{64} << 20);
+  const std::shared_ptr<Device> host = HostDevice();
+  const auto owned = [&](size_t n) {
+    return std::unique_ptr<char, std::function<void(char*)>>(
+        static_cast<char*>(host->AllocHost(n)), [host](char* p) { host->FreeHost(p); });
+  };
+  std::vector<std::unique_ptr<char, std::function<void(char*)>>> sources(
+      static_cast<size_t>(threads));
+  std::vector<std::unique_ptr<char, std::function<void(char*)>>> targets(
+      static_cast<size_t>(threads));
+  ThreadPool pool(threads);
+  pool.ParallelFor(threads, [&](int64_t t, int) {
+    sources[static_cast<size_t>(t)] = owned(source_bytes);
+    std::memset(sources[static_cast<size_t>(t)].get(), static_cast<int>(t + 1), source_bytes);
+    targets[static_cast<size_t>(t)] = owned(chunk);
+  });
+  const int64_t chunks = (total_bytes + chunk_bytes - 1) / chunk_bytes;
+  const auto start = std::chrono::steady_clock::now();
+  pool.ParallelFor(chunks, [&](int64_t c, int thread) {
+    const char* src = sources[static_cast<size_t>(thread)].get();
+    char* dst = targets[static_cast<size_t>(thread)].get();
+    const size_t offset = static_cast<size_t>(c) * chunk % (source_bytes - chunk + 1);
+    std::memcpy(dst, src + offset, chunk);
+  });
+  const double s = Seconds(std::chrono::steady_clock::now() - start);
+  return s > 0 ? static_cast<double>(chunks * chunk_bytes) / s : 0;
+}
+
+BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
+                     const std::function<void(const BenchProgress&)>& on_progress) {
+  BenchResult result;
+  result.source = source->Describe();
+  result.epochs = config.epochs;
+  result.step_ms = config.step_ms;
+  Loader loader(source, config.loader);
+  result.device = loader.device().name();
+  const auto step = std::chrono::duration<double, std::milli>(config.step_ms);
+  double step_s = 0;
+  int64_t peak_anon = StatusBytes("RssAnon");
+  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point first_batch{};
+  BenchProgress progress;
+  progress.epochs = config.epochs;
+  progress.batches_per_epoch = loader.batches_per_epoch();
+  for (int e = 0; e < config.epochs; ++e) {
+    progress.epoch = e;
+    progress.batch = 0;
+    while (auto batch = loader.Next()) {
+      if (first_batch == std::chrono::steady_clock::time_point{}) {
+        first_batch = std::chrono::steady_clock::now();
+      }
+      result.samples += batch->size();
+      if (config.step_ms > 0) {
+        // A GPU step leaves the CPU free: sleep, as the host thread would wait on the GPU.
+        const auto t0 = std::chrono::steady_clock::now();
+        std::this_thread::sleep_for(step);
+        step_s += Seconds(std::chrono::steady_clock::now() - t0);
+      }
+      batch.reset();
+      peak_anon = std::max(peak_anon, StatusBytes("RssAnon"));
+      ++progress.batch;
+      progress.samples = result.samples;
+      progress.elapsed_s = Seconds(std::chrono::steady_clock::now() - start);
+      progress.samples_per_s = progress.elapsed_s > 0 ? result.samples / progress.elapsed_s : 0;
+      progress.consumer_wait_fraction = loader.stats().ConsumerWaitFraction();
+      if (on_progress) on_progress(progress);
+    }
+  }
+  const auto end = std::chrono::steady_clock::now();
+  result.stats = loader.stats();
+  result.bytes = result.stats.bytes;
+  result.wall_s = Seconds(end - start);
+  result.samples_per_s = result.wall_s > 0 ? result.samples / result.wall_s : 0;
+  result.bytes_per_s = result.wall_s > 0 ? result.bytes / result.wall_s : 0;
+  result.consumer_wait_fraction = result.stats.ConsumerWaitFraction();
+  if (first_batch != std::chrono::steady_clock::time_point{}) {
+    result.time_to_first_batch_s = Seconds(first_batch - start);
+    const double steady = Seconds(end - first_batch);
+    if (config.step_ms > 0 && steady > 0) result.gpu_busy_fraction = std::min(1.0, step_s / steady);
+    if (config.step_ms > 0) result.gpu_busy_fraction_with_startup = step_s / result.wall_s;
+  }
+  result.peak_rss_bytes = StatusBytes("VmHWM");
+  result.peak_anon_rss_bytes = peak_anon;
+  const int64_t batch_bytes =
+      static_cast<int64_t>(loader.schema().SampleBytes()) * config.loader.batch_size;
+  result.bound_anon_rss_bytes =
+      (result.stats.prefetch + result.stats.workers) * batch_bytes + (int64_t{100} << 20);
+  if (config.measure_ceiling && result.bytes > 0) {
+    result.ceiling_bytes_per_s =
+        MeasureMemcpyCeiling(result.bytes, batch_bytes, result.stats.workers);
+    const double sample_bytes = static_cast<double>(result.bytes) / result.samples;
+    result.ceiling_samples_per_s = result.ceiling_bytes_per_s / sample_bytes;
+    result.ratio_to_ceiling = result.samples_per_s / result.ceiling_samples_per_s;
+  }
+  return result;
+}
+
+std::string BenchResult::ToJson() const {
+  nlohmann::json j = {
+      {"source", source},
+      {"device", device},
+      {"epochs", epochs},
+      {"samples", samples},
+      {"bytes", bytes},
+      {"wall_s", wall_s},
+      {"samples_per_s", samples_per_s},
+      {"bytes_per_s", bytes_per_s},
+      {"time_to_first_batch_s", time_to_first_batch_s},
+      {"ceiling_bytes_per_s", ceiling_bytes_per_s},
+      {"ceiling_samples_per_s", ceiling_samples_per_s},
+      {"ratio_to_ceiling", ratio_to_ceiling},
+      {"consumer_wait_fraction", consumer_wait_fraction},
+      {"step_ms", step_ms},
+      {"gpu_busy_fraction", gpu_busy_fraction},
+      {"gpu_busy_fraction_with_startup", gpu_busy_fraction_with_startup},
+      {"peak_rss_bytes", peak_rss_bytes},
+      {"peak_anon_rss_bytes", peak_anon_rss_bytes},
+      {"bound_anon_rss_bytes", bound_anon_rss_bytes},
+      {"stats", nlohmann::json::parse(stats.ToJson())},
+  };
+  return j.dump(2);
+}
+
+std::string FormatBytes(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000 && u < 4) {
+    bytes /= 1000;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
+}
+
+std::string FormatCount(double count) {
+  std::string digits = fmt::format("{:.0f}", count);
+  std::string out;
+  const size_t n = digits.size();
+  for (size_t i = 0; i < n; ++i) {
+    out += digits[i];
+    if ((n - i - 1) % 3 == 0 && i + 1 < n && digits[i] != '-') out += ',';
+  }
+  return out;
+}
+
+}  // namespace gpufeed::cli

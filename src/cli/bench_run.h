@@ -1,0 +1,79 @@
+// The measurement behind `gpufeed bench` and `gpufeed demo`: drive a Loader for some epochs
+// with an optional simulated GPU step, and measure in the same run the memcpy ceiling of the
+// same bytes with the same number of threads.
+// Thread-safety: RunBench runs on the calling thread; the progress callback is called there.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "gpufeed/loader.h"
+
+namespace gpufeed::cli {
+
+struct BenchConfig {
+  LoaderOptions loader;  // batch_size, workers, prefetch, shuffle, device, transforms
+  int epochs = 1;        // Default: 1
+  double step_ms = 0;    // Default: 0 = no simulated step
+  bool measure_ceiling = true;
+};
+
+struct BenchProgress {
+  int64_t epoch = 0;
+  int epochs = 0;
+  int64_t batch = 0;              // batches done in this epoch
+  int64_t batches_per_epoch = 0;
+  int64_t samples = 0;            // so far, all epochs
+  double elapsed_s = 0;
+  double samples_per_s = 0;
+  double consumer_wait_fraction = 0;
+};
+
+struct BenchResult {
+  LoaderStats stats;
+  int epochs = 0;
+  int64_t samples = 0;
+  int64_t bytes = 0;
+  double wall_s = 0;                // first Next() call to the end of the last step
+  double samples_per_s = 0;
+  double bytes_per_s = 0;
+  double time_to_first_batch_s = 0;
+  double ceiling_bytes_per_s = 0;   // memcpy of the same bytes, same threads
+  double ceiling_samples_per_s = 0;
+  double ratio_to_ceiling = 0;
+  double consumer_wait_fraction = 0;
+  double step_ms = 0;
+  double gpu_busy_fraction = 0;     // simulated steps over wall time from the first batch
+  double gpu_busy_fraction_with_startup = 0;  // ... over wall time from the first Next()
+  int64_t peak_rss_bytes = 0;       // VmHWM
+  int64_t peak_anon_rss_bytes = 0;  // peak RssAnon sampled per batch: memory not mapped files
+  int64_t bound_anon_rss_bytes = 0; // (prefetch + workers) * batch bytes + 100 MB
+  std::string source;
+  std::string device;
+
+  std::string ToJson() const;
+};
+
+BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
+                     const std::function<void(const BenchProgress&)>& on_progress);
+
+// Bytes per second memcpy moves with `threads` threads, copying `total_bytes` in chunks of
+// `chunk_bytes` from a source buffer larger than the caches.
+double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int threads);
+
+// Human formatting: "1.23 GB", "612,345".
+std::string FormatBytes(double bytes);
+std::string FormatCount(double count);
+
+}  // namespace gpufeed::cli
+
+namespace gpufeed::cli {
+
+// The human summary of a run: throughput, ceiling, stalls and per-stage times.
+std::string FormatBenchReport(const BenchResult& result);
+// "epoch 1/2  batch 7/13  612,345 samples/s  wait 1.2%"
+std::string FormatProgress(const BenchProgress& progress);
+
+}  // namespace gpufeed::cli

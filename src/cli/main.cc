@@ -1,0 +1,40 @@
+// The `gpufeed` command line: demo, bench, and the commands other parts register.
+#include <CLI/CLI.hpp>
+
+#include "cli/bench_command.h"
+#include "cli/demo_command.h"
+#include "cli/exit_codes.h"
+#ifdef GPUFEED_HAVE_INSPECT
+#include "cli/inspect_command.h"
+#endif
+#ifdef GPUFEED_HAVE_WATCH
+#include "cli/watch_command.h"
+#endif
+
+int main(int argc, char** argv) {
+  using namespace gpufeed;       // NOLINT: the commands' Register functions
+  using namespace gpufeed::cli;  // NOLINT
+  CLI::App app(
+      "gpufeed keeps a training GPU busy: a parallel loader for NumPy and HDF5 data with\n"
+      "pinned, ahead-of-time copies to the GPU, and the measurements that say why a GPU waits.\n"
+      "Exit codes: 2 invalid argument, 3 not found, 4 corrupt data, 5 I/O error, 6 device\n"
+      "error, 7 unsupported.");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "gpufeed 0.1.0");
+  RegisterDemoCommand(app);
+  RegisterBenchCommand(app);
+#ifdef GPUFEED_HAVE_INSPECT
+  RegisterInspectCommand(app);
+#endif
+#ifdef GPUFEED_HAVE_WATCH
+  RegisterWatchCommand(app);
+#endif
+  return RunReportingErrors([&] {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
+    return 0;
+  });
+}
