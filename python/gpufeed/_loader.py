@@ -32,6 +32,28 @@ class Batch(dict):
         return self._handle.index
 
 
+class _EpochIterator:
+    """The rest of the current epoch. Unlike a generator it keeps no reference to the batch
+    it handed out, so a batch the loop drops goes back to the pool at once."""
+
+    __slots__ = ("_next", "_make", "_done")
+
+    def __init__(self, impl, make):
+        self._next, self._make, self._done = impl.next, make, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        handle = self._next()  # waits with the GIL released
+        if handle is None:
+            self._done = True
+            raise StopIteration
+        return self._make(handle)
+
+
 def _device_spec(device):
     spec = str(device)  # accepts torch.device("cuda", 1) as well as "cuda:1"
     if spec == "cuda" and isinstance(device, torch.device) and device.index is not None:
@@ -65,6 +87,8 @@ class Loader:
     rank, world_size: this process's shard (None: $RANK / $WORLD_SIZE as torchrun sets them).
     max_outstanding: batches the training loop may still hold when it asks for the next
                 one; beyond that the loader raises instead of recycling a buffer in use.
+                Default 3: the one in the loop variable, one kept (say, for logging), one
+                spare. Each one costs a batch buffer (on the device for device="cuda").
 
     Iterating yields the rest of the current epoch, then stops; the next loop runs the next
     epoch (set_epoch() picks one). Batch tensors stay valid for as long as they are held.
@@ -73,7 +97,7 @@ class Loader:
 
     def __init__(self, source, fields=None, batch_size=None, *, shuffle=True, seed=0,
                  drop_last=False, workers=None, prefetch=None, device="auto", transforms=(),
-                 rank=None, world_size=None, max_outstanding=2, shuffle_block=0,
+                 rank=None, world_size=None, max_outstanding=3, shuffle_block=0,
                  shuffle_window=4):
         if batch_size is None:
             raise _gpufeed.InvalidArgument("batch_size is required (samples per batch)")
@@ -90,7 +114,7 @@ class Loader:
             world_size=_optional_int(world_size, "world_size", -1),
             workers=_optional_int(workers, "workers", 0),
             prefetch=_optional_int(prefetch, "prefetch", 0),
-            max_outstanding=_optional_int(max_outstanding, "max_outstanding", 2),
+            max_outstanding=_optional_int(max_outstanding, "max_outstanding", 3),
             device=_device_spec(device),
             transforms=[str(t) for t in transforms],
             shuffle_block=_optional_int(shuffle_block, "shuffle_block", 0),
@@ -108,13 +132,7 @@ class Loader:
     # Iteration ---------------------------------------------------------------------------
 
     def __iter__(self):
-        impl = self._impl
-        make = self._make_batch
-        while True:
-            handle = impl.next()  # waits with the GIL released
-            if handle is None:
-                return
-            yield make(handle)
+        return _EpochIterator(self._impl, self._make_batch)
 
     def _make_batch(self, handle):
         stream = _tensors.consumer_stream(self._device_type, self._device_index)

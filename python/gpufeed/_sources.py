@@ -58,6 +58,9 @@ def _torch_field(name, tensor):
 
 def _numpy_field(name, array):
     array = np.asarray(array)
+    if array.ndim == 0:
+        raise _gpufeed.InvalidArgument(
+            f"memory source: field '{name}' is a scalar; samples go along axis 0")
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
     array = np.ascontiguousarray(array)

@@ -1,0 +1,33 @@
+"""Iterates a loader until SIGINT; prints the process's thread counts around it.
+
+usage: interrupt.py close|exit
+  close: catch KeyboardInterrupt, close the loader, print thread counts, re-raise
+  exit:  let KeyboardInterrupt end the interpreter with the loader still open
+"""
+
+import os
+import sys
+import time
+
+import gpufeed
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+mode = sys.argv[1]
+baseline = threads()
+source = gpufeed.synthetic("mel:float32[1,32,32],label:int64[]", samples=100_000)
+loader = gpufeed.Loader(source, batch_size=64, workers=3, device="cpu")
+print("ready", baseline, flush=True)
+try:
+    while True:
+        for batch in loader:
+            time.sleep(0.0005)  # the training step
+except KeyboardInterrupt:
+    if mode == "close":
+        during = threads()
+        loader.close()
+        print("interrupted", baseline, during, threads(), flush=True)
+    raise
