@@ -1,0 +1,59 @@
+// The HDF5 source: named datasets of one or more HDF5 files, samples along axis 0.
+//
+// Reads never take libhdf5's lock on the hot path: contiguous unfiltered datasets are read
+// at their file offset, chunked ones through a chunk index built once at open; raw chunks
+// are read through the file seam and decoded (deflate, byte shuffle, fletcher32) in the
+// calling worker, each chunk once per batch, with a bounded decoded-chunk cache per worker.
+// Datasets with any other filter (szip, scale-offset, n-bit, plugins) fall back to
+// H5Dread under the process-wide libhdf5 lock, with a one-line warning on stderr.
+//
+// Thread-safety: the returned Source is thread-safe (see source.h); Hdf5SourceCounters may be
+// read while workers run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpufeed/file.h"
+#include "gpufeed/source.h"
+
+namespace gpufeed {
+
+struct Hdf5Options {
+  // Default: null = the POSIX file system. Every byte read after open goes through it.
+  std::shared_ptr<const FileSystem> file_system;
+  // Read unfiltered data through the file's memory map where the file system offers one;
+  // ReadAt otherwise. Default: true.
+  bool use_mmap = true;
+  // Decoded chunks each worker keeps between batches, in bytes. A chunk larger than this is
+  // still decoded once per batch, just not kept. Default: 256 MiB.
+  size_t chunk_cache_bytes = size_t{256} << 20;
+};
+
+// Work counters of an HDF5 source, summed over its workers since it was opened.
+struct Hdf5Counters {
+  int64_t chunks_decoded = 0;     // filtered chunks read and decoded
+  int64_t chunk_cache_hits = 0;   // chunk uses served by a worker's decoded-chunk cache
+  int64_t bytes_read = 0;         // bytes read from the files on the hot path
+  int64_t library_reads = 0;      // samples read through H5Dread (unsupported filters)
+};
+
+// Opens `datasets` (paths inside the file, with groups: "mel", "/train/mel") of every file in
+// `paths`, concatenated along axis 0 in the order given. Every file must hold every dataset
+// with the same dtype and per-sample shape; within a file all datasets have the same length.
+// An empty `datasets` takes every dataset of the first file (sorted by path). A field is named
+// after its dataset path without the leading '/'.
+// dtypes: bool (h5py's enum of int8), int8..int64, uint8..uint64, float16/32/64, either byte
+// order. Throws Error naming the file and dataset: kNotFound (missing file or dataset),
+// kUnsupported (compound, strings, references, ...), kCorruptData (truncated or damaged
+// file, lengths that differ), kInvalidArgument (no paths, a dataset named twice).
+std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths,
+                                 std::vector<std::string> datasets, Hdf5Options options = {});
+
+// The counters of a source OpenHdf5 returned. Throws Error(kInvalidArgument) for another one.
+Hdf5Counters Hdf5SourceCounters(const Source& source);
+
+}  // namespace gpufeed

@@ -1,0 +1,257 @@
+#include "sources/hdf5_dataset_reader.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "gpufeed/error.h"
+#include "sources/hdf5_filters.h"
+#include "sources/hdf5_library.h"
+
+namespace gpufeed {
+namespace {
+
+// A contiguous run of neighbouring samples is read with one call up to this size.
+constexpr size_t kMaxRunBytes = size_t{4} << 20;
+
+void SwapElements(std::byte* p, size_t bytes, size_t element_size) {
+  for (size_t i = 0; i + element_size <= bytes; i += element_size) {
+    std::reverse(p + i, p + i + element_size);
+  }
+}
+
+}  // namespace
+
+Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, bool use_mmap,
+                                     uint32_t cache_tag)
+    : ds_(std::move(dataset)),
+      file_(file),
+      map_(use_mmap ? file->Map() : nullptr),
+      cache_tag_(cache_tag),
+      sample_bytes_(ds_.field.SampleBytes()) {
+  if (ds_.storage == Hdf5Storage::kChunked) {
+    geometry_ = Hdf5ChunkGeometry(ds_.dims, ds_.chunk_dims, ds_.element_size);
+  }
+  zero_fill_ = std::all_of(ds_.fill_value.begin(), ds_.fill_value.end(),
+                           [](std::byte b) { return b == std::byte{0}; });
+}
+
+std::string Hdf5DatasetReader::ChunkName(size_t linear) const {
+  std::vector<int64_t> coords(ds_.chunk_grid.size());
+  size_t rest = linear;
+  for (size_t d = coords.size(); d-- > 0;) {
+    const auto g = static_cast<size_t>(ds_.chunk_grid[d]);
+    coords[d] = static_cast<int64_t>(rest % g) * ds_.chunk_dims[d];
+    rest /= g;
+  }
+  const int64_t first = coords.empty() ? 0 : coords[0];
+  const int64_t last = std::min(first + ds_.chunk_dims[0], ds_.samples) - 1;
+  const Hdf5ChunkEntry& e = ds_.chunks[linear];
+  return fmt::format("chunk {} at [{}] (samples {}..{}, file offset {}, {} bytes)", linear,
+                     fmt::join(coords, ","), first, last, e.address, e.size);
+}
+
+void Hdf5DatasetReader::Fill(std::byte* dst, size_t bytes) const {
+  if (zero_fill_) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+  const size_t es = ds_.element_size;
+  for (size_t i = 0; i + es <= bytes; i += es) std::memcpy(dst + i, ds_.fill_value.data(), es);
+}
+
+void Hdf5DatasetReader::ReadBytes(uint64_t offset, void* dst, size_t n,
+                                  Hdf5ReadScratch& scratch) const {
+  scratch.counters.bytes_read += static_cast<int64_t>(n);
+  if (map_ != nullptr) {
+    // Ranges were checked against the file size at open.
+    std::memcpy(dst, map_ + offset, n);
+    return;
+  }
+  ReadFully(*file_, offset, dst, n, fmt::format("dataset {}", ds_.dataset));
+}
+
+void Hdf5DatasetReader::Read(std::span<const Hdf5RowTarget> rows,
+                             Hdf5ReadScratch& scratch) const {
+  switch (ds_.storage) {
+    case Hdf5Storage::kContiguous:
+      ReadContiguous(rows, scratch);
+      break;
+    case Hdf5Storage::kChunked:
+      ReadChunked(rows, scratch);
+      break;
+    case Hdf5Storage::kInMemory:
+      for (const auto& r : rows) {
+        std::memcpy(r.dst, ds_.in_memory.data() + static_cast<size_t>(r.local) * sample_bytes_,
+                    sample_bytes_);
+      }
+      break;
+    case Hdf5Storage::kFill:
+      for (const auto& r : rows) Fill(r.dst, sample_bytes_);
+      break;
+    case Hdf5Storage::kLibrary:
+      ReadLibrary(rows, scratch);
+      break;
+  }
+  if (ds_.big_endian) {
+    for (const auto& r : rows) SwapElements(r.dst, sample_bytes_, ds_.element_size);
+  }
+}
+
+void Hdf5DatasetReader::ReadContiguous(std::span<const Hdf5RowTarget> rows,
+                                       Hdf5ReadScratch& scratch) const {
+  const size_t rb = sample_bytes_;
+  if (rb == 0) return;
+  const size_t max_rows = std::max<size_t>(1, kMaxRunBytes / rb);
+  size_t k = 0;
+  while (k < rows.size()) {
+    // Neighbouring samples are read together; a mapping needs no coalescing.
+    size_t end = k + 1;
+    if (map_ == nullptr) {
+      while (end < rows.size() && end - k < max_rows &&
+             rows[end].local == rows[k].local + static_cast<int64_t>(end - k)) {
+        ++end;
+      }
+    }
+    const uint64_t offset = ds_.contiguous_address + static_cast<uint64_t>(rows[k].local) * rb;
+    try {
+      if (end - k == 1) {
+        ReadBytes(offset, rows[k].dst, rb, scratch);
+      } else {
+        scratch.slab.resize((end - k) * rb);
+        ReadBytes(offset, scratch.slab.data(), (end - k) * rb, scratch);
+        for (size_t j = k; j < end; ++j) {
+          std::memcpy(rows[j].dst, scratch.slab.data() + (j - k) * rb, rb);
+        }
+      }
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("{}: dataset {}: cannot read sample {} (row {} of the "
+                                        "file, offset {}): {}",
+                                        ds_.path, ds_.dataset, rows[k].global, rows[k].local,
+                                        offset, e.what()));
+    }
+    k = end;
+  }
+}
+
+const std::byte* Hdf5DatasetReader::DecodedChunk(size_t linear, const Hdf5RowTarget& first,
+                                                 Hdf5ReadScratch& scratch,
+                                                 DecodedChunkCache::Buffer& hold) const {
+  const uint64_t key = (uint64_t{cache_tag_} << 40) | linear;
+  if ((hold = scratch.cache.Find(key)) != nullptr) {
+    ++scratch.counters.chunk_cache_hits;
+    return hold->data();
+  }
+  const Hdf5ChunkEntry& e = ds_.chunks[linear];
+  const size_t bytes = ds_.ChunkBytes();
+  std::vector<std::byte>* target = &scratch.decoded;
+  std::shared_ptr<std::vector<std::byte>> kept;
+  if (scratch.cache.Fits(bytes)) {
+    kept = std::make_shared<std::vector<std::byte>>(bytes);
+    target = kept.get();
+  } else {
+    scratch.decoded.resize(bytes);
+  }
+  try {
+    scratch.raw.resize(e.size);
+    ReadBytes(e.address, scratch.raw.data(), e.size, scratch);
+    DecodeHdf5Chunk(scratch.raw, ds_.filters, e.filter_mask, ds_.element_size, *target,
+                    scratch.inflate);
+  } catch (const Error& err) {
+    throw Error(err.code(), fmt::format("{}: dataset {}: {}: {} (reading sample {})", ds_.path,
+                                        ds_.dataset, ChunkName(linear), err.what(),
+                                        first.global));
+  }
+  ++scratch.counters.chunks_decoded;
+  if (kept) {
+    scratch.cache.Insert(key, kept);
+    hold = std::move(kept);
+  }
+  return target->data();
+}
+
+void Hdf5DatasetReader::ReadChunked(std::span<const Hdf5RowTarget> rows,
+                                    Hdf5ReadScratch& scratch) const {
+  const Hdf5ChunkGeometry& geo = geometry_;
+  const int64_t per_chunk = geo.samples_per_chunk();
+  const size_t columns = geo.columns();
+  const size_t slab = geo.slab_bytes();
+  size_t k = 0;
+  while (k < rows.size()) {
+    // The rows of one chunk row (same chunk position along axis 0).
+    const int64_t chunk_row = rows[k].local / per_chunk;
+    size_t end = k + 1;
+    while (end < rows.size() && rows[end].local / per_chunk == chunk_row) ++end;
+    const auto group = rows.subspan(k, end - k);
+    const int64_t row_start = chunk_row * per_chunk;
+    for (size_t col = 0; col < columns; ++col) {
+      const size_t linear = static_cast<size_t>(chunk_row) * columns + col;
+      const Hdf5ChunkEntry& e = ds_.chunks[linear];
+      const auto& runs = geo.runs(col);
+      if (e.size == 0) {  // never written: the fill value
+        for (const auto& r : group) {
+          for (const auto& run : runs) Fill(r.dst + run.dst, run.len);
+        }
+        continue;
+      }
+      if (ds_.filtered()) {
+        DecodedChunkCache::Buffer hold;
+        const std::byte* chunk = DecodedChunk(linear, group.front(), scratch, hold);
+        for (const auto& r : group) {
+          const std::byte* src = chunk + static_cast<size_t>(r.local - row_start) * slab;
+          for (const auto& run : runs) std::memcpy(r.dst + run.dst, src + run.src, run.len);
+        }
+        continue;
+      }
+      // Unfiltered: read each sample's piece at its offset inside the chunk.
+      const size_t lo = runs.front().src;
+      const size_t hi = runs.back().src + runs.back().len;
+      for (const auto& r : group) {
+        const uint64_t offset = e.address + static_cast<uint64_t>(r.local - row_start) * slab;
+        try {
+          if (runs.size() == 1) {
+            ReadBytes(offset + lo, r.dst + runs[0].dst, runs[0].len, scratch);
+          } else {
+            scratch.slab.resize(hi - lo);
+            ReadBytes(offset + lo, scratch.slab.data(), hi - lo, scratch);
+            for (const auto& run : runs) {
+              std::memcpy(r.dst + run.dst, scratch.slab.data() + (run.src - lo), run.len);
+            }
+          }
+        } catch (const Error& err) {
+          throw Error(err.code(), fmt::format("{}: dataset {}: {}: cannot read sample {}: {}",
+                                              ds_.path, ds_.dataset, ChunkName(linear),
+                                              r.global, err.what()));
+        }
+      }
+    }
+    k = end;
+  }
+}
+
+void Hdf5DatasetReader::ReadLibrary(std::span<const Hdf5RowTarget> rows,
+                                    Hdf5ReadScratch& scratch) const {
+  const size_t rank = ds_.dims.size();
+  std::vector<hsize_t> start(rank, 0), count(ds_.dims.begin(), ds_.dims.end());
+  count[0] = 1;
+  Hdf5Lock lock;
+  Hdf5Id file_space(H5Dget_space(ds_.library_dataset->get()));
+  Hdf5Id memory_space(H5Screate_simple(static_cast<int>(rank), count.data(), nullptr));
+  for (const auto& r : rows) {
+    start[0] = static_cast<hsize_t>(r.local);
+    if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
+                            count.data(), nullptr) < 0 ||
+        H5Dread(ds_.library_dataset->get(), ds_.library_memory_type->get(), memory_space.get(),
+                file_space.get(), H5P_DEFAULT, r.dst) < 0) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: dataset {}: cannot read sample {} (row {} of the file) "
+                              "through libhdf5: {}",
+                              ds_.path, ds_.dataset, r.global, r.local, Hdf5ErrorMessage()));
+    }
+    ++scratch.counters.library_reads;
+  }
+}
+
+}  // namespace gpufeed

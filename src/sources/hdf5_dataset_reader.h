@@ -1,0 +1,76 @@
+// Reads samples of one dataset of one file into batch rows: the hot path of the HDF5 source.
+//
+// Contiguous data is read at its offset; chunked data chunk row by chunk row, each needed
+// chunk read and decoded once per call and kept in the worker's decoded-chunk cache;
+// unfiltered chunks are read per sample at the sample's offset inside the chunk. Only
+// datasets the file layout puts out of reach (kLibrary) take the libhdf5 lock.
+//
+// Thread-safety: Read is const and thread-safe; each calling thread passes its own scratch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gpufeed/file.h"
+#include "gpufeed/hdf5.h"
+#include "sources/hdf5_chunk_cache.h"
+#include "sources/hdf5_dataset.h"
+#include "sources/hdf5_geometry.h"
+
+namespace gpufeed {
+
+// A worker's buffers and counts, reused between batches.
+struct Hdf5ReadScratch {
+  explicit Hdf5ReadScratch(size_t cache_bytes) : cache(cache_bytes) {}
+  DecodedChunkCache cache;
+  std::vector<std::byte> raw;      // a stored chunk
+  std::vector<std::byte> inflate;  // between two filters
+  std::vector<std::byte> decoded;  // a decoded chunk the cache does not keep
+  std::vector<std::byte> slab;     // one sample's piece of an unfiltered chunk
+  Hdf5Counters counters;           // since the owner last collected them
+};
+
+// One row to fill: sample `local` of this dataset (`global` in the whole source, for error
+// messages) goes to `dst` (the field's SampleBytes()).
+struct Hdf5RowTarget {
+  int64_t local = 0;
+  int64_t global = 0;
+  std::byte* dst = nullptr;
+};
+
+class Hdf5DatasetReader {
+ public:
+  // `cache_tag` distinguishes this reader's chunks in a shared DecodedChunkCache.
+  Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, bool use_mmap, uint32_t cache_tag);
+
+  const Hdf5Dataset& dataset() const { return ds_; }
+  const Hdf5ChunkGeometry& geometry() const { return geometry_; }
+
+  // REQUIRES: rows sorted by `local`, every local in [0, samples).
+  void Read(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+
+ private:
+  void ReadContiguous(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  void ReadChunked(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  void ReadLibrary(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  // The decoded chunk at grid position `linear`: from the cache or decoded now.
+  const std::byte* DecodedChunk(size_t linear, const Hdf5RowTarget& first,
+                                Hdf5ReadScratch& scratch,
+                                DecodedChunkCache::Buffer& hold) const;
+  void Fill(std::byte* dst, size_t bytes) const;
+  // Reads `n` bytes at `offset` (mapping or ReadFully); `what` names the part on error.
+  void ReadBytes(uint64_t offset, void* dst, size_t n, Hdf5ReadScratch& scratch) const;
+  std::string ChunkName(size_t linear) const;
+
+  const Hdf5Dataset ds_;
+  const File* const file_;
+  const std::byte* const map_;
+  const uint32_t cache_tag_;
+  const size_t sample_bytes_;
+  Hdf5ChunkGeometry geometry_;
+  bool zero_fill_ = true;
+};
+
+}  // namespace gpufeed

@@ -1,0 +1,48 @@
+// Where a sample's bytes lie inside the chunks of a chunked dataset.
+//
+// Chunks tile every axis, not only axis 0 (h5py's chunks=True picks a chunk shape over all
+// axes), so one sample may span several chunks. A chunk "row" is the set of chunks that share
+// a position along axis 0; within it, each "column" (a position along the other axes) holds
+// one rectangular piece of every sample of the row. For each column, CopyRuns lists the
+// contiguous byte runs that move that piece from the chunk into the output row; adjacent
+// axes the chunk and the sample both cover whole are merged into one run.
+//
+// Thread-safety: immutable after construction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace gpufeed {
+
+struct Hdf5CopyRun {
+  size_t src = 0;  // bytes from the start of the sample's slab within the chunk
+  size_t dst = 0;  // bytes from the start of the sample's output row
+  size_t len = 0;
+};
+
+class Hdf5ChunkGeometry {
+ public:
+  Hdf5ChunkGeometry() = default;
+  // `dims` and `chunk_dims`: the full dataset shape and chunk shape (samples first).
+  Hdf5ChunkGeometry(const std::vector<int64_t>& dims, const std::vector<int64_t>& chunk_dims,
+                    size_t element_size);
+
+  int64_t samples_per_chunk() const { return samples_per_chunk_; }
+  // Chunks per chunk row (the product of the grid over axes 1..).
+  size_t columns() const { return runs_.size(); }
+  // Bytes of one sample's slab in a chunk: the chunk shape without axis 0.
+  size_t slab_bytes() const { return slab_bytes_; }
+  const std::vector<Hdf5CopyRun>& runs(size_t column) const { return runs_[column]; }
+  // True when a column's piece of a sample is the whole slab in one run read straight into
+  // the output row (chunk covers the sample exactly along every axis but 0).
+  bool whole_slab(size_t column) const;
+
+ private:
+  int64_t samples_per_chunk_ = 1;
+  size_t slab_bytes_ = 0;
+  std::vector<std::vector<Hdf5CopyRun>> runs_;
+};
+
+}  // namespace gpufeed

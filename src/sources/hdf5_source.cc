@@ -1,0 +1,256 @@
+// The HDF5 source: OpenHdf5 and the Source that concatenates files.
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <numeric>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "gpufeed/error.h"
+#include "gpufeed/hdf5.h"
+#include "sources/hdf5_dataset.h"
+#include "sources/hdf5_dataset_reader.h"
+#include "sources/hdf5_library.h"
+
+namespace gpufeed {
+namespace {
+
+class Hdf5WorkerState final : public SourceWorkerState {
+ public:
+  explicit Hdf5WorkerState(size_t cache_bytes) : scratch(cache_bytes) {}
+  Hdf5ReadScratch scratch;
+  std::vector<std::pair<int64_t, int64_t>> order;  // (sample, batch row), sorted
+  std::vector<Hdf5RowTarget> targets;
+};
+
+// One file: its handle for the hot path and a reader per field.
+struct Hdf5FilePart {
+  std::unique_ptr<File> file;
+  std::vector<std::unique_ptr<Hdf5DatasetReader>> readers;  // by field
+  int64_t first_sample = 0;                                 // in the whole source
+  int64_t samples = 0;
+};
+
+class Hdf5Source final : public Source {
+ public:
+  Hdf5Source(std::vector<Hdf5FilePart> parts, Schema schema, std::vector<std::string> datasets,
+             Hdf5Options options)
+      : parts_(std::move(parts)),
+        schema_(std::move(schema)),
+        datasets_(std::move(datasets)),
+        options_(std::move(options)) {
+    for (const auto& p : parts_) samples_ += p.samples;
+    for (const auto& r : parts_.front().readers) {
+      if (r->dataset().storage == Hdf5Storage::kChunked ||
+          !r->dataset().chunk_dims.empty()) {
+        block_ = std::max<int64_t>(1, r->dataset().chunk_dims[0]);
+        break;
+      }
+    }
+  }
+
+  const Schema& schema() const override { return schema_; }
+  int64_t size() const override { return samples_; }
+  int64_t PreferredBlock() const override { return block_; }
+
+  std::string Describe() const override {
+    const std::string more =
+        parts_.size() > 1 ? fmt::format(" + {} more files", parts_.size() - 1) : "";
+    return fmt::format("hdf5:{}{} ({} fields, {} samples)", parts_.front().file->path(), more,
+                       schema_.fields.size(), samples_);
+  }
+
+  std::string Identity() const override {
+    std::string id = fmt::format("hdf5:[{}]", fmt::join(datasets_, ","));
+    for (const auto& p : parts_) {
+      id += fmt::format("|{}:{}:{}", p.file->path(), p.file->Size(),
+                        p.file->ModificationTimeNs());
+    }
+    return id + "|" + schema_.ToString();
+  }
+
+  std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
+    return std::make_unique<Hdf5WorkerState>(options_.chunk_cache_bytes);
+  }
+
+  void Read(std::span<const int64_t> indices, const BatchView& out,
+            SourceWorkerState* state) const override {
+    GPUFEED_ASSERT(out.rows == static_cast<int64_t>(indices.size()),
+                   "BatchView rows differ from the number of indices");
+    GPUFEED_ASSERT(out.fields.size() == schema_.fields.size(),
+                   "BatchView has the wrong field count");
+    std::unique_ptr<Hdf5WorkerState> local;
+    auto* ws = dynamic_cast<Hdf5WorkerState*>(state);
+    if (ws == nullptr) {
+      local = std::make_unique<Hdf5WorkerState>(0);
+      ws = local.get();
+    }
+    ws->order.resize(indices.size());
+    for (size_t i = 0; i < indices.size(); ++i) {
+      if (indices[i] < 0 || indices[i] >= samples_) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("{}: sample index {} is out of range [0, {})", Describe(),
+                                indices[i], samples_));
+      }
+      ws->order[i] = {indices[i], static_cast<int64_t>(i)};
+    }
+    // Sorted, a batch walks each file forwards and meets each chunk row once.
+    std::sort(ws->order.begin(), ws->order.end());
+    size_t k = 0;
+    try {
+      while (k < ws->order.size()) {
+        const size_t p = PartOf(ws->order[k].first);
+        const Hdf5FilePart& part = parts_[p];
+        size_t end = k;
+        while (end < ws->order.size() && ws->order[end].first < part.first_sample + part.samples) {
+          ++end;
+        }
+        for (size_t f = 0; f < part.readers.size(); ++f) {
+          const size_t bytes = schema_.fields[f].SampleBytes();
+          ws->targets.clear();
+          for (size_t j = k; j < end; ++j) {
+            ws->targets.push_back({ws->order[j].first - part.first_sample, ws->order[j].first,
+                                   out.fields[f] + static_cast<size_t>(ws->order[j].second) *
+                                                       bytes});
+          }
+          part.readers[f]->Read(ws->targets, ws->scratch);
+        }
+        k = end;
+      }
+    } catch (...) {
+      Collect(ws->scratch.counters);
+      throw;
+    }
+    Collect(ws->scratch.counters);
+  }
+
+  Hdf5Counters counters() const {
+    Hdf5Counters c;
+    c.chunks_decoded = chunks_decoded_.load(std::memory_order_relaxed);
+    c.chunk_cache_hits = chunk_cache_hits_.load(std::memory_order_relaxed);
+    c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+    c.library_reads = library_reads_.load(std::memory_order_relaxed);
+    return c;
+  }
+
+ private:
+  size_t PartOf(int64_t sample) const {
+    const auto it = std::upper_bound(
+        parts_.begin(), parts_.end(), sample,
+        [](int64_t s, const Hdf5FilePart& p) { return s < p.first_sample; });
+    return static_cast<size_t>(it - parts_.begin()) - 1;
+  }
+
+  // Adds a worker's counts to the source's once per batch, not once per chunk.
+  void Collect(Hdf5Counters& c) const {
+    chunks_decoded_.fetch_add(c.chunks_decoded, std::memory_order_relaxed);
+    chunk_cache_hits_.fetch_add(c.chunk_cache_hits, std::memory_order_relaxed);
+    bytes_read_.fetch_add(c.bytes_read, std::memory_order_relaxed);
+    library_reads_.fetch_add(c.library_reads, std::memory_order_relaxed);
+    c = Hdf5Counters{};
+  }
+
+  const std::vector<Hdf5FilePart> parts_;
+  const Schema schema_;
+  const std::vector<std::string> datasets_;
+  const Hdf5Options options_;
+  int64_t samples_ = 0;
+  int64_t block_ = 1;
+  mutable std::atomic<int64_t> chunks_decoded_{0};
+  mutable std::atomic<int64_t> chunk_cache_hits_{0};
+  mutable std::atomic<int64_t> bytes_read_{0};
+  mutable std::atomic<int64_t> library_reads_{0};
+};
+
+std::string FieldName(const std::string& dataset) {
+  return dataset.starts_with('/') ? dataset.substr(1) : dataset;
+}
+
+Hdf5Id OpenLibraryFile(const std::string& path) {
+  Hdf5Lock lock;
+  Hdf5Id id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!id.valid()) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: not a readable HDF5 file (truncated or damaged?): {}", path,
+                            Hdf5ErrorMessage()));
+  }
+  return id;
+}
+
+}  // namespace
+
+std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths,
+                                 std::vector<std::string> datasets, Hdf5Options options) {
+  if (paths.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "OpenHdf5: no files given");
+  }
+  if (options.file_system == nullptr) options.file_system = DefaultFileSystem();
+  if (std::set<std::string>(datasets.begin(), datasets.end()).size() != datasets.size()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: a dataset is named twice in [{}]", paths.front(),
+                            fmt::join(datasets, ", ")));
+  }
+  std::vector<Hdf5FilePart> parts;
+  Schema schema;
+  int64_t first_sample = 0;
+  for (size_t p = 0; p < paths.size(); ++p) {
+    const std::string& path = paths[p];
+    Hdf5FilePart part;
+    part.file = options.file_system->Open(path);  // kNotFound names the path
+    Hdf5Id h5 = OpenLibraryFile(path);
+    if (datasets.empty()) {
+      datasets = ListHdf5Datasets(h5.get());
+      if (datasets.empty()) {
+        throw Error(ErrorCode::kNotFound, fmt::format("{}: the file holds no datasets", path));
+      }
+    }
+    part.first_sample = first_sample;
+    for (size_t f = 0; f < datasets.size(); ++f) {
+      Hdf5Dataset ds = OpenHdf5Dataset(h5.get(), *part.file, datasets[f]);
+      ds.field.name = FieldName(datasets[f]);
+      if (p == 0) {
+        schema.fields.push_back(ds.field);
+      } else if (!(ds.field == schema.fields[f])) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("{}: dataset {} is {}, but in {} it is {}: every file must hold "
+                                "the same dtype and per-sample shape",
+                                path, datasets[f], ds.field.ToString(), paths.front(),
+                                schema.fields[f].ToString()));
+      }
+      if (f == 0) {
+        part.samples = ds.samples;
+      } else if (ds.samples != part.samples) {
+        throw Error(ErrorCode::kCorruptData,
+                    fmt::format("{}: datasets have different lengths: {} holds {} samples, {} "
+                                "holds {}",
+                                path, datasets[0], part.samples, datasets[f], ds.samples));
+      }
+      if (ds.storage == Hdf5Storage::kLibrary) {
+        std::fprintf(stderr,
+                     "gpufeed: warning: %s: dataset %s uses %s, which gpufeed does not read "
+                     "itself: reading it through libhdf5 under its global lock (slow)\n",
+                     path.c_str(), datasets[f].c_str(), ds.library_reason.c_str());
+      }
+      const auto tag = static_cast<uint32_t>(p * datasets.size() + f);
+      part.readers.push_back(std::make_unique<Hdf5DatasetReader>(
+          std::move(ds), part.file.get(), options.use_mmap, tag));
+    }
+    first_sample += part.samples;
+    parts.push_back(std::move(part));
+  }
+  return std::make_shared<Hdf5Source>(std::move(parts), std::move(schema), std::move(datasets),
+                                      std::move(options));
+}
+
+Hdf5Counters Hdf5SourceCounters(const Source& source) {
+  const auto* hdf5 = dynamic_cast<const Hdf5Source*>(&source);
+  if (hdf5 == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} is not an HDF5 source", source.Describe()));
+  }
+  return hdf5->counters();
+}
+
+}  // namespace gpufeed

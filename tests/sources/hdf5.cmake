@@ -1,0 +1,8 @@
+# The HDF5 suites (included by tests/sources/CMakeLists.txt when present).
+gpufeed_add_test(sources_hdf5_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/hdf5_source_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/hdf5_counters_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/hdf5_errors_test.cc
+  LIBS gpufeed_sources
+  LABELS tsan)

@@ -1,0 +1,192 @@
+// HDF5 files written by Debian's h5py at test time, with what h5py reads back from each
+// dataset (little-endian, C order) dumped beside them as <case>.<dataset>.bin, and a
+// manifest.json listing every case's datasets, dtypes and shapes.
+// Thread-safety: one test thread.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace gpufeed::testing {
+
+inline constexpr const char* kPython = "/usr/bin/python3";
+
+// Runs `script` with /usr/bin/python3 and `args`; true when it exits 0.
+inline bool RunPython(const std::string& dir, const std::string& name, const std::string& script,
+                      const std::string& args) {
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << script;
+  return std::system(fmt::format("{} {} {} > {}/{}.log 2>&1", kPython, path, args, dir, name)
+                         .c_str()) == 0;
+}
+
+inline bool HaveH5py() {
+  return std::system(fmt::format("{} -c 'import h5py, numpy' > /dev/null 2>&1", kPython)
+                         .c_str()) == 0;
+}
+
+inline std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The cases: each a file and its datasets. Sizes stay small so the suite runs in seconds.
+inline constexpr const char* kMakeHdf5Cases = R"PY(
+import sys, os, json, numpy as np, h5py
+d = sys.argv[1]
+rng = np.random.default_rng(7)
+manifest = {}
+
+def values(shape, dt):
+    n = int(np.prod(shape))
+    dt = np.dtype(dt)
+    if dt == np.bool_: v = rng.integers(0, 2, n).astype(bool)
+    elif dt.kind == 'f': v = (rng.standard_normal(n) * 100).astype(dt)
+    elif dt.kind == 'u': v = rng.integers(0, min(2**(8*dt.itemsize), 2**62), n, dtype=np.uint64).astype(dt)
+    else: v = rng.integers(-2**(8*dt.itemsize-1), 2**(8*dt.itemsize-1) - 1, n, dtype=np.int64).astype(dt)
+    return v.reshape(shape)
+
+def case(name, build, **file_kw):
+    path = os.path.join(d, name + '.h5')
+    with h5py.File(path, 'w', **file_kw) as f:
+        names = build(f)
+    entries = []
+    with h5py.File(path, 'r') as f:
+        for ds in names:
+            a = f[ds][...]
+            a = np.ascontiguousarray(a.astype(a.dtype.newbyteorder('<')))
+            dtname = 'bool' if a.dtype == np.bool_ else a.dtype.name
+            a.view(np.uint8).tofile(os.path.join(d, name + '.' + ds.strip('/').replace('/', '_') + '.bin'))
+            entries.append({'dataset': ds, 'dtype': dtname, 'shape': list(a.shape)})
+    manifest[name] = entries
+
+def plain(f):
+    f['mel'] = values((1000, 1, 64, 32), 'f4')
+    f['label'] = np.arange(1000, dtype='i8')
+    return ['mel', 'label']
+case('plain', plain)
+
+def gzip(f):
+    f.create_dataset('mel', data=values((1000, 1, 64, 32), 'f4'), chunks=(256, 1, 64, 32),
+                     compression='gzip', compression_opts=1)
+    f.create_dataset('label', data=np.arange(1000, dtype='i8'), chunks=(256,),
+                     compression='gzip', compression_opts=1)
+    return ['mel', 'label']
+case('gzip', gzip)
+
+def h5py_defaults(f):
+    f.create_dataset('mel', data=values((700, 3, 40, 33), 'f2'), chunks=True,
+                     compression='gzip', shuffle=True)
+    f.create_dataset('label', data=np.arange(700, dtype='i4'), chunks=True, compression='gzip',
+                     shuffle=True)
+    f.create_dataset('plain_chunks', data=values((700, 3, 40, 33), 'f2'), chunks=True)
+    return ['mel', 'label', 'plain_chunks']
+case('h5py_defaults', h5py_defaults)
+
+def multi_axis(f):
+    f.create_dataset('x', data=values((101, 5, 13), 'i2'), chunks=(7, 2, 5))
+    f.create_dataset('y', data=values((101, 5, 13), 'f8'), chunks=(7, 2, 5), compression='gzip',
+                     shuffle=True)
+    f.create_dataset('z', data=values((101, 4, 6), 'u1'), chunks=(3, 4, 2))
+    f.create_dataset('w', data=values((101, 4, 6), 'i4'), chunks=(200, 8, 6),
+                     maxshape=(None, 8, 6), compression='gzip')
+    return ['x', 'y', 'z', 'w']
+case('multi_axis', multi_axis)
+
+def dtypes(f):
+    names = []
+    for i, dt in enumerate(['bool', 'i1', 'u1', 'i2', 'u2', 'u4', 'u8', 'i4', 'f8', '>f4', '>i8']):
+        shape = (50,) if i % 2 else (50, 3)
+        n = 'd%d' % i
+        f[n] = values(shape, dt)
+        names.append(n)
+        c = 'c%d' % i
+        f.create_dataset(c, data=values(shape, dt), chunks=(8,) + shape[1:], compression='gzip',
+                         shuffle=True)
+        names.append(c)
+    return names
+case('dtypes', dtypes)
+
+def fill(f):
+    a = f.create_dataset('part', shape=(100, 8), dtype='i4', chunks=(10, 8), fillvalue=7)
+    a[0:30] = values((30, 8), 'i4')
+    a[60:65] = values((5, 8), 'i4')
+    b = f.create_dataset('partz', shape=(100, 3), dtype='f4', chunks=(16, 3), fillvalue=-1.5,
+                         compression='gzip', shuffle=True)
+    b[20:40] = values((20, 3), 'f4')
+    f.create_dataset('never', shape=(100,), dtype='f4', fillvalue=2.5)
+    f.create_dataset('neverchunked', shape=(100, 2), dtype='i2', chunks=(9, 1), fillvalue=-3)
+    return ['part', 'partz', 'never', 'neverchunked']
+case('fill', fill)
+
+def fletcher(f):
+    f.create_dataset('a', data=values((300, 10), 'f4'), chunks=(32, 10), fletcher32=True,
+                     compression='gzip', shuffle=True)
+    f.create_dataset('b', data=values((300,), 'i8'), chunks=(64,), fletcher32=True)
+    return ['a', 'b']
+case('fletcher', fletcher)
+
+def compact(f):
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.COMPACT)
+    space = h5py.h5s.create_simple((20, 3))
+    dsid = h5py.h5d.create(f.id, b'small', h5py.h5t.STD_I32LE, space, dcpl=dcpl)
+    v = values((20, 3), 'i4')
+    dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, v)
+    f['other'] = values((20,), 'f4')
+    return ['small', 'other']
+case('compact', compact)
+
+def latest(f):
+    f.create_dataset('fixed', data=values((500, 6), 'f4'), chunks=(10, 6), compression='gzip')
+    f.create_dataset('ext', data=values((500, 6), 'f4'), chunks=(10, 6), maxshape=(None, 6))
+    f.create_dataset('v2', data=values((500, 6), 'u2'), chunks=(10, 2), maxshape=(None, None),
+                     compression='gzip', shuffle=True)
+    f.create_dataset('one', data=values((500, 6), 'u2'), chunks=(500, 6), compression='gzip')
+    f.create_dataset('implicit', data=values((500, 6), 'u2'), chunks=(10, 6))
+    return ['fixed', 'ext', 'v2', 'one', 'implicit']
+case('latest', latest, libver='latest')
+
+def userblock(f):
+    f['a'] = values((100, 4), 'f4')
+    f.create_dataset('b', data=values((100, 4), 'f4'), chunks=(8, 4), compression='gzip')
+    f.create_dataset('c', data=values((100, 4), 'f4'), chunks=(8, 4))
+    return ['a', 'b', 'c']
+case('userblock', userblock, userblock_size=512)
+
+def btree(f):
+    f.create_dataset('one', data=np.arange(5000, dtype='i8'), chunks=(1,))
+    f.create_dataset('pairs', data=values((5000, 2), 'f4'), chunks=(2, 1), compression='gzip')
+    return ['one', 'pairs']
+case('btree', btree)
+
+def scaleoffset(f):
+    f.create_dataset('s', data=values((200, 4), 'i4'), chunks=(20, 4), scaleoffset=0)
+    f['t'] = values((200,), 'f4')
+    return ['s', 't']
+case('scaleoffset', scaleoffset)
+
+def groups(f):
+    g = f.create_group('train')
+    g.create_dataset('mel', data=values((64, 2, 3), 'f4'), chunks=(16, 2, 3), compression='gzip')
+    g['label'] = np.arange(64, dtype='i8')
+    return ['/train/mel', '/train/label']
+case('groups', groups)
+
+def second(f):
+    f.create_dataset('mel', data=values((333, 1, 64, 32), 'f4'), chunks=(100, 1, 64, 32),
+                     compression='gzip', compression_opts=1)
+    f.create_dataset('label', data=np.arange(1000, 1333, dtype='i8'))
+    return ['mel', 'label']
+case('second', second)
+
+json.dump(manifest, open(os.path.join(d, 'manifest.json'), 'w'), indent=1)
+)PY";
+
+}  // namespace gpufeed::testing
