@@ -43,6 +43,12 @@ struct LoaderOptions {
   int workers = 0;            // Default: 0 = min(4, hardware threads)
   int prefetch = 0;           // Default: 0 = 2 * workers: batches kept ready beyond the workers'
   int max_outstanding = 2;    // Default: 2 batches the consumer may hold when it asks for more
+  // Default: false. True: workers and prefetch are tuned online (hill climbing on measured
+  // consumer wait and throughput) within max_workers and max_prefetch, starting from
+  // `workers` and `prefetch`; every change is logged with its reason (stats().tuning_log).
+  bool autotune = false;
+  int max_workers = 0;        // Default: 0 = the CPU count (the cgroup quota where lower)
+  int max_prefetch = 0;       // Default: 0 = 4 * max_workers, within 25% of available RAM
   std::shared_ptr<Device> device;                     // Default: null = the host
   std::vector<std::shared_ptr<Transform>> transforms;  // Default: none
   int64_t start_epoch = 0;    // Default: 0
@@ -59,6 +65,22 @@ struct FieldView {
   size_t bytes() const { return static_cast<size_t>(rows) * spec->SampleBytes(); }
   template <typename T>
   const T* as() const { return static_cast<const T*>(data); }
+};
+
+// One delivered batch's time in each stage, in nanoseconds.
+struct BatchTiming {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  int64_t rows = 0;
+  int64_t read_ns = 0;
+  int64_t transform_ns = 0;
+  int64_t copy_ns = 0;
+  int64_t buffer_wait_ns = 0;    // the worker waiting for a free batch buffer
+  int64_t queue_wait_ns = 0;     // ready, waiting for the consumer to ask
+  int64_t consumer_wait_ns = 0;  // the consumer blocked in the Next() that returned it
+  int64_t step_ns = 0;           // from that Next() returning to the next Next() call
+  int workers = 0;               // active workers when it was delivered
+  int prefetch = 0;
 };
 
 // Accumulated time per stage, in nanoseconds, summed over workers for the worker stages.
@@ -78,8 +100,10 @@ struct LoaderStats {
   int workers = 0;
   int prefetch = 0;
   int buffers = 0;                // batch buffers in the pool(s), allocated once
+  int buffers_allocated = 0;      // of those, allocated so far (lazily, never freed early)
   int64_t buffer_bytes = 0;       // bytes of one batch buffer
   std::string device;
+  std::vector<std::string> tuning_log;  // the autotuner's changes, each with its reason
 
   // Fraction of the consumer's time spent waiting in Next(): the GPU's data stall.
   double ConsumerWaitFraction() const;
@@ -165,6 +189,16 @@ class Loader {
   const Device& device() const;
   int held_batches() const;  // batches the consumer has not dropped yet
   LoaderStats stats() const;
+  // The last `n` delivered batches (at most 4096 are kept), oldest first. A batch's step_ns
+  // is known once the consumer calls Next() again.
+  std::vector<BatchTiming> RecentBatches(size_t n) const;
+
+  // Changes the number of active workers and the prefetch depth while the loader runs.
+  // Clamped to [1, max_workers] and [1, max_prefetch]. What the autotuner calls; callable
+  // by hand too (from the consumer thread).
+  void SetParallelism(int workers, int prefetch);
+  int workers() const;
+  int prefetch() const;
 
  private:
   class Impl;

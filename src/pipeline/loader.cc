@@ -2,20 +2,26 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <deque>
+#include <fstream>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/buffer_pool.h"
 #include "core/thread_pool.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sampler.h"
+#include "pipeline/autotuner.h"
 #include "pipeline/batch_layout.h"
 #include "pipeline/random.h"
 
@@ -42,6 +48,19 @@ SamplerOptions ToSamplerOptions(const LoaderOptions& o, const Source& source) {
   return s;
 }
 
+// CPUs this process may use: online CPUs, or the cgroup v2 quota where it is lower.
+int UsableCpus() {
+  int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::ifstream in("/sys/fs/cgroup/cpu.max");
+  std::string quota;
+  int64_t period = 0;
+  if (in >> quota >> period && quota != "max" && period > 0) {
+    const int64_t q = std::strtoll(quota.c_str(), nullptr, 10);
+    if (q > 0) cpus = std::min<int>(cpus, static_cast<int>(std::max<int64_t>(1, (q + period - 1) / period)));
+  }
+  return cpus;
+}
+
 LoaderOptions CheckOptions(LoaderOptions o) {
   if (o.workers < 0) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -59,10 +78,17 @@ LoaderOptions CheckOptions(LoaderOptions o) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("start_epoch must be >= 0, got {}", o.start_epoch));
   }
-  if (o.workers == 0) {
-    o.workers = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  if (o.max_workers < 0 || o.max_prefetch < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("max_workers and max_prefetch must be >= 0 (0 = automatic), got {} "
+                            "and {}",
+                            o.max_workers, o.max_prefetch));
   }
+  if (o.workers == 0) o.workers = std::min(4, UsableCpus());
   if (o.prefetch == 0) o.prefetch = 2 * o.workers;
+  if (o.max_workers == 0) o.max_workers = o.autotune ? UsableCpus() : o.workers;
+  o.max_workers = std::max(o.max_workers, o.workers);
+  // max_prefetch == 0 is resolved once the batch size in bytes is known (RAM budget).
   if (!o.device) o.device = HostDevice();
   return o;
 }
@@ -136,12 +162,30 @@ class Loader::Impl {
         schema_(std::make_shared<const Schema>(layout_.output_schema())),
         device_(options_.device),
         held_(std::make_shared<std::atomic<int>>(0)) {
-    const int buffers = options_.workers + options_.prefetch + options_.max_outstanding;
+    if (options_.max_prefetch == 0) {
+      if (options_.autotune) {
+        // Prefetched batches are memory: keep the deepest the tuner may go within a quarter
+        // of the RAM available now.
+        const uint64_t budget = HostDevice()->MemoryInfo().free_bytes / 4;
+        const auto fit = static_cast<int>(std::min<uint64_t>(
+            budget / std::max<size_t>(1, layout_.buffer_bytes()), 1 << 16));
+        options_.max_prefetch = std::max(1, std::min(4 * options_.max_workers, fit));
+      } else {
+        options_.max_prefetch = options_.prefetch;
+      }
+    }
+    options_.max_prefetch = std::max(options_.max_prefetch, options_.prefetch);
+    active_workers_ = options_.workers;
+    prefetch_ = options_.prefetch;
+    if (options_.autotune) {
+      tuner_ = std::make_unique<Autotuner>(options_.max_workers, options_.max_prefetch);
+    }
+    const int buffers = options_.max_workers + options_.max_prefetch + options_.max_outstanding;
     Device* device = device_.get();
     if (device_->needs_copy()) {
       // Staging buffers are only held from read to copy completion.
       staging_pool_ = BufferPool::Create(
-          "pinned staging", layout_.buffer_bytes(), options_.workers + 2,
+          "pinned staging", layout_.buffer_bytes(), options_.max_workers + 2,
           [device](size_t n) { return device->AllocHost(n); },
           [device](void* p) { device->FreeHost(p); });
       batch_pool_ = BufferPool::Create(
@@ -157,7 +201,7 @@ class Loader::Impl {
     }
     // The pools' lambdas use the raw pointer: keep the device alive as long as they live.
     keep_device_ = device_;
-    worker_states_.resize(static_cast<size_t>(options_.workers));
+    worker_states_.resize(static_cast<size_t>(options_.max_workers));
     for (auto& state : worker_states_) state = source_->NewWorkerState();
     consumer_epoch_ = options_.start_epoch;
     Start(options_.start_epoch, 0);
@@ -172,6 +216,7 @@ class Loader::Impl {
     } else {
       wall_start_ns_ = called;
     }
+    FinishPendingTiming(called);
     const int held = held_->load();
     if (held >= options_.max_outstanding) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -202,11 +247,16 @@ class Loader::Impl {
       queue_wait_ns_.fetch_add(std::max<int64_t>(0, called - ready.ready_ns),
                                std::memory_order_relaxed);
       if (first_batch_ns_ == 0) first_batch_ns_ = now - run_start_ns_;
+      pending_timing_ = ready.timing;
+      pending_timing_->queue_wait_ns = std::max<int64_t>(0, called - ready.ready_ns);
+      pending_timing_->workers = active_workers_;
+      pending_timing_->prefetch = prefetch_;
       batch = MakeBatch(std::move(ready));
     }
     held_->fetch_add(1);
     last_return_ns_ = NowNs();
     consumer_wait_ns_.fetch_add(last_return_ns_ - called, std::memory_order_relaxed);
+    pending_timing_->consumer_wait_ns = last_return_ns_ - called;
     delivered_batches_.fetch_add(1, std::memory_order_relaxed);
     delivered_samples_.fetch_add(batch->size(), std::memory_order_relaxed);
     int64_t bytes = 0;
@@ -282,6 +332,32 @@ class Loader::Impl {
   const Device& device() const { return *device_; }
   int held() const { return held_->load(); }
 
+  void SetParallelism(int workers, int prefetch) {
+    {
+      std::lock_guard lock(mu_);
+      active_workers_ = std::clamp(workers, 1, options_.max_workers);
+      prefetch_ = std::clamp(prefetch, 1, options_.max_prefetch);
+    }
+    work_cv_.notify_all();
+  }
+
+  int workers() const {
+    std::lock_guard lock(mu_);
+    return active_workers_;
+  }
+
+  int prefetch() const {
+    std::lock_guard lock(mu_);
+    return prefetch_;
+  }
+
+  std::vector<BatchTiming> RecentBatches(size_t n) const {
+    std::lock_guard lock(timings_mu_);
+    const size_t take = std::min(n, timings_.size());
+    return std::vector<BatchTiming>(timings_.end() - static_cast<std::ptrdiff_t>(take),
+                                    timings_.end());
+  }
+
   LoaderStats Stats() const {
     LoaderStats s;
     s.batches = delivered_batches_.load();
@@ -299,9 +375,15 @@ class Loader::Impl {
       s.first_batch_ns = first_batch_ns_;
       s.wall_ns = wall_start_ns_ ? last_return_ns_ - wall_start_ns_ : 0;
     }
-    s.workers = options_.workers;
-    s.prefetch = options_.prefetch;
+    s.workers = workers();
+    s.prefetch = prefetch();
     s.buffers = batch_pool_->capacity() + (staging_pool_ ? staging_pool_->capacity() : 0);
+    s.buffers_allocated =
+        batch_pool_->allocated() + (staging_pool_ ? staging_pool_->allocated() : 0);
+    {
+      std::lock_guard lock(timings_mu_);
+      s.tuning_log = tuning_log_;
+    }
     s.buffer_bytes = static_cast<int64_t>(layout_.buffer_bytes());
     s.device = device_->name();
     return s;
@@ -315,7 +397,31 @@ class Loader::Impl {
     BufferPool::Handle buffer;
     std::shared_ptr<DeviceEvent> event;
     int64_t ready_ns = 0;
+    BatchTiming timing;
   };
+
+  static constexpr size_t kTimingsKept = 4096;
+
+  // The previous batch's step ended when the consumer called Next() again: record it, and
+  // let the autotuner see it.
+  void FinishPendingTiming(int64_t called) {
+    if (!pending_timing_) return;
+    BatchTiming t = *pending_timing_;
+    pending_timing_.reset();
+    t.step_ns = called - last_return_ns_;
+    {
+      std::lock_guard lock(timings_mu_);
+      if (timings_.size() == kTimingsKept) timings_.pop_front();
+      timings_.push_back(t);
+    }
+    if (!tuner_) return;
+    if (auto change = tuner_->Observe(t)) {
+      SetParallelism(change->workers, change->prefetch);
+      std::lock_guard lock(timings_mu_);
+      tuning_log_.push_back(fmt::format("batch {} of epoch {}: {}", t.batch, t.epoch,
+                                        change->reason));
+    }
+  }
 
   const Source* CheckSource() const {
     if (!source_) throw Error(ErrorCode::kInvalidArgument, "the loader needs a source, got null");
@@ -338,10 +444,11 @@ class Loader::Impl {
       run_start_ns_ = NowNs();
       first_batch_ns_ = 0;
     }
+    pending_timing_.reset();
     if (sampler_.batches_per_epoch() == 0) return;  // nothing to read, ever
-    pool_ = std::make_unique<ThreadPool>(options_.workers, options_.workers);
+    pool_ = std::make_unique<ThreadPool>(options_.max_workers, options_.max_workers);
     loops_.clear();
-    for (int w = 0; w < options_.workers; ++w) {
+    for (int w = 0; w < options_.max_workers; ++w) {
       loops_.push_back(pool_->Submit([this](int thread_index) { WorkerLoop(thread_index); }));
     }
   }
@@ -402,9 +509,11 @@ class Loader::Impl {
       int64_t seq;
       {
         std::unique_lock lock(mu_);
+        // Workers past the active count park: the autotuner may wake them later.
         work_cv_.wait(lock, [&] {
           return stop_ || error_ ||
-                 next_claim_ < next_deliver_ + options_.workers + options_.prefetch;
+                 (worker < active_workers_ &&
+                  next_claim_ < next_deliver_ + active_workers_ + prefetch_);
         });
         if (stop_ || error_) return;
         seq = next_claim_++;
@@ -441,11 +550,16 @@ class Loader::Impl {
     if (!host) return ready;
     int64_t t1 = NowNs();
     buffer_wait_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
+    ready.timing.epoch = ready.epoch;
+    ready.timing.batch = ready.batch;
+    ready.timing.rows = static_cast<int64_t>(rows.size());
+    ready.timing.buffer_wait_ns = t1 - t0;
 
     BatchView view = layout_.View(host.data(), static_cast<int64_t>(rows.size()));
     source_->Read(rows, view, worker_states_[static_cast<size_t>(worker)].get());
     int64_t t2 = NowNs();
     read_ns_.fetch_add(t2 - t1, std::memory_order_relaxed);
+    ready.timing.read_ns = t2 - t1;
 
     if (!options_.transforms.empty()) {
       const uint64_t batch_seed = MixSeed(MixSeed(options_.seed, static_cast<uint64_t>(ready.epoch)),
@@ -455,6 +569,7 @@ class Loader::Impl {
       }
       const int64_t t3 = NowNs();
       transform_ns_.fetch_add(t3 - t2, std::memory_order_relaxed);
+      ready.timing.transform_ns = t3 - t2;
       t2 = t3;
     }
 
@@ -465,6 +580,7 @@ class Loader::Impl {
       if (!target) return ready;
       const int64_t t3 = NowNs();
       buffer_wait_ns_.fetch_add(t3 - t2, std::memory_order_relaxed);
+      ready.timing.buffer_wait_ns += t3 - t2;
       {
         std::lock_guard lock(stream_mu_);
         for (const auto& region : layout_.CopyRegions(static_cast<int64_t>(rows.size()))) {
@@ -475,7 +591,8 @@ class Loader::Impl {
       }
       // The staging buffer comes back once the copy that reads it is done.
       host.ReleaseAfter(ready.event);
-      copy_ns_.fetch_add(NowNs() - t3, std::memory_order_relaxed);
+      ready.timing.copy_ns = NowNs() - t3;
+      copy_ns_.fetch_add(ready.timing.copy_ns, std::memory_order_relaxed);
       ready.buffer = std::move(target);
     }
     ready.ready_ns = NowNs();
@@ -533,6 +650,15 @@ class Loader::Impl {
   int64_t wall_start_ns_ = 0;
   int64_t last_return_ns_ = 0;
 
+  int active_workers_ = 1;  // guarded by mu_
+  int prefetch_ = 1;        // guarded by mu_
+
+  std::unique_ptr<Autotuner> tuner_;           // consumer thread only
+  std::optional<BatchTiming> pending_timing_;  // consumer thread only: step not known yet
+  mutable std::mutex timings_mu_;
+  std::deque<BatchTiming> timings_;
+  std::vector<std::string> tuning_log_;
+
   std::unique_ptr<ThreadPool> pool_;
   std::vector<std::future<void>> loops_;
 
@@ -563,5 +689,9 @@ const Source& Loader::source() const { return impl_->source(); }
 const Device& Loader::device() const { return impl_->device(); }
 int Loader::held_batches() const { return impl_->held(); }
 LoaderStats Loader::stats() const { return impl_->Stats(); }
+std::vector<BatchTiming> Loader::RecentBatches(size_t n) const { return impl_->RecentBatches(n); }
+void Loader::SetParallelism(int workers, int prefetch) { impl_->SetParallelism(workers, prefetch); }
+int Loader::workers() const { return impl_->workers(); }
+int Loader::prefetch() const { return impl_->prefetch(); }
 
 }  // namespace gpufeed

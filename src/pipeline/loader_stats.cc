@@ -29,6 +29,8 @@ std::string LoaderStats::ToJson() const {
       {"workers", workers},
       {"prefetch", prefetch},
       {"buffers", buffers},
+      {"buffers_allocated", buffers_allocated},
+      {"tuning_log", tuning_log},
       {"buffer_bytes", buffer_bytes},
       {"device", device},
   };

@@ -325,3 +325,38 @@ TEST(Loader, StagedCopyPathDeliversTheSameBatches) {
 
 }  // namespace
 }  // namespace gpufeed
+
+namespace gpufeed {
+namespace {
+
+TEST(Loader, SetParallelismKeepsTheBatchesAndRecordsTimings) {
+  Data data(600);
+  Loader reference(data.Open(), Opts(20, 1));
+  LoaderOptions o = Opts(20, 1);
+  o.max_workers = 4;
+  o.max_prefetch = 6;
+  Loader tuned(data.Open(), o);
+  std::vector<std::vector<int64_t>> got;
+  int n = 0;
+  while (auto batch = tuned.Next()) {
+    if (++n == 5) tuned.SetParallelism(4, 6);
+    if (n == 20) tuned.SetParallelism(2, 1);
+    got.push_back(CheckedLabels(*batch));
+  }
+  EXPECT_EQ(got, Epoch(reference));
+  EXPECT_EQ(tuned.workers(), 2);
+  EXPECT_EQ(tuned.prefetch(), 1);
+  tuned.SetParallelism(99, 99);  // clamped to the maxima
+  EXPECT_EQ(tuned.workers(), 4);
+  EXPECT_EQ(tuned.prefetch(), 6);
+  const auto timings = tuned.RecentBatches(1000);
+  ASSERT_EQ(timings.size(), 30u);  // every batch of the epoch, its step closed by Next()
+  EXPECT_EQ(timings.front().batch, 0);
+  EXPECT_EQ(timings.back().batch, 29);
+  EXPECT_EQ(timings[2].workers, 1);
+  EXPECT_EQ(timings[10].workers, 4);
+  for (const auto& t : timings) EXPECT_GT(t.read_ns, 0);
+}
+
+}  // namespace
+}  // namespace gpufeed
