@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "gpufeed/error.h"
+#include "gpufeed/hdf5.h"
 #include "gpufeed/sources.h"
 
 namespace gpufeed {
@@ -59,8 +60,7 @@ std::shared_ptr<Source> OpenPath(const std::string& path, const std::vector<std:
     case PathKind::kNumpyFolder:
       return OpenNumpy(path, {.fields = fields, .file_system = fs});
     case PathKind::kHdf5:
-      // ---- HDF5 branch: the HDF5 engineer replaces this throw with OpenHdf5. ----
-      throw Error(ErrorCode::kUnsupported, "HDF5 support is not built yet");
+      return OpenHdf5({path}, fields, {.file_system = fs});
     case PathKind::kNpyFile: {
       const std::string folder = stdfs::path(path).parent_path().string();
       throw Error(ErrorCode::kInvalidArgument,

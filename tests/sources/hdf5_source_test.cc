@@ -138,6 +138,14 @@ TEST(Hdf5SourceTest, EmptyDatasetListTakesEveryDatasetSorted) {
   EXPECT_EQ(source->schema().fields[1].name, "mel");
 }
 
+TEST(Hdf5SourceTest, OpenPathOpensHdf5Files) {
+  GPUFEED_REQUIRE_HDF5_FILES(files);
+  auto source = OpenPath(files->File("gzip"), {"label"});
+  EXPECT_EQ(source->size(), 1000);
+  EXPECT_EQ(source->schema().ToString(), "label: int64[]");
+  EXPECT_THAT(source->Describe(), ::testing::StartsWith("hdf5:"));
+}
+
 TEST(Hdf5SourceTest, PreferredBlockIsTheChunkLengthAlongAxisZero) {
   GPUFEED_REQUIRE_HDF5_FILES(files);
   EXPECT_EQ(OpenHdf5({files->File("gzip")}, {"mel"})->PreferredBlock(), 256);
