@@ -47,6 +47,11 @@ class NumpySource final : public Source {
  public:
   NumpySource(std::string dir, std::vector<NumpyField> fields, int64_t samples)
       : dir_(std::move(dir)), fields_(std::move(fields)), samples_(samples) {
+    // A cache key must not depend on the working directory the folder was named from.
+    std::error_code ec;
+    const auto absolute = stdfs::absolute(dir_, ec);
+    identity_dir_ = ec ? dir_ : absolute.lexically_normal().string();
+    while (identity_dir_.size() > 1 && identity_dir_.back() == '/') identity_dir_.pop_back();
     for (const auto& f : fields_) schema_.fields.push_back(f.spec);
   }
 
@@ -58,10 +63,10 @@ class NumpySource final : public Source {
   }
 
   std::string Identity() const override {
-    std::string id = fmt::format("numpy:{}", dir_);
+    std::string id = fmt::format("numpy:{}", identity_dir_);
     for (const auto& f : fields_) {
-      id += fmt::format("|{}={}:{}:{}:{}", f.spec.ToString(), f.file->path(), f.file->Size(),
-                        f.file->ModificationTimeNs(), f.data_offset);
+      id += fmt::format("|{}={}/{}.npy:{}:{}:{}", f.spec.ToString(), identity_dir_, f.spec.name,
+                        f.file->Size(), f.file->ModificationTimeNs(), f.data_offset);
     }
     return id;
   }
@@ -172,6 +177,7 @@ class NumpySource final : public Source {
   }
 
   const std::string dir_;
+  std::string identity_dir_;
   const std::vector<NumpyField> fields_;
   const int64_t samples_;
   Schema schema_;

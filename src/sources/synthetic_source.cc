@@ -1,13 +1,15 @@
 // The synthetic source: deterministic data of any schema, computed on the fly. Benchmarks use
-// it to measure the loader without I/O, so Read writes values straight into the batch with
-// one hash per element and no per-element dispatch.
+// it to measure the loader without I/O, so Read writes values straight into the batch with no
+// per-element dispatch, and one 64-bit hash feeds several narrow elements.
 //
-// Every element is a function of (seed, field, sample, element) through splitmix64's mixer.
-// Floating values are drawn on a grid that the dtype represents exactly (k / 2^(p-1) for a
-// p-bit significand), so what SyntheticValue returns is bit-for-bit what Read stores, for
-// float16 and bfloat16 too: float16 values are multiples of 2^-10 and bfloat16 values
-// multiples of 2^-7 in [-1, 1).
+// Every element is a function of (seed, field, sample, element) through splitmix64's mixer:
+// element e of a row takes the `kBits`-bit chunk number e % (64 / kBits) of the hash of
+// e / (64 / kBits). Floating values are drawn on a grid that the dtype represents exactly
+// (k / 2^(p-1) for a p-bit significand), so what SyntheticValue returns is bit-for-bit what
+// Read stores, for float16 and bfloat16 too: float16 values are multiples of 2^-10 and
+// bfloat16 values multiples of 2^-7 in [-1, 1).
 #include <array>
+#include <bit>
 #include <cstring>
 #include <set>
 
@@ -34,18 +36,37 @@ inline uint64_t FieldKey(uint64_t seed, int field) {
 inline uint64_t RowKey(uint64_t field_key, int64_t sample) {
   return Mix(field_key + static_cast<uint64_t>(sample) * kSampleStep);
 }
-inline uint64_t ElementHash(uint64_t row_key, int64_t element) {
-  return Mix(row_key + (static_cast<uint64_t>(element) + 1) * kGolden);
+inline uint64_t WordHash(uint64_t row_key, int64_t word) {
+  return Mix(row_key + (static_cast<uint64_t>(word) + 1) * kGolden);
 }
 
-// The grid index behind a float of `bits` significant bits: [-2^(bits-1), 2^(bits-1)).
+// Bits of hash each element of `dtype` consumes.
+constexpr int ChunkBits(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+    case DType::kInt8:
+    case DType::kUInt8:
+      return 8;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 16;
+    case DType::kFloat64:
+      return 64;
+    default:
+      return 32;
+  }
+}
+
+// The value on a grid of `kBits` significant bits from the chunk's low bits:
+// [-2^(kBits-1), 2^(kBits-1)) / 2^(kBits-1), i.e. [-1, 1).
 template <int kBits>
-inline int64_t Grid(uint64_t h) {
-  return static_cast<int64_t>(h >> (64 - kBits)) - (int64_t{1} << (kBits - 1));
+inline int64_t Grid(uint64_t chunk) {
+  return static_cast<int64_t>(chunk & ((uint64_t{1} << kBits) - 1)) - (int64_t{1} << (kBits - 1));
 }
 template <int kBits>
-inline double GridValue(uint64_t h) {
-  return static_cast<double>(Grid<kBits>(h)) / static_cast<double>(int64_t{1} << (kBits - 1));
+inline double GridValue(uint64_t chunk) {
+  return static_cast<double>(Grid<kBits>(chunk)) /
+         static_cast<double>(int64_t{1} << (kBits - 1));
 }
 
 // Half and bfloat16 bit patterns of every grid point, made once with dtype.h's converters so
@@ -63,101 +84,130 @@ const std::array<uint16_t, (1 << kBits)>& GridTable() {
   return table;
 }
 
-// The value stored for hash `h`, as a double. Integers stay in small ranges so sums and
+// The value stored for `chunk`, as a double. Integers stay in small ranges so sums and
 // embeddings built on them stay sane; int64 is label-like (class ids 0..999).
-double ValueOf(DType dtype, uint64_t h) {
+double ValueOf(DType dtype, uint64_t chunk) {
   switch (dtype) {
     case DType::kBool:
-      return static_cast<double>(h >> 63);
+      return static_cast<double>(chunk & 1);
     case DType::kInt8:
-      return static_cast<double>(static_cast<int64_t>(h >> 56) - 128);
+      return static_cast<double>(static_cast<int64_t>(chunk) - 128);
     case DType::kUInt8:
-      return static_cast<double>(h >> 56);
+      return static_cast<double>(chunk);
     case DType::kInt16:
     case DType::kInt32:
-      return static_cast<double>(static_cast<int64_t>((h >> 32) % 2000) - 1000);
+      return static_cast<double>(static_cast<int64_t>(chunk % 2000) - 1000);
     case DType::kInt64:
     case DType::kUInt16:
     case DType::kUInt32:
     case DType::kUInt64:
-      return static_cast<double>((h >> 32) % 1000);
+      return static_cast<double>(chunk % 1000);
     case DType::kFloat16:
-      return GridValue<11>(h);
+      return GridValue<11>(chunk);
     case DType::kBFloat16:
-      return GridValue<8>(h);
+      return GridValue<8>(chunk);
     case DType::kFloat32:
-      return GridValue<24>(h);
+      return GridValue<24>(chunk);
     case DType::kFloat64:
-      return GridValue<53>(h);
+      return GridValue<53>(chunk >> 11);
   }
   GPUFEED_ASSERT(false, "unknown dtype");
 }
 
-// Fills `rows` samples of one field; `store(h)` turns a hash into the element, inlined.
-template <typename T, typename Store>
+// Fills one field; `store(chunk)` turns a chunk of kBits into the element, inlined.
+template <typename T, int kBits, typename Store>
 void FillField(std::span<const int64_t> indices, uint64_t field_key, int64_t elements,
                std::byte* out, Store store) {
+  constexpr int64_t kPerWord = 64 / kBits;
+  constexpr uint64_t kMask = kBits == 64 ? ~uint64_t{0} : (uint64_t{1} << kBits) - 1;
   T* dst = reinterpret_cast<T*>(out);
+  const int64_t full_words = elements / kPerWord;
   for (size_t i = 0; i < indices.size(); ++i) {
     const uint64_t row_key = RowKey(field_key, indices[i]);
     T* row = dst + static_cast<int64_t>(i) * elements;
-    for (int64_t e = 0; e < elements; ++e) row[e] = store(ElementHash(row_key, e));
+    for (int64_t w = 0; w < full_words; ++w) {
+      const uint64_t h = WordHash(row_key, w);
+      for (int64_t j = 0; j < kPerWord; ++j) row[w * kPerWord + j] = store((h >> (j * kBits)) & kMask);
+    }
+    if (full_words * kPerWord < elements) {
+      const uint64_t h = WordHash(row_key, full_words);
+      for (int64_t e = full_words * kPerWord, j = 0; e < elements; ++e, ++j) {
+        row[e] = store((h >> (j * kBits)) & kMask);
+      }
+    }
+  }
+}
+
+// The one-byte dtypes, a word at a time: byte j of a little-endian word is chunk j, so
+// (h ^ flip) & keep stores eight elements at once (int8's c - 128 is c ^ 0x80 in two's
+// complement; bool keeps bit 0).
+static_assert(std::endian::native == std::endian::little, "chunks are taken little-endian");
+void FillBytes(std::span<const int64_t> indices, uint64_t field_key, int64_t elements,
+               std::byte* out, uint64_t flip, uint64_t keep) {
+  const int64_t full_words = elements / 8;
+  const auto tail = static_cast<size_t>(elements % 8);
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const uint64_t row_key = RowKey(field_key, indices[i]);
+    std::byte* row = out + static_cast<int64_t>(i) * elements;
+    for (int64_t w = 0; w < full_words; ++w) {
+      const uint64_t v = (WordHash(row_key, w) ^ flip) & keep;
+      std::memcpy(row + w * 8, &v, 8);
+    }
+    if (tail > 0) {
+      const uint64_t v = (WordHash(row_key, full_words) ^ flip) & keep;
+      std::memcpy(row + full_words * 8, &v, tail);
+    }
   }
 }
 
 void FillField(DType dtype, std::span<const int64_t> indices, uint64_t key, int64_t elements,
                std::byte* out) {
+  static_assert(ChunkBits(DType::kFloat32) == 32 && ChunkBits(DType::kInt64) == 32);
   switch (dtype) {
     case DType::kBool:
-      return FillField<uint8_t>(indices, key, elements, out,
-                                [](uint64_t h) { return static_cast<uint8_t>(h >> 63); });
+      return FillBytes(indices, key, elements, out, 0, 0x0101010101010101ull);
     case DType::kInt8:
-      return FillField<int8_t>(indices, key, elements, out, [](uint64_t h) {
-        return static_cast<int8_t>(static_cast<int64_t>(h >> 56) - 128);
-      });
+      return FillBytes(indices, key, elements, out, 0x8080808080808080ull, ~uint64_t{0});
     case DType::kUInt8:
-      return FillField<uint8_t>(indices, key, elements, out,
-                                [](uint64_t h) { return static_cast<uint8_t>(h >> 56); });
+      return FillBytes(indices, key, elements, out, 0, ~uint64_t{0});
     case DType::kInt16:
-      return FillField<int16_t>(indices, key, elements, out, [](uint64_t h) {
-        return static_cast<int16_t>(static_cast<int64_t>((h >> 32) % 2000) - 1000);
+      return FillField<int16_t, 32>(indices, key, elements, out, [](uint64_t c) {
+        return static_cast<int16_t>(static_cast<int64_t>(c % 2000) - 1000);
       });
     case DType::kInt32:
-      return FillField<int32_t>(indices, key, elements, out, [](uint64_t h) {
-        return static_cast<int32_t>(static_cast<int64_t>((h >> 32) % 2000) - 1000);
+      return FillField<int32_t, 32>(indices, key, elements, out, [](uint64_t c) {
+        return static_cast<int32_t>(static_cast<int64_t>(c % 2000) - 1000);
       });
     case DType::kInt64:
-      return FillField<int64_t>(indices, key, elements, out, [](uint64_t h) {
-        return static_cast<int64_t>((h >> 32) % 1000);
-      });
+      return FillField<int64_t, 32>(indices, key, elements, out,
+                                    [](uint64_t c) { return static_cast<int64_t>(c % 1000); });
     case DType::kUInt16:
-      return FillField<uint16_t>(indices, key, elements, out, [](uint64_t h) {
-        return static_cast<uint16_t>((h >> 32) % 1000);
-      });
+      return FillField<uint16_t, 32>(indices, key, elements, out,
+                                     [](uint64_t c) { return static_cast<uint16_t>(c % 1000); });
     case DType::kUInt32:
-      return FillField<uint32_t>(indices, key, elements, out, [](uint64_t h) {
-        return static_cast<uint32_t>((h >> 32) % 1000);
-      });
+      return FillField<uint32_t, 32>(indices, key, elements, out,
+                                     [](uint64_t c) { return static_cast<uint32_t>(c % 1000); });
     case DType::kUInt64:
-      return FillField<uint64_t>(indices, key, elements, out,
-                                 [](uint64_t h) { return (h >> 32) % 1000; });
+      return FillField<uint64_t, 32>(indices, key, elements, out,
+                                     [](uint64_t c) { return c % 1000; });
     case DType::kFloat16: {
       const auto& table = GridTable<11, FloatToHalf>();
-      return FillField<uint16_t>(indices, key, elements, out,
-                                 [&table](uint64_t h) { return table[h >> 53]; });
+      return FillField<uint16_t, 16>(indices, key, elements, out,
+                                     [&table](uint64_t c) { return table[c & 0x7ff]; });
     }
     case DType::kBFloat16: {
       const auto& table = GridTable<8, FloatToBFloat16>();
-      return FillField<uint16_t>(indices, key, elements, out,
-                                 [&table](uint64_t h) { return table[h >> 56]; });
+      return FillField<uint16_t, 16>(indices, key, elements, out,
+                                     [&table](uint64_t c) { return table[c & 0xff]; });
     }
     case DType::kFloat32:
-      return FillField<float>(indices, key, elements, out, [](uint64_t h) {
-        return static_cast<float>(Grid<24>(h)) * (1.0f / (1 << 23));
+      return FillField<float, 32>(indices, key, elements, out, [](uint64_t c) {
+        return static_cast<float>(Grid<24>(c)) * (1.0f / (1 << 23));
       });
     case DType::kFloat64:
-      return FillField<double>(indices, key, elements, out,
-                               [](uint64_t h) { return GridValue<53>(h); });
+      return FillField<double, 64>(indices, key, elements, out, [](uint64_t c) {
+        return static_cast<double>(Grid<53>(c >> 11)) * (1.0 / (int64_t{1} << 52));
+      });
   }
   GPUFEED_ASSERT(false, "unknown dtype");
 }
@@ -237,7 +287,11 @@ std::shared_ptr<Source> OpenSynthetic(Schema schema, int64_t samples, uint64_t s
 }
 
 double SyntheticValue(uint64_t seed, int field, int64_t sample, int64_t element, DType dtype) {
-  return ValueOf(dtype, ElementHash(RowKey(FieldKey(seed, field), sample), element));
+  const int bits = ChunkBits(dtype);
+  const int64_t per_word = 64 / bits;
+  const uint64_t h = WordHash(RowKey(FieldKey(seed, field), sample), element / per_word);
+  const uint64_t chunk = h >> ((element % per_word) * bits);
+  return ValueOf(dtype, bits == 64 ? chunk : chunk & ((uint64_t{1} << bits) - 1));
 }
 
 }  // namespace gpufeed

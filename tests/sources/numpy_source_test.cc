@@ -183,6 +183,9 @@ TEST_F(NumpySourceTest, IdentityNamesFilesAndChangesWithThem) {
   const std::string before = OpenNumpy(root)->Identity();
   EXPECT_THAT(before, HasSubstr(root + "/a.npy"));
   EXPECT_THAT(before, HasSubstr("a: int16[]"));
+  // The same folder named another way is the same data.
+  EXPECT_EQ(OpenNumpy(std::filesystem::relative(root).string())->Identity(), before);
+  EXPECT_EQ(OpenNumpy(root + "/./")->Identity(), before);
   WriteDataSet({{"a", DType::kInt16, {}}}, 5);
   EXPECT_NE(OpenNumpy(root)->Identity(), before);
 }
