@@ -12,7 +12,20 @@ of tensors, zero-copy through DLPack::
             loss = model(batch["mel"], batch["label"])
 """
 
-from gpufeed import _gpufeed
+import os as _os
+import sys as _sys
+
+try:
+    from gpufeed import _gpufeed
+except ImportError:
+    # Imported from the source tree (python/) with a build tree's staged package
+    # (build/python/gpufeed, which holds _gpufeed) further down sys.path: look there too.
+    __path__ += [
+        _os.path.join(entry, "gpufeed") for entry in _sys.path
+        if entry and _os.path.isdir(_os.path.join(entry, "gpufeed"))
+        and _os.path.realpath(_os.path.join(entry, "gpufeed")) != _os.path.realpath(__path__[0])
+    ]
+    from gpufeed import _gpufeed
 from gpufeed._gpufeed import (
     Cancelled,
     CorruptData,
