@@ -34,14 +34,18 @@ std::shared_ptr<Source> OpenNumpy(const std::string& dir, NumpyOptions options =
 
 // Writes one `.npy` file (the header and `bytes` of C-order data). Used by the demo and tests.
 // Throws Error(kIo) naming the path.
-void WriteNpy(const std::string& path, const FieldSpec& field, int64_t samples,
-              const void* data);
+void WriteNpy(const std::string& path, const FieldSpec& field, int64_t samples, const void* data);
 
 // Deterministic data of a given schema: the value of every element is a function of
 // (seed, field, sample, element), so tests can check any row (see SyntheticValue).
 std::shared_ptr<Source> OpenSynthetic(Schema schema, int64_t samples, uint64_t seed = 0);
 // The value OpenSynthetic stores at `element` of `sample` in field number `field`, as a
-// double before conversion to the field's dtype.
+// double before conversion to the field's dtype. The conversion is exact, so this equals the
+// stored element read back: floats lie on a grid their dtype represents exactly, in [-1, 1)
+// (multiples of 2^-10 for float16, 2^-7 for bfloat16 -- stored with FloatToHalf and
+// FloatToBFloat16 -- 2^-23 for float32, 2^-52 for float64); int8 and uint8 span their range,
+// int16/int32 lie in [-1000, 1000), int64 and the wider unsigned types in [0, 1000) (label-like),
+// bool is 0 or 1.
 double SyntheticValue(uint64_t seed, int field, int64_t sample, int64_t element, DType dtype);
 
 // Arrays already in memory (NumPy arrays, torch tensors): zero-copy. `owner` keeps the

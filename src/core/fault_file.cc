@@ -1,12 +1,12 @@
 // FaultInjectingFileSystem: EIO after N reads, short reads and delays on top of another
 // FileSystem, for tests of every retry and error path.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 #include "gpufeed/file.h"

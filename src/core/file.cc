@@ -2,6 +2,7 @@
 #include "gpufeed/file.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,8 +11,6 @@
 #include <cerrno>
 #include <mutex>
 #include <system_error>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 

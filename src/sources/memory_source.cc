@@ -1,9 +1,9 @@
 // The memory source: rows copied straight from arrays the caller already holds (NumPy arrays,
 // torch tensors), with no copy at open time.
+#include <fmt/format.h>
+
 #include <cstring>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
@@ -83,15 +83,14 @@ std::shared_ptr<Source> OpenMemory(std::vector<MemoryField> fields,
     }
     for (int64_t d : f.spec.shape) {
       if (d < 0) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("memory source: field {} has a negative dimension",
-                                f.spec.ToString()));
+        throw Error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("memory source: field {} has a negative dimension", f.spec.ToString()));
       }
     }
     if (f.samples < 0) {
       throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("memory source: field '{}' has {} samples", f.spec.name,
-                              f.samples));
+                  fmt::format("memory source: field '{}' has {} samples", f.spec.name, f.samples));
     }
     if (f.data == nullptr && f.samples > 0 && f.spec.SampleBytes() > 0) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -99,11 +98,11 @@ std::shared_ptr<Source> OpenMemory(std::vector<MemoryField> fields,
                               f.spec.name, f.samples));
     }
     if (f.samples != fields.front().samples) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("memory source: fields have different sample counts: '{}' has {}, "
-                              "'{}' has {}",
-                              fields.front().spec.name, fields.front().samples, f.spec.name,
-                              f.samples));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("memory source: fields have different sample counts: '{}' has {}, "
+                      "'{}' has {}",
+                      fields.front().spec.name, fields.front().samples, f.spec.name, f.samples));
     }
   }
   return std::make_shared<MemorySource>(std::move(fields), std::move(owner));

@@ -1,14 +1,14 @@
 #include "sources/npy_header.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
 #include <limits>
 #include <optional>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "gpufeed/error.h"
 
@@ -93,9 +93,9 @@ class DictParser {
                               path_));
     }
     if (shape->empty()) {
-      throw Error(ErrorCode::kUnsupported,
-                  fmt::format("{}: a 0-d array has no sample axis; save it with shape (N, ...)",
-                              path_));
+      throw Error(
+          ErrorCode::kUnsupported,
+          fmt::format("{}: a 0-d array has no sample axis; save it with shape (N, ...)", path_));
     }
     NpyHeader header;
     header.dtype = DTypeFromDescr(*descr);
@@ -106,8 +106,8 @@ class DictParser {
  private:
   [[noreturn]] void Fail(const std::string& what) const {
     throw Error(ErrorCode::kCorruptData,
-                fmt::format("{}: malformed .npy header ({} at character {}): {}", path_, what,
-                            pos_, text_.substr(0, 200)));
+                fmt::format("{}: malformed .npy header ({} at character {}): {}", path_, what, pos_,
+                            text_.substr(0, 200)));
   }
 
   void SkipSpace() {
@@ -147,8 +147,8 @@ class DictParser {
 
   bool ParseBool() {
     SkipSpace();
-    for (auto [word, value] : {std::pair{std::string_view("True"), true},
-                               std::pair{std::string_view("False"), false}}) {
+    for (auto [word, value] :
+         {std::pair{std::string_view("True"), true}, std::pair{std::string_view("False"), false}}) {
       if (text_.substr(pos_, word.size()) == word) {
         pos_ += word.size();
         return value;
@@ -256,9 +256,9 @@ NpyHeader ReadNpyHeader(const File& file) {
   const std::string& path = file.path();
   const uint64_t file_size = file.Size();
   if (file_size < kPreamble1) {
-    throw Error(ErrorCode::kCorruptData,
-                fmt::format("{}: not a .npy file: {} bytes is shorter than the header", path,
-                            file_size));
+    throw Error(
+        ErrorCode::kCorruptData,
+        fmt::format("{}: not a .npy file: {} bytes is shorter than the header", path, file_size));
   }
   unsigned char pre[kPreamble2] = {};
   ReadFully(file, 0, pre, std::min<uint64_t>(file_size, kPreamble2), ".npy preamble");
@@ -270,8 +270,8 @@ NpyHeader ReadNpyHeader(const File& file) {
   const int minor = pre[7];
   if (minor != 0 || major < 1 || major > 3) {
     throw Error(ErrorCode::kUnsupported,
-                fmt::format("{}: .npy format version {}.{} is not supported (1.0, 2.0, 3.0)",
-                            path, major, minor));
+                fmt::format("{}: .npy format version {}.{} is not supported (1.0, 2.0, 3.0)", path,
+                            major, minor));
   }
   const size_t preamble = major == 1 ? kPreamble1 : kPreamble2;
   if (file_size < preamble) {
@@ -309,8 +309,8 @@ NpyHeader ReadNpyHeader(const File& file) {
                 fmt::format("{}: the header says shape ({}) of {} = {} data bytes, but the file "
                             "holds {} bytes after the header ({})",
                             path, fmt::join(header.shape, ", "), DTypeName(header.dtype),
-                            overflow ? std::string("more than 2^64") : std::to_string(bytes),
-                            have, have < bytes || overflow ? "truncated" : "extra bytes"));
+                            overflow ? std::string("more than 2^64") : std::to_string(bytes), have,
+                            have < bytes || overflow ? "truncated" : "extra bytes"));
   }
   return header;
 }

@@ -1,5 +1,7 @@
 // The NumPy source: a folder with one memory-mapped `.npy` file per field, and WriteNpy.
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,9 +12,6 @@
 #include <numeric>
 #include <set>
 #include <system_error>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
@@ -273,19 +272,18 @@ std::shared_ptr<Source> OpenNumpy(const std::string& dir, NumpyOptions options) 
     const NumpyField& first = fields.front();
     const NumpyField& last = fields.back();
     if (last.samples != first.samples) {
-      throw Error(ErrorCode::kCorruptData,
-                  fmt::format("numpy folder {}: fields have different sample counts: {} holds "
-                              "{} samples, {} holds {}",
-                              dir, first.file->path(), first.samples, last.file->path(),
-                              last.samples));
+      throw Error(
+          ErrorCode::kCorruptData,
+          fmt::format("numpy folder {}: fields have different sample counts: {} holds "
+                      "{} samples, {} holds {}",
+                      dir, first.file->path(), first.samples, last.file->path(), last.samples));
     }
   }
   const int64_t samples = fields.front().samples;
   return std::make_shared<NumpySource>(dir, std::move(fields), samples);
 }
 
-void WriteNpy(const std::string& path, const FieldSpec& field, int64_t samples,
-              const void* data) {
+void WriteNpy(const std::string& path, const FieldSpec& field, int64_t samples, const void* data) {
   if (samples < 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{}: cannot write {} samples", path, samples));
@@ -328,8 +326,8 @@ void WriteNpy(const std::string& path, const FieldSpec& field, int64_t samples,
   }
   if (!ok) {
     unlink(tmp.c_str());
-    throw Error(ErrorCode::kIo, fmt::format("{}: cannot write: {}", path,
-                                            std::generic_category().message(err)));
+    throw Error(ErrorCode::kIo,
+                fmt::format("{}: cannot write: {}", path, std::generic_category().message(err)));
   }
 }
 

@@ -1,11 +1,11 @@
 #include "sources/open_path.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"

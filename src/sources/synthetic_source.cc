@@ -8,12 +8,12 @@
 // (k / 2^(p-1) for a p-bit significand), so what SyntheticValue returns is bit-for-bit what
 // Read stores, for float16 and bfloat16 too: float16 values are multiples of 2^-10 and
 // bfloat16 values multiples of 2^-7 in [-1, 1).
+#include <fmt/format.h>
+
 #include <array>
 #include <bit>
 #include <cstring>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
@@ -65,8 +65,7 @@ inline int64_t Grid(uint64_t chunk) {
 }
 template <int kBits>
 inline double GridValue(uint64_t chunk) {
-  return static_cast<double>(Grid<kBits>(chunk)) /
-         static_cast<double>(int64_t{1} << (kBits - 1));
+  return static_cast<double>(Grid<kBits>(chunk)) / static_cast<double>(int64_t{1} << (kBits - 1));
 }
 
 // Half and bfloat16 bit patterns of every grid point, made once with dtype.h's converters so
@@ -127,7 +126,9 @@ void FillField(std::span<const int64_t> indices, uint64_t field_key, int64_t ele
     T* row = dst + static_cast<int64_t>(i) * elements;
     for (int64_t w = 0; w < full_words; ++w) {
       const uint64_t h = WordHash(row_key, w);
-      for (int64_t j = 0; j < kPerWord; ++j) row[w * kPerWord + j] = store((h >> (j * kBits)) & kMask);
+      for (int64_t j = 0; j < kPerWord; ++j) {
+        row[w * kPerWord + j] = store((h >> (j * kBits)) & kMask);
+      }
     }
     if (full_words * kPerWord < elements) {
       const uint64_t h = WordHash(row_key, full_words);
@@ -277,9 +278,9 @@ std::shared_ptr<Source> OpenSynthetic(Schema schema, int64_t samples, uint64_t s
     }
     for (int64_t d : field.shape) {
       if (d < 0) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("synthetic source: field {} has a negative dimension",
-                                field.ToString()));
+        throw Error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("synthetic source: field {} has a negative dimension", field.ToString()));
       }
     }
   }

@@ -11,15 +11,15 @@ namespace gpufeed {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 
 TEST(MemorySourceTest, ReadsRowsOfCallerMemoryInTheOrderAsked) {
   std::vector<float> x(10 * 3);
   std::iota(x.begin(), x.end(), 0.0f);
   std::vector<int64_t> y{0, 10, 20, 30, 40, 50, 60, 70, 80, 90};
-  const auto source = OpenMemory({{{"x", DType::kFloat32, {3}}, x.data(), 10},
-                                  {{"y", DType::kInt64, {}}, y.data(), 10}});
+  const auto source = OpenMemory(
+      {{{"x", DType::kFloat32, {3}}, x.data(), 10}, {{"y", DType::kInt64, {}}, y.data(), 10}});
   EXPECT_EQ(source->size(), 10);
   EXPECT_EQ(source->schema().fields[0].ToString(), "x: float32[3]");
   const std::vector<int64_t> indices{9, 2, 2, 0};
@@ -60,7 +60,11 @@ TEST(MemorySourceTest, RejectsBadFields) {
   std::vector<int8_t> a(4), b(5);
   std::string message;
   EXPECT_EQ(ErrorCodeOf([] { OpenMemory({}); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(ErrorCodeOf([&] { OpenMemory({{{"a", DType::kInt8, {}}, nullptr, 4}}); }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenMemory({{{"a", DType::kInt8, {}}, nullptr, 4}});
+                },
+                &message),
             ErrorCode::kInvalidArgument);
   EXPECT_THAT(message, HasSubstr("'a'"));
   EXPECT_EQ(ErrorCodeOf(
@@ -72,11 +76,13 @@ TEST(MemorySourceTest, RejectsBadFields) {
             ErrorCode::kInvalidArgument);
   EXPECT_THAT(message, HasSubstr("'b' has 5"));
   EXPECT_EQ(ErrorCodeOf([&] {
-              OpenMemory({{{"a", DType::kInt8, {}}, a.data(), 4},
-                          {{"a", DType::kInt8, {}}, a.data(), 4}});
+              OpenMemory(
+                  {{{"a", DType::kInt8, {}}, a.data(), 4}, {{"a", DType::kInt8, {}}, a.data(), 4}});
             }),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(ErrorCodeOf([&] { OpenMemory({{{"a", DType::kInt8, {}}, a.data(), -1}}); }),
+  EXPECT_EQ(ErrorCodeOf([&] {
+              OpenMemory({{{"a", DType::kInt8, {}}, a.data(), -1}});
+            }),
             ErrorCode::kInvalidArgument);
   // An empty array may have no storage at all.
   EXPECT_EQ(OpenMemory({{{"a", DType::kInt8, {}}, nullptr, 0}})->size(), 0);

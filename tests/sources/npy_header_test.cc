@@ -1,9 +1,8 @@
 #include "sources/npy_header.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <fmt/format.h>
 
 #include "sources/npy_test_util.h"
 #include "sources/scratch_dir.h"
@@ -12,8 +11,8 @@ namespace gpufeed {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 using testing::RawNpy;
 using testing::ScratchDir;
 
@@ -34,10 +33,10 @@ TEST(NpyDictTest, ParsesWhatNumpyWrites) {
 
 TEST(NpyDictTest, MapsEveryNumericDescr) {
   const std::pair<const char*, DType> cases[] = {
-      {"|b1", DType::kBool},     {"|i1", DType::kInt8},    {"<i2", DType::kInt16},
-      {"<i4", DType::kInt32},    {"<i8", DType::kInt64},   {"|u1", DType::kUInt8},
-      {"<u2", DType::kUInt16},   {"<u4", DType::kUInt32},  {"<u8", DType::kUInt64},
-      {"<f2", DType::kFloat16},  {"<f4", DType::kFloat32}, {"<f8", DType::kFloat64},
+      {"|b1", DType::kBool},    {"|i1", DType::kInt8},    {"<i2", DType::kInt16},
+      {"<i4", DType::kInt32},   {"<i8", DType::kInt64},   {"|u1", DType::kUInt8},
+      {"<u2", DType::kUInt16},  {"<u4", DType::kUInt32},  {"<u8", DType::kUInt64},
+      {"<f2", DType::kFloat16}, {"<f4", DType::kFloat32}, {"<f8", DType::kFloat64},
   };
   for (const auto& [descr, dtype] : cases) {
     const auto h =
@@ -49,8 +48,8 @@ TEST(NpyDictTest, MapsEveryNumericDescr) {
 }
 
 TEST(NpyDictTest, RejectsUnsupportedDtypesNamingFileAndDescr) {
-  for (const char* descr : {"<U10", ">f4", ">i8", "|O", "<c8", "<c16", "|S5", "<M8[ns]", "<f16",
-                            "|V8", "<i3"}) {
+  for (const char* descr :
+       {"<U10", ">f4", ">i8", "|O", "<c8", "<c16", "|S5", "<M8[ns]", "<f16", "|V8", "<i3"}) {
     std::string message;
     EXPECT_EQ(ErrorCodeOf(
                   [&] {
@@ -66,8 +65,9 @@ TEST(NpyDictTest, RejectsUnsupportedDtypesNamingFileAndDescr) {
   std::string message;
   EXPECT_EQ(ErrorCodeOf(
                 [&] {
-                  Parse("{'descr': [('a', '<f4'), ('b', '<i8')], 'fortran_order': False, "
-                        "'shape': (1,), }");
+                  Parse(
+                      "{'descr': [('a', '<f4'), ('b', '<i8')], 'fortran_order': False, "
+                      "'shape': (1,), }");
                 },
                 &message),
             ErrorCode::kUnsupported);
@@ -90,14 +90,14 @@ TEST(NpyDictTest, RejectsMalformedDicts) {
   for (const char* dict : {
            "",
            "{}",
-           "{'descr': '<f4', 'fortran_order': False}",                            // no shape
-           "{'descr': '<f4', 'shape': (1,)}",                                     // no order
-           "{'fortran_order': False, 'shape': (1,)}",                             // no descr
-           "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}",     // extra key
+           "{'descr': '<f4', 'fortran_order': False}",                         // no shape
+           "{'descr': '<f4', 'shape': (1,)}",                                  // no order
+           "{'fortran_order': False, 'shape': (1,)}",                          // no descr
+           "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}",  // extra key
            "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (1,)}",
-           "{'descr': '<f4', 'fortran_order': false, 'shape': (1,)}",             // not Python
+           "{'descr': '<f4', 'fortran_order': false, 'shape': (1,)}",  // not Python
            "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,)}",
-           "{'descr': '<f4', 'fortran_order': False, 'shape': (3)}",              // an int
+           "{'descr': '<f4', 'fortran_order': False, 'shape': (3)}",  // an int
            "{'descr': '<f4', 'fortran_order': False, 'shape': (3,,)}",
            "{'descr': '<f4', 'fortran_order': False, 'shape': [3]}",
            "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}",

@@ -22,7 +22,8 @@ inline std::string RawNpy(int version, std::string dict, std::string_view data) 
   out.push_back(static_cast<char>(version));
   out.push_back('\0');
   const size_t len = dict.size();
-  for (size_t i = 0; i < preamble - 8; ++i) out.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  for (size_t i = 0; i < preamble - 8; ++i)
+    out.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
   out += dict;
   out += data;
   return out;

@@ -1,13 +1,12 @@
 // Interoperability with real NumPy (Debian's, under /usr/bin/python3): files NumPy writes
 // read back right, and files WriteNpy writes are byte-identical to NumPy's own.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
@@ -17,8 +16,8 @@
 namespace gpufeed {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 using testing::ScratchDir;
 
 constexpr const char* kPython = "/usr/bin/python3";
@@ -76,19 +75,45 @@ std::vector<std::byte> ExpectedElement(DType dtype, int64_t i) {
   auto put = [&](auto v) { std::memcpy(out.data(), &v, sizeof(v)); };
   const double f = static_cast<double>(i % 100) * 0.5 - 20;
   switch (dtype) {
-    case DType::kBool: put(static_cast<uint8_t>(i % 3 == 1)); break;
-    case DType::kInt8: put(static_cast<int8_t>(i % 100 - 50)); break;
-    case DType::kInt16: put(static_cast<int16_t>(i % 100 - 50)); break;
-    case DType::kInt32: put(static_cast<int32_t>(i % 100 - 50)); break;
-    case DType::kInt64: put(static_cast<int64_t>(i % 100 - 50)); break;
-    case DType::kUInt8: put(static_cast<uint8_t>(i % 200)); break;
-    case DType::kUInt16: put(static_cast<uint16_t>(i % 200)); break;
-    case DType::kUInt32: put(static_cast<uint32_t>(i % 200)); break;
-    case DType::kUInt64: put(static_cast<uint64_t>(i % 200)); break;
-    case DType::kFloat16: put(FloatToHalf(static_cast<float>(f))); break;
-    case DType::kFloat32: put(static_cast<float>(f)); break;
-    case DType::kFloat64: put(f); break;
-    case DType::kBFloat16: ADD_FAILURE(); break;
+    case DType::kBool:
+      put(static_cast<uint8_t>(i % 3 == 1));
+      break;
+    case DType::kInt8:
+      put(static_cast<int8_t>(i % 100 - 50));
+      break;
+    case DType::kInt16:
+      put(static_cast<int16_t>(i % 100 - 50));
+      break;
+    case DType::kInt32:
+      put(static_cast<int32_t>(i % 100 - 50));
+      break;
+    case DType::kInt64:
+      put(static_cast<int64_t>(i % 100 - 50));
+      break;
+    case DType::kUInt8:
+      put(static_cast<uint8_t>(i % 200));
+      break;
+    case DType::kUInt16:
+      put(static_cast<uint16_t>(i % 200));
+      break;
+    case DType::kUInt32:
+      put(static_cast<uint32_t>(i % 200));
+      break;
+    case DType::kUInt64:
+      put(static_cast<uint64_t>(i % 200));
+      break;
+    case DType::kFloat16:
+      put(FloatToHalf(static_cast<float>(f)));
+      break;
+    case DType::kFloat32:
+      put(static_cast<float>(f));
+      break;
+    case DType::kFloat64:
+      put(f);
+      break;
+    case DType::kBFloat16:
+      ADD_FAILURE();
+      break;
   }
   return out;
 }
@@ -106,8 +131,8 @@ class NumpyPythonTest : public ::testing::Test {
   ScratchDir dir_;
 };
 
-const std::vector<std::string> kNames = {"bool",   "int8",   "int16",   "int32",
-                                         "int64",  "uint8",  "uint16",  "uint32",
+const std::vector<std::string> kNames = {"bool",   "int8",    "int16",   "int32",
+                                         "int64",  "uint8",   "uint16",  "uint32",
                                          "uint64", "float16", "float32", "float64"};
 
 TEST_F(NumpyPythonTest, ReadsWhatNumpyWrites) {

@@ -15,15 +15,15 @@
 namespace gpufeed {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 using testing::RawNpy;
 using testing::ScratchDir;
 
 constexpr DType kNpyDTypes[] = {
-    DType::kBool,   DType::kInt8,   DType::kInt16,   DType::kInt32,   DType::kInt64,
-    DType::kUInt8,  DType::kUInt16, DType::kUInt32,  DType::kUInt64,  DType::kFloat16,
-    DType::kFloat32, DType::kFloat64,
+    DType::kBool,   DType::kInt8,    DType::kInt16,   DType::kInt32,
+    DType::kInt64,  DType::kUInt8,   DType::kUInt16,  DType::kUInt32,
+    DType::kUInt64, DType::kFloat16, DType::kFloat32, DType::kFloat64,
 };
 
 // The byte stored at `byte` of `sample` in a field salted `salt`: every row differs.
@@ -130,8 +130,7 @@ TEST_F(NumpySourceTest, RoundTripsEveryDtypeAndShape) {
 }
 
 TEST_F(NumpySourceTest, MmapAndPreadGiveEqualBytes) {
-  const std::vector<FieldSpec> specs = {{"a", DType::kFloat32, {5, 7}},
-                                        {"b", DType::kUInt8, {3}}};
+  const std::vector<FieldSpec> specs = {{"a", DType::kFloat32, {5, 7}}, {"b", DType::kUInt8, {3}}};
   const std::string root = WriteDataSet(specs, 1000);
   // Short reads exercise the retry loop under coalesced runs.
   auto faulty = std::make_shared<FaultInjectingFileSystem>(DefaultFileSystem(),
@@ -162,8 +161,7 @@ TEST_F(NumpySourceTest, MmapAndPreadGiveEqualBytes) {
 
 TEST_F(NumpySourceTest, DefaultFieldsAreEveryNpyByNameAndOptionsOrderIsKept) {
   const std::string root = WriteDataSet(
-      {{"zeta", DType::kInt32, {}}, {"alpha", DType::kInt8, {2}}, {"mid", DType::kFloat64, {}}},
-      4);
+      {{"zeta", DType::kInt32, {}}, {"alpha", DType::kInt8, {2}}, {"mid", DType::kFloat64, {}}}, 4);
   dir_.Write("ds/notes.txt", "not a field");
   const auto all = OpenNumpy(root);
   ASSERT_EQ(all->schema().fields.size(), 3u);
@@ -214,11 +212,17 @@ TEST_F(NumpySourceTest, MissingFieldNamesItAndListsThoseThere) {
   const std::string root =
       WriteDataSet({{"mel", DType::kFloat32, {2}}, {"label", DType::kInt64, {}}}, 4);
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] { OpenNumpy(root, {.fields = {"mel", "lable"}}); }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenNumpy(root, {.fields = {"mel", "lable"}});
+                },
+                &message),
             ErrorCode::kNotFound);
   EXPECT_THAT(message, HasSubstr("'lable'"));
   EXPECT_THAT(message, HasSubstr("label, mel"));
-  EXPECT_EQ(ErrorCodeOf([&] { OpenNumpy(root, {.fields = {"mel", "mel"}}); }),
+  EXPECT_EQ(ErrorCodeOf([&] {
+              OpenNumpy(root, {.fields = {"mel", "mel"}});
+            }),
             ErrorCode::kInvalidArgument);
 }
 
@@ -249,7 +253,8 @@ TEST_F(NumpySourceTest, BadFilesAreRejectedNamingTheFile) {
       {"extra", RawNpy(1, dict, data + "!"), ErrorCode::kCorruptData, "extra bytes"},
       {"magic", bad_magic, ErrorCode::kCorruptData, "magic"},
       {"unicode",
-       RawNpy(1, "{'descr': '<U10', 'fortran_order': False, 'shape': (3,), }", std::string(120, 'a')),
+       RawNpy(1, "{'descr': '<U10', 'fortran_order': False, 'shape': (3,), }",
+              std::string(120, 'a')),
        ErrorCode::kUnsupported, "<U10"},
       {"bigendian", RawNpy(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (6,), }", data),
        ErrorCode::kUnsupported, "big-endian"},

@@ -13,8 +13,8 @@
 namespace gpufeed {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 using testing::ScratchDir;
 
 class OpenPathTest : public ::testing::Test {

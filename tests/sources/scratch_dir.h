@@ -35,7 +35,8 @@ class ScratchDir {
   // Writes `bytes` to `name` and returns its path.
   std::string Write(std::string_view name, std::string_view bytes) const {
     const std::string p = Path(name);
-    std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(p, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     return p;
   }
 

@@ -11,12 +11,12 @@
 namespace gpufeed {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 
 constexpr DType kAllDTypes[] = {
-    DType::kBool,    DType::kInt8,     DType::kInt16,   DType::kInt32,  DType::kInt64,
-    DType::kUInt8,   DType::kUInt16,   DType::kUInt32,  DType::kUInt64, DType::kFloat16,
+    DType::kBool,     DType::kInt8,    DType::kInt16,   DType::kInt32,  DType::kInt64,
+    DType::kUInt8,    DType::kUInt16,  DType::kUInt32,  DType::kUInt64, DType::kFloat16,
     DType::kBFloat16, DType::kFloat32, DType::kFloat64,
 };
 
@@ -28,19 +28,32 @@ double Element(DType dtype, const std::byte* row, int64_t e) {
     return v;
   };
   switch (dtype) {
-    case DType::kBool: return get(uint8_t{});
-    case DType::kInt8: return get(int8_t{});
-    case DType::kInt16: return get(int16_t{});
-    case DType::kInt32: return get(int32_t{});
-    case DType::kInt64: return static_cast<double>(get(int64_t{}));
-    case DType::kUInt8: return get(uint8_t{});
-    case DType::kUInt16: return get(uint16_t{});
-    case DType::kUInt32: return get(uint32_t{});
-    case DType::kUInt64: return static_cast<double>(get(uint64_t{}));
-    case DType::kFloat16: return HalfToFloat(get(uint16_t{}));
-    case DType::kBFloat16: return BFloat16ToFloat(get(uint16_t{}));
-    case DType::kFloat32: return get(float{});
-    case DType::kFloat64: return get(double{});
+    case DType::kBool:
+      return get(uint8_t{});
+    case DType::kInt8:
+      return get(int8_t{});
+    case DType::kInt16:
+      return get(int16_t{});
+    case DType::kInt32:
+      return get(int32_t{});
+    case DType::kInt64:
+      return static_cast<double>(get(int64_t{}));
+    case DType::kUInt8:
+      return get(uint8_t{});
+    case DType::kUInt16:
+      return get(uint16_t{});
+    case DType::kUInt32:
+      return get(uint32_t{});
+    case DType::kUInt64:
+      return static_cast<double>(get(uint64_t{}));
+    case DType::kFloat16:
+      return HalfToFloat(get(uint16_t{}));
+    case DType::kBFloat16:
+      return BFloat16ToFloat(get(uint16_t{}));
+    case DType::kFloat32:
+      return get(float{});
+    case DType::kFloat64:
+      return get(double{});
   }
   return 0;
 }
@@ -130,8 +143,8 @@ TEST(SyntheticSourceTest, RejectsNonsense) {
   const auto source = OpenSynthetic(ParseSchema("x:float32[]"), 10);
   std::vector<std::byte> buf(4);
   const std::vector<int64_t> out_of_range{10};
-  EXPECT_EQ(ErrorCodeOf([&] { source->Read(out_of_range, {.fields = {buf.data()}, .rows = 1},
-                                           nullptr); }),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] { source->Read(out_of_range, {.fields = {buf.data()}, .rows = 1}, nullptr); }),
             ErrorCode::kInvalidArgument);
 }
 
