@@ -1,10 +1,40 @@
 #include "device/cuda_context.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
 
 #include "gpufeed/error.h"
 
 namespace gpufeed::cuda {
+namespace {
+
+std::atomic<bool> forked_child{false};
+std::atomic<pid_t> parent_pid{0};
+
+}  // namespace
+
+bool InForkedChild() { return forked_child.load(std::memory_order_relaxed); }
+
+void WatchForFork() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    parent_pid = getpid();
+    pthread_atfork(nullptr, nullptr, [] { forked_child.store(true); });
+  });
+}
+
+void CheckNotForked(std::string_view what) {
+  if (!InForkedChild()) return;
+  throw Error(ErrorCode::kDevice,
+              fmt::format("{}: this process was forked from {} after the CUDA driver was loaded, "
+                          "and CUDA does not survive fork; start workers with the 'spawn' "
+                          "method, or open the device only in the child",
+                          what, parent_pid.load()));
+}
 
 std::shared_ptr<CudaContext> CudaContext::RetainPrimary(const CudaDriver& driver, int ordinal) {
   const std::string name = fmt::format("cuda:{}", ordinal);
@@ -28,7 +58,7 @@ CudaContext::CudaContext(const CudaDriver& driver, CUdevice device, CUcontext co
 CudaContext::~CudaContext() {
   // Exactly one release per retain; never a reset, which would free PyTorch's memory too.
   // At process exit the driver may already be deinitialized: nothing left to release then.
-  driver_.DevicePrimaryCtxRelease(device_);
+  if (!InForkedChild()) driver_.DevicePrimaryCtxRelease(device_);
 }
 
 void CudaContext::Check(CUresult result, std::string_view what) const {
@@ -37,6 +67,7 @@ void CudaContext::Check(CUresult result, std::string_view what) const {
 }
 
 CurrentContextScope::CurrentContextScope(const CudaContext& context) : driver_(context.driver()) {
+  CheckNotForked(context.name());
   CUcontext current = nullptr;
   if (driver_.CtxGetCurrent(&current) != kSuccess) current = nullptr;
   if (current == context.handle()) return;

@@ -18,6 +18,14 @@
 
 namespace gpufeed::cuda {
 
+// True in a child forked after the driver was loaded: CUDA's state does not survive fork, so
+// every driver call there is undefined. Set by a pthread_atfork handler.
+bool InForkedChild();
+// Registers that handler (once; the driver table does it when it loads).
+void WatchForFork();
+// Throws Error(kDevice) explaining the fork when InForkedChild().
+void CheckNotForked(std::string_view what);
+
 class CudaContext {
  public:
   // Retains the primary context of device `ordinal`. REQUIRES: cuInit succeeded and the

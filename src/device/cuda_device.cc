@@ -129,6 +129,7 @@ std::shared_ptr<CudaDevice> OpenCudaDevice(const CudaDeviceOptions& options) {
   const CudaDriver& driver =
       options.library.empty() ? CudaDriver::Get() : CudaDriver::Load(options.library);
   const std::string& library = driver.library();
+  CheckNotForked(fmt::format("cannot open a CUDA device through '{}'", library));
   // cuInit is cheap to repeat and never cached here: CUDA_VISIBLE_DEVICES may change.
   const CUresult init = driver.Init(0);
   if (init == kErrorStubLibrary) {

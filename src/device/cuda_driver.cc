@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 
+#include "device/cuda_context.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed::cuda {
@@ -42,7 +43,8 @@ const CudaDriver& CudaDriver::Load(const std::string& library) {
 }
 
 CudaDriver::CudaDriver(std::string library) : library_(std::move(library)) {
-  const bool from_env = library_ != kDefaultLibrary;
+  const char* env = std::getenv("GPUFEED_CUDA_LIBRARY");
+  const bool from_env = env != nullptr && library_ == env;
   dlerror();
   // RTLD_LOCAL: the driver's cu* names must not leak into the global namespace, where they
   // could shadow the real driver for PyTorch in the same process.
@@ -74,6 +76,7 @@ CudaDriver::CudaDriver(std::string library) : library_(std::move(library)) {
   GPUFEED_CUDA_DRIVER_SYMBOLS(GPUFEED_CUDA_ASSIGN)
 #undef GPUFEED_CUDA_ASSIGN
   is_fake_ = dlsym(handle, "fake_cuda_failures") != nullptr;
+  WatchForFork();
 }
 
 std::string_view FallbackErrorName(CUresult result) {

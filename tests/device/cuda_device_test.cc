@@ -4,7 +4,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "fake_cuda_fixture.h"
@@ -88,6 +91,19 @@ TEST_F(CudaDeviceTest, NoLibraryNamesTheLibraryTried) {
                               HasSubstr("/nonexistent/libcuda.so.1"), HasSubstr("No such file")));
 }
 
+TEST_F(CudaDeviceTest, TheToolkitStubLibraryIsNamedAsSuch) {
+  // The toolkit's link-time stub exports every symbol but answers 34 to everything.
+  const std::string stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+  if (access(stub.c_str(), R_OK) != 0) GTEST_SKIP() << "no CUDA toolkit stub at " << stub;
+  try {
+    OpenCudaDevice({.ordinal = 0, .library = stub});
+    FAIL() << "the stub is not a driver";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDevice);
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(stub), HasSubstr("stub library, not a driver")));
+  }
+}
+
 TEST_F(CudaDeviceTest, AutoFallsBackToTheHostWithOneLineNotice) {
   setenv("GPUFEED_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
   ::testing::internal::CaptureStderr();
@@ -162,6 +178,35 @@ TEST_F(CudaDeviceTest, PinnedMemoryThatCannotBeHadNamesTheBytes) {
     EXPECT_EQ(e.code(), ErrorCode::kDevice);
     EXPECT_THAT(e.what(), AllOf(HasSubstr("8192 byte"), HasSubstr("pin")));
   }
+}
+
+TEST_F(CudaDeviceTest, AForkedChildIsToldCudaDoesNotSurviveFork) {
+  auto device = OpenCudaDevice();
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // No gtest assertions in the child: the exit code says what went wrong.
+    int code = 0;
+    try {
+      OpenDevice("cuda");
+      code = 1;
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("forked") == std::string::npos) code = 2;
+    }
+    try {
+      device->AllocDevice(64);
+      code = 3;
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("spawn") == std::string::npos) code = 4;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1/3: CUDA used in the child; 2/4: unclear message";
+  void* mem = device->AllocDevice(64);  // the parent is unaffected
+  device->FreeDevice(mem);
 }
 
 TEST_F(CudaDeviceTest, AnyThreadMayCallAndItsCurrentContextIsPutBack) {
