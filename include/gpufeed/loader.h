@@ -74,7 +74,7 @@ struct BatchTiming {
   int64_t rows = 0;
   int64_t read_ns = 0;
   int64_t transform_ns = 0;
-  int64_t copy_ns = 0;
+  int64_t copy_ns = 0;           // issuing the copy, and waiting for a pinned buffer to free
   int64_t buffer_wait_ns = 0;    // the worker waiting for a free batch buffer
   int64_t queue_wait_ns = 0;     // ready, waiting for the consumer to ask
   int64_t consumer_wait_ns = 0;  // the consumer blocked in the Next() that returned it
@@ -90,7 +90,8 @@ struct LoaderStats {
   int64_t bytes = 0;              // delivered, after transforms
   int64_t read_ns = 0;            // Source::Read, summed over workers
   int64_t transform_ns = 0;       // transforms, summed over workers
-  int64_t copy_ns = 0;            // issuing the device copy (and waiting for staging buffers)
+  int64_t copy_ns = 0;            // issuing device copies and waiting for pinned staging
+                                  // buffers that earlier copies still read
   int64_t buffer_wait_ns = 0;     // workers waiting for a free batch buffer
   int64_t queue_wait_ns = 0;      // batches ready, waiting for the consumer to ask
   int64_t consumer_wait_ns = 0;   // the consumer blocked inside Next()
@@ -182,6 +183,8 @@ class Loader {
   LoaderState State() const;
   void Restore(const LoaderState& state);
 
+  // The options in force: defaults resolved (workers, prefetch, max_workers, device).
+  const LoaderOptions& options() const;
   const Schema& schema() const;  // after transforms
   int64_t batches_per_epoch() const;
   int64_t samples_per_epoch() const;

@@ -327,6 +327,7 @@ class Loader::Impl {
   }
 
   const Schema& schema() const { return *schema_; }
+  const LoaderOptions& options() const { return options_; }
   const Sampler& sampler() const { return sampler_; }
   const Source& source() const { return *source_; }
   const Device& device() const { return *device_; }
@@ -439,6 +440,7 @@ class Loader::Impl {
       consumer_epoch_ = epoch;
       consumer_batch_ = batch;
       stop_ = false;
+      halted_ = false;
       error_ = nullptr;
       ready_.clear();
       run_start_ns_ = NowNs();
@@ -457,6 +459,7 @@ class Loader::Impl {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
+      halted_ = true;
     }
     work_cv_.notify_all();
     ready_cv_.notify_all();
@@ -499,10 +502,9 @@ class Loader::Impl {
     return order;
   }
 
-  bool Stopping() const {
-    std::lock_guard lock(mu_);
-    return stop_ || error_;
-  }
+  // Read by workers waiting inside a buffer pool, under the pool's lock: an atomic, so no
+  // pool lock is ever held while taking mu_ (the error path takes mu_, then wakes the pools).
+  bool Stopping() const { return halted_.load(); }
 
   void WorkerLoop(int worker) {
     for (;;) {
@@ -526,8 +528,11 @@ class Loader::Impl {
         ready_.emplace(seq, std::move(ready));
         ready_cv_.notify_all();
       } catch (...) {
-        std::lock_guard lock(mu_);
-        if (!error_ && !stop_) error_ = std::current_exception();
+        {
+          std::lock_guard lock(mu_);
+          if (!error_ && !stop_) error_ = std::current_exception();
+          halted_ = true;
+        }
         ready_cv_.notify_all();
         work_cv_.notify_all();
         batch_pool_->WakeAll();
@@ -549,11 +554,18 @@ class Loader::Impl {
     BufferPool::Handle host = (staging_pool_ ? staging_pool_ : batch_pool_)->Acquire(stopping);
     if (!host) return ready;
     int64_t t1 = NowNs();
-    buffer_wait_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
     ready.timing.epoch = ready.epoch;
     ready.timing.batch = ready.batch;
     ready.timing.rows = static_cast<int64_t>(rows.size());
-    ready.timing.buffer_wait_ns = t1 - t0;
+    if (staging_pool_) {
+      // Staging buffers are held only from read to copy completion, so waiting for one is
+      // waiting for earlier copies: it counts as copy time (slow copies show up here).
+      ready.timing.copy_ns = t1 - t0;
+      copy_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
+    } else {
+      ready.timing.buffer_wait_ns = t1 - t0;
+      buffer_wait_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
+    }
 
     BatchView view = layout_.View(host.data(), static_cast<int64_t>(rows.size()));
     source_->Read(rows, view, worker_states_[static_cast<size_t>(worker)].get());
@@ -591,8 +603,9 @@ class Loader::Impl {
       }
       // The staging buffer comes back once the copy that reads it is done.
       host.ReleaseAfter(ready.event);
-      ready.timing.copy_ns = NowNs() - t3;
-      copy_ns_.fetch_add(ready.timing.copy_ns, std::memory_order_relaxed);
+      const int64_t issue_ns = NowNs() - t3;
+      ready.timing.copy_ns += issue_ns;
+      copy_ns_.fetch_add(issue_ns, std::memory_order_relaxed);
       ready.buffer = std::move(target);
     }
     ready.ready_ns = NowNs();
@@ -638,6 +651,7 @@ class Loader::Impl {
   std::condition_variable ready_cv_;  // consumer: a batch is ready, or an error
   bool stop_ = false;
   std::exception_ptr error_;
+  std::atomic<bool> halted_{false};  // stop_ || error_, for lock-free reads
   int64_t run_epoch_ = 0;  // where the current run of workers started
   int64_t run_batch_ = 0;
   int64_t next_claim_ = 0;    // run sequence numbers
@@ -683,6 +697,7 @@ void Loader::SetEpoch(int64_t epoch) { impl_->SetEpoch(epoch); }
 LoaderState Loader::State() const { return impl_->State(); }
 void Loader::Restore(const LoaderState& state) { impl_->Restore(state); }
 const Schema& Loader::schema() const { return impl_->schema(); }
+const LoaderOptions& Loader::options() const { return impl_->options(); }
 int64_t Loader::batches_per_epoch() const { return impl_->sampler().batches_per_epoch(); }
 int64_t Loader::samples_per_epoch() const { return impl_->sampler().shard_size(); }
 const Source& Loader::source() const { return impl_->source(); }

@@ -99,7 +99,7 @@ TEST(Autotuner, LoaderFromABadStartAddsWorkersForASlowSource) {
     std::string Identity() const override { return "slow"; }
     void Read(std::span<const int64_t> i, const BatchView& out,
               SourceWorkerState* s) const override {
-      std::this_thread::sleep_for(std::chrono::milliseconds(6));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
       base_->Read(i, out, s);
     }
 
@@ -120,7 +120,7 @@ TEST(Autotuner, LoaderFromABadStartAddsWorkersForASlowSource) {
     ASSERT_NE(b, nullptr);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  EXPECT_GE(loader.workers(), 3);
+  EXPECT_GE(loader.workers(), 2);
   const auto stats = loader.stats();
   ASSERT_FALSE(stats.tuning_log.empty());
   EXPECT_THAT(stats.tuning_log.front(), HasSubstr("trying 2"));
@@ -129,7 +129,7 @@ TEST(Autotuner, LoaderFromABadStartAddsWorkersForASlowSource) {
   ASSERT_EQ(recent.size(), 8u);
   int64_t wait = 0;
   for (const auto& t : recent) wait += t.consumer_wait_ns;
-  EXPECT_LT(wait / 8, 4'000'000);
+  EXPECT_LT(wait / 8, 15'000'000);  // one worker alone waits ~19 ms
 }
 
 }  // namespace

@@ -1,0 +1,87 @@
+// The doctor: says where each step's time goes, which stage makes the GPU wait, and what
+// to change, with the numbers behind it.
+//
+// Input is what the loader measured per batch (read, decode and transform, copy, the
+// consumer's wait in Next() and its step between calls), the loader's settings, and what
+// the monitor saw (CPU, cgroup quota and throttling, RAM, GPU utilization and VRAM). All
+// rules live in one function, Diagnose(), a pure function of that input, so each rule is
+// unit-tested on recorded figures.
+//
+// Verdicts:
+//   input-bound      the consumer waits for data; the slowest stage is named, and whether
+//                    the CPU is saturated or the reads wait on storage
+//   copy-bound       the copy to the device is the slowest stage
+//   host-bound       no data wait, yet the GPU idles: the host side of the step (launches,
+//                    synchronizations, small batches) is the bottleneck
+//   memory-pressure  RAM or the cgroup memory limit is nearly exhausted
+//   healthy          the loader keeps up and the GPU (or the step) is the bottleneck
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufeed/loader.h"
+#include "gpufeed/monitor.h"
+
+namespace gpufeed {
+
+enum class Verdict { kHealthy, kInputBound, kCopyBound, kHostBound, kMemoryPressure };
+std::string_view VerdictName(Verdict verdict);  // "input-bound", ...
+
+struct DoctorInput {
+  // The loader: recent batches (oldest first) and its settings.
+  std::vector<BatchTiming> batches;
+  int workers = 1;
+  int prefetch = 1;
+  int max_workers = 1;      // what the autotuner or the user may go up to
+  int64_t batch_size = 0;
+  double sample_bytes = 0;  // after transforms
+  int64_t dataset_samples = 0;
+  bool device_copy = false;  // batches are copied to a GPU
+  bool transforms = false;   // host transforms run in the workers
+  std::string cache = "none";
+  // The machine (the monitor, /proc, cgroup v2). Unknown readings stay empty.
+  int cpu_count = 1;
+  std::optional<double> cpu_limit_cores;      // cgroup cpu.max
+  std::optional<double> process_cpu_cores;    // the training process tree
+  std::optional<double> throttled_fraction;   // share of the window the cgroup throttled
+  std::optional<uint64_t> ram_available_bytes;
+  std::optional<uint64_t> ram_total_bytes;
+  std::optional<uint64_t> cgroup_memory_limit_bytes;
+  std::optional<uint64_t> cgroup_memory_used_bytes;
+  std::optional<double> disk_read_bytes_per_second;
+  // The GPU: utilization (NVML, or the GPU-busy share of the step measured otherwise) and
+  // its memory.
+  std::optional<double> gpu_utilization;
+  std::optional<uint64_t> vram_used_bytes;
+  std::optional<uint64_t> vram_total_bytes;
+};
+
+struct Diagnosis {
+  Verdict verdict = Verdict::kHealthy;
+  std::string stage;                  // "read", "transform", "copy" when a stage is named
+  std::string headline;               // one sentence with the deciding numbers
+  std::vector<std::string> evidence;  // the figures behind it
+  std::vector<std::string> advice;    // what to change, each with its numbers
+  // Shares of the consumer's time and of the workers' time, 0-1.
+  double consumer_wait_fraction = 0;
+  double worker_busy_fraction = 0;
+
+  std::string ToText() const;
+  std::string ToJson() const;
+};
+
+// The rules. REQUIRES: input.batches non-empty for a verdict other than "healthy, nothing
+// measured yet".
+Diagnosis Diagnose(const DoctorInput& input);
+
+// Gathers the input from a running loader (its last `window` batches) and, when given, the
+// monitor (its latest snapshot, and the throttling over the last 10 s of its history).
+DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor,
+                               size_t window = 64);
+
+}  // namespace gpufeed

@@ -1,0 +1,82 @@
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <iterator>
+#include <thread>
+
+#include "gpufeed/doctor.h"
+
+namespace gpufeed {
+
+std::string Diagnosis::ToText() const {
+  std::string out = fmt::format("Doctor: {}\n  {}\n", VerdictName(verdict), headline);
+  for (const auto& e : evidence) out += fmt::format("  - {}\n", e);
+  for (const auto& a : advice) out += fmt::format("  > {}\n", a);
+  return out;
+}
+
+std::string Diagnosis::ToJson() const {
+  nlohmann::json j = {{"verdict", VerdictName(verdict)},
+                      {"stage", stage},
+                      {"headline", headline},
+                      {"evidence", evidence},
+                      {"advice", advice},
+                      {"consumer_wait_fraction", consumer_wait_fraction},
+                      {"worker_busy_fraction", worker_busy_fraction}};
+  return j.dump();
+}
+
+DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, size_t window) {
+  DoctorInput in;
+  const LoaderOptions& o = loader.options();
+  in.batches = loader.RecentBatches(window);
+  in.workers = loader.workers();
+  in.prefetch = loader.prefetch();
+  in.max_workers = o.max_workers;
+  in.batch_size = o.batch_size;
+  in.sample_bytes = static_cast<double>(loader.schema().SampleBytes());
+  in.dataset_samples = loader.source().size();
+  in.device_copy = loader.device().needs_copy();
+  in.transforms = !o.transforms.empty();
+  const DeviceMemoryInfo ram = HostDevice()->MemoryInfo();
+  in.cpu_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  in.ram_available_bytes = ram.free_bytes;
+  in.ram_total_bytes = ram.total_bytes;
+  if (monitor == nullptr) return in;
+  const auto history = monitor->History();
+  if (history.empty()) return in;
+  const MonitorSnapshot& last = history.back();
+  const HostSample& h = last.host;
+  in.cpu_count = h.cpu_count > 0 ? h.cpu_count : in.cpu_count;
+  in.cpu_limit_cores = h.cgroup_cpu_limit_cores;
+  in.process_cpu_cores = h.tree_cpu_cores;
+  if (h.memory_total_bytes && h.memory_used_bytes) {
+    in.ram_total_bytes = *h.memory_total_bytes;
+    in.ram_available_bytes = *h.memory_total_bytes - *h.memory_used_bytes;
+  }
+  in.cgroup_memory_limit_bytes = h.cgroup_memory_limit_bytes;
+  in.cgroup_memory_used_bytes = h.cgroup_memory_used_bytes;
+  in.disk_read_bytes_per_second = h.disk_read_bytes_per_second;
+  // Throttling over the last ~10 s of history.
+  for (auto it = history.rbegin(); it != history.rend(); ++it) {
+    const double span = last.elapsed_seconds - it->elapsed_seconds;
+    if (span >= 10 || std::next(it) == history.rend()) {
+      if (span > 0 && h.cgroup_cpu_throttled_seconds_total &&
+          it->host.cgroup_cpu_throttled_seconds_total) {
+        in.throttled_fraction = (*h.cgroup_cpu_throttled_seconds_total -
+                                 *it->host.cgroup_cpu_throttled_seconds_total) /
+                                span;
+      }
+      break;
+    }
+  }
+  if (!last.gpus.empty()) {
+    const GpuSample& g = last.gpus.front();
+    in.gpu_utilization = g.utilization_ratio;
+    in.vram_used_bytes = g.memory_used_bytes;
+    in.vram_total_bytes = g.memory_total_bytes;
+  }
+  return in;
+}
+
+}  // namespace gpufeed

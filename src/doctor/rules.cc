@@ -1,0 +1,269 @@
+// Every rule of the doctor, in one place: Diagnose() reads the measurements and settles on
+// one verdict, with the figures that decided it and advice computed from them.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "gpufeed/doctor.h"
+
+namespace gpufeed {
+namespace {
+
+constexpr double kWaitInputBound = 0.10;  // the loop waits this share of its time for data
+constexpr double kCpuSaturated = 0.90;    // of the usable cores
+constexpr double kGpuIdle = 0.50;         // below this GPU utilization the GPU idles
+constexpr double kMemoryFull = 0.95;      // of RAM or of the cgroup limit
+constexpr double kRamBudget = 0.50;       // of available RAM, for a cache
+
+double Ms(double ns) { return ns * 1e-6; }
+std::string Gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
+std::string Pct(double ratio) { return fmt::format("{:.0f}%", 100 * ratio); }
+
+struct Totals {
+  double n = 0, rows = 0;
+  double wait = 0, step = 0, read = 0, transform = 0, copy = 0, buffer_wait = 0;
+};
+
+Totals Sum(const std::vector<BatchTiming>& batches) {
+  Totals t;
+  for (const auto& b : batches) {
+    t.n += 1;
+    t.rows += static_cast<double>(b.rows);
+    t.wait += static_cast<double>(b.consumer_wait_ns);
+    t.step += static_cast<double>(b.step_ns);
+    t.read += static_cast<double>(b.read_ns);
+    t.transform += static_cast<double>(b.transform_ns);
+    t.copy += static_cast<double>(b.copy_ns);
+    t.buffer_wait += static_cast<double>(b.buffer_wait_ns);
+  }
+  return t;
+}
+
+// "batch 128 uses 4.5 of 24.0 GB VRAM; about 512 fits (a suggestion; your setting stands)"
+std::optional<std::string> BatchSizeAdvice(const DoctorInput& in) {
+  if (!in.vram_used_bytes || !in.vram_total_bytes || *in.vram_total_bytes == 0) return {};
+  const double used = static_cast<double>(*in.vram_used_bytes);
+  const double total = static_cast<double>(*in.vram_total_bytes);
+  if (used <= 0 || used > 0.5 * total) return {};
+  // Memory grows roughly with the batch; keep 20% of the card free.
+  int64_t fits = in.batch_size;
+  while (static_cast<double>(fits * 2) / static_cast<double>(in.batch_size) * used <= 0.8 * total) {
+    fits *= 2;
+  }
+  if (fits == in.batch_size) return {};
+  return fmt::format("batch {} uses {} of {} VRAM; about {} fits (a suggestion; your setting "
+                     "stands)",
+                     in.batch_size, Gb(used), Gb(total), fits);
+}
+
+}  // namespace
+
+std::string_view VerdictName(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kHealthy:
+      return "healthy";
+    case Verdict::kInputBound:
+      return "input-bound";
+    case Verdict::kCopyBound:
+      return "copy-bound";
+    case Verdict::kHostBound:
+      return "host-bound";
+    case Verdict::kMemoryPressure:
+      return "memory-pressure";
+  }
+  return "unknown";
+}
+
+Diagnosis Diagnose(const DoctorInput& in) {
+  Diagnosis d;
+  if (in.batches.empty()) {
+    d.headline = "nothing measured yet: the doctor needs a few batches delivered";
+    return d;
+  }
+  const Totals t = Sum(in.batches);
+  const double consumer = t.wait + t.step;
+  const int workers = std::max(1, in.workers);
+  d.consumer_wait_fraction = consumer > 0 ? t.wait / consumer : 0;
+  d.worker_busy_fraction =
+      consumer > 0 ? (t.read + t.transform + t.copy) / (workers * consumer) : 0;
+  const double usable =
+      in.cpu_limit_cores ? std::min<double>(in.cpu_count, *in.cpu_limit_cores) : in.cpu_count;
+  const double batch_bytes = in.sample_bytes * static_cast<double>(in.batch_size);
+  const double set_bytes = in.sample_bytes * static_cast<double>(in.dataset_samples);
+  std::optional<double> ram_budget;
+  if (in.ram_available_bytes) {
+    double available = static_cast<double>(*in.ram_available_bytes);
+    if (in.cgroup_memory_limit_bytes && in.cgroup_memory_used_bytes) {
+      available = std::min(available, static_cast<double>(*in.cgroup_memory_limit_bytes) -
+                                          static_cast<double>(*in.cgroup_memory_used_bytes));
+    }
+    ram_budget = kRamBudget * std::max(0.0, available);
+  }
+  const auto per_batch = [&](double ns) { return Ms(ns / t.n); };
+  d.evidence.push_back(fmt::format(
+      "over the last {} batches: the loop waited {} of its time in Next() ({:.1f} ms per batch) "
+      "and stepped {:.1f} ms per batch",
+      static_cast<int>(t.n), Pct(d.consumer_wait_fraction), per_batch(t.wait), per_batch(t.step)));
+  d.evidence.push_back(fmt::format(
+      "per batch, summed over {} worker(s): read {:.1f} ms, transform {:.1f} ms, copy {:.1f} ms; "
+      "workers {} busy",
+      workers, per_batch(t.read), per_batch(t.transform), per_batch(t.copy),
+      Pct(d.worker_busy_fraction)));
+  if (in.process_cpu_cores) {
+    d.evidence.push_back(fmt::format("the process used {:.2f} of {:.1f} usable cores",
+                                     *in.process_cpu_cores, usable));
+  }
+  if (in.gpu_utilization) {
+    d.evidence.push_back(fmt::format("GPU utilization {}", Pct(*in.gpu_utilization)));
+  }
+  const auto cache_advice = [&](std::string_view what_it_saves) -> std::optional<std::string> {
+    if (!ram_budget || set_bytes <= 0 || in.cache != "none") return {};
+    if (set_bytes <= *ram_budget) {
+      return fmt::format("the decoded set ({}) fits the RAM budget ({}): cache='ram' takes {} "
+                         "out of every epoch after the first",
+                         Gb(set_bytes), Gb(*ram_budget), what_it_saves);
+    }
+    return fmt::format("the decoded set ({}) exceeds the RAM budget ({}): cache='shm' shares "
+                       "one copy among the processes of this node",
+                       Gb(set_bytes), Gb(*ram_budget));
+  };
+
+  // 1. Memory pressure overrides the rest: every other fix needs memory.
+  const bool cgroup_full = in.cgroup_memory_limit_bytes && in.cgroup_memory_used_bytes &&
+                           *in.cgroup_memory_used_bytes >=
+                               kMemoryFull * static_cast<double>(*in.cgroup_memory_limit_bytes);
+  const bool ram_full = in.ram_available_bytes && in.ram_total_bytes &&
+                        static_cast<double>(*in.ram_available_bytes) <
+                            (1 - kMemoryFull) * static_cast<double>(*in.ram_total_bytes);
+  if (cgroup_full || ram_full) {
+    d.verdict = Verdict::kMemoryPressure;
+    d.headline = cgroup_full
+                     ? fmt::format("memory pressure: the container uses {} of its {} limit",
+                                   Gb(static_cast<double>(*in.cgroup_memory_used_bytes)),
+                                   Gb(static_cast<double>(*in.cgroup_memory_limit_bytes)))
+                     : fmt::format("memory pressure: only {} of {} RAM is available",
+                                   Gb(static_cast<double>(*in.ram_available_bytes)),
+                                   Gb(static_cast<double>(*in.ram_total_bytes)));
+    d.advice.push_back(fmt::format(
+        "the loader holds up to {} batches of {} ({}): lower prefetch from {} to 1 frees {}",
+        workers + in.prefetch, Gb(batch_bytes), Gb((workers + in.prefetch) * batch_bytes),
+        in.prefetch, Gb((in.prefetch - 1) * batch_bytes)));
+    d.advice.push_back("several processes on this node reading the same data: cache='shm' "
+                       "keeps one copy for all of them");
+    return d;
+  }
+
+  // 2. The loop waits for data: name the stage.
+  if (d.consumer_wait_fraction >= kWaitInputBound) {
+    const double stage_ns = std::max({t.read, t.transform, t.copy});
+    if (in.device_copy && stage_ns == t.copy) {
+      d.verdict = Verdict::kCopyBound;
+      d.stage = "copy";
+      const double copy_ms = per_batch(t.copy) / workers;
+      d.headline = fmt::format(
+          "copy-bound: the loop waited {} of its time for data, and copying a {} batch to the "
+          "device takes {:.1f} ms ({:.1f} GB/s) against a {:.1f} ms step",
+          Pct(d.consumer_wait_fraction), Gb(batch_bytes), copy_ms,
+          copy_ms > 0 ? batch_bytes / (copy_ms * 1e6) : 0.0, per_batch(t.step));
+      d.advice.push_back(fmt::format(
+          "cast floating fields to float16 or bfloat16 on the host (transforms=['cast:FIELD:"
+          "float16']): each batch moves {} instead of {}",
+          Gb(batch_bytes / 2), Gb(batch_bytes)));
+      d.advice.push_back("cache='device' keeps the data set on the GPU and gathers batches "
+                         "there, with no copy per batch, where it fits the VRAM budget");
+      return d;
+    }
+    d.verdict = Verdict::kInputBound;
+    d.stage = stage_ns == t.transform ? "transform" : "read";
+    const bool cpu_saturated =
+        in.process_cpu_cores ? *in.process_cpu_cores >= kCpuSaturated * usable
+                             : (d.worker_busy_fraction >= kCpuSaturated && workers >= usable);
+    const std::string cpu_text =
+        in.process_cpu_cores
+            ? fmt::format("the CPU is at {:.0f}% of {:.0f} cores", 100 * *in.process_cpu_cores,
+                          usable)
+            : fmt::format("{} worker(s) on {:.0f} cores", workers, usable);
+    if (in.throttled_fraction && *in.throttled_fraction > 0.05) {
+      d.evidence.push_back(fmt::format(
+          "the cgroup throttled the process {} of the time: its CPU quota ({:.1f} cores) is the "
+          "ceiling",
+          Pct(*in.throttled_fraction), usable));
+    }
+    const double stage_busy = stage_ns / (workers * consumer);
+    if (d.stage == "transform") {
+      d.headline = fmt::format(
+          "input-bound on transform: the loop waited {} of its time for data; host transforms "
+          "take {:.1f} ms per batch against {:.1f} ms reading ({} busy on {} worker(s); {})",
+          Pct(d.consumer_wait_fraction), per_batch(t.transform), per_batch(t.read),
+          Pct(stage_busy), workers, cpu_text);
+      d.advice.push_back("run the costly transforms on the GPU, after the copy, where they cost "
+                         "microseconds per batch");
+      if (!cpu_saturated && workers < usable) {
+        d.advice.push_back(fmt::format("raise workers from {} to {}: {}", workers,
+                                       static_cast<int>(usable), cpu_text));
+      }
+      if (auto c = cache_advice("reading and decoding")) d.advice.push_back(*c);
+      return d;
+    }
+    if (cpu_saturated) {
+      d.headline = fmt::format(
+          "input-bound on read, CPU-saturated: the loop waited {} of its time for data; read is "
+          "{} busy on {} worker(s) and {}",
+          Pct(d.consumer_wait_fraction), Pct(stage_busy), workers, cpu_text);
+      if (auto c = cache_advice("reading and decoding")) d.advice.push_back(*c);
+      d.advice.push_back("compressed HDF5 with large chunks: block shuffle decodes each chunk "
+                         "once per window instead of once per sample");
+    } else if (workers < std::max<double>(usable, in.max_workers)) {
+      const int target = static_cast<int>(std::max<double>(usable, in.max_workers));
+      d.headline = fmt::format(
+          "input-bound on read: the loop waited {} of its time for data while {}; more workers "
+          "would read in parallel",
+          Pct(d.consumer_wait_fraction), cpu_text);
+      d.advice.push_back(fmt::format("raise workers from {} to {} (or autotune=True)", workers,
+                                     target));
+      if (auto c = cache_advice("reading")) d.advice.push_back(*c);
+    } else {
+      d.headline = fmt::format(
+          "input-bound on read, I/O-bound: the loop waited {} of its time for data; the "
+          "workers spend {} of their time in reads while {}: they wait on storage",
+          Pct(d.consumer_wait_fraction), Pct(stage_busy), cpu_text);
+      if (in.disk_read_bytes_per_second) {
+        d.evidence.push_back(fmt::format("the disks read {:.0f} MB/s",
+                                         *in.disk_read_bytes_per_second / 1e6));
+      }
+      if (auto c = cache_advice("storage")) d.advice.push_back(*c);
+      d.advice.push_back("or move the data set to faster storage (local NVMe rather than a "
+                         "network file system)");
+    }
+    return d;
+  }
+
+  // 3. The loop gets its data in time. Does the GPU work?
+  if (in.gpu_utilization && *in.gpu_utilization < kGpuIdle) {
+    d.verdict = Verdict::kHostBound;
+    d.headline = fmt::format(
+        "host-bound training loop: the GPU was busy {} while the loop waited only {} of its "
+        "time for data; the host side of each {:.1f} ms step is the bottleneck",
+        Pct(*in.gpu_utilization), Pct(d.consumer_wait_fraction), per_batch(t.step));
+    d.advice.push_back("look for synchronizations inside the step (.item(), .cpu(), printing "
+                       "tensors) and remove them or move them out of the loop");
+    d.advice.push_back("fewer, larger kernels: a bigger batch, CUDA graphs or torch.compile "
+                       "cut launch overhead");
+    if (auto b = BatchSizeAdvice(in)) d.advice.push_back(*b);
+    return d;
+  }
+  d.verdict = Verdict::kHealthy;
+  d.headline =
+      in.gpu_utilization
+          ? fmt::format("healthy: the loop waited {} of its time for data and the GPU was busy "
+                        "{}: the step is the bottleneck, as it should be",
+                        Pct(d.consumer_wait_fraction), Pct(*in.gpu_utilization))
+          : fmt::format("healthy: the loop waited {} of its time for data (GPU utilization "
+                        "unknown: no NVML)",
+                        Pct(d.consumer_wait_fraction));
+  if (auto b = BatchSizeAdvice(in)) d.advice.push_back(*b);
+  return d;
+}
+
+}  // namespace gpufeed

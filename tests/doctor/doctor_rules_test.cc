@@ -1,0 +1,127 @@
+// Each rule of the doctor on recorded figures: no threads, no clock.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufeed/doctor.h"
+
+namespace gpufeed {
+namespace {
+
+using ::testing::HasSubstr;
+
+// `n` identical batches: wait, step, read, transform, copy in milliseconds.
+DoctorInput Recorded(double wait, double step, double read, double transform = 0,
+                     double copy = 0, int n = 32) {
+  DoctorInput in;
+  BatchTiming t;
+  t.rows = 8192;
+  t.consumer_wait_ns = static_cast<int64_t>(wait * 1e6);
+  t.step_ns = static_cast<int64_t>(step * 1e6);
+  t.read_ns = static_cast<int64_t>(read * 1e6);
+  t.transform_ns = static_cast<int64_t>(transform * 1e6);
+  t.copy_ns = static_cast<int64_t>(copy * 1e6);
+  in.batches.assign(static_cast<size_t>(n), t);
+  in.workers = 2;
+  in.prefetch = 4;
+  in.max_workers = 2;
+  in.batch_size = 8192;
+  in.sample_bytes = 8200;
+  in.dataset_samples = 100000;
+  in.cpu_count = 2;
+  in.ram_available_bytes = uint64_t{20} << 30;
+  in.ram_total_bytes = uint64_t{24} << 30;
+  return in;
+}
+
+TEST(DoctorRules, CpuSaturatedReadSuggestsTheRamCacheWithTheNumbers) {
+  DoctorInput in = Recorded(30, 10, 78);
+  in.process_cpu_cores = 1.98;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound);
+  EXPECT_EQ(d.stage, "read");
+  EXPECT_THAT(d.headline, HasSubstr("CPU-saturated"));
+  EXPECT_THAT(d.headline, HasSubstr("the CPU is at 198% of 2 cores"));
+  EXPECT_NEAR(d.consumer_wait_fraction, 0.75, 1e-9);
+  ASSERT_FALSE(d.advice.empty());
+  EXPECT_THAT(d.advice[0], HasSubstr("the decoded set (0.8 GB) fits the RAM budget"));
+  EXPECT_THAT(d.advice[0], HasSubstr("cache='ram'"));
+}
+
+TEST(DoctorRules, IdleCpuWithSpareCoresSaysRaiseWorkers) {
+  DoctorInput in = Recorded(30, 10, 70);
+  in.workers = 1;
+  in.cpu_count = 8;
+  in.process_cpu_cores = 0.9;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound);
+  ASSERT_FALSE(d.advice.empty());
+  EXPECT_THAT(d.advice[0], HasSubstr("raise workers from 1 to 8"));
+}
+
+TEST(DoctorRules, BusyWorkersWithAnIdleCpuAreIoBound) {
+  DoctorInput in = Recorded(30, 10, 76);
+  in.process_cpu_cores = 0.3;
+  in.disk_read_bytes_per_second = 180e6;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound);
+  EXPECT_THAT(d.headline, HasSubstr("I/O-bound"));
+  EXPECT_THAT(d.evidence.back(), HasSubstr("180 MB/s"));
+}
+
+TEST(DoctorRules, SlowTransformsAreNamed) {
+  DoctorInput in = Recorded(20, 10, 10, 50);
+  in.transforms = true;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound);
+  EXPECT_EQ(d.stage, "transform");
+  EXPECT_THAT(d.advice[0], HasSubstr("on the GPU"));
+}
+
+TEST(DoctorRules, CopyDominatingADataWaitIsCopyBound) {
+  DoctorInput in = Recorded(20, 10, 8, 0, 40);
+  in.device_copy = true;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kCopyBound);
+  EXPECT_EQ(d.stage, "copy");
+  EXPECT_THAT(d.advice[0], HasSubstr("float16"));
+}
+
+TEST(DoctorRules, IdleGpuWithoutDataWaitIsHostBoundAndSuggestsABatch) {
+  DoctorInput in = Recorded(0.1, 10, 5);
+  in.gpu_utilization = 0.2;
+  in.batch_size = 128;
+  in.vram_used_bytes = uint64_t{4500} << 20;
+  in.vram_total_bytes = uint64_t{24} << 30;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kHostBound);
+  EXPECT_THAT(d.headline, HasSubstr("GPU was busy 20%"));
+  EXPECT_THAT(d.advice.back(), HasSubstr("batch 128 uses"));
+  EXPECT_THAT(d.advice.back(), HasSubstr("about 512 fits"));
+}
+
+TEST(DoctorRules, BusyGpuWithoutDataWaitIsHealthy) {
+  DoctorInput in = Recorded(0.1, 10, 5);
+  in.gpu_utilization = 0.93;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kHealthy);
+  EXPECT_THAT(d.headline, HasSubstr("busy 93%"));
+  EXPECT_FALSE(Diagnose(Recorded(0.1, 10, 5)).headline.empty());  // no GPU reading: healthy
+}
+
+TEST(DoctorRules, MemoryPressureComesFirst) {
+  DoctorInput in = Recorded(30, 10, 70);
+  in.cgroup_memory_limit_bytes = uint64_t{8} << 30;
+  in.cgroup_memory_used_bytes = uint64_t{8} << 30;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kMemoryPressure);
+  EXPECT_THAT(d.advice[0], HasSubstr("lower prefetch from 4 to 1"));
+}
+
+TEST(DoctorRules, NothingMeasuredIsSaidPlainly) {
+  EXPECT_THAT(Diagnose(DoctorInput{}).headline, HasSubstr("nothing measured yet"));
+  const std::string json = Diagnose(Recorded(30, 10, 70)).ToJson();
+  EXPECT_THAT(json, HasSubstr("\"verdict\":\"input-bound\""));
+}
+
+}  // namespace
+}  // namespace gpufeed

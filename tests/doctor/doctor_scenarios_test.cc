@@ -1,0 +1,135 @@
+// Five scripted scenarios, each a real loader run: the doctor must name the bottleneck.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "device/cuda_device.h"
+#include "fake_cuda_fixture.h"
+#include "gpufeed/doctor.h"
+#include "gpufeed/sources.h"
+
+namespace gpufeed {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+void BurnCpu(std::chrono::milliseconds how_long) {
+  const auto end = Clock::now() + how_long;
+  volatile uint64_t x = 1;
+  while (Clock::now() < end) {
+    for (int i = 0; i < 1000; ++i) x = x * 6364136223846793005ULL + 1;
+  }
+}
+
+LoaderOptions Options(int64_t batch, std::shared_ptr<Device> device = nullptr) {
+  LoaderOptions o;
+  o.batch_size = batch;
+  o.workers = 2;
+  o.prefetch = 2;
+  o.rank = 0;
+  o.world_size = 1;
+  o.device = std::move(device);
+  return o;
+}
+
+// Runs `batches` steps of `step` and diagnoses them, with the process CPU measured.
+Diagnosis RunAndDiagnose(Loader& loader, int batches, const std::function<void()>& step,
+              std::optional<double> gpu_utilization = std::nullopt) {
+  const double cpu0 = CpuSeconds();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < batches; ++i) {
+    auto batch = loader.Next();
+    if (!batch) batch = loader.Next();  // the next epoch
+    step();
+  }
+  loader.Next();  // closes the last step's timing
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  DoctorInput in = CollectDoctorInput(loader, nullptr);
+  in.process_cpu_cores = (CpuSeconds() - cpu0) / wall;
+  in.gpu_utilization = gpu_utilization;
+  return Diagnose(in);
+}
+
+std::shared_ptr<Source> MemorySource(int64_t n) {
+  static std::vector<float> data(static_cast<size_t>(100000 * 16), 1.0f);
+  return OpenMemory({{ParseSchema("x:float32[16]").fields[0], data.data(), n}});
+}
+
+TEST(DoctorScenario, SlowSourceIsInputBoundOnRead) {
+  const fs::path dir = fs::temp_directory_path() / ("gpufeed_doctor_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::vector<float> x(4000 * 8, 0.5f);
+  WriteNpy((dir / "x.npy").string(), ParseSchema("x:float32[8]").fields[0], 4000, x.data());
+  FaultInjectingFileSystem::Rules slow;
+  slow.delay_us = 300;  // a slow disk: every read waits
+  NumpyOptions o;
+  o.file_system = std::make_shared<FaultInjectingFileSystem>(DefaultFileSystem(), slow);
+  {
+    Loader loader(OpenNumpy(dir.string(), o), Options(32));
+    const Diagnosis d = RunAndDiagnose(loader, 20, [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+    EXPECT_EQ(d.verdict, Verdict::kInputBound) << d.ToText();
+    EXPECT_EQ(d.stage, "read") << d.ToText();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(DoctorScenario, CpuHeavyTransformIsInputBoundOnTransform) {
+  class Heavy : public Transform {
+   public:
+    std::string name() const override { return "heavy"; }
+    Schema OutputSchema(const Schema& in) const override { return in; }
+    void Apply(const Schema&, const BatchView&, uint64_t) const override {
+      BurnCpu(std::chrono::milliseconds(15));
+    }
+  };
+  LoaderOptions o = Options(64);
+  o.transforms = {std::make_shared<Heavy>()};
+  Loader loader(MemorySource(10000), o);
+  const Diagnosis d = RunAndDiagnose(loader, 20, [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+  EXPECT_EQ(d.verdict, Verdict::kInputBound) << d.ToText();
+  EXPECT_EQ(d.stage, "transform") << d.ToText();
+}
+
+class DoctorCudaScenario : public testing::FakeCudaTest {};
+
+TEST_F(DoctorCudaScenario, SlowCopiesAreCopyBound) {
+  fake_cuda_set_copy_delay_us(15'000);  // a slow link: each copy takes 15 ms
+  {
+    auto device = cuda::OpenCudaDevice();
+    Loader loader(MemorySource(10000), Options(64, device));
+    const Diagnosis d = RunAndDiagnose(loader, 16, [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+    EXPECT_EQ(d.verdict, Verdict::kCopyBound) << d.ToText();
+    EXPECT_EQ(d.stage, "copy");
+  }
+}
+
+TEST(DoctorScenario, ComputeBoundStepIsHealthy) {
+  Loader loader(MemorySource(10000), Options(64));
+  // The GPU computes for 10 ms a step (the host thread waits on it) and NVML reads 95%.
+  const Diagnosis d =
+      RunAndDiagnose(loader, 20, [] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); }, 0.95);
+  EXPECT_EQ(d.verdict, Verdict::kHealthy) << d.ToText();
+}
+
+TEST(DoctorScenario, HostBoundStepIsHostBound) {
+  Loader loader(MemorySource(10000), Options(64));
+  // The step burns 10 ms of host CPU (launches, synchronizations) and the GPU reads 15%.
+  const Diagnosis d = RunAndDiagnose(loader, 20, [] { BurnCpu(std::chrono::milliseconds(10)); }, 0.15);
+  EXPECT_EQ(d.verdict, Verdict::kHostBound) << d.ToText();
+}
+
+}  // namespace
+}  // namespace gpufeed
