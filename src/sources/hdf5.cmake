@@ -10,6 +10,7 @@ target_sources(gpufeed_sources PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_chunk_cache.cc
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_dataset_reader.cc
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_source.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hdf5_inspect.cc
 )
 target_include_directories(gpufeed_sources PUBLIC ${HDF5_C_INCLUDE_DIRS})
 target_compile_definitions(gpufeed_sources PUBLIC ${HDF5_C_DEFINITIONS})
