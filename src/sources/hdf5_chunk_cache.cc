@@ -3,6 +3,22 @@
 #include "gpufeed/error.h"
 
 namespace gpufeed {
+namespace {
+
+constexpr size_t kMaxSpares = 2;
+
+}  // namespace
+
+std::shared_ptr<std::vector<std::byte>> DecodedChunkCache::NewBuffer(size_t bytes) {
+  for (size_t i = 0; i < spare_.size(); ++i) {
+    if (spare_[i]->size() == bytes) {
+      auto out = std::move(spare_[i]);
+      spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(i));
+      return out;
+    }
+  }
+  return std::make_shared<std::vector<std::byte>>(bytes);
+}
 
 DecodedChunkCache::Buffer DecodedChunkCache::Find(uint64_t key) {
   const auto it = index_.find(key);
@@ -16,7 +32,12 @@ void DecodedChunkCache::Insert(uint64_t key, Buffer chunk) {
   const size_t n = chunk->size();
   if (n > capacity_) return;
   while (bytes_ + n > capacity_ && !lru_.empty()) {
-    bytes_ -= lru_.back().second->size();
+    Buffer& victim = lru_.back().second;
+    bytes_ -= victim->size();
+    if (victim.use_count() == 1 && spare_.size() < kMaxSpares) {
+      // Only this cache held it, so nobody reads it: safe to write into again.
+      spare_.push_back(std::const_pointer_cast<std::vector<std::byte>>(std::move(victim)));
+    }
     index_.erase(lru_.back().first);
     lru_.pop_back();
   }

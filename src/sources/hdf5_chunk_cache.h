@@ -25,6 +25,9 @@ class DecodedChunkCache {
   void Insert(uint64_t key, Buffer chunk);
   // Whether a chunk of `bytes` would be kept.
   bool Fits(size_t bytes) const { return bytes <= capacity_; }
+  // A buffer of `bytes` to decode into: an evicted one nobody holds any more when there is
+  // one (saves allocating and faulting in megabytes per decode), else a new one.
+  std::shared_ptr<std::vector<std::byte>> NewBuffer(size_t bytes);
 
   size_t bytes() const { return bytes_; }
   size_t size() const { return index_.size(); }
@@ -35,6 +38,7 @@ class DecodedChunkCache {
   size_t bytes_ = 0;
   std::list<Entry> lru_;  // most recently used first
   std::unordered_map<uint64_t, std::list<Entry>::iterator> index_;
+  std::vector<std::shared_ptr<std::vector<std::byte>>> spare_;  // evicted, unshared
 };
 
 }  // namespace gpufeed

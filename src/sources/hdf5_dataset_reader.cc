@@ -149,7 +149,7 @@ const std::byte* Hdf5DatasetReader::DecodedChunk(size_t linear, const Hdf5RowTar
   std::vector<std::byte>* target = &scratch.decoded;
   std::shared_ptr<std::vector<std::byte>> kept;
   if (scratch.cache.Fits(bytes)) {
-    kept = std::make_shared<std::vector<std::byte>>(bytes);
+    kept = scratch.cache.NewBuffer(bytes);
     target = kept.get();
   } else {
     scratch.decoded.resize(bytes);

@@ -5,5 +5,6 @@ gpufeed_add_test(sources_hdf5_test
     ${CMAKE_CURRENT_LIST_DIR}/hdf5_counters_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/hdf5_errors_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/hdf5_inspect_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/hdf5_chunk_cache_test.cc
   LIBS gpufeed_sources
   LABELS tsan)
