@@ -128,6 +128,12 @@ class Loader:
         match = re.fullmatch(r"(cpu|cuda)(?::(\d+))?", self._impl.device)
         self._device_type = match.group(1) if match else "cpu"
         self._device_index = int(match.group(2) or 0) if match else 0
+        if self._device_type == "cuda" and not torch.cuda.is_available():
+            device = self._impl.device
+            self.close()
+            raise _gpufeed.DeviceError(
+                f"gpufeed puts batches on {device}, but this torch ({torch.__version__}) has "
+                f"no CUDA: install a CUDA build of torch, or pass device='cpu'")
 
     # Iteration ---------------------------------------------------------------------------
 

@@ -1,12 +1,18 @@
 """The DLPack protocol of a batch's fields, for any consumer."""
 
 import gc
+import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.utils.dlpack
 
 import gpufeed
+from conftest import SCRIPTS, script_env
+from gpufeed import _gpufeed
 
 
 def _handle(loader):
@@ -71,3 +77,37 @@ def test_bool_and_half_fields_arrive_with_their_dtypes():
 def test_a_dtype_torch_lacks_is_refused_up_front():
     with pytest.raises(gpufeed.Unsupported, match="'u' is uint32"):
         gpufeed.Loader(gpufeed.synthetic("u:uint32[]", samples=10), batch_size=5, device="cpu")
+
+
+def _fake_libcuda():
+    build = os.environ.get("GPUFEED_BUILD_DIR") or str(pathlib.Path(_gpufeed.__file__).parents[2])
+    path = pathlib.Path(build) / "tests" / "device" / "fake_cuda" / "libcuda.so.1"
+    return path if path.exists() else None
+
+
+@pytest.mark.skipif(_fake_libcuda() is None, reason="the fake libcuda.so.1 is not built")
+def test_cuda_batches_order_the_consumer_stream_after_their_copy():
+    env = script_env()
+    env["GPUFEED_CUDA_LIBRARY"] = str(_fake_libcuda())
+    env.pop("LOCAL_RANK", None)
+    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "cuda_fake.py"),
+                           str(_fake_libcuda())], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stdout + proc.stderr
+
+
+def test_cuda_loader_needs_a_torch_with_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("this torch has CUDA")
+    env = script_env()
+    if _fake_libcuda() is None:
+        pytest.skip("the fake libcuda.so.1 is not built")
+    env["GPUFEED_CUDA_LIBRARY"] = str(_fake_libcuda())
+    code = ("import gpufeed\n"
+            "try:\n"
+            "    gpufeed.Loader(gpufeed.synthetic('x:float32[]', 8), batch_size=4, device='cuda')\n"
+            "except gpufeed.DeviceError as e:\n"
+            "    print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert "torch" in proc.stdout and "CUDA" in proc.stdout, proc.stdout + proc.stderr
