@@ -48,6 +48,7 @@ struct DoctorInput {
   int cpu_count = 1;
   std::optional<double> cpu_limit_cores;      // cgroup cpu.max
   std::optional<double> process_cpu_cores;    // the training process tree
+  std::optional<double> machine_cpu_ratio;    // every process on the machine, 0-1
   std::optional<double> throttled_fraction;   // share of the window the cgroup throttled
   std::optional<uint64_t> ram_available_bytes;
   std::optional<uint64_t> ram_total_bytes;

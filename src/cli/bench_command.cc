@@ -51,6 +51,7 @@ int RunBenchCommand(BenchArgs& args) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("--step-ms must be >= 0, got {}", args.config.step_ms));
   }
+  args.config.monitor = !args.json && !args.quiet;
   ProgressLine line(!args.json && !args.quiet);
   const BenchResult result = RunBench(source, args.config, [&](const BenchProgress& p) {
     line.Update(FormatProgress(p));
@@ -111,6 +112,13 @@ void RegisterBenchCommand(CLI::App& app) {
                 "Print one JSON object (samples_per_s, ceiling_samples_per_s, ratio_to_ceiling, "
                 "consumer_wait_fraction, gpu_busy_fraction, ...)");
   cmd->add_flag("-q,--quiet", args->quiet, "No progress line");
+  cmd->add_flag("--doctor", args->config.doctor,
+                "Diagnose the run: which stage makes the (simulated) GPU wait, and what to change");
+  cmd->add_flag("--autotune", args->config.loader.autotune,
+                "Tune workers and prefetch online from the given (or default) start; the changes "
+                "and final values are reported");
+  cmd->add_option("--max-workers", args->config.loader.max_workers,
+                  "With --autotune: the most workers to try (0: the CPU count)");
   cmd->callback([args] {
     const int code = RunReportingErrors([&] { return RunBenchCommand(*args); });
     if (code != 0) throw CLI::RuntimeError(code);

@@ -12,9 +12,11 @@ double Share(int64_t part_ns, double total_s) {
 }  // namespace
 
 std::string FormatProgress(const BenchProgress& p) {
-  return fmt::format("epoch {}/{}  batch {}/{}  {} samples/s  consumer wait {:.1f}%", p.epoch + 1,
-                     p.epochs, p.batch, p.batches_per_epoch, FormatCount(p.samples_per_s),
-                     100.0 * p.consumer_wait_fraction);
+  std::string line = fmt::format("epoch {}/{}  batch {}/{}  {} samples/s  wait {:.1f}%",
+                                 p.epoch + 1, p.epochs, p.batch, p.batches_per_epoch,
+                                 FormatCount(p.samples_per_s), 100.0 * p.consumer_wait_fraction);
+  if (!p.status_line.empty()) line += "  | " + p.status_line;
+  return line;
 }
 
 std::string FormatBenchReport(const BenchResult& r) {
@@ -52,6 +54,12 @@ std::string FormatBenchReport(const BenchResult& r) {
                      FormatBytes(static_cast<double>(r.peak_rss_bytes)),
                      FormatBytes(static_cast<double>(r.peak_anon_rss_bytes)),
                      FormatBytes(static_cast<double>(r.bound_anon_rss_bytes)));
+  if (!s.tuning_log.empty()) {
+    out += fmt::format("autotuner   ended at workers {}, prefetch {}; its changes:\n", s.workers,
+                       s.prefetch);
+    for (const auto& change : s.tuning_log) out += fmt::format("  - {}\n", change);
+  }
+  if (!r.diagnosis_text.empty()) out += "\n" + r.diagnosis_text;
   return out;
 }
 

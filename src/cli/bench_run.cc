@@ -14,6 +14,10 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#ifdef GPUFEED_HAVE_DOCTOR
+#include "gpufeed/doctor.h"
+#include "gpufeed/monitor.h"
+#endif
 
 namespace gpufeed::cli {
 namespace {
@@ -81,6 +85,15 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   result.step_ms = config.step_ms;
   Loader loader(source, config.loader);
   result.device = loader.device().name();
+#ifdef GPUFEED_HAVE_DOCTOR
+  std::unique_ptr<Monitor> monitor;
+  if (config.monitor || config.doctor) {
+    MonitorOptions mo;
+    mo.interval = std::chrono::milliseconds(500);
+    monitor = std::make_unique<Monitor>(mo);
+    monitor->Start();
+  }
+#endif
   const auto step = std::chrono::duration<double, std::milli>(config.step_ms);
   double step_s = 0;
   int64_t peak_anon = StatusBytes("RssAnon");
@@ -110,10 +123,21 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
       progress.elapsed_s = Seconds(std::chrono::steady_clock::now() - start);
       progress.samples_per_s = progress.elapsed_s > 0 ? result.samples / progress.elapsed_s : 0;
       progress.consumer_wait_fraction = loader.stats().ConsumerWaitFraction();
+#ifdef GPUFEED_HAVE_DOCTOR
+      if (monitor && config.monitor) {
+        if (auto snapshot = monitor->Latest()) progress.status_line = FormatStatusLine(*snapshot);
+      }
+#endif
       if (on_progress) on_progress(progress);
     }
   }
   const auto end = std::chrono::steady_clock::now();
+#ifdef GPUFEED_HAVE_DOCTOR
+  if (monitor) {
+    monitor->Stop();
+    result.monitor_summary = monitor->Summary().ToText();
+  }
+#endif
   result.stats = loader.stats();
   result.bytes = result.stats.bytes;
   result.wall_s = Seconds(end - start);
@@ -126,6 +150,16 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
     if (config.step_ms > 0 && steady > 0) result.gpu_busy_fraction = std::min(1.0, step_s / steady);
     if (config.step_ms > 0) result.gpu_busy_fraction_with_startup = step_s / result.wall_s;
   }
+#ifdef GPUFEED_HAVE_DOCTOR
+  if (config.doctor) {
+    DoctorInput in = CollectDoctorInput(loader, monitor.get());
+    // A simulated step keeps a simulated GPU busy: that is the utilization to judge by.
+    if (config.step_ms > 0) in.gpu_utilization = result.gpu_busy_fraction;
+    const Diagnosis d = Diagnose(in);
+    result.diagnosis_text = d.ToText();
+    result.diagnosis_json = d.ToJson();
+  }
+#endif
   result.peak_rss_bytes = StatusBytes("VmHWM");
   result.peak_anon_rss_bytes = peak_anon;
   const int64_t batch_bytes =
@@ -165,6 +199,7 @@ std::string BenchResult::ToJson() const {
       {"bound_anon_rss_bytes", bound_anon_rss_bytes},
       {"stats", nlohmann::json::parse(stats.ToJson())},
   };
+  if (!diagnosis_json.empty()) j["doctor"] = nlohmann::json::parse(diagnosis_json);
   return j.dump(2);
 }
 

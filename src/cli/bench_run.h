@@ -18,6 +18,8 @@ struct BenchConfig {
   int epochs = 1;        // Default: 1
   double step_ms = 0;    // Default: 0 = no simulated step
   bool measure_ceiling = true;
+  bool monitor = true;   // Default: true: sample GPU/CPU/RAM and show them in the progress
+  bool doctor = false;   // Default: false: diagnose the run at its end
 };
 
 struct BenchProgress {
@@ -29,6 +31,7 @@ struct BenchProgress {
   double elapsed_s = 0;
   double samples_per_s = 0;
   double consumer_wait_fraction = 0;
+  std::string status_line;  // the monitor's GPU/VRAM/CPU/RAM line, when it runs
 };
 
 struct BenchResult {
@@ -52,6 +55,9 @@ struct BenchResult {
   int64_t bound_anon_rss_bytes = 0; // (prefetch + workers) * batch bytes + 100 MB
   std::string source;
   std::string device;
+  std::string diagnosis_text;  // with BenchConfig::doctor
+  std::string diagnosis_json;
+  std::string monitor_summary;  // mean, p5, p95 per metric over the run
 
   std::string ToJson() const;
 };

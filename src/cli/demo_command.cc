@@ -49,6 +49,7 @@ int RunDemo(const DemoArgs& args) {
   config.loader.device = OpenDevice(args.device);
   config.epochs = args.epochs;
   config.step_ms = args.step_ms;
+  config.doctor = true;
   fmt::print("running     {} epochs at batch {}, shuffled, with a simulated GPU step of {} ms\n\n",
              args.epochs, args.batch_size, args.step_ms);
   auto source = OpenNumpy(folder, {.fields = {"mel", "label"}});
@@ -68,12 +69,13 @@ int RunDemo(const DemoArgs& args) {
   fmt::print("  The simulated GPU was busy {:.1f}% of the time after the first batch ({:.2f} s "
              "in); the\n  training loop waited {:.1f}% of its time for data.\n",
              100 * r.gpu_busy_fraction, r.time_to_first_batch_s, 100 * r.consumer_wait_fraction);
-  const bool healthy = r.gpu_busy_fraction >= 0.95;
-  fmt::print("  {}\n", healthy
-                           ? "Verdict: the loader keeps up; the GPU step is the bottleneck, as it "
-                             "should be."
-                           : "Verdict: the GPU waited for data; run `gpufeed bench` with more "
-                             "--workers or --prefetch to see what helps.");
+  if (!r.diagnosis_text.empty()) {
+    fmt::print("\n{}", r.diagnosis_text);
+  } else {
+    fmt::print("  {}\n", r.gpu_busy_fraction >= 0.95
+                             ? "The loader keeps up: the GPU step is the bottleneck, as it should be."
+                             : "The GPU waited for data: `gpufeed bench --doctor` says why.");
+  }
   fmt::print("\nNext: `gpufeed bench {}` for the full figures, or the Python quick start in "
              "the README.\n",
              folder);

@@ -50,6 +50,7 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
   in.cpu_count = h.cpu_count > 0 ? h.cpu_count : in.cpu_count;
   in.cpu_limit_cores = h.cgroup_cpu_limit_cores;
   in.process_cpu_cores = h.tree_cpu_cores;
+  in.machine_cpu_ratio = h.cpu_utilization_ratio;
   if (h.memory_total_bytes && h.memory_used_bytes) {
     in.ram_total_bytes = *h.memory_total_bytes;
     in.ram_available_bytes = *h.memory_total_bytes - *h.memory_used_bytes;

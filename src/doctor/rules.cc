@@ -106,10 +106,10 @@ Diagnosis Diagnose(const DoctorInput& in) {
       "and stepped {:.1f} ms per batch",
       static_cast<int>(t.n), Pct(d.consumer_wait_fraction), per_batch(t.wait), per_batch(t.step)));
   d.evidence.push_back(fmt::format(
-      "per batch, summed over {} worker(s): read {:.1f} ms, transform {:.1f} ms, copy {:.1f} ms; "
-      "workers {} busy",
+      "per batch, summed over {} worker(s): read {:.1f} ms, transform {:.1f} ms, copy {:.1f} ms, "
+      "waiting for a buffer {:.1f} ms; workers {} busy",
       workers, per_batch(t.read), per_batch(t.transform), per_batch(t.copy),
-      Pct(d.worker_busy_fraction)));
+      per_batch(t.buffer_wait), Pct(d.worker_busy_fraction)));
   if (in.process_cpu_cores) {
     d.evidence.push_back(fmt::format("the process used {:.2f} of {:.1f} usable cores",
                                      *in.process_cpu_cores, usable));
@@ -176,14 +176,24 @@ Diagnosis Diagnose(const DoctorInput& in) {
     }
     d.verdict = Verdict::kInputBound;
     d.stage = stage_ns == t.transform ? "transform" : "read";
+    // Saturated by this process, or by the machine: other processes take the cores too.
+    const bool machine_saturated =
+        in.machine_cpu_ratio && *in.machine_cpu_ratio >= kCpuSaturated;
     const bool cpu_saturated =
-        in.process_cpu_cores ? *in.process_cpu_cores >= kCpuSaturated * usable
-                             : (d.worker_busy_fraction >= kCpuSaturated && workers >= usable);
-    const std::string cpu_text =
+        machine_saturated ||
+        (in.process_cpu_cores ? *in.process_cpu_cores >= kCpuSaturated * usable
+                              : (d.worker_busy_fraction >= kCpuSaturated && workers >= usable));
+    std::string cpu_text =
         in.process_cpu_cores
             ? fmt::format("the CPU is at {:.0f}% of {:.0f} cores", 100 * *in.process_cpu_cores,
                           usable)
             : fmt::format("{} worker(s) on {:.0f} cores", workers, usable);
+    if (machine_saturated && in.process_cpu_cores &&
+        *in.process_cpu_cores < kCpuSaturated * usable) {
+      cpu_text = fmt::format("the machine's CPU is at {:.0f}% while this process uses {:.2f} "
+                             "cores: other processes take the rest",
+                             100 * *in.machine_cpu_ratio, *in.process_cpu_cores);
+    }
     if (in.throttled_fraction && *in.throttled_fraction > 0.05) {
       d.evidence.push_back(fmt::format(
           "the cgroup throttled the process {} of the time: its CPU quota ({:.1f} cores) is the "
@@ -223,6 +233,14 @@ Diagnosis Diagnose(const DoctorInput& in) {
       d.advice.push_back(fmt::format("raise workers from {} to {} (or autotune=True)", workers,
                                      target));
       if (auto c = cache_advice("reading")) d.advice.push_back(*c);
+    } else if (t.buffer_wait > t.read) {
+      d.headline = fmt::format(
+          "input-bound: the loop waited {} of its time for data while the workers waited {:.1f} "
+          "ms per batch for a free batch buffer: batches are held too long or the pool is small",
+          Pct(d.consumer_wait_fraction), per_batch(t.buffer_wait));
+      d.advice.push_back(fmt::format("drop each batch as soon as the step has used it; or raise "
+                                     "prefetch from {} to {}",
+                                     in.prefetch, 2 * in.prefetch));
     } else {
       d.headline = fmt::format(
           "input-bound on read, I/O-bound: the loop waited {} of its time for data; the "

@@ -125,3 +125,19 @@ TEST(DoctorRules, NothingMeasuredIsSaidPlainly) {
 
 }  // namespace
 }  // namespace gpufeed
+
+namespace gpufeed {
+namespace {
+
+TEST(DoctorRules, AMachineBusyWithOtherProcessesIsCpuSaturatedNotIoBound) {
+  DoctorInput in = Recorded(30, 10, 76);
+  in.process_cpu_cores = 0.3;
+  in.machine_cpu_ratio = 1.0;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound);
+  EXPECT_THAT(d.headline, HasSubstr("CPU-saturated"));
+  EXPECT_THAT(d.headline, HasSubstr("other processes"));
+}
+
+}  // namespace
+}  // namespace gpufeed
