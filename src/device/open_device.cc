@@ -24,6 +24,8 @@ std::shared_ptr<Device> OpenDevice(const std::string& spec) {
     try {
       return cuda::OpenCudaDevice();
     } catch (const Error& e) {
+      // A bad LOCAL_RANK is the user's to fix, not a reason to train on the CPU.
+      if (e.code() != ErrorCode::kDevice) throw;
       // One line: "auto" is the default in scripts that also run on laptops.
       std::fprintf(stderr, "gpufeed: device auto -> cpu: %s\n", e.what());
       return HostDevice();

@@ -124,6 +124,8 @@ TEST_F(CudaDeviceTest, AutoPicksCudaWhenADriverAndAGpuAreThere) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(OpenDevice("auto")->name(), "cuda:0");
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  setenv("LOCAL_RANK", "x", 1);  // a user error is raised, not papered over with the host
+  EXPECT_EQ(OpenError("auto").code(), ErrorCode::kInvalidArgument);
 }
 
 TEST_F(CudaDeviceTest, MalformedSpecsAreInvalidArguments) {
