@@ -1,0 +1,145 @@
+// h2d_copy: host-to-device GB/s through the loader's path (rows gathered into pinned staging
+// by the workers, one copy stream, an event per batch, the consumer synchronizing on it)
+// against a plain pinned cuMemcpyHtoDAsync of the same bytes, both measured in this run,
+// and their ratio. The plain copy is the ceiling: a ratio near 1 means the loader adds no
+// cost to the transfer itself.
+//
+//   bench_h2d_copy [--device cuda:0] [--batch-mib 16] [--batches 200] [--workers 4]
+//
+// Runs against any libcuda.so.1, including the test double (GPUFEED_CUDA_LIBRARY pointing
+// at the fake): then it says so, and its figures mean nothing.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "device/cuda_device.h"
+#include "gpufeed/error.h"
+#include "gpufeed/loader.h"
+#include "gpufeed/sources.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kRowBytes = 64 << 10;  // one 64 KiB uint8 row per sample
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// Back-to-back copies of one pinned buffer into one device buffer, then one synchronize.
+double PlainCopyGBs(gpufeed::Device& device, size_t bytes, int copies) {
+  void* host = device.AllocHost(bytes);
+  void* target = device.AllocDevice(bytes);
+  std::memset(host, 1, bytes);
+  auto stream = device.NewStream();
+  for (int i = 0; i < 3; ++i) stream->CopyToDevice(target, host, bytes);  // warm-up
+  stream->Synchronize();
+  const auto start = Clock::now();
+  for (int i = 0; i < copies; ++i) stream->CopyToDevice(target, host, bytes);
+  stream->Synchronize();
+  const double seconds = Seconds(start);
+  stream.reset();
+  device.FreeDevice(target);
+  device.FreeHost(host);
+  return static_cast<double>(bytes) * copies / seconds / 1e9;
+}
+
+// Batches through the loader with the consumer waiting for each copy, as a training step
+// that reads the batch at once would.
+double LoaderGBs(const std::shared_ptr<gpufeed::Device>& device, int64_t rows, int batches,
+                 int workers, gpufeed::LoaderStats* stats) {
+  // Eight batches' worth of distinct rows: enough that the gather reads memory, not cache.
+  const int64_t samples = rows * 8;
+  auto data = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(samples * kRowBytes));
+  for (size_t i = 0; i < data->size(); i += 4096) (*data)[i] = static_cast<uint8_t>(i >> 12);
+  gpufeed::MemoryField field;
+  field.spec = {"row", gpufeed::DType::kUInt8, {kRowBytes}};
+  field.data = data->data();
+  field.samples = samples;
+  gpufeed::LoaderOptions options;
+  options.batch_size = rows;
+  options.shuffle = false;
+  options.workers = workers;
+  options.device = device;
+  gpufeed::Loader loader(gpufeed::OpenMemory({field}, data), options);
+
+  const auto next = [&loader] {
+    auto batch = loader.Next();
+    if (!batch) batch = loader.Next();  // the epoch ended: go on with the next one
+    batch->Synchronize();
+  };
+  // Warm-up: the pools allocate their pinned and device buffers once, on first use.
+  for (int i = 0; i < workers + 4; ++i) next();
+  const auto start = Clock::now();
+  for (int i = 0; i < batches; ++i) next();
+  const double seconds = Seconds(start);
+  *stats = loader.stats();
+  return static_cast<double>(rows * kRowBytes) * batches / seconds / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("host-to-device GB/s: the loader's path against a plain pinned copy");
+  std::string spec = "cuda";
+  int batch_mib = 16;
+  int batches = 200;
+  int workers = 4;
+  app.add_option("-d,--device", spec, "cuda or cuda:N")->capture_default_str();
+  app.add_option("--batch-mib", batch_mib, "MiB per batch")->capture_default_str()->check(
+      CLI::Range(1, 4096));
+  app.add_option("--batches", batches, "batches timed per side")->capture_default_str()->check(
+      CLI::Range(1, 1'000'000));
+  app.add_option("--workers", workers, "loader workers")->capture_default_str()->check(
+      CLI::Range(1, 256));
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const auto device = gpufeed::OpenDevice(spec);
+    auto* cuda = dynamic_cast<gpufeed::cuda::CudaDevice*>(device.get());
+    if (cuda == nullptr) {
+      std::fprintf(stderr, "h2d_copy: device '%s' is not a CUDA device\n", spec.c_str());
+      return 2;
+    }
+    std::printf("device: %s (%s), driver %s\n", cuda->name().c_str(),
+                cuda->product_name().c_str(), cuda->driver().library().c_str());
+    if (cuda->driver().is_fake()) {
+      std::printf("NOTE: the driver is gpufeed's fake libcuda (a test double: host memcpy on "
+                  "one thread per stream); these figures say nothing about a GPU\n");
+    }
+    const int64_t rows = std::max<int64_t>(1, (int64_t{batch_mib} << 20) / kRowBytes);
+    const size_t bytes = static_cast<size_t>(rows * kRowBytes);
+    std::printf("batch: %lld rows x %lld bytes = %.1f MiB, %d batches per side, %d workers\n",
+                static_cast<long long>(rows), static_cast<long long>(kRowBytes),
+                static_cast<double>(bytes) / (1 << 20), batches, workers);
+
+    const double plain_before = PlainCopyGBs(*device, bytes, batches);
+    gpufeed::LoaderStats stats;
+    const double loader = LoaderGBs(device, rows, batches, workers, &stats);
+    const double plain_after = PlainCopyGBs(*device, bytes, batches);
+    const double plain = (plain_before + plain_after) / 2;
+
+    std::printf("plain pinned copy: %.2f GB/s (%.2f before, %.2f after the loader)\n", plain,
+                plain_before, plain_after);
+    std::printf("loader path:       %.2f GB/s\n", loader);
+    std::printf("ratio loader/plain: %.3f\n", loader / plain);
+    std::printf("loader stats: %s\n", stats.ToJson().c_str());
+    const auto ds = cuda->stats();
+    std::printf("device: %lld copies, %.1f MiB pinned and %.1f MiB device memory allocated\n",
+                static_cast<long long>(ds.copies),
+                static_cast<double>(ds.host_bytes_allocated) / (1 << 20),
+                static_cast<double>(ds.device_bytes_allocated) / (1 << 20));
+    return 0;
+  } catch (const gpufeed::Error& e) {
+    std::fprintf(stderr, "h2d_copy: %s\n", e.what());
+    return 1;
+  }
+}
