@@ -181,7 +181,9 @@ class Loader::Impl {
       tuner_ = std::make_unique<Autotuner>(options_.max_workers, options_.max_prefetch);
     }
     const int buffers = options_.max_workers + options_.max_prefetch + options_.max_outstanding;
-    Device* device = device_.get();
+    // The pools' functions own the device: a pool outlives the loader while the consumer
+    // keeps a batch, and its buffers must go back to the device that made them.
+    std::shared_ptr<Device> device = device_;
     if (device_->needs_copy()) {
       // Staging buffers are only held from read to copy completion.
       staging_pool_ = BufferPool::Create(
@@ -199,8 +201,6 @@ class Loader::Impl {
           [device](size_t n) { return device->AllocHost(n); },
           [device](void* p) { device->FreeHost(p); });
     }
-    // The pools' lambdas use the raw pointer: keep the device alive as long as they live.
-    keep_device_ = device_;
     worker_states_.resize(static_cast<size_t>(options_.max_workers));
     for (auto& state : worker_states_) state = source_->NewWorkerState();
     consumer_epoch_ = options_.start_epoch;
@@ -635,7 +635,6 @@ class Loader::Impl {
   BatchLayout layout_;
   std::shared_ptr<const Schema> schema_;
   std::shared_ptr<Device> device_;
-  std::shared_ptr<Device> keep_device_;
   std::shared_ptr<std::atomic<int>> held_;
   std::shared_ptr<BufferPool> staging_pool_;  // only when the device needs a copy
   std::shared_ptr<BufferPool> batch_pool_;
