@@ -40,9 +40,9 @@ int FieldIndex(const Batch& batch, const py::object& field) {
   const auto index = field.cast<int64_t>();
   const auto count = static_cast<int64_t>(batch.schema().fields.size());
   if (index < 0 || index >= count) {
-    throw Error(ErrorCode::kNotFound,
-                fmt::format("field index {} is out of range: the batch has {} fields", index,
-                            count));
+    throw Error(
+        ErrorCode::kNotFound,
+        fmt::format("field index {} is out of range: the batch has {} fields", index, count));
   }
   return static_cast<int>(index);
 }
@@ -77,8 +77,8 @@ void BindBatch(py::module_& m) {
   py::class_<FieldArray>(m, "FieldArray",
                          "One field of a batch, a DLPack producer (torch.from_dlpack takes it).")
       .def_property_readonly("name", [](const FieldArray& a) { return a.spec().name; })
-      .def_property_readonly("dtype",
-                             [](const FieldArray& a) { return std::string(DTypeName(a.spec().dtype)); })
+      .def_property_readonly(
+          "dtype", [](const FieldArray& a) { return std::string(DTypeName(a.spec().dtype)); })
       .def_property_readonly("shape",
                              [](const FieldArray& a) { return ShapeOf(*a.batch(), a.spec()); })
       .def("__dlpack_device__",

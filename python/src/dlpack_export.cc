@@ -1,12 +1,11 @@
 #include "dlpack_export.h"
 
 #include <Python.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 

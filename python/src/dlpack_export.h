@@ -5,11 +5,11 @@
 // Thread-safety: ExportField needs the GIL (it makes a capsule); the deleter does not.
 #pragma once
 
+#include <pybind11/pybind11.h>
+
 #include <cstdint>
 #include <memory>
 #include <utility>
-
-#include <pybind11/pybind11.h>
 
 #include "dlpack.h"
 #include "gpufeed/loader.h"

@@ -13,8 +13,8 @@ namespace {
 
 struct ErrorClass {
   ErrorCode code;
-  const char* name;       // attribute of the module and of the `gpufeed` package
-  PyObject* builtin;      // the second base, next to gpufeed.Error
+  const char* name;   // attribute of the module and of the `gpufeed` package
+  PyObject* builtin;  // the second base, next to gpufeed.Error
   const char* doc;
 };
 
@@ -46,9 +46,8 @@ void BindErrors(py::module_& m) {
       {ErrorCode::kUnsupported, "Unsupported", PyExc_NotImplementedError,
        "Valid input that gpufeed cannot handle (a dtype, a filter)."},
   };
-  g_base = PyErr_NewExceptionWithDoc("gpufeed.Error",
-                                     "Base class of every error gpufeed raises.", PyExc_Exception,
-                                     nullptr);
+  g_base = PyErr_NewExceptionWithDoc("gpufeed.Error", "Base class of every error gpufeed raises.",
+                                     PyExc_Exception, nullptr);
   if (g_base == nullptr) throw py::error_already_set();
   m.attr("Error") = py::handle(g_base);
   for (const ErrorClass& c : classes) {

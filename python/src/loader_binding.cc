@@ -133,12 +133,11 @@ void BindLoader(py::module_& m) {
              options.device = OpenDevice(device);
              return std::make_unique<PyLoader>(std::move(source), std::move(options));
            }),
-           py::arg("source"), py::arg("batch_size"), py::arg("shuffle") = true,
-           py::arg("seed") = 0, py::arg("drop_last") = false, py::arg("rank") = -1,
-           py::arg("world_size") = -1, py::arg("workers") = 0, py::arg("prefetch") = 0,
-           py::arg("max_outstanding") = 2, py::arg("device") = "auto",
-           py::arg("transforms") = std::vector<std::string>{}, py::arg("shuffle_block") = 0,
-           py::arg("shuffle_window") = 4, py::arg("start_epoch") = 0)
+           py::arg("source"), py::arg("batch_size"), py::arg("shuffle") = true, py::arg("seed") = 0,
+           py::arg("drop_last") = false, py::arg("rank") = -1, py::arg("world_size") = -1,
+           py::arg("workers") = 0, py::arg("prefetch") = 0, py::arg("max_outstanding") = 2,
+           py::arg("device") = "auto", py::arg("transforms") = std::vector<std::string>{},
+           py::arg("shuffle_block") = 0, py::arg("shuffle_window") = 4, py::arg("start_epoch") = 0)
       .def("next", &PyLoader::Next,
            "The next BatchHandle of the current epoch, or None once it is over (the call after "
            "that starts the next epoch).")
@@ -168,23 +167,20 @@ void BindLoader(py::module_& m) {
           [](PyLoader& l) { return l.Any([](Loader& x) { return x.held_batches(); }); })
       .def_property_readonly(
           "device", [](PyLoader& l) { return l.Any([](Loader& x) { return x.device().name(); }); })
-      .def_property_readonly("source",
-                             [](PyLoader& l) {
-                               return l.Any([](Loader& x) { return x.source().Describe(); });
-                             })
-      .def_property_readonly("schema",
-                             [](PyLoader& l) {
-                               return l.Any([](Loader& x) {
-                                 std::vector<std::tuple<std::string, std::string,
-                                                        std::vector<int64_t>>>
-                                     out;
-                                 for (const auto& f : x.schema().fields) {
-                                   out.emplace_back(f.name, std::string(DTypeName(f.dtype)),
-                                                    f.shape);
-                                 }
-                                 return out;
-                               });
-                             })
+      .def_property_readonly(
+          "source",
+          [](PyLoader& l) { return l.Any([](Loader& x) { return x.source().Describe(); }); })
+      .def_property_readonly(
+          "schema",
+          [](PyLoader& l) {
+            return l.Any([](Loader& x) {
+              std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>> out;
+              for (const auto& f : x.schema().fields) {
+                out.emplace_back(f.name, std::string(DTypeName(f.dtype)), f.shape);
+              }
+              return out;
+            });
+          })
       .def("close", &PyLoader::Close, "Stops and joins the workers; the loader is unusable after.")
       .def_property_readonly("closed", &PyLoader::closed);
 }

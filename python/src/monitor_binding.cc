@@ -46,9 +46,8 @@ void BindMonitor(py::module_& m) {
              return std::make_unique<Monitor>(std::move(options));
            }),
            py::arg("interval") = 1.0, py::arg("pid") = 0, py::arg("jsonl") = "",
-           py::arg("prometheus") = "", py::arg("live") = false,
-           py::arg("low_utilization") = 0.30, py::arg("low_utilization_seconds") = 10.0,
-           py::arg("nvml_library") = "")
+           py::arg("prometheus") = "", py::arg("live") = false, py::arg("low_utilization") = 0.30,
+           py::arg("low_utilization_seconds") = 10.0, py::arg("nvml_library") = "")
       .def("start", &Monitor::Start, py::call_guard<py::gil_scoped_release>())
       .def("stop", &Monitor::Stop, py::call_guard<py::gil_scoped_release>())
       .def("sample_now_json",

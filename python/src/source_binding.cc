@@ -32,8 +32,8 @@ DType DTypeFromName(const std::string& name) {
 py::list SchemaToList(const Schema& schema) {
   py::list out;
   for (const FieldSpec& f : schema.fields) {
-    out.append(py::make_tuple(f.name, std::string(DTypeName(f.dtype)),
-                              py::tuple(py::cast(f.shape))));
+    out.append(
+        py::make_tuple(f.name, std::string(DTypeName(f.dtype)), py::tuple(py::cast(f.shape))));
   }
   return out;
 }
@@ -49,15 +49,16 @@ std::shared_ptr<const void> HoldPythonObject(const py::object& object) {
   });
 }
 
-using MemoryFieldTuple = std::tuple<std::string, std::string, std::vector<int64_t>, uintptr_t,
-                                    int64_t>;
+using MemoryFieldTuple =
+    std::tuple<std::string, std::string, std::vector<int64_t>, uintptr_t, int64_t>;
 
 }  // namespace
 
 void BindSources(py::module_& m) {
   py::class_<Source, std::shared_ptr<Source>>(m, "Source", "A data set gpufeed reads samples from.")
-      .def_property_readonly("schema", [](const Source& s) { return SchemaToList(s.schema()); },
-                             "[(name, dtype, per-sample shape), ...]")
+      .def_property_readonly(
+          "schema", [](const Source& s) { return SchemaToList(s.schema()); },
+          "[(name, dtype, per-sample shape), ...]")
       .def("__len__", &Source::size)
       .def("describe", &Source::Describe)
       .def("identity", &Source::Identity)
