@@ -94,12 +94,15 @@ int main(int argc, char** argv) {
   int batches = 200;
   int workers = 4;
   app.add_option("-d,--device", spec, "cuda or cuda:N")->capture_default_str();
-  app.add_option("--batch-mib", batch_mib, "MiB per batch")->capture_default_str()->check(
-      CLI::Range(1, 4096));
-  app.add_option("--batches", batches, "batches timed per side")->capture_default_str()->check(
-      CLI::Range(1, 1'000'000));
-  app.add_option("--workers", workers, "loader workers")->capture_default_str()->check(
-      CLI::Range(1, 256));
+  app.add_option("--batch-mib", batch_mib, "MiB per batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--batches", batches, "batches timed per side")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000));
+  app.add_option("--workers", workers, "loader workers")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -109,11 +112,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "h2d_copy: device '%s' is not a CUDA device\n", spec.c_str());
       return 2;
     }
-    std::printf("device: %s (%s), driver %s\n", cuda->name().c_str(),
-                cuda->product_name().c_str(), cuda->driver().library().c_str());
+    std::printf("device: %s (%s), driver %s\n", cuda->name().c_str(), cuda->product_name().c_str(),
+                cuda->driver().library().c_str());
     if (cuda->driver().is_fake()) {
-      std::printf("NOTE: the driver is gpufeed's fake libcuda (a test double: host memcpy on "
-                  "one thread per stream); these figures say nothing about a GPU\n");
+      std::printf(
+          "NOTE: the driver is gpufeed's fake libcuda (a test double: host memcpy on "
+          "one thread per stream); these figures say nothing about a GPU\n");
     }
     const int64_t rows = std::max<int64_t>(1, (int64_t{batch_mib} << 20) / kRowBytes);
     const size_t bytes = static_cast<size_t>(rows * kRowBytes);

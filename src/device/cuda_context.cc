@@ -47,8 +47,7 @@ std::shared_ptr<CudaContext> CudaContext::RetainPrimary(const CudaDriver& driver
   return std::shared_ptr<CudaContext>(new CudaContext(driver, device, context, ordinal));
 }
 
-CudaContext::CudaContext(const CudaDriver& driver, CUdevice device, CUcontext context,
-                         int ordinal)
+CudaContext::CudaContext(const CudaDriver& driver, CUdevice device, CUcontext context, int ordinal)
     : driver_(driver),
       device_(device),
       context_(context),

@@ -22,9 +22,9 @@ int DefaultOrdinal() {
   int value = -1;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || value < 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("LOCAL_RANK='{}' is not a device ordinal (expected an integer >= 0)",
-                            text));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("LOCAL_RANK='{}' is not a device ordinal (expected an integer >= 0)", text));
   }
   return value;
 }
@@ -79,7 +79,8 @@ void* CudaDevice::AllocDevice(size_t bytes) {
                             name(), bytes, static_cast<double>(bytes) / (1 << 20),
                             driver().Describe(result), memory));
   }
-  counters_->device_bytes_allocated.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  counters_->device_bytes_allocated.fetch_add(static_cast<int64_t>(bytes),
+                                              std::memory_order_relaxed);
   return reinterpret_cast<void*>(ptr);
 }
 
@@ -139,8 +140,8 @@ std::shared_ptr<CudaDevice> OpenCudaDevice(const CudaDeviceOptions& options) {
                             library));
   }
   if (init == kErrorNoDevice) {
-    throw Error(ErrorCode::kDevice, fmt::format("the CUDA driver '{}' sees no GPU{}", library,
-                                                VisibleDevicesNote()));
+    throw Error(ErrorCode::kDevice,
+                fmt::format("the CUDA driver '{}' sees no GPU{}", library, VisibleDevicesNote()));
   }
   if (init != kSuccess) {
     throw Error(ErrorCode::kDevice, fmt::format("the CUDA driver '{}' failed to initialize: {}",
@@ -150,8 +151,8 @@ std::shared_ptr<CudaDevice> OpenCudaDevice(const CudaDeviceOptions& options) {
   driver.Check(driver.DeviceGetCount(&count),
                fmt::format("the CUDA driver '{}': cuDeviceGetCount", library));
   if (count <= 0) {
-    throw Error(ErrorCode::kDevice, fmt::format("the CUDA driver '{}' sees no GPU{}", library,
-                                                VisibleDevicesNote()));
+    throw Error(ErrorCode::kDevice,
+                fmt::format("the CUDA driver '{}' sees no GPU{}", library, VisibleDevicesNote()));
   }
   const bool from_local_rank = options.ordinal < 0;
   const int ordinal = from_local_rank ? DefaultOrdinal() : options.ordinal;

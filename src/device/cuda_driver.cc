@@ -16,6 +16,34 @@ namespace {
 
 constexpr const char* kDefaultLibrary = "libcuda.so.1";
 
+struct NamedResult {
+  CUresult code;
+  const char* name;
+};
+
+constexpr NamedResult kFallbackNames[] = {
+    {0, "CUDA_SUCCESS"},
+    {1, "CUDA_ERROR_INVALID_VALUE"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED"},
+    {4, "CUDA_ERROR_DEINITIALIZED"},
+    {34, "CUDA_ERROR_STUB_LIBRARY"},
+    {36, "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER"},
+    {100, "CUDA_ERROR_NO_DEVICE"},
+    {101, "CUDA_ERROR_INVALID_DEVICE"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT"},
+    {400, "CUDA_ERROR_INVALID_HANDLE"},
+    {500, "CUDA_ERROR_NOT_FOUND"},
+    {600, "CUDA_ERROR_NOT_READY"},
+    {700, "CUDA_ERROR_ILLEGAL_ADDRESS"},
+    {719, "CUDA_ERROR_LAUNCH_FAILED"},
+    {800, "CUDA_ERROR_NOT_PERMITTED"},
+    {801, "CUDA_ERROR_NOT_SUPPORTED"},
+    {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
+    {804, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE"},
+    {999, "CUDA_ERROR_UNKNOWN"},
+};
+
 std::string DlError() {
   const char* e = dlerror();
   return e != nullptr ? e : "no detail from dlerror()";
@@ -80,29 +108,10 @@ CudaDriver::CudaDriver(std::string library) : library_(std::move(library)) {
 }
 
 std::string_view FallbackErrorName(CUresult result) {
-  switch (result) {
-    case 0: return "CUDA_SUCCESS";
-    case 1: return "CUDA_ERROR_INVALID_VALUE";
-    case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
-    case 3: return "CUDA_ERROR_NOT_INITIALIZED";
-    case 4: return "CUDA_ERROR_DEINITIALIZED";
-    case 34: return "CUDA_ERROR_STUB_LIBRARY";
-    case 36: return "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER";
-    case 100: return "CUDA_ERROR_NO_DEVICE";
-    case 101: return "CUDA_ERROR_INVALID_DEVICE";
-    case 201: return "CUDA_ERROR_INVALID_CONTEXT";
-    case 400: return "CUDA_ERROR_INVALID_HANDLE";
-    case 500: return "CUDA_ERROR_NOT_FOUND";
-    case 600: return "CUDA_ERROR_NOT_READY";
-    case 700: return "CUDA_ERROR_ILLEGAL_ADDRESS";
-    case 719: return "CUDA_ERROR_LAUNCH_FAILED";
-    case 800: return "CUDA_ERROR_NOT_PERMITTED";
-    case 801: return "CUDA_ERROR_NOT_SUPPORTED";
-    case 803: return "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH";
-    case 804: return "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE";
-    case 999: return "CUDA_ERROR_UNKNOWN";
-    default: return {};
+  for (const NamedResult& r : kFallbackNames) {
+    if (r.code == result) return r.name;
   }
+  return {};
 }
 
 std::string CudaDriver::ErrorName(CUresult result) const {

@@ -43,8 +43,8 @@ inline constexpr CUresult kErrorInvalidHandle = 400;
 inline constexpr CUresult kErrorNotReady = 600;
 
 inline constexpr unsigned int kMemHostAllocPortable = 0x01;  // pinned for every context
-inline constexpr unsigned int kStreamNonBlocking = 0x1;  // no implicit sync with stream 0
-inline constexpr unsigned int kEventDisableTiming = 0x2;  // the cheapest event: sync only
+inline constexpr unsigned int kStreamNonBlocking = 0x1;      // no implicit sync with stream 0
+inline constexpr unsigned int kEventDisableTiming = 0x2;     // the cheapest event: sync only
 inline constexpr unsigned int kEventWaitDefault = 0x0;
 
 // X(Member, "symbol to dlsym", cuda.h base name, signature). The symbol is the one cuda.h

@@ -80,10 +80,9 @@ void CudaEvent::MakeStreamWait(uintptr_t stream) {
   // DLPack's stream values pass through as CUstream handles: 1 is CU_STREAM_LEGACY and 2
   // CU_STREAM_PER_THREAD in the driver API too, and 0 the default stream.
   CurrentContextScope scope(*context_);
-  context_->Check(
-      context_->driver().StreamWaitEvent(reinterpret_cast<CUstream>(stream), event_,
-                                         kEventWaitDefault),
-      "cuStreamWaitEvent");
+  context_->Check(context_->driver().StreamWaitEvent(reinterpret_cast<CUstream>(stream), event_,
+                                                     kEventWaitDefault),
+                  "cuStreamWaitEvent");
 }
 
 CudaStream::CudaStream(std::shared_ptr<const CudaContext> context,
@@ -104,8 +103,8 @@ CudaStream::~CudaStream() {
 
 void CudaStream::CopyToDevice(void* dst, const void* src, size_t bytes) {
   CurrentContextScope scope(*context_);
-  const CUresult result = context_->driver().MemcpyHtoDAsync(
-      reinterpret_cast<CUdeviceptr>(dst), src, bytes, stream_);
+  const CUresult result =
+      context_->driver().MemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(dst), src, bytes, stream_);
   if (result != kSuccess) {
     throw Error(ErrorCode::kDevice,
                 fmt::format("{}: cuMemcpyHtoDAsync_v2 of {} bytes failed: {}", context_->name(),

@@ -52,8 +52,7 @@ class CudaEvent : public DeviceEvent {
 class CudaStream : public DeviceStream {
  public:
   // Throws Error(kDevice) when the driver cannot make a stream.
-  CudaStream(std::shared_ptr<const CudaContext> context,
-             std::shared_ptr<CudaCounters> counters);
+  CudaStream(std::shared_ptr<const CudaContext> context, std::shared_ptr<CudaCounters> counters);
   ~CudaStream() override;
 
   // REQUIRES: src is pinned (AllocHost) and dst is device memory (AllocDevice).

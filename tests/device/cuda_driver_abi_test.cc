@@ -54,10 +54,10 @@ struct SameFunction<RA (*)(A...), RB (*)(B...)> {
 
 #define GPUFEED_STR(x) #x
 #define GPUFEED_XSTR(x) GPUFEED_STR(x)
-#define GPUFEED_CHECK_ENTRY(member, symbol, base, signature)                                \
-  static_assert(SameFunction<decltype(CudaDriver::member), decltype(&::base)>::value,      \
-                symbol ": our signature differs from cuda.h's " #base);                    \
-  static_assert(std::string_view(symbol) == std::string_view(GPUFEED_XSTR(base)),          \
+#define GPUFEED_CHECK_ENTRY(member, symbol, base, signature)                          \
+  static_assert(SameFunction<decltype(CudaDriver::member), decltype(&::base)>::value, \
+                symbol ": our signature differs from cuda.h's " #base);               \
+  static_assert(std::string_view(symbol) == std::string_view(GPUFEED_XSTR(base)),     \
                 "we dlsym " symbol " but cuda.h maps " #base " to " GPUFEED_XSTR(base));
 GPUFEED_CUDA_DRIVER_SYMBOLS(GPUFEED_CHECK_ENTRY)
 #undef GPUFEED_CHECK_ENTRY

@@ -199,8 +199,7 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   return fc::kSuccess;
 }
 
-CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t bytes,
-                              void* stream) {
+CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t bytes, void* stream) {
   State& s = GetState();
   Lock lock(s.mu);
   if (CUresult r = fc::RequireContext(s, "cuMemcpyHtoDAsync_v2"); r != fc::kSuccess) return r;
@@ -211,7 +210,8 @@ CUresult cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t by
     char text[160];
     std::snprintf(text, sizeof(text),
                   "cuMemcpyHtoDAsync_v2: destination [%p, +%zu) is not inside a live device "
-                  "allocation", dst_ptr, bytes);
+                  "allocation",
+                  dst_ptr, bytes);
     fc::RecordFailure(s, text);
     return fc::kInvalidValue;
   }

@@ -41,7 +41,7 @@ void fake_cuda_set_events_lie(int lie);
 // --- inspection ------------------------------------------------------------------------------
 // Calls a real driver would reject; each one is described by fake_cuda_failure(i).
 int fake_cuda_failures(void);
-const char* fake_cuda_failure(int index);  // valid until the next reset
+const char* fake_cuda_failure(int index);         // valid until the next reset
 int64_t fake_cuda_outstanding_allocations(void);  // device + pinned
 uint64_t fake_cuda_device_bytes_in_use(void);
 int fake_cuda_live_streams(void);  // created and not destroyed

@@ -206,8 +206,10 @@ CUresult Free(State& s, std::unique_lock<std::mutex>& lock, void* ptr, bool devi
   auto it = s.allocations.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == s.allocations.end() || it->second.device != device) {
     char text[160];
-    std::snprintf(text, sizeof(text), "%s(%p): not a live %s allocation (freed twice, or never "
-                  "allocated)", call, ptr, device ? "device" : "pinned host");
+    std::snprintf(text, sizeof(text),
+                  "%s(%p): not a live %s allocation (freed twice, or never "
+                  "allocated)",
+                  call, ptr, device ? "device" : "pinned host");
     RecordFailure(s, text);
     return kInvalidValue;
   }

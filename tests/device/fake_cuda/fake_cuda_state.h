@@ -105,7 +105,7 @@ struct State {
   std::shared_ptr<Stream> default_stream;
   std::map<Event*, std::unique_ptr<Event>> events;
   std::deque<std::string> failures;  // deque: c_str() stays valid as it grows
-  int64_t copies_started = 0;  // for fail_copy_nth
+  int64_t copies_started = 0;        // for fail_copy_nth
   int64_t copies_completed = 0;
   int64_t pageable_copies = 0;
 };
