@@ -146,7 +146,7 @@ class Monitor {
   // Takes a first sample at once, then one per interval on the sampler thread. Throws
   // Error(kIo) when the JSON lines file cannot be opened. A no-op when already started.
   void Start();
-  // Takes a last sample, stops and joins the sampler. Idempotent.
+  // Stops and joins the sampler; History and Summary stay readable. Idempotent.
   void Stop();
 
   // Takes one sample on the calling thread (with or without the sampler running).
