@@ -1,0 +1,104 @@
+// Caches: a Source decorator that keeps a whole data set close to the GPU, so later epochs
+// (and other processes) read memory instead of files.
+//
+//   auto source = gpufeed::OpenCached(gpufeed::OpenNumpy("train"), {.tier = "auto"});
+//   gpufeed::Loader loader(source, {.batch_size = 8192});
+//
+// Tiers:
+//   ram    one contiguous array per field in this process, filled on first touch (or
+//          preloaded in parallel); later epochs gather rows from RAM.
+//   shm    a file under /dev/shm named gpufeed-<key> (key: a hash of the source's Identity()
+//          and the format version) that the first process builds and publishes atomically
+//          (written, then renamed) with a checksum per 64 KiB block; every later process --
+//          local DDP ranks, concurrent hyper-parameter trials -- maps the same copy read-only
+//          and verifies each block on its first read. A build killed half-way is detected and
+//          redone; /dev/shm running full falls back to streaming, never to partial data.
+//   device the whole data set in GPU memory: not built yet (Error(kUnsupported)); `auto`
+//          skips it.
+//   none   the source itself.
+//   auto   device when it fits the device budget (CUDA only), else shm when the data set fits
+//          the RAM budget (ram where the source cannot be shared across processes), else none.
+// The choice and its reason are printed once on stderr.
+//
+// Thread-safety: OpenCached may be called from any thread, and from many processes at once
+// over the same shared-memory folder (they coordinate with flock). The returned Source is
+// thread-safe like every Source. The cache-folder functions are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpufeed/device.h"
+#include "gpufeed/source.h"
+
+namespace gpufeed {
+
+struct CacheOptions {
+  std::string tier = "auto";  // Default: "auto". One of auto|none|ram|shm|device.
+  // Default: false = fill on first touch. True: read the whole data set now, in parallel
+  // (the shm tier always builds the whole file before publishing it).
+  bool preload = false;
+  // Default: 0 = 50% of available RAM (MemAvailable, and memory.max - memory.current of this
+  // process's cgroup v2 where that is lower).
+  uint64_t ram_budget_bytes = 0;
+  uint64_t device_budget_bytes = 0;  // Default: 0 = 40% of the device's free memory
+  std::string shm_dir = "/dev/shm";  // Default: /dev/shm
+  // Default: null = no device tier. The loader's device: `auto` considers the device tier
+  // only when this is a CUDA device.
+  std::shared_ptr<Device> device = nullptr;
+  int threads = 0;      // Default: 0 = hardware threads: preload and shm build parallelism
+  bool verbose = true;  // Default: true: print the choice, waits and progress on stderr
+};
+
+// What OpenCached chose and why.
+struct CacheInfo {
+  std::string tier;     // "none", "ram", "shm" (what serves the samples)
+  std::string reason;   // "0.8 GB fits the RAM budget 11.2 GB"
+  std::string path;     // the shm file; empty for other tiers
+  std::string key;      // the shm key (16 hex digits); empty for other tiers
+  uint64_t bytes = 0;   // the data set's size
+  bool built = false;   // shm: this process built the file (false: it found it published)
+  double open_seconds = 0;  // time OpenCached took (shm: waiting for or building the file)
+
+  // "shm (0.8 GB fits the RAM budget 11.2 GB; /dev/shm/gpufeed-0123456789abcdef)"
+  std::string ToString() const;
+};
+
+// Returns a Source serving the same samples as `source`, cached in the tier `options` picks
+// (the source itself for "none"). `info`, when given, receives the choice. Throws
+// Error(kInvalidArgument) for an unknown tier or when an explicit "ram" or "shm" does not fit
+// its budget, Error(kUnsupported) for "device", and whatever the base source throws while a
+// preload or shm build reads it. An shm build that fails for lack of space (ENOSPC) or an
+// I/O error warns on stderr and returns the uncached source.
+std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options = {},
+                                   CacheInfo* info = nullptr);
+
+// The shm key of a source: 16 hex digits of a hash of its Identity() and the format version.
+std::string CacheKey(const Source& source);
+
+// One shared-memory cache in a folder (`gpufeed cache ls`).
+struct ShmCacheEntry {
+  std::string key;
+  std::string path;
+  std::string description;   // the source's Describe() when it was built
+  std::string identity;      // the source's Identity() when it was built
+  uint64_t bytes = 0;        // file size
+  double age_seconds = 0;    // since it was published
+  int processes = -1;        // processes mapping it now (shared flocks); -1 = unknown
+  bool valid = true;         // the header verifies
+  bool stale = false;        // a file named in the identity changed size or mtime, or is gone
+  bool half_built = false;   // a tmp file whose builder is gone
+};
+
+// Published caches, tmp files of builds (half_built when no builder holds the lock) and
+// unreadable files named gpufeed-* in `dir`, by key.
+std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir = "/dev/shm");
+// Removes the cache `key` (its file, lock and leftovers). Processes mapping it keep their
+// copy until they unmap it. Returns false when there was nothing to remove.
+bool RemoveShmCache(const std::string& key, const std::string& dir = "/dev/shm");
+// Removes leftovers of dead builders, invalid files and stale caches; returns what it removed.
+std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir = "/dev/shm");
+
+}  // namespace gpufeed

@@ -1,0 +1,186 @@
+// `gpufeed cache ls | rm | gc`: the shared-memory caches in a folder.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "cache/shm_format.h"
+#include "gpufeed/cache.h"
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool IsKey(const std::string& s) {
+  return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+// Processes holding a flock on the file (`st`): one per open file description that maps it.
+int CountFlocks(const struct stat& st) {
+  std::ifstream in("/proc/locks");
+  if (!in) return -1;
+  const std::string id =
+      fmt::format("{:02x}:{:02x}:{}", major(st.st_dev), minor(st.st_dev), st.st_ino);
+  int n = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string number, kind, mode, access, pid, inode;
+    words >> number >> kind;
+    if (kind == "->") continue;  // a waiter, not a holder
+    words >> mode >> access >> pid >> inode;
+    if (kind == "FLOCK" && inode == id) ++n;
+  }
+  return n;
+}
+
+// True when no process holds the key's build lock (so a tmp file of it is a dead builder's).
+bool NoBuilder(const std::string& lock_path) {
+  const int fd = open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return true;
+  const bool free = flock(fd, LOCK_EX | LOCK_NB) == 0;
+  close(fd);
+  return free;
+}
+
+// A file the identity names ("/abs/path:size:mtime_ns") that is gone or differs now.
+bool IdentityStale(const std::string& identity) {
+  static const std::regex kFile(R"((/[^|:=\s]+):(\d+):(-?\d+))");
+  for (std::sregex_iterator it(identity.begin(), identity.end(), kFile), end; it != end; ++it) {
+    struct stat st {};
+    if (stat((*it)[1].str().c_str(), &st) != 0) return true;
+    const int64_t mtime = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+    if (std::to_string(st.st_size) != (*it)[2].str() || std::to_string(mtime) != (*it)[3].str()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+ShmCacheEntry ReadPublished(const std::string& path, const std::string& key) {
+  ShmCacheEntry e;
+  e.key = key;
+  e.path = path;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    if (fd >= 0) close(fd);
+    e.valid = false;
+    e.description = "(cannot be opened)";
+    return e;
+  }
+  e.bytes = static_cast<uint64_t>(st.st_size);
+  e.processes = CountFlocks(st);
+  try {
+    std::vector<std::byte> bytes(kShmFixedHeaderBytes);
+    if (pread(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+      throw Error(ErrorCode::kCorruptData, "too short for a header");
+    }
+    bytes.resize(ShmHeaderBytes(bytes, e.bytes, path));
+    if (pread(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+      throw Error(ErrorCode::kCorruptData, "header cannot be read");
+    }
+    const ShmHeader h = DecodeShmHeader(bytes, e.bytes, path);
+    e.description = h.description;
+    e.identity = h.identity;
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    e.age_seconds = static_cast<double>(now - h.created_unix_ns) / 1e9;
+    e.stale = IdentityStale(h.identity);
+  } catch (const Error& err) {
+    e.valid = false;
+    e.description = err.what();
+  }
+  close(fd);
+  return e;
+}
+
+}  // namespace
+
+std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir) {
+  std::map<std::string, ShmCacheEntry> found;  // by file name: sorted output
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("gpufeed-", 0) != 0) continue;
+    const std::string rest = name.substr(8);
+    const std::string key = rest.substr(0, 16);
+    if (!IsKey(key)) continue;
+    const std::string path = entry.path().string();
+    if (rest.size() == 16) {
+      found[name] = ReadPublished(path, key);
+    } else if (rest.rfind(".tmp-", 16) == 16) {
+      ShmCacheEntry e;
+      e.key = key;
+      e.path = path;
+      e.bytes = static_cast<uint64_t>(entry.file_size(ec));
+      e.half_built = NoBuilder(fmt::format("{}/gpufeed-{}.lock", dir, key));
+      e.valid = false;
+      e.description = e.half_built
+                          ? fmt::format("(left half-built by process {})", rest.substr(21))
+                          : fmt::format("(being built by process {})", rest.substr(21));
+      found[name] = e;
+    }
+  }
+  std::vector<ShmCacheEntry> out;
+  for (auto& [name, e] : found) out.push_back(std::move(e));
+  return out;
+}
+
+bool RemoveShmCache(const std::string& key, const std::string& dir) {
+  if (!IsKey(key)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("'{}' is not a cache key (16 hex digits, see `gpufeed cache ls`)", key));
+  }
+  bool removed = false;
+  std::error_code ec;
+  const std::string lock = fmt::format("{}/gpufeed-{}.lock", dir, key);
+  const bool no_builder = NoBuilder(lock);
+  for (const auto& e : ListShmCaches(dir)) {
+    if (e.key != key || (!e.half_built && !e.valid && e.path.find(".tmp-") != std::string::npos)) {
+      continue;  // another key, or a build in progress
+    }
+    removed |= fs::remove(e.path, ec);
+  }
+  // The lock file goes only when no builder holds it: removing a held lock would let a new
+  // process build beside the one already building.
+  if (no_builder) fs::remove(lock, ec);
+  return removed;
+}
+
+std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir) {
+  std::vector<ShmCacheEntry> removed;
+  std::error_code ec;
+  for (auto& e : ListShmCaches(dir)) {
+    const bool building = !e.half_built && e.path.find(".tmp-") != std::string::npos;
+    if (building || (e.valid && !e.stale)) continue;
+    if (fs::remove(e.path, ec)) removed.push_back(std::move(e));
+  }
+  // Lock files of keys with nothing left and no builder.
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("gpufeed-", 0) != 0 || name.size() != 8 + 16 + 5 ||
+        name.substr(24) != ".lock") {
+      continue;
+    }
+    const std::string published = fmt::format("{}/{}", dir, name.substr(0, 24));
+    if (!fs::exists(published, ec) && NoBuilder(entry.path().string())) {
+      fs::remove(entry.path(), ec);
+    }
+  }
+  return removed;
+}
+
+}  // namespace gpufeed

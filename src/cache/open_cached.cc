@@ -1,0 +1,95 @@
+// OpenCached: picks a tier within the budgets, says why once, and wraps the source.
+#include <fmt/format.h>
+#include <sys/statvfs.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "cache/ram_cache.h"
+#include "cache/shm_format.h"
+#include "cache/shm_open.h"
+#include "cache/tier_choice.h"
+#include "gpufeed/cache.h"
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+uint64_t FreeBytes(const std::string& dir) {
+  struct statvfs fs {};
+  if (statvfs(dir.c_str(), &fs) != 0) return 0;
+  return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+}
+
+// Arrays in a process's memory are identified by their addresses, which mean nothing (or
+// something else) in another process.
+bool Shareable(const Source& source) { return source.Identity().rfind("memory", 0) != 0; }
+
+}  // namespace
+
+std::string CacheInfo::ToString() const {
+  if (path.empty()) return fmt::format("{} ({})", tier, reason);
+  return fmt::format("{} ({}; {})", tier, reason, path);
+}
+
+std::string CacheKey(const Source& source) {
+  const std::string text =
+      fmt::format("gpufeed-cache-v{}|{}|{}", kShmFormatVersion, source.Identity(),
+                  source.schema().ToString());
+  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+}
+
+std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options,
+                                   CacheInfo* info) {
+  if (source == nullptr) throw Error(ErrorCode::kInvalidArgument, "OpenCached: source is null");
+  const auto start = std::chrono::steady_clock::now();
+  const int threads = options.threads > 0
+                          ? options.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  TierInputs in;
+  in.requested = options.tier;
+  in.bytes = source->schema().SampleBytes() * static_cast<uint64_t>(source->size());
+  in.ram_budget = options.ram_budget_bytes != 0 ? options.ram_budget_bytes
+                                                : AvailableRamBytes() / 2;
+  in.cuda = options.device != nullptr && options.device->type() == DeviceType::kCuda;
+  if (in.cuda && options.tier == "auto") {
+    in.device_budget = options.device_budget_bytes != 0
+                           ? options.device_budget_bytes
+                           : options.device->MemoryInfo().free_bytes / 5 * 2;
+  }
+  in.shareable = Shareable(*source);
+  in.shm_free = FreeBytes(options.shm_dir);
+  const TierChoice choice = ChooseTier(in);
+
+  CacheInfo result;
+  result.tier = choice.tier;
+  result.reason = choice.reason;
+  result.bytes = in.bytes;
+  std::shared_ptr<Source> cached = source;
+  if (choice.tier == "ram") {
+    auto ram = std::make_shared<RamCachedSource>(source);
+    if (options.preload) ram->Preload(threads, options.verbose);
+    cached = ram;
+  } else if (choice.tier == "shm") {
+    ShmOpenResult shm = OpenShmCache(
+        source, {.dir = options.shm_dir, .threads = threads, .verbose = options.verbose});
+    result.key = shm.key;
+    result.built = shm.built;
+    if (shm.source) {
+      result.path = shm.path;
+      cached = shm.source;
+    } else {
+      result.tier = "none";
+      result.reason = fmt::format("the shared-memory cache could not be built: {}", shm.failure);
+    }
+  }
+  result.open_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (options.verbose) std::fprintf(stderr, "gpufeed: cache: %s\n", result.ToString().c_str());
+  if (info != nullptr) *info = std::move(result);
+  return cached;
+}
+
+}  // namespace gpufeed

@@ -1,0 +1,234 @@
+#include "cache/shm_builder.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "core/thread_pool.h"
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+// Samples one task reads from the base source and writes: a few MB, so tasks balance.
+int64_t ChunkSamples(size_t sample_bytes) {
+  constexpr size_t kChunkBytes = size_t{4} << 20;
+  return std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / std::max<size_t>(1, sample_bytes)));
+}
+
+// pwrite with an injectable ENOSPC. Returns 0 or an errno.
+class FileWriter {
+ public:
+  FileWriter(int fd, int64_t enospc_after) : fd_(fd), enospc_after_(enospc_after) {}
+
+  int Write(const void* data, size_t n, uint64_t offset) {
+    if (enospc_after_ >= 0 &&
+        written_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n) > enospc_after_) {
+      return ENOSPC;
+    }
+    const auto* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t r = pwrite(fd_, p, n, static_cast<off_t>(offset));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return errno;
+      }
+      if (r == 0) return ENOSPC;
+      p += r;
+      n -= static_cast<size_t>(r);
+      offset += static_cast<uint64_t>(r);
+    }
+    return 0;
+  }
+
+ private:
+  int fd_;
+  int64_t enospc_after_;
+  std::atomic<int64_t> written_{0};
+};
+
+// Prints "building 40%" lines for builds that last, at most every 10%.
+class BuildProgress {
+ public:
+  BuildProgress(bool verbose, const std::string& path, uint64_t bytes)
+      : verbose_(verbose), path_(path), bytes_(bytes), start_(std::chrono::steady_clock::now()) {}
+
+  void Add(uint64_t bytes) {
+    const uint64_t done = done_.fetch_add(bytes) + bytes;
+    if (!verbose_ || bytes_ == 0) return;
+    const int tenth = static_cast<int>(done * 10 / bytes_);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    std::lock_guard lock(mu_);
+    if (s < 2.0 || tenth <= printed_ || tenth >= 10) return;
+    printed_ = tenth;
+    std::fprintf(stderr, "gpufeed: cache: building %s: %d%% (%.1f of %.1f GB, %.0f s)\n",
+                 path_.c_str(), tenth * 10, static_cast<double>(done) / 1e9,
+                 static_cast<double>(bytes_) / 1e9, s);
+  }
+
+ private:
+  bool verbose_;
+  std::string path_;
+  uint64_t bytes_;
+  std::chrono::steady_clock::time_point start_;
+  std::atomic<uint64_t> done_{0};
+  std::mutex mu_;
+  int printed_ = 0;
+};
+
+ShmBuildResult Fail(ShmBuildStatus status, std::string message) {
+  ShmBuildResult r;
+  r.status = status;
+  r.message = std::move(message);
+  return r;
+}
+
+ShmBuildResult FailErrno(int err, const std::string& what, const std::string& path) {
+  return Fail(err == ENOSPC || err == EDQUOT ? ShmBuildStatus::kNoSpace : ShmBuildStatus::kWriteFailed,
+              fmt::format("{} {}: {}", what, path, std::strerror(err)));
+}
+
+// Writes every sample; returns 0 or the first write errno. Base-source errors propagate.
+int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer, int threads,
+                 BuildProgress& progress) {
+  const Schema& schema = base.schema();
+  const int64_t chunk = ChunkSamples(schema.SampleBytes());
+  const int64_t tasks = (layout.samples + chunk - 1) / chunk;
+  std::vector<std::unique_ptr<SourceWorkerState>> states(threads);
+  std::vector<std::vector<std::vector<std::byte>>> scratch(threads);
+  std::atomic<int> first_errno{0};
+  ThreadPool pool(threads);
+  pool.ParallelFor(tasks, [&](int64_t task, int thread) {
+    if (first_errno.load(std::memory_order_relaxed) != 0) return;
+    const int64_t begin = task * chunk;
+    const int64_t rows = std::min(chunk, layout.samples - begin);
+    if (!states[thread]) states[thread] = base.NewWorkerState();
+    auto& buffers = scratch[thread];
+    buffers.resize(schema.fields.size());
+    BatchView view;
+    view.rows = rows;
+    for (size_t f = 0; f < schema.fields.size(); ++f) {
+      buffers[f].resize(layout.row_bytes[f] * static_cast<size_t>(chunk));
+      view.fields.push_back(buffers[f].data());
+    }
+    std::vector<int64_t> indices(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) indices[i] = begin + i;
+    base.Read(indices, view, states[thread].get());
+    for (size_t f = 0; f < schema.fields.size(); ++f) {
+      const size_t n = layout.row_bytes[f] * static_cast<size_t>(rows);
+      const int err = writer.Write(view.fields[f], n, layout.header_bytes + layout.RowBegin(f, begin));
+      if (err != 0) {
+        int expected = 0;
+        first_errno.compare_exchange_strong(expected, err);
+        return;
+      }
+      progress.Add(n);
+    }
+  });
+  return first_errno.load();
+}
+
+// Hashes every block of the data region through a read-only mapping of the written file.
+std::vector<uint64_t> HashBlocks(int fd, const ShmLayout& layout, int threads) {
+  std::vector<uint64_t> hashes(layout.blocks);
+  if (layout.blocks == 0) return hashes;
+  void* p = mmap(nullptr, layout.total_bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    throw Error(ErrorCode::kIo, fmt::format("mmap of a cache being built failed: {}",
+                                            std::strerror(errno)));
+  }
+  const auto* data = static_cast<const std::byte*>(p) + layout.header_bytes;
+  constexpr int64_t kBlocksPerTask = 256;
+  const int64_t tasks = (static_cast<int64_t>(layout.blocks) + kBlocksPerTask - 1) / kBlocksPerTask;
+  ThreadPool pool(threads);
+  pool.ParallelFor(tasks, [&](int64_t task, int) {
+    const uint64_t end = std::min<uint64_t>(layout.blocks, (task + 1) * kBlocksPerTask);
+    for (uint64_t b = task * kBlocksPerTask; b < end; ++b) {
+      const uint64_t at = b * kShmBlockBytes;
+      hashes[b] = HashShmBlock(data + at, std::min(kShmBlockBytes, layout.data_bytes - at));
+    }
+  });
+  munmap(p, layout.total_bytes);
+  return hashes;
+}
+
+}  // namespace
+
+ShmBuildResult BuildShmFile(const Source& base, const std::string& tmp_path,
+                            const std::string& final_path, const ShmBuildOptions& options) {
+  GPUFEED_ASSERT(options.threads > 0, "threads > 0");
+  ShmHeader header;
+  header.identity = base.Identity();
+  header.schema_text = base.schema().ToString();
+  header.description = base.Describe();
+  header.created_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  header.layout = PlanShmLayout(base.schema(), base.size(), header.identity, header.schema_text,
+                                header.description);
+  const ShmLayout& layout = header.layout;
+
+  const std::string dir = final_path.substr(0, final_path.find_last_of('/') + 1);
+  struct statvfs fs {};
+  if (statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0) {
+    const uint64_t avail = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    if (avail < layout.total_bytes) {
+      return Fail(ShmBuildStatus::kNoSpace,
+                  fmt::format("{} has {:.2f} GB free, the cache needs {:.2f} GB", dir,
+                              static_cast<double>(avail) / 1e9,
+                              static_cast<double>(layout.total_bytes) / 1e9));
+    }
+  }
+
+  const int fd = open(tmp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return FailErrno(errno, "cannot create", tmp_path);
+  auto discard = [&] {
+    close(fd);
+    unlink(tmp_path.c_str());
+  };
+  if (ftruncate(fd, static_cast<off_t>(layout.total_bytes)) != 0) {
+    const int err = errno;
+    discard();
+    return FailErrno(err, "cannot size", tmp_path);
+  }
+  FileWriter writer(fd, options.faults.enospc_after_bytes);
+  BuildProgress progress(options.verbose, final_path, layout.data_bytes);
+  try {
+    if (const int err = WriteSamples(base, layout, writer, options.threads, progress); err != 0) {
+      discard();
+      return FailErrno(err, "cannot write", tmp_path);
+    }
+    header.block_hashes = HashBlocks(fd, layout, options.threads);
+  } catch (...) {
+    discard();
+    throw;
+  }
+  const std::vector<std::byte> bytes = EncodeShmHeader(header);
+  if (const int err = writer.Write(bytes.data(), bytes.size(), 0); err != 0) {
+    discard();
+    return FailErrno(err, "cannot write the header of", tmp_path);
+  }
+  // Readers find the file complete or not at all: rename is atomic within the folder.
+  if (rename(tmp_path.c_str(), final_path.c_str()) != 0) {
+    const int err = errno;
+    discard();
+    return FailErrno(err, "cannot publish", final_path);
+  }
+  ShmBuildResult r;
+  r.status = ShmBuildStatus::kPublished;
+  r.fd = fd;
+  r.header = std::move(header);
+  return r;
+}
+
+}  // namespace gpufeed

@@ -1,0 +1,47 @@
+// Builds a shared-memory cache file: writes every sample of a source into a tmp file with
+// pwrite (so a full /dev/shm is an ENOSPC error, never a SIGBUS through a mapping), hashes
+// its blocks, writes the header last and renames the file to its published name. The caller
+// holds the key's build lock (see shm_open.h).
+// Thread-safety: BuildShmFile may run in many processes, each for its own tmp path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cache/shm_format.h"
+#include "gpufeed/source.h"
+
+namespace gpufeed {
+
+// Test hooks: faults the writer injects.
+struct ShmBuildFaults {
+  // Fail the write that would take the file past this many bytes written with ENOSPC
+  // (-1: never). Stands in for a tmpfs running full.
+  int64_t enospc_after_bytes = -1;
+};
+
+struct ShmBuildOptions {
+  int threads = 1;       // Required: > 0
+  bool verbose = false;  // Default: false: progress on stderr for builds past 2 s
+  ShmBuildFaults faults = {};
+};
+
+enum class ShmBuildStatus {
+  kPublished,    // the file is at its final path; fd is open on it
+  kNoSpace,      // the folder has no room (statvfs said so, or a write failed with ENOSPC)
+  kWriteFailed,  // another OS error while writing; message says which
+};
+
+struct ShmBuildResult {
+  ShmBuildStatus status = ShmBuildStatus::kWriteFailed;
+  int fd = -1;           // kPublished: open read-write on the published file; the caller owns it
+  ShmHeader header = {};
+  std::string message = {};  // why it failed
+};
+
+// Builds the cache of `base` at `tmp_path` and publishes it as `final_path`. On failure the tmp
+// file is removed. Rethrows what the base source throws (after removing the tmp file).
+ShmBuildResult BuildShmFile(const Source& base, const std::string& tmp_path,
+                            const std::string& final_path, const ShmBuildOptions& options);
+
+}  // namespace gpufeed

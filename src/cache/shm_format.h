@@ -1,0 +1,74 @@
+// The shared-memory cache file: a header, then one region per field (samples along axis 0).
+//
+//   [fixed header | identity | schema | description | field offsets | block hashes] pad 4 KiB
+//   [field 0: samples x row bytes] pad 4 KiB [field 1 ...] ...
+//
+// The data region is cut into 64 KiB blocks, each with a 64-bit XXH3 hash in the header; the
+// header carries a hash of itself. A reader verifies the header when it opens the file and a
+// block the first time it reads from it, so a damaged file is caught without reading 800 MB
+// before the first batch.
+// Thread-safety: values and pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpufeed/schema.h"
+
+namespace gpufeed {
+
+inline constexpr uint32_t kShmFormatVersion = 1;
+inline constexpr uint64_t kShmBlockBytes = uint64_t{64} << 10;
+inline constexpr uint64_t kShmAlign = 4096;
+// The fixed part of the header: read first, it says how long the rest is.
+inline constexpr size_t kShmFixedHeaderBytes = 128;
+
+// Where everything lies in a cache file of a schema and sample count.
+struct ShmLayout {
+  int64_t samples = 0;
+  std::vector<uint64_t> field_offsets = {};  // from the start of the data region
+  std::vector<uint64_t> row_bytes = {};      // per field
+  uint64_t header_bytes = 0;                 // also where the data region starts
+  uint64_t data_bytes = 0;
+  uint64_t blocks = 0;
+  uint64_t total_bytes = 0;                  // the file's size
+
+  // Data-region bytes [begin, end) of sample `index` of field `field`.
+  uint64_t RowBegin(size_t field, int64_t index) const {
+    return field_offsets[field] + static_cast<uint64_t>(index) * row_bytes[field];
+  }
+};
+
+struct ShmHeader {
+  std::string identity = {};     // Source::Identity() of the cached source
+  std::string schema_text = {};  // Schema::ToString()
+  std::string description = {};  // Source::Describe(), for `gpufeed cache ls`
+  int64_t created_unix_ns = 0;
+  ShmLayout layout = {};
+  std::vector<uint64_t> block_hashes = {};  // layout.blocks of them
+};
+
+// The layout for a schema, sample count and the header's texts. REQUIRES: samples >= 0.
+ShmLayout PlanShmLayout(const Schema& schema, int64_t samples, const std::string& identity,
+                        const std::string& schema_text, const std::string& description);
+
+// The header's bytes: exactly header.layout.header_bytes of them.
+std::vector<std::byte> EncodeShmHeader(const ShmHeader& header);
+
+// Bytes the whole header takes, read from its fixed part (kShmFixedHeaderBytes bytes).
+// Throws Error(kCorruptData) naming `path` when the fixed part is not a gpufeed cache header of
+// this format version or contradicts `file_size`.
+uint64_t ShmHeaderBytes(std::span<const std::byte> fixed, uint64_t file_size,
+                        const std::string& path);
+// Decodes and verifies a whole header (its hash, sizes, offsets against `file_size`). Throws
+// Error(kCorruptData) naming `path` and what is wrong.
+ShmHeader DecodeShmHeader(std::span<const std::byte> bytes, uint64_t file_size,
+                          const std::string& path);
+
+// The block checksum (XXH3, 64 bits).
+uint64_t HashShmBlock(const void* data, size_t bytes);
+
+}  // namespace gpufeed
