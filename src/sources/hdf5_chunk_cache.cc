@@ -24,7 +24,8 @@ DecodedChunkCache::Buffer DecodedChunkCache::Find(uint64_t key) {
   const auto it = index_.find(key);
   if (it == index_.end()) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second);
-  return it->second->second;
+  it->second->generation = generation_;
+  return it->second->chunk;
 }
 
 void DecodedChunkCache::Insert(uint64_t key, Buffer chunk) {
@@ -32,16 +33,17 @@ void DecodedChunkCache::Insert(uint64_t key, Buffer chunk) {
   const size_t n = chunk->size();
   if (n > capacity_) return;
   while (bytes_ + n > capacity_ && !lru_.empty()) {
-    Buffer& victim = lru_.back().second;
+    if (lru_.back().generation == generation_) return;  // all used by this batch: keep them
+    Buffer& victim = lru_.back().chunk;
     bytes_ -= victim->size();
     if (victim.use_count() == 1 && spare_.size() < kMaxSpares) {
       // Only this cache held it, so nobody reads it: safe to write into again.
       spare_.push_back(std::const_pointer_cast<std::vector<std::byte>>(std::move(victim)));
     }
-    index_.erase(lru_.back().first);
+    index_.erase(lru_.back().key);
     lru_.pop_back();
   }
-  lru_.emplace_front(key, std::move(chunk));
+  lru_.push_front({key, std::move(chunk), generation_});
   index_[key] = lru_.begin();
   bytes_ += n;
 }

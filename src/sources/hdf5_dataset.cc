@@ -233,7 +233,6 @@ size_t Hdf5Dataset::ChunkBytes() const {
 }
 
 int64_t Hdf5Dataset::ChunksPerSample() const {
-  if (storage != Hdf5Storage::kChunked && chunk_dims.empty()) return 1;
   int64_t n = 1;
   for (size_t d = 1; d < chunk_grid.size(); ++d) n *= chunk_grid[d];
   return n;

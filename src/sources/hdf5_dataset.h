@@ -65,7 +65,7 @@ struct Hdf5Dataset {
 
   size_t ChunkBytes() const;  // decoded bytes of one full chunk
   bool filtered() const { return !filters.empty(); }
-  int64_t ChunksPerSample() const;  // chunks one sample spans
+  int64_t ChunksPerSample() const;  // chunks one sample spans (1 when not chunked)
 };
 
 // Opens `dataset` of the HDF5 file `file_id`, whose bytes the hot path reads through `file`.

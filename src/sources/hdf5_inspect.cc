@@ -61,10 +61,7 @@ void Describe(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
   out.index_method = ds.index_method;
   out.index_seconds = ds.index_seconds;
   if (!ds.chunk_dims.empty()) {
-    out.chunks_per_sample = 1;
-    for (size_t d = 1; d < ds.chunk_dims.size(); ++d) {
-      out.chunks_per_sample *= (ds.dims[d] + ds.chunk_dims[d] - 1) / ds.chunk_dims[d];
-    }
+    out.chunks_per_sample = ds.ChunksPerSample();
     out.chunks_stored = static_cast<int64_t>(std::count_if(
         ds.chunks.begin(), ds.chunks.end(), [](const auto& c) { return c.size > 0; }));
   }

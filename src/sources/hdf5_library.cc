@@ -12,9 +12,9 @@ std::recursive_mutex& Hdf5Mutex() {
 }
 
 Hdf5Lock::Hdf5Lock() : guard_(Hdf5Mutex()) {
-  // Under the lock, so the flag needs no atomics. libhdf5 prints its error stack to stderr
-  // by default; gpufeed reports errors itself.
-  static bool silenced = false;
+  // libhdf5 prints its error stack to stderr by default; gpufeed reports errors itself. The
+  // threadsafe build keeps that setting per thread, hence once per thread.
+  thread_local bool silenced = false;
   if (!silenced) {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     silenced = true;

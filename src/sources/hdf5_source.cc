@@ -43,8 +43,7 @@ class Hdf5Source final : public Source {
         options_(std::move(options)) {
     for (const auto& p : parts_) samples_ += p.samples;
     for (const auto& r : parts_.front().readers) {
-      if (r->dataset().storage == Hdf5Storage::kChunked ||
-          !r->dataset().chunk_dims.empty()) {
+      if (!r->dataset().chunk_dims.empty()) {
         block_ = std::max<int64_t>(1, r->dataset().chunk_dims[0]);
         break;
       }
@@ -98,6 +97,7 @@ class Hdf5Source final : public Source {
     }
     // Sorted, a batch walks each file forwards and meets each chunk row once.
     std::sort(ws->order.begin(), ws->order.end());
+    ws->scratch.cache.BeginBatch();
     size_t k = 0;
     try {
       while (k < ws->order.size()) {

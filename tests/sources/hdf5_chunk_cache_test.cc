@@ -24,6 +24,7 @@ TEST(DecodedChunkCacheTest, EvictsLeastRecentlyUsedWithinBudget) {
   cache.Insert(1, Chunk(100, 1));
   cache.Insert(2, Chunk(100, 2));
   cache.Insert(3, Chunk(100, 3));
+  cache.BeginBatch();
   ASSERT_NE(cache.Find(1), nullptr);  // 1 is now the most recent
   cache.Insert(4, Chunk(100, 4));     // evicts 2
   EXPECT_EQ(cache.Find(2), nullptr);
@@ -36,14 +37,33 @@ TEST(DecodedChunkCacheTest, EvictsLeastRecentlyUsedWithinBudget) {
   EXPECT_FALSE(cache.Fits(301));
 }
 
+TEST(DecodedChunkCacheTest, KeepsThisBatchsChunksOverNewOnes) {
+  DecodedChunkCache cache(200);
+  cache.BeginBatch();
+  cache.Insert(1, Chunk(100, 1));
+  cache.Insert(2, Chunk(100, 2));
+  cache.Insert(3, Chunk(100, 3));  // 1 and 2 were used by this batch: 3 is not kept
+  EXPECT_EQ(cache.Find(3), nullptr);
+  cache.BeginBatch();  // the next batch of a cyclic scan finds 1 and 2
+  EXPECT_NE(cache.Find(1), nullptr);
+  EXPECT_NE(cache.Find(2), nullptr);
+  cache.BeginBatch();
+  EXPECT_NE(cache.Find(2), nullptr);
+  cache.Insert(3, Chunk(100, 3));  // 1 is from an older batch: evicted
+  EXPECT_EQ(cache.Find(1), nullptr);
+  EXPECT_NE(cache.Find(3), nullptr);
+}
+
 TEST(DecodedChunkCacheTest, RecyclesOnlyBuffersNobodyHolds) {
   DecodedChunkCache cache(100);
   auto held = cache.NewBuffer(100);
   cache.Insert(1, held);  // still held by the caller when evicted
+  cache.BeginBatch();
   cache.Insert(2, cache.NewBuffer(100));
   auto next = cache.NewBuffer(100);
   EXPECT_NE(next.get(), held.get());
   const void* second = cache.Find(2).get();
+  cache.BeginBatch();
   cache.Insert(3, next);  // evicts 2, which nobody holds: recycled
   EXPECT_EQ(cache.NewBuffer(100).get(), second);
 }

@@ -89,6 +89,20 @@ TEST(Hdf5CountersTest, CacheStaysWithinItsBudget) {
   EXPECT_EQ(Hdf5SourceCounters(*source).chunk_cache_hits, 0);
 }
 
+TEST(Hdf5CountersTest, FullShuffleScansHitWhatTheCacheHolds) {
+  GPUFEED_REQUIRE_HDF5_FILES(files);
+  // Four 2 MiB chunks, a cache of two: batch after batch needs all four, in file order.
+  auto source = OpenHdf5({files->File("gzip")}, {"mel"}, {.chunk_cache_bytes = 5 << 20});
+  auto state = source->NewWorkerState();
+  for (int i = 0; i < 3; ++i) {
+    Batch b(*source, {900, 10, 300, 600});
+    source->Read(b.indices, b.view, state.get());
+  }
+  // Batch 1 decodes 4 and keeps chunks 0 and 1; batches 2 and 3 hit those, decode 2 more.
+  EXPECT_EQ(Hdf5SourceCounters(*source).chunks_decoded, 8);
+  EXPECT_EQ(Hdf5SourceCounters(*source).chunk_cache_hits, 4);
+}
+
 TEST(Hdf5CountersTest, UnfilteredDataIsNeverDecoded) {
   GPUFEED_REQUIRE_HDF5_FILES(files);
   auto source = OpenHdf5({files->File("multi_axis")}, {"x", "z"});
