@@ -1,0 +1,71 @@
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "gpufeed/error.h"
+
+#include "cache/shm_open.h"
+#include "gpufeed/cache.h"
+#include "gpufeed/sources.h"
+#include "sources/scratch_dir.h"
+
+namespace gpufeed {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ScratchDir;
+
+std::shared_ptr<Source> Synthetic(uint64_t seed) {
+  return OpenSynthetic(ParseSchema("x:float32[256]"), 500, seed);
+}
+
+TEST(CacheDirTest, ListsCountsUsersRemovesAndCollects) {
+  ScratchDir dir;
+  auto a = OpenShmCache(Synthetic(1), {.dir = dir.path(), .threads = 1, .verbose = false});
+  auto b = OpenShmCache(Synthetic(2), {.dir = dir.path(), .threads = 1, .verbose = false});
+  auto a2 = OpenShmCache(Synthetic(1), {.dir = dir.path(), .threads = 1, .verbose = false});
+  b.source.reset();
+  // A dead builder's leftover and a file that is not a cache.
+  dir.Write(fmt::format("gpufeed-{}.tmp-999999", "0123456789abcdef"), "partial");
+  dir.Write(fmt::format("gpufeed-{}", "fedcba9876543210"), "garbage");
+  dir.Write("unrelated", "x");
+
+  auto list = ListShmCaches(dir.path());
+  ASSERT_EQ(list.size(), 4u);
+  std::map<std::string, ShmCacheEntry> by_key;
+  for (auto& e : list) by_key[e.key] = e;
+  const ShmCacheEntry& ea = by_key.at(a.key);
+  EXPECT_TRUE(ea.valid);
+  EXPECT_EQ(ea.processes, 2);  // two mappings (a and a2), each with its shared flock
+  EXPECT_EQ(ea.bytes, fs::file_size(a.path));
+  EXPECT_NE(ea.description.find("synthetic"), std::string::npos);
+  EXPECT_LT(ea.age_seconds, 60);
+  EXPECT_EQ(by_key.at(b.key).processes, 0);
+  EXPECT_TRUE(by_key.at("0123456789abcdef").half_built);
+  EXPECT_FALSE(by_key.at("fedcba9876543210").valid);
+
+  const auto removed = CollectShmGarbage(dir.path());
+  EXPECT_EQ(removed.size(), 2u);  // the leftover and the garbage; both caches match
+  EXPECT_EQ(ListShmCaches(dir.path()).size(), 2u);
+
+  EXPECT_TRUE(RemoveShmCache(b.key, dir.path()));
+  EXPECT_FALSE(RemoveShmCache(b.key, dir.path()));
+  EXPECT_THROW(RemoveShmCache("nope", dir.path()), Error);
+  EXPECT_FALSE(fs::exists(b.path));
+  EXPECT_FALSE(fs::exists(b.path + ".lock"));
+  // A cache removed while mapped keeps serving the process that maps it.
+  EXPECT_TRUE(RemoveShmCache(a.key, dir.path()));
+  std::vector<float> row(256);
+  const int64_t index = 3;
+  a.source->Read({&index, 1}, {{reinterpret_cast<std::byte*>(row.data())}, 1}, nullptr);
+  std::vector<float> want(256);
+  Synthetic(1)->Read({&index, 1}, {{reinterpret_cast<std::byte*>(want.data())}, 1}, nullptr);
+  EXPECT_EQ(row, want);
+  EXPECT_TRUE(ListShmCaches(dir.path()).empty());
+  EXPECT_TRUE(fs::exists(dir.path() + "/unrelated"));
+}
+
+}  // namespace
+}  // namespace gpufeed

@@ -1,0 +1,262 @@
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "cache/cache_test_util.h"
+#include "cache/shm_open.h"
+#include "cache/shm_source.h"
+#include "gpufeed/cache.h"
+#include "gpufeed/sources.h"
+#include "sources/scratch_dir.h"
+
+namespace gpufeed {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::InstrumentedSource;
+using testing::ReadAll;
+using testing::ReadRows;
+using testing::ScratchDir;
+
+// 3000 samples of 4 KiB + 8 bytes: about 12 MB, 190 blocks.
+std::shared_ptr<Source> Synthetic(int64_t samples = 3000, uint64_t seed = 7) {
+  return OpenSynthetic(ParseSchema("mel:float32[1,32,32],label:int64[]"), samples, seed);
+}
+
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+ShmOpenOptions Options(const std::string& dir, int threads = 2) {
+  return {.dir = dir, .threads = threads, .verbose = false};
+}
+
+TEST(ShmCacheTest, TheFirstOpenBuildsLaterOnesMapAndVerifyLazily) {
+  ScratchDir dir;
+  auto base = std::make_shared<InstrumentedSource>(Synthetic());
+  ShmOpenResult first = OpenShmCache(base, Options(dir.path()));
+  ASSERT_TRUE(first.source);
+  EXPECT_TRUE(first.built);
+  EXPECT_EQ(first.path, dir.path() + "/gpufeed-" + CacheKey(*base));
+  EXPECT_EQ(base->samples_read.load(), 3000);
+  const auto expected = ReadAll(*Synthetic());
+  EXPECT_EQ(ReadAll(*first.source), expected);
+  EXPECT_EQ(Names(dir.path()),
+            (std::vector<std::string>{"gpufeed-" + first.key, "gpufeed-" + first.key + ".lock"}));
+
+  auto base2 = std::make_shared<InstrumentedSource>(Synthetic());
+  ShmOpenResult second = OpenShmCache(base2, Options(dir.path()));
+  ASSERT_TRUE(second.source);
+  EXPECT_FALSE(second.built);
+  auto* shm = dynamic_cast<ShmCachedSource*>(second.source.get());
+  ASSERT_NE(shm, nullptr);
+  EXPECT_EQ(shm->verified_blocks(), 0u);
+  ReadRows(*shm, {5});
+  EXPECT_GE(shm->verified_blocks(), 1u);
+  EXPECT_LE(shm->verified_blocks(), 2u);  // the mel row's block and the label's
+  EXPECT_EQ(ReadAll(*shm), expected);
+  EXPECT_EQ(shm->verified_blocks(), shm->blocks());
+  EXPECT_FALSE(shm->damaged());
+  EXPECT_EQ(base2->samples_read.load(), 0);
+}
+
+TEST(ShmCacheTest, ADamagedBlockIsNeverServed) {
+  ScratchDir dir;
+  ShmOpenResult built = OpenShmCache(Synthetic(), Options(dir.path()));
+  ASSERT_TRUE(built.source);
+  {
+    // Flip one byte in the middle of the data region (the header stays intact).
+    const int fd = open(built.path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    struct stat st {};
+    fstat(fd, &st);
+    char c = 0;
+    const off_t at = st.st_size / 2;
+    ASSERT_EQ(pread(fd, &c, 1, at), 1);
+    c ^= 1;
+    ASSERT_EQ(pwrite(fd, &c, 1, at), 1);
+    close(fd);
+  }
+  auto base = std::make_shared<InstrumentedSource>(Synthetic());
+  ShmOpenResult reopened = OpenShmCache(base, Options(dir.path()));
+  ASSERT_TRUE(reopened.source);
+  EXPECT_FALSE(reopened.built);
+  EXPECT_EQ(ReadAll(*reopened.source), ReadAll(*Synthetic()));
+  EXPECT_TRUE(dynamic_cast<ShmCachedSource&>(*reopened.source).damaged());
+  EXPECT_GT(base->samples_read.load(), 0);
+}
+
+TEST(ShmCacheTest, ADamagedHeaderIsRemovedAndRebuilt) {
+  ScratchDir dir;
+  std::string path;
+  {
+    ShmOpenResult built = OpenShmCache(Synthetic(), Options(dir.path()));
+    path = built.path;
+  }
+  const int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, "X", 1, 200), 1);  // inside the identity text
+  close(fd);
+  ShmOpenResult again = OpenShmCache(Synthetic(), Options(dir.path()));
+  ASSERT_TRUE(again.source);
+  EXPECT_TRUE(again.built);
+  EXPECT_EQ(ReadAll(*again.source), ReadAll(*Synthetic()));
+}
+
+TEST(ShmCacheTest, NoSpaceWhileBuildingWarnsAndLeavesNoPartialFile) {
+  ScratchDir dir;
+  ShmOpenOptions options = Options(dir.path());
+  options.faults.enospc_after_bytes = 1 << 20;  // the build needs ~12 MB
+  ShmOpenResult r = OpenShmCache(Synthetic(), options);
+  EXPECT_EQ(r.source, nullptr);
+  EXPECT_FALSE(r.built);
+  EXPECT_NE(r.failure.find("No space left on device"), std::string::npos) << r.failure;
+  EXPECT_EQ(Names(dir.path()), (std::vector<std::string>{"gpufeed-" + r.key + ".lock"}));
+  // The next process (with room) builds it.
+  ShmOpenResult next = OpenShmCache(Synthetic(), Options(dir.path()));
+  ASSERT_TRUE(next.source);
+  EXPECT_TRUE(next.built);
+}
+
+TEST(ShmCacheTest, OpenCachedStreamsWhenTheShmFolderIsFull) {
+  const std::string mnt = fs::temp_directory_path() / ("gpufeed-tiny-tmpfs-" + std::to_string(getpid()));
+  fs::create_directories(mnt);
+  if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    fs::remove(mnt);
+    GTEST_SKIP() << "cannot mount a 1 MB tmpfs here (needs root): " << std::strerror(errno);
+  }
+  auto base = Synthetic();
+  CacheInfo info;
+  std::shared_ptr<Source> cached;
+  ::testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(cached = OpenCached(base, {.tier = "shm", .shm_dir = mnt}, &info));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(cached, base);  // streaming, from the source itself
+  EXPECT_EQ(info.tier, "none");
+  EXPECT_NE(err.find("WARNING: cannot build the shared-memory cache"), std::string::npos) << err;
+  EXPECT_NE(err.find("free"), std::string::npos) << err;
+  const auto names = Names(mnt);
+  umount(mnt.c_str());
+  fs::remove(mnt);
+  EXPECT_EQ(names, (std::vector<std::string>{"gpufeed-" + info.key + ".lock"}));
+}
+
+TEST(ShmCacheTest, ConcurrentOpenersBuildOnce) {
+  ScratchDir dir;
+  std::vector<ShmOpenResult> results(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] { results[t] = OpenShmCache(Synthetic(), Options(dir.path(), 1)); });
+  }
+  for (auto& t : threads) t.join();
+  int built = 0;
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.source);
+    built += r.built ? 1 : 0;
+  }
+  EXPECT_EQ(built, 1);
+  const auto expected = ReadAll(*Synthetic());
+  for (const auto& r : results) EXPECT_EQ(ReadAll(*r.source), expected);
+}
+
+TEST(ShmCacheTest, ABuilderKilledMidBuildIsDetectedAndTheCacheRebuilt) {
+  ScratchDir dir;
+  const std::string key = CacheKey(*Synthetic());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The builder: a slow source, so it is surely killed half-way.
+    auto slow = std::make_shared<InstrumentedSource>(Synthetic());
+    slow->delay_us = 300000;
+    OpenShmCache(slow, Options(dir.path(), 1));
+    _exit(0);
+  }
+  const std::string tmp = fmt::format("{}/gpufeed-{}.tmp-{}", dir.path(), key, child);
+  for (int i = 0; i < 500 && !fs::exists(tmp); ++i) usleep(10000);
+  ASSERT_TRUE(fs::exists(tmp)) << "the builder never started";
+  usleep(400000);  // at least one chunk written
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  ASSERT_TRUE(fs::exists(tmp));
+  ASSERT_FALSE(fs::exists(dir.path() + "/gpufeed-" + key));  // never published
+
+  auto listed = ListShmCaches(dir.path());
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_TRUE(listed[0].half_built);
+
+  ShmOpenResult rebuilt = OpenShmCache(Synthetic(), Options(dir.path()));
+  ASSERT_TRUE(rebuilt.source);
+  EXPECT_TRUE(rebuilt.built);
+  EXPECT_TRUE(rebuilt.removed_leftover);
+  EXPECT_FALSE(fs::exists(tmp));
+  const auto expected = ReadAll(*Synthetic());
+  EXPECT_EQ(ReadAll(*rebuilt.source), expected);
+
+  // A later process verifies every block it reads, and every sample matches.
+  ShmOpenResult later = OpenShmCache(Synthetic(), Options(dir.path()));
+  ASSERT_TRUE(later.source);
+  EXPECT_FALSE(later.built);
+  auto& shm = dynamic_cast<ShmCachedSource&>(*later.source);
+  EXPECT_EQ(ReadAll(shm), expected);
+  EXPECT_EQ(shm.verified_blocks(), shm.blocks());
+  EXPECT_FALSE(shm.damaged());
+}
+
+TEST(ShmCacheTest, TheSourceChangedOnDiskIsADifferentCache) {
+  ScratchDir data;
+  ScratchDir shm;
+  const FieldSpec x{"x", DType::kFloat32, {4}};
+  std::vector<float> values(400);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  WriteNpy(data.Path("x.npy"), x, 100, values.data());
+  CacheInfo old_info;
+  auto old_cached = OpenCached(OpenNumpy(data.path()),
+                               {.tier = "shm", .shm_dir = shm.path(), .verbose = false}, &old_info);
+  EXPECT_EQ(old_info.tier, "shm");
+  EXPECT_TRUE(old_info.built);
+
+  for (auto& v : values) v = -v - 1;
+  WriteNpy(data.Path("x.npy"), x, 100, values.data());
+  // Same size; make sure the modification time moves even on a coarse clock.
+  const auto t = fs::last_write_time(data.Path("x.npy"));
+  fs::last_write_time(data.Path("x.npy"), t + std::chrono::seconds(1));
+  CacheInfo new_info;
+  auto new_cached = OpenCached(OpenNumpy(data.path()),
+                               {.tier = "shm", .shm_dir = shm.path(), .verbose = false}, &new_info);
+  EXPECT_NE(new_info.key, old_info.key);
+  EXPECT_TRUE(new_info.built);
+  const auto got = ReadRows(*new_cached, {0, 99});
+  float row0[4];
+  std::memcpy(row0, got[0].data(), sizeof(row0));
+  EXPECT_EQ(row0[0], -1.0f);
+  EXPECT_EQ(row0[3], -4.0f);
+
+  // gc removes the old cache: its source no longer matches.
+  old_cached.reset();
+  auto before = ListShmCaches(shm.path());
+  ASSERT_EQ(before.size(), 2u);
+  const auto removed = CollectShmGarbage(shm.path());
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].key, old_info.key);
+  EXPECT_TRUE(removed[0].stale);
+  const auto after = ListShmCaches(shm.path());
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].key, new_info.key);
+  EXPECT_FALSE(after[0].stale);
+}
+
+}  // namespace
+}  // namespace gpufeed

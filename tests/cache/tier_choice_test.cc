@@ -1,0 +1,102 @@
+#include "cache/tier_choice.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gpufeed/error.h"
+#include "sources/scratch_dir.h"
+
+namespace gpufeed {
+namespace {
+
+constexpr uint64_t kGB = 1000000000;
+
+TierInputs Inputs(uint64_t bytes) {
+  TierInputs in;
+  in.bytes = bytes;
+  in.ram_budget = 10 * kGB;
+  in.shm_free = 20 * kGB;
+  return in;
+}
+
+TEST(TierChoiceTest, AutoPicksShmWhenTheDataSetFitsTheRamBudget) {
+  const TierChoice c = ChooseTier(Inputs(800000000));
+  EXPECT_EQ(c.tier, "shm");
+  EXPECT_EQ(c.reason, "800 MB fits the RAM budget 10.0 GB");
+}
+
+TEST(TierChoiceTest, AutoStreamsWhenTheDataSetExceedsTheRamBudget) {
+  const TierChoice c = ChooseTier(Inputs(11 * kGB));
+  EXPECT_EQ(c.tier, "none");
+  EXPECT_NE(c.reason.find("11.0 GB exceeds the RAM budget 10.0 GB"), std::string::npos) << c.reason;
+}
+
+TEST(TierChoiceTest, AutoUsesRamWhenSharedMemoryIsShort) {
+  TierInputs in = Inputs(2 * kGB);
+  in.shm_free = kGB;
+  const TierChoice c = ChooseTier(in);
+  EXPECT_EQ(c.tier, "ram");
+  EXPECT_NE(c.reason.find("only 1.0 GB free"), std::string::npos) << c.reason;
+}
+
+TEST(TierChoiceTest, AutoLeavesInMemorySourcesAlone) {
+  TierInputs in = Inputs(kGB);
+  in.shareable = false;
+  EXPECT_EQ(ChooseTier(in).tier, "none");
+}
+
+TEST(TierChoiceTest, AutoOnCudaSaysWhyTheDeviceTierIsSkipped) {
+  TierInputs in = Inputs(kGB);
+  in.cuda = true;
+  in.device_budget = 4 * kGB;
+  const TierChoice c = ChooseTier(in);
+  EXPECT_EQ(c.tier, "shm");
+  EXPECT_NE(c.reason.find("fits the device budget 4.0 GB but the device tier is not built"),
+            std::string::npos)
+      << c.reason;
+}
+
+TEST(TierChoiceTest, ExplicitTiersOverBudgetOrUnknownAreErrors) {
+  TierInputs in = Inputs(11 * kGB);
+  for (const char* tier : {"ram", "shm"}) {
+    in.requested = tier;
+    try {
+      ChooseTier(in);
+      FAIL() << tier;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("exceeds the RAM budget"), std::string::npos);
+    }
+  }
+  in = Inputs(kGB);
+  in.requested = "disk";
+  EXPECT_THROW(ChooseTier(in), Error);
+  in.requested = "device";
+  try {
+    ChooseTier(in);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  }
+  in.requested = "shm";
+  in.shareable = false;
+  EXPECT_THROW(ChooseTier(in), Error);
+  in.requested = "none";
+  EXPECT_EQ(ChooseTier(in).tier, "none");
+}
+
+TEST(TierChoiceTest, AvailableRamIsLoweredToTheCgroupHeadroom) {
+  testing::ScratchDir root;
+  root.Write("proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable:    8000000 kB\n");
+  root.Write("proc/self/cgroup", "0::/job\n");
+  root.Write("sys/fs/cgroup/job/memory.max", "3000000000\n");
+  root.Write("sys/fs/cgroup/job/memory.current", "1000000000\n");
+  EXPECT_EQ(AvailableRamBytes(root.path()), uint64_t{2000000000});
+  root.Write("sys/fs/cgroup/job/memory.max", "max\n");
+  EXPECT_EQ(AvailableRamBytes(root.path()), uint64_t{8000000} * 1024);
+}
+
+}  // namespace
+}  // namespace gpufeed
