@@ -595,9 +595,19 @@ class Loader::Impl {
       ready.timing.buffer_wait_ns += t3 - t2;
       {
         std::lock_guard lock(stream_mu_);
-        for (const auto& region : layout_.CopyRegions(static_cast<int64_t>(rows.size()))) {
-          stream_->CopyToDevice(target.data() + region.offset, host.data() + region.offset,
-                                region.bytes);
+        try {
+          for (const auto& region : layout_.CopyRegions(static_cast<int64_t>(rows.size()))) {
+            stream_->CopyToDevice(target.data() + region.offset, host.data() + region.offset,
+                                  region.bytes);
+          }
+        } catch (...) {
+          // An earlier region's copy may still read the staging buffer: hold it until the
+          // stream gets past it (best effort; the error is what matters).
+          try {
+            host.ReleaseAfter(stream_->Record());
+          } catch (...) {
+          }
+          throw;
         }
         ready.event = stream_->Record();
       }
