@@ -84,6 +84,12 @@ class Loader:
     device:     "auto" (CUDA when there is a GPU), "cpu", "cuda", "cuda:N" or a torch.device.
     transforms: host transforms applied before the copy, e.g. ["cast:mel:float16",
                 "normalize:mel:0.5:0.25", "specaugment:mel"].
+    autotune:   tune workers and prefetch online (hill climbing on the measured wait and
+                throughput) up to max_workers (None: the CPU count or cgroup quota) and
+                max_prefetch (None: 4 * max_workers, within 25% of free RAM); each change
+                and its reason is in stats()["tuning_log"].
+    shuffle_block, shuffle_window: block shuffle for chunked data (0: full shuffle; < 0: the
+                source's chunk size); see gpufeed/sampler.h.
     rank, world_size: this process's shard (None: $RANK / $WORLD_SIZE as torchrun sets them).
     max_outstanding: batches the training loop may still hold when it asks for the next
                 one; beyond that the loader raises instead of recycling a buffer in use.
@@ -98,7 +104,7 @@ class Loader:
     def __init__(self, source, fields=None, batch_size=None, *, shuffle=True, seed=0,
                  drop_last=False, workers=None, prefetch=None, device="auto", transforms=(),
                  rank=None, world_size=None, max_outstanding=3, shuffle_block=0,
-                 shuffle_window=4):
+                 shuffle_window=4, autotune=False, max_workers=None, max_prefetch=None):
         if batch_size is None:
             raise _gpufeed.InvalidArgument("batch_size is required (samples per batch)")
         if isinstance(transforms, str):
@@ -119,6 +125,9 @@ class Loader:
             transforms=[str(t) for t in transforms],
             shuffle_block=_optional_int(shuffle_block, "shuffle_block", 0),
             shuffle_window=_optional_int(shuffle_window, "shuffle_window", 4),
+            autotune=bool(autotune),
+            max_workers=_optional_int(max_workers, "max_workers", 0),
+            max_prefetch=_optional_int(max_prefetch, "max_prefetch", 0),
         )
         self._batch_size = int(batch_size)
         self.schema = [(name, dtype, tuple(shape)) for name, dtype, shape in self._impl.schema]
@@ -182,6 +191,33 @@ class Loader:
         stats = json.loads(self._impl.stats_json())
         stats["held_batches"] = self._impl.held_batches
         return stats
+
+    @property
+    def workers(self):
+        """Reader threads at work now (the autotuner may change it)."""
+        return self._impl.workers
+
+    @property
+    def prefetch(self):
+        return self._impl.prefetch
+
+    def set_parallelism(self, workers, prefetch):
+        """Changes the reader threads and the prefetch depth while the loader runs (clamped to
+        max_workers and max_prefetch)."""
+        self._impl.set_parallelism(int(workers), int(prefetch))
+
+    def diagnose(self, monitor=None, window=64):
+        """The doctor's verdict over the last `window` batches: which stage makes the loop
+        wait and what to change, with the numbers behind it. A running gpufeed.Monitor adds
+        CPU, RAM and GPU figures. Returns a dict (verdict, stage, headline, evidence,
+        advice, ...) whose "text" is the report a person reads."""
+        if not _gpufeed.HAS_DOCTOR:
+            raise _gpufeed.Unsupported("this build of gpufeed has no doctor")
+        report, text = _gpufeed.diagnose(self._impl, None if monitor is None else monitor._impl,
+                                         int(window))
+        result = json.loads(report)
+        result["text"] = text
+        return result
 
     @property
     def batch_size(self):

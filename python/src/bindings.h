@@ -17,5 +17,7 @@ void BindBatch(py::module_& m);
 void BindLoader(py::module_& m);
 // Monitor, where the monitor part is built.
 void BindMonitor(py::module_& m);
+// diagnose(), where the doctor part is built.
+void BindDoctor(py::module_& m);
 
 }  // namespace gpufeed::python

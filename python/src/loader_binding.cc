@@ -1,8 +1,4 @@
-// _Loader: the C++ Loader for the Python package. Every call that may block (Next waits for
-// workers, SetEpoch and Restore restart them, close joins them) runs with the GIL released,
-// so other Python threads and torch keep running. A consumer mutex serializes the calls the
-// C++ loader allows from one thread at a time, and a life lock keeps close() from destroying
-// the loader under a call in flight: misuse from several threads waits, it never crashes.
+// _Loader: gpufeed.Loader's native half (see py_loader.h for its locking and the GIL).
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
@@ -13,101 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "batch_handle.h"
 #include "bindings.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
+#include "py_loader.h"
 
 namespace gpufeed::python {
-namespace {
-
-// Thread-safety: every method may be called from any Python thread; see the file comment.
-class PyLoader {
- public:
-  PyLoader(std::shared_ptr<Source> source, LoaderOptions options) {
-    py::gil_scoped_release release;
-    loader_ = std::make_unique<Loader>(std::move(source), std::move(options));
-  }
-
-  ~PyLoader() {
-    // The workers never take the GIL, so joining them while holding it cannot deadlock.
-    loader_.reset();
-  }
-
-  py::object Next() {
-    std::unique_ptr<Batch> batch;
-    {
-      py::gil_scoped_release release;
-      std::shared_lock life(life_mu_);
-      std::lock_guard consumer(consumer_mu_);
-      batch = Get().Next();
-    }
-    if (!batch) return py::none();
-    return py::cast(BatchHandle(std::shared_ptr<const Batch>(std::move(batch))));
-  }
-
-  // Runs `batches` Next() calls in C++ and drops each batch at once: the loader's own cost
-  // per batch, for comparing with the Python iteration.
-  std::pair<double, int64_t> Drain(int64_t batches) {
-    py::gil_scoped_release release;
-    std::shared_lock life(life_mu_);
-    std::lock_guard consumer(consumer_mu_);
-    const auto start = std::chrono::steady_clock::now();
-    int64_t delivered = 0;
-    int64_t empty_epochs = 0;
-    while (delivered < batches) {
-      if (Get().Next()) {
-        ++delivered;
-        empty_epochs = 0;
-      } else if (++empty_epochs > 1) {
-        break;  // an epoch with no batches
-      }
-    }
-    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    return {elapsed.count(), delivered};
-  }
-
-  template <typename Fn>
-  auto Consumer(Fn fn) {
-    py::gil_scoped_release release;
-    std::shared_lock life(life_mu_);
-    std::lock_guard consumer(consumer_mu_);
-    return fn(Get());
-  }
-
-  // Releases the GIL too: close() may need it (a memory source's owner) while it holds the
-  // life lock.
-  template <typename Fn>
-  auto Any(Fn fn) {
-    py::gil_scoped_release release;
-    std::shared_lock life(life_mu_);
-    return fn(Get());
-  }
-
-  void Close() {
-    py::gil_scoped_release release;
-    std::unique_lock life(life_mu_);
-    loader_.reset();
-  }
-
-  bool closed() {
-    py::gil_scoped_release release;
-    std::shared_lock life(life_mu_);
-    return loader_ == nullptr;
-  }
-
- private:
-  Loader& Get() const {
-    if (!loader_) throw Error(ErrorCode::kInvalidArgument, "the loader is closed");
-    return *loader_;
-  }
-
-  std::shared_mutex life_mu_;
-  std::mutex consumer_mu_;
-  std::unique_ptr<Loader> loader_;
-};
-
-}  // namespace
 
 void BindLoader(py::module_& m) {
   py::class_<PyLoader>(m, "_Loader", "The C++ loader; use gpufeed.Loader.")
@@ -115,7 +22,8 @@ void BindLoader(py::module_& m) {
                        uint64_t seed, bool drop_last, int rank, int world_size, int workers,
                        int prefetch, int max_outstanding, const std::string& device,
                        const std::vector<std::string>& transforms, int64_t shuffle_block,
-                       int shuffle_window, int64_t start_epoch) {
+                       int shuffle_window, int64_t start_epoch, bool autotune, int max_workers,
+                       int max_prefetch) {
              LoaderOptions options;
              options.batch_size = batch_size;
              options.shuffle = shuffle;
@@ -129,6 +37,9 @@ void BindLoader(py::module_& m) {
              options.shuffle_block = shuffle_block;
              options.shuffle_window = shuffle_window;
              options.start_epoch = start_epoch;
+             options.autotune = autotune;
+             options.max_workers = max_workers;
+             options.max_prefetch = max_prefetch;
              for (const auto& spec : transforms) options.transforms.push_back(ParseTransform(spec));
              options.device = OpenDevice(device);
              return std::make_unique<PyLoader>(std::move(source), std::move(options));
@@ -137,7 +48,8 @@ void BindLoader(py::module_& m) {
            py::arg("drop_last") = false, py::arg("rank") = -1, py::arg("world_size") = -1,
            py::arg("workers") = 0, py::arg("prefetch") = 0, py::arg("max_outstanding") = 2,
            py::arg("device") = "auto", py::arg("transforms") = std::vector<std::string>{},
-           py::arg("shuffle_block") = 0, py::arg("shuffle_window") = 4, py::arg("start_epoch") = 0)
+           py::arg("shuffle_block") = 0, py::arg("shuffle_window") = 4, py::arg("start_epoch") = 0,
+           py::arg("autotune") = false, py::arg("max_workers") = 0, py::arg("max_prefetch") = 0)
       .def("next", &PyLoader::Next,
            "The next BatchHandle of the current epoch, or None once it is over (the call after "
            "that starts the next epoch).")
@@ -152,6 +64,14 @@ void BindLoader(py::module_& m) {
              const LoaderState state = LoaderState::FromJson(json);
              l.Consumer([&](Loader& x) { x.Restore(state); });
            })
+      .def("set_parallelism",
+           [](PyLoader& l, int workers, int prefetch) {
+             l.Consumer([&](Loader& x) { x.SetParallelism(workers, prefetch); });
+           })
+      .def_property_readonly(
+          "workers", [](PyLoader& l) { return l.Any([](Loader& x) { return x.workers(); }); })
+      .def_property_readonly(
+          "prefetch", [](PyLoader& l) { return l.Any([](Loader& x) { return x.prefetch(); }); })
       .def("stats_json",
            [](PyLoader& l) { return l.Any([](Loader& x) { return x.stats().ToJson(); }); })
       .def_property_readonly(

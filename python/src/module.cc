@@ -14,4 +14,10 @@ PYBIND11_MODULE(_gpufeed, m) {
 #else
   m.attr("HAS_MONITOR") = false;
 #endif
+#ifdef GPUFEED_PYTHON_DOCTOR
+  gpufeed::python::BindDoctor(m);
+  m.attr("HAS_DOCTOR") = true;
+#else
+  m.attr("HAS_DOCTOR") = false;
+#endif
 }

@@ -1,0 +1,43 @@
+"""Online parallelism, the autotuner's log, and the doctor's verdict from Python."""
+
+import pytest
+
+import gpufeed
+from gpufeed import _gpufeed
+
+
+def test_set_parallelism_and_autotune_options():
+    source = gpufeed.synthetic("x:float32[64]", samples=4000)
+    loader = gpufeed.Loader(source, batch_size=50, workers=2, prefetch=2, max_workers=2,
+                            max_prefetch=4, device="cpu")
+    assert (loader.workers, loader.prefetch) == (2, 2)
+    loader.set_parallelism(1, 3)
+    assert (loader.workers, loader.prefetch) == (1, 3)
+    assert sum(len(b["x"]) for b in loader) == 4000  # still every sample once
+
+    tuned = gpufeed.Loader(source, batch_size=50, autotune=True, max_workers=2, device="cpu")
+    for _ in range(2):
+        for batch in tuned:
+            pass
+    del batch
+    stats = tuned.stats()
+    assert isinstance(stats["tuning_log"], list)
+    assert 1 <= tuned.workers <= 2
+
+
+@pytest.mark.skipif(not _gpufeed.HAS_DOCTOR, reason="no doctor in this build")
+def test_diagnose_reports_a_verdict_with_its_numbers():
+    # Big samples from one worker and an empty loop: the loop waits for reads.
+    source = gpufeed.synthetic("x:float32[65536]", samples=32 * 20)
+    loader = gpufeed.Loader(source, batch_size=32, workers=1, prefetch=1, max_workers=1,
+                            device="cpu")
+    for batch in loader:
+        pass
+    del batch
+    report = loader.diagnose()
+    assert report["verdict"] == "input-bound", report["text"]
+    assert report["text"] and report["headline"]
+    with gpufeed.Monitor(interval=0.1) as monitor:
+        report = loader.diagnose(monitor=monitor)
+    assert report["verdict"] in {"healthy", "input-bound", "copy-bound", "host-bound",
+                                 "memory-pressure"}
