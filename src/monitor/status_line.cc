@@ -22,6 +22,12 @@ std::string UsedOfTotal(const std::optional<uint64_t>& used, const std::optional
                      100.0 * static_cast<double>(*used) / static_cast<double>(*total));
 }
 
+// GiB from 1 GiB up, MiB below: a worker's 300 MiB should not read "0.3 GiB".
+std::string Size(uint64_t bytes) {
+  if (bytes >= kGiB) return fmt::format("{:.1f} GiB", bytes / kGiB);
+  return fmt::format("{:.0f} MiB", bytes / (1024.0 * 1024.0));
+}
+
 }  // namespace
 
 std::string FormatStatusLine(const MonitorSnapshot& snapshot) {
@@ -45,8 +51,7 @@ std::string FormatStatusLine(const MonitorSnapshot& snapshot) {
   if (host.tree_processes > 0) {
     line += fmt::format(" | proc {} cores, RSS {}",
                         host.tree_cpu_cores ? fmt::format("{:.1f}", *host.tree_cpu_cores) : "n/a",
-                        host.tree_rss_bytes ? fmt::format("{:.1f} GiB", *host.tree_rss_bytes / kGiB)
-                                            : "n/a");
+                        host.tree_rss_bytes ? Size(*host.tree_rss_bytes) : "n/a");
   } else {
     line += " | proc exited";
   }

@@ -42,9 +42,10 @@ TEST(StatusLine, SeveralGpusAreNumberedAndMissingReadingsAreNa) {
   s.gpus.push_back(second);
   s.host.cpu_utilization_ratio.reset();
   s.host.tree_cpu_cores.reset();
+  s.host.tree_rss_bytes = 300u << 20;
   EXPECT_EQ(FormatStatusLine(s),
             "GPU0 85% | VRAM0 12.3/24.0 GiB (51%) | GPU1 n/a | VRAM1 n/a | CPU n/a | RAM "
-            "18.4/64.0 GiB (29%) | proc n/a cores, RSS 3.2 GiB");
+            "18.4/64.0 GiB (29%) | proc n/a cores, RSS 300 MiB");
 }
 
 std::string Drain(int fd) {

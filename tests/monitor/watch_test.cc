@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -118,6 +119,53 @@ TEST_F(WatchTest, SigtermAndSigintAreForwardedToTheChild) {
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
     EXPECT_THAT(Stderr(), HasSubstr("sleep was killed by signal " + std::to_string(signal_number)));
   }
+}
+
+// Ctrl-C on a terminal reaches the whole foreground process group: the child gets it, the
+// watcher survives it and reports the child's code. (The child counts the SIGINTs it gets and
+// exits with that count. Watch does not send a terminal's SIGINT again, but a second one
+// sent at once would usually merge with the first while pending, so this test cannot prove
+// that part.)
+TEST_F(WatchTest, CtrlCOnATerminalReachesTheChildAndWatchReportsItsCode) {
+  const char* python = "/usr/bin/python3";
+  if (access(python, X_OK) != 0) GTEST_SKIP() << python << " is not installed";
+  int master = -1;
+  pid_t watch = forkpty(&master, nullptr, nullptr, nullptr);
+  ASSERT_GE(watch, 0);
+  if (watch == 0) {
+    setenv("GPUFEED_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+    execl(WATCH_DRIVER_PATH, WATCH_DRIVER_PATH, "watch", "--interval", "0.1", "--", python, "-c",
+          "import signal, sys, time\n"
+          "count = [0]\n"
+          "def on_int(*_): count[0] += 1\n"
+          "signal.signal(signal.SIGINT, on_int)\n"
+          "print('READY', flush=True)\n"
+          "end = time.time() + 1.5\n"
+          "while time.time() < end: time.sleep(0.05)\n"
+          "sys.exit(count[0])\n",
+          nullptr);
+    _exit(200);
+  }
+  std::string seen;
+  char buffer[4096];
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (seen.find("READY") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    ssize_t n = read(master, buffer, sizeof(buffer));
+    if (n <= 0) break;
+    seen.append(buffer, n);
+  }
+  ASSERT_NE(seen.find("READY"), std::string::npos) << seen;
+  ASSERT_EQ(write(master, "\x03", 1), 1);  // the terminal's interrupt character
+  // Drain the pty so the watcher never blocks writing its live line.
+  std::thread drain([&] {
+    ssize_t n;
+    while ((n = read(master, buffer, sizeof(buffer))) > 0) seen.append(buffer, n);
+  });
+  int code = Wait(watch);
+  close(master);
+  drain.join();
+  EXPECT_EQ(code, 1) << seen;
+  EXPECT_THAT(seen, HasSubstr("exited with code 1"));
 }
 
 TEST_F(WatchTest, AttachesToAPidUntilItExits) {
