@@ -35,10 +35,10 @@ struct Hdf5Options {
 
 // Work counters of an HDF5 source, summed over its workers since it was opened.
 struct Hdf5Counters {
-  int64_t chunks_decoded = 0;     // filtered chunks read and decoded
-  int64_t chunk_cache_hits = 0;   // chunk uses served by a worker's decoded-chunk cache
-  int64_t bytes_read = 0;         // bytes read from the files on the hot path
-  int64_t library_reads = 0;      // samples read through H5Dread (unsupported filters)
+  int64_t chunks_decoded = 0;    // filtered chunks read and decoded
+  int64_t chunk_cache_hits = 0;  // chunk uses served by a worker's decoded-chunk cache
+  int64_t bytes_read = 0;        // bytes read from the files on the hot path
+  int64_t library_reads = 0;     // samples read through H5Dread (unsupported filters)
 };
 
 // Opens `datasets` (paths inside the file, with groups: "mel", "/train/mel") of every file in
@@ -50,8 +50,8 @@ struct Hdf5Counters {
 // order. Throws Error naming the file and dataset: kNotFound (missing file or dataset),
 // kUnsupported (compound, strings, references, ...), kCorruptData (truncated or damaged
 // file, lengths that differ), kInvalidArgument (no paths, a dataset named twice).
-std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths,
-                                 std::vector<std::string> datasets, Hdf5Options options = {});
+std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths, std::vector<std::string> datasets,
+                                 Hdf5Options options = {});
 
 // The counters of a source OpenHdf5 returned. Throws Error(kInvalidArgument) for another one.
 Hdf5Counters Hdf5SourceCounters(const Source& source);

@@ -1,8 +1,8 @@
 #include "sources/hdf5_chunk_index.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "gpufeed/error.h"
 
@@ -17,8 +17,7 @@ constexpr int kMaxTreeLevel = 64;
 // Little-endian fields of a buffer, bounds-checked: a short buffer is a corrupt file.
 class Fields {
  public:
-  Fields(const std::vector<uint8_t>& bytes, const std::string& what)
-      : bytes_(bytes), what_(what) {}
+  Fields(const std::vector<uint8_t>& bytes, const std::string& what) : bytes_(bytes), what_(what) {}
 
   uint64_t Uint(size_t pos, size_t width) const {
     Need(pos, width);
@@ -44,8 +43,7 @@ class Fields {
 
 class IndexReader {
  public:
-  IndexReader(const File& file, const Hdf5ObjectLocation& where, int rank,
-              const std::string& what)
+  IndexReader(const File& file, const Hdf5ObjectLocation& where, int rank, const std::string& what)
       : file_(file), where_(where), rank_(rank), what_(what) {}
 
   std::optional<std::vector<Hdf5RawChunk>> Read() {
@@ -168,13 +166,11 @@ class IndexReader {
     const uint64_t entries = h.Uint(6, 2);
     if (level > kMaxTreeLevel || (expected_level >= 0 && level != expected_level)) {
       throw Error(ErrorCode::kCorruptData,
-                  fmt::format("{}: chunk index node at offset {} has level {}, expected {}",
-                              what_, where_.base_address + node_address, level,
-                              expected_level));
+                  fmt::format("{}: chunk index node at offset {} has level {}, expected {}", what_,
+                              where_.base_address + node_address, level, expected_level));
     }
     const size_t key = 8 + 8 * (static_cast<size_t>(rank_) + 1);
-    const std::vector<uint8_t> body =
-        ReadBytes(node_address + header, entries * (key + a) + key);
+    const std::vector<uint8_t> body = ReadBytes(node_address + header, entries * (key + a) + key);
     Fields f(body, what_);
     for (uint64_t i = 0; i < entries; ++i) {
       const size_t k = i * (key + a);
@@ -203,8 +199,7 @@ class IndexReader {
 
 std::optional<std::vector<Hdf5RawChunk>> ReadV1BTreeChunkIndex(const File& file,
                                                                const Hdf5ObjectLocation& where,
-                                                               int rank,
-                                                               const std::string& what) {
+                                                               int rank, const std::string& what) {
   return IndexReader(file, where, rank, what).Read();
 }
 

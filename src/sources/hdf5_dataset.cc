@@ -1,13 +1,13 @@
 #include "sources/hdf5_dataset.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "gpufeed/error.h"
 #include "sources/hdf5_chunk_index.h"
@@ -22,25 +22,38 @@ constexpr uint64_t kSlowIndexWarning = 20000;
 
 std::string ClassName(H5T_class_t c) {
   switch (c) {
-    case H5T_COMPOUND: return "compound";
-    case H5T_STRING: return "string";
-    case H5T_VLEN: return "variable-length";
-    case H5T_REFERENCE: return "reference";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_ARRAY: return "array";
-    case H5T_BITFIELD: return "bitfield";
-    case H5T_TIME: return "time";
-    default: return fmt::format("class {}", static_cast<int>(c));
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_STRING:
+      return "string";
+    case H5T_VLEN:
+      return "variable-length";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_BITFIELD:
+      return "bitfield";
+    case H5T_TIME:
+      return "time";
+    default:
+      return fmt::format("class {}", static_cast<int>(c));
   }
 }
 
 DType IntegerDType(hid_t type, size_t size, const std::string& what) {
   const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
   switch (size) {
-    case 1: return is_signed ? DType::kInt8 : DType::kUInt8;
-    case 2: return is_signed ? DType::kInt16 : DType::kUInt16;
-    case 4: return is_signed ? DType::kInt32 : DType::kUInt32;
-    case 8: return is_signed ? DType::kInt64 : DType::kUInt64;
+    case 1:
+      return is_signed ? DType::kInt8 : DType::kUInt8;
+    case 2:
+      return is_signed ? DType::kInt16 : DType::kUInt16;
+    case 4:
+      return is_signed ? DType::kInt32 : DType::kUInt32;
+    case 8:
+      return is_signed ? DType::kInt64 : DType::kUInt64;
     default:
       throw Error(ErrorCode::kUnsupported,
                   fmt::format("{}: {}-byte integers are not supported", what, size));
@@ -157,8 +170,8 @@ void BuildChunkIndex(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t space, co
     ds.index_method = "v1 B-tree, read directly";
     if (raw.size() != n) {
       throw Error(ErrorCode::kCorruptData,
-                  fmt::format("{}: the chunk index lists {} chunks where libhdf5 counts {}",
-                              what, raw.size(), n));
+                  fmt::format("{}: the chunk index lists {} chunks where libhdf5 counts {}", what,
+                              raw.size(), n));
     }
     if (n > 0) {
       // Cross-check one entry with libhdf5, so a misread index cannot pass silently.
@@ -260,8 +273,7 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
     const auto present = ListHdf5Datasets(file_id);
     if (std::find(present.begin(), present.end(),
                   dataset.starts_with('/') ? dataset : "/" + dataset) != present.end()) {
-      throw Error(ErrorCode::kCorruptData,
-                  fmt::format("{}: cannot open: {}", what, reason));
+      throw Error(ErrorCode::kCorruptData, fmt::format("{}: cannot open: {}", what, reason));
     }
     throw Error(ErrorCode::kNotFound,
                 fmt::format("{}: no dataset '{}'; the datasets there are: {}", ds.path, dataset,
@@ -272,9 +284,9 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
   Hdf5Id space(H5Dget_space(dset.get()));
   Hdf5Id dcpl(H5Dget_create_plist(dset.get()));
   if (!type.valid() || !space.valid() || !dcpl.valid()) {
-    throw Error(ErrorCode::kCorruptData,
-                fmt::format("{}: cannot read its type, shape or layout: {}", what,
-                            Hdf5ErrorMessage()));
+    throw Error(
+        ErrorCode::kCorruptData,
+        fmt::format("{}: cannot read its type, shape or layout: {}", what, Hdf5ErrorMessage()));
   }
   ds.field.dtype = MapType(type.get(), what);
   ds.element_size = H5Tget_size(type.get());
@@ -283,8 +295,7 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
   const int rank = H5Sget_simple_extent_ndims(space.get());
   if (H5Sget_simple_extent_type(space.get()) != H5S_SIMPLE || rank < 1) {
     throw Error(ErrorCode::kUnsupported,
-                fmt::format("{}: a scalar or empty dataspace has no samples along axis 0",
-                            what));
+                fmt::format("{}: a scalar or empty dataspace has no samples along axis 0", what));
   }
   std::vector<hsize_t> dims(rank);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
@@ -310,8 +321,8 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
     size_t nvalues = 16;
     unsigned values[16] = {};
     char name[256] = {};
-    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags,
-                                           &nvalues, values, sizeof(name), name, &config);
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &nvalues,
+                                           values, sizeof(name), name, &config);
     Hdf5Filter f;
     f.id = static_cast<int>(id);
     f.name = name;
@@ -327,11 +338,9 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
       ds.storage = Hdf5Storage::kInMemory;
       ds.in_memory.resize(static_cast<size_t>(ds.samples) * ds.field.SampleBytes());
       if (!ds.in_memory.empty() &&
-          H5Dread(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ds.in_memory.data()) <
-              0) {
+          H5Dread(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ds.in_memory.data()) < 0) {
         throw Error(ErrorCode::kCorruptData,
-                    fmt::format("{}: cannot read the compact data: {}", what,
-                                Hdf5ErrorMessage()));
+                    fmt::format("{}: cannot read the compact data: {}", what, Hdf5ErrorMessage()));
       }
       break;
     }
@@ -370,8 +379,8 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
       for (const auto& f : ds.filters) {
         if (!IsDecodableHdf5Filter(f.id)) {
           ds.storage = Hdf5Storage::kLibrary;
-          ds.library_reason = fmt::format("filter {}", f.name.empty() ? std::to_string(f.id)
-                                                                      : f.name);
+          ds.library_reason =
+              fmt::format("filter {}", f.name.empty() ? std::to_string(f.id) : f.name);
           break;
         }
       }

@@ -43,15 +43,15 @@ struct Hdf5Dataset {
   size_t element_size = 0;
   bool big_endian = false;  // elements need a byte swap after reading
   Hdf5Storage storage = Hdf5Storage::kContiguous;
-  std::string layout_name;  // "contiguous", "chunked", "compact"
+  std::string layout_name;     // "contiguous", "chunked", "compact"
   std::string library_reason;  // kLibrary: why ("filter lzf")
 
   uint64_t contiguous_address = 0;
   std::vector<std::byte> in_memory;  // kInMemory: the whole dataset
 
-  std::vector<int64_t> chunk_dims;  // kChunked (and kLibrary when chunked): per axis
-  std::vector<int64_t> chunk_grid;  // chunks per axis
-  std::vector<Hdf5Filter> filters;  // write order
+  std::vector<int64_t> chunk_dims;     // kChunked (and kLibrary when chunked): per axis
+  std::vector<int64_t> chunk_grid;     // chunks per axis
+  std::vector<Hdf5Filter> filters;     // write order
   std::vector<Hdf5ChunkEntry> chunks;  // by row-major grid position
   std::string index_method;            // how the chunk index was read, for inspect
   double index_seconds = 0;            // how long that took

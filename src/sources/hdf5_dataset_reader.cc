@@ -1,10 +1,10 @@
 #include "sources/hdf5_dataset_reader.h"
 
-#include <algorithm>
-#include <cstring>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include "gpufeed/error.h"
 #include "sources/hdf5_filters.h"
@@ -73,8 +73,7 @@ void Hdf5DatasetReader::ReadBytes(uint64_t offset, void* dst, size_t n,
   ReadFully(*file_, offset, dst, n, fmt::format("dataset {}", ds_.dataset));
 }
 
-void Hdf5DatasetReader::Read(std::span<const Hdf5RowTarget> rows,
-                             Hdf5ReadScratch& scratch) const {
+void Hdf5DatasetReader::Read(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const {
   switch (ds_.storage) {
     case Hdf5Storage::kContiguous:
       ReadContiguous(rows, scratch);
@@ -161,8 +160,7 @@ const std::byte* Hdf5DatasetReader::DecodedChunk(size_t linear, const Hdf5RowTar
                     scratch.inflate);
   } catch (const Error& err) {
     throw Error(err.code(), fmt::format("{}: dataset {}: {}: {} (reading sample {})", ds_.path,
-                                        ds_.dataset, ChunkName(linear), err.what(),
-                                        first.global));
+                                        ds_.dataset, ChunkName(linear), err.what(), first.global));
   }
   ++scratch.counters.chunks_decoded;
   if (kept) {
@@ -221,9 +219,9 @@ void Hdf5DatasetReader::ReadChunked(std::span<const Hdf5RowTarget> rows,
             }
           }
         } catch (const Error& err) {
-          throw Error(err.code(), fmt::format("{}: dataset {}: {}: cannot read sample {}: {}",
-                                              ds_.path, ds_.dataset, ChunkName(linear),
-                                              r.global, err.what()));
+          throw Error(err.code(),
+                      fmt::format("{}: dataset {}: {}: cannot read sample {}: {}", ds_.path,
+                                  ds_.dataset, ChunkName(linear), r.global, err.what()));
         }
       }
     }
@@ -241,8 +239,8 @@ void Hdf5DatasetReader::ReadLibrary(std::span<const Hdf5RowTarget> rows,
   Hdf5Id memory_space(H5Screate_simple(static_cast<int>(rank), count.data(), nullptr));
   for (const auto& r : rows) {
     start[0] = static_cast<hsize_t>(r.local);
-    if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
-                            count.data(), nullptr) < 0 ||
+    if (H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                            nullptr) < 0 ||
         H5Dread(ds_.library_dataset->get(), ds_.library_memory_type->get(), memory_space.get(),
                 file_space.get(), H5P_DEFAULT, r.dst) < 0) {
       throw Error(ErrorCode::kCorruptData,

@@ -56,8 +56,7 @@ class Hdf5DatasetReader {
   void ReadChunked(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
   void ReadLibrary(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
   // The decoded chunk at grid position `linear`: from the cache or decoded now.
-  const std::byte* DecodedChunk(size_t linear, const Hdf5RowTarget& first,
-                                Hdf5ReadScratch& scratch,
+  const std::byte* DecodedChunk(size_t linear, const Hdf5RowTarget& first, Hdf5ReadScratch& scratch,
                                 DecodedChunkCache::Buffer& hold) const;
   void Fill(std::byte* dst, size_t bytes) const;
   // Reads `n` bytes at `offset` (mapping or ReadFully); `what` names the part on error.

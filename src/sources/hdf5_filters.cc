@@ -1,11 +1,10 @@
 #include "sources/hdf5_filters.h"
 
+#include <fmt/format.h>
 #include <zlib.h>
 
 #include <cstring>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 
@@ -21,7 +20,8 @@ void Inflate(std::span<const std::byte> in, std::span<std::byte> out) {
   z_stream zs{};
   if (inflateInit(&zs) != Z_OK) Corrupt("cannot start zlib");
   // zlib's counters are 32-bit; a chunk is at most 4 GiB by the HDF5 format.
-  if (in.size() > std::numeric_limits<uInt>::max() || out.size() > std::numeric_limits<uInt>::max()) {
+  if (in.size() > std::numeric_limits<uInt>::max() ||
+      out.size() > std::numeric_limits<uInt>::max()) {
     inflateEnd(&zs);
     Corrupt("chunk larger than 4 GiB");
   }
@@ -36,8 +36,8 @@ void Inflate(std::span<const std::byte> in, std::span<std::byte> out) {
   if (rc == Z_STREAM_END && produced == out.size()) return;
   if (rc == Z_STREAM_END || rc == Z_BUF_ERROR) {
     if (rc == Z_BUF_ERROR && zs.avail_out == 0) {
-      Corrupt(fmt::format("deflate stream decodes to more than the {} bytes of a chunk",
-                          out.size()));
+      Corrupt(
+          fmt::format("deflate stream decodes to more than the {} bytes of a chunk", out.size()));
     }
     Corrupt(fmt::format("deflate stream decodes to {} bytes, the chunk holds {}", produced,
                         out.size()));

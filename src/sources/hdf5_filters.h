@@ -19,7 +19,7 @@ constexpr int kHdf5FilterFletcher32 = 3;
 
 struct Hdf5Filter {
   int id = 0;
-  std::string name;                // as the file names it ("deflate", "lzf", ...)
+  std::string name;                 // as the file names it ("deflate", "lzf", ...)
   std::vector<unsigned> cd_values;  // client data (shuffle: element size; deflate: level)
 };
 

@@ -5,8 +5,7 @@
 namespace gpufeed {
 
 Hdf5ChunkGeometry::Hdf5ChunkGeometry(const std::vector<int64_t>& dims,
-                                     const std::vector<int64_t>& chunk_dims,
-                                     size_t element_size)
+                                     const std::vector<int64_t>& chunk_dims, size_t element_size)
     : samples_per_chunk_(chunk_dims.empty() ? 1 : chunk_dims[0]) {
   // Axes 1.. only: the per-sample shape D and the chunk's extent C along it.
   const std::vector<int64_t> d(dims.begin() + 1, dims.end());

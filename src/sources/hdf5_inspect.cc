@@ -1,11 +1,11 @@
 #include "sources/hdf5_inspect.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "gpufeed/dtype.h"
 #include "gpufeed/error.h"
@@ -56,8 +56,8 @@ void Describe(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
   out.logical_bytes = static_cast<uint64_t>(ds.samples) * out.sample_bytes;
   out.storage_bytes = ds.storage_bytes;
   out.compression_ratio = ds.storage_bytes > 0 ? static_cast<double>(out.logical_bytes) /
-                                                      static_cast<double>(ds.storage_bytes)
-                                                : 1.0;
+                                                     static_cast<double>(ds.storage_bytes)
+                                               : 1.0;
   out.index_method = ds.index_method;
   out.index_seconds = ds.index_seconds;
   if (!ds.chunk_dims.empty()) {
@@ -65,9 +65,9 @@ void Describe(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
     out.chunks_stored = static_cast<int64_t>(std::count_if(
         ds.chunks.begin(), ds.chunks.end(), [](const auto& c) { return c.size > 0; }));
   }
-  const uint64_t avg_stored =
-      out.chunks_stored > 0 ? ds.storage_bytes / static_cast<uint64_t>(out.chunks_stored)
-                            : ds.ChunkBytes();
+  const uint64_t avg_stored = out.chunks_stored > 0
+                                  ? ds.storage_bytes / static_cast<uint64_t>(out.chunks_stored)
+                                  : ds.ChunkBytes();
   switch (ds.storage) {
     case Hdf5Storage::kContiguous:
       out.read_path = "read at its file offset (pread or the memory map)";
@@ -117,53 +117,58 @@ std::string Recommend(const Hdf5DatasetInspection& d, const Hdf5Storage storage,
   const std::string sample = FormatBytes(d.sample_bytes);
   switch (storage) {
     case Hdf5Storage::kContiguous:
-      return fmt::format("contiguous: a random sample reads its {} at one offset; random access "
-                         "costs nothing extra",
-                         sample);
+      return fmt::format(
+          "contiguous: a random sample reads its {} at one offset; random access "
+          "costs nothing extra",
+          sample);
     case Hdf5Storage::kInMemory:
     case Hdf5Storage::kFill:
       return "nothing to read from disk";
     case Hdf5Storage::kLibrary:
-      return fmt::format("{}: every read takes libhdf5's global lock, so workers do not help; "
-                         "rewrite with gzip or no compression (h5repack -f GZIP=1)",
-                         d.read_path);
+      return fmt::format(
+          "{}: every read takes libhdf5's global lock, so workers do not help; "
+          "rewrite with gzip or no compression (h5repack -f GZIP=1)",
+          d.read_path);
     case Hdf5Storage::kChunked:
       break;
   }
   if (d.decoded_bytes_per_sample == 0) {
     if (d.chunks_per_sample <= 1) {
-      return fmt::format("unfiltered {}: a random sample reads just its {}; random access is "
-                         "cheap",
-                         ChunkRows(d), sample);
+      return fmt::format(
+          "unfiltered {}: a random sample reads just its {}; random access is "
+          "cheap",
+          ChunkRows(d), sample);
     }
     std::vector<int64_t> better(d.shape);
     better[0] = d.chunk_shape.empty() ? 1 : d.chunk_shape[0];
-    return fmt::format("a sample spans {} chunks ({} reads, {} per sample); rewrite with "
-                       "chunks={} so one read fetches a sample",
-                       d.chunks_per_sample, d.chunks_per_sample,
-                       FormatBytes(d.read_bytes_per_sample),
-                       fmt::format("({})", fmt::join(better, ", ")));
+    return fmt::format(
+        "a sample spans {} chunks ({} reads, {} per sample); rewrite with "
+        "chunks={} so one read fetches a sample",
+        d.chunks_per_sample, d.chunks_per_sample, FormatBytes(d.read_bytes_per_sample),
+        fmt::format("({})", fmt::join(better, ", ")));
   }
   const double amplification =
       static_cast<double>(d.decoded_bytes_per_sample) / std::max<uint64_t>(1, d.sample_bytes);
   const std::string head =
-      fmt::format("{}, {}: a random sample decodes {} ({:.0f}x its {})", ChunkRows(d),
-                  d.filters, FormatBytes(d.decoded_bytes_per_sample), amplification, sample);
+      fmt::format("{}, {}: a random sample decodes {} ({:.0f}x its {})", ChunkRows(d), d.filters,
+                  FormatBytes(d.decoded_bytes_per_sample), amplification, sample);
   if (!Costly(d)) {
     return head + "; cheap enough for a full shuffle";
   }
   const bool fits = mem_available > 0 && static_cast<double>(decoded_set) <=
                                              kRamShare * static_cast<double>(mem_available);
   if (fits) {
-    return fmt::format("{}; the decoded set ({}) fits in RAM ({} available) — cache it, use "
-                       "block shuffle (each chunk decoded once per epoch), or rewrite with "
-                       "chunks of 1–8 samples",
-                       head, FormatBytes(decoded_set), FormatBytes(mem_available));
+    return fmt::format(
+        "{}; the decoded set ({}) fits in RAM ({} available) — cache it, use "
+        "block shuffle (each chunk decoded once per epoch), or rewrite with "
+        "chunks of 1–8 samples",
+        head, FormatBytes(decoded_set), FormatBytes(mem_available));
   }
-  return fmt::format("{}; the decoded set ({}) does not fit in RAM ({} available) — use block "
-                     "shuffle (each chunk decoded once per epoch), or rewrite with chunks of "
-                     "1–8 samples or without compression",
-                     head, FormatBytes(decoded_set), FormatBytes(mem_available));
+  return fmt::format(
+      "{}; the decoded set ({}) does not fit in RAM ({} available) — use block "
+      "shuffle (each chunk decoded once per epoch), or rewrite with chunks of "
+      "1–8 samples or without compression",
+      head, FormatBytes(decoded_set), FormatBytes(mem_available));
 }
 
 }  // namespace
@@ -311,8 +316,8 @@ std::string FormatHdf5Inspection(const Hdf5Inspection& in) {
                        d.index_seconds * 1e3, d.index_method);
     }
     o << fmt::format("  read path:   {}\n", d.read_path);
-    o << fmt::format("  per random sample ({}): reads {}, decodes {}\n", FormatBytes(d.sample_bytes),
-                     FormatBytes(d.read_bytes_per_sample),
+    o << fmt::format("  per random sample ({}): reads {}, decodes {}\n",
+                     FormatBytes(d.sample_bytes), FormatBytes(d.read_bytes_per_sample),
                      FormatBytes(d.decoded_bytes_per_sample));
     o << fmt::format("  -> {}\n", d.recommendation);
   }

@@ -7,33 +7,32 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "gpufeed/file.h"
 
 namespace gpufeed {
 
 struct Hdf5DatasetInspection {
-  std::string dataset;             // "/mel"
-  std::string unsupported;         // non-empty: why gpufeed cannot read it (then little else)
-  std::string dtype;               // "float32"
-  std::vector<int64_t> shape;      // samples first
-  std::string layout;              // "contiguous", "chunked", "compact"
+  std::string dataset;               // "/mel"
+  std::string unsupported;           // non-empty: why gpufeed cannot read it (then little else)
+  std::string dtype;                 // "float32"
+  std::vector<int64_t> shape;        // samples first
+  std::string layout;                // "contiguous", "chunked", "compact"
   std::vector<int64_t> chunk_shape;  // chunked only
-  std::string filters;             // "gzip level 1 + shuffle", "none"
-  std::string read_path;           // how gpufeed reads it
-  int64_t chunks_stored = 0;       // chunks written (chunked)
-  int64_t chunks_per_sample = 0;   // chunks one sample spans (chunked)
-  std::string index_method;        // how the chunk index was read
-  double index_seconds = 0;        // and how long that took
+  std::string filters;               // "gzip level 1 + shuffle", "none"
+  std::string read_path;             // how gpufeed reads it
+  int64_t chunks_stored = 0;         // chunks written (chunked)
+  int64_t chunks_per_sample = 0;     // chunks one sample spans (chunked)
+  std::string index_method;          // how the chunk index was read
+  double index_seconds = 0;          // and how long that took
   uint64_t sample_bytes = 0;
-  uint64_t logical_bytes = 0;      // samples x sample_bytes
-  uint64_t storage_bytes = 0;      // bytes the file spends on it
-  double compression_ratio = 1;    // logical / storage (1 when nothing stored)
+  uint64_t logical_bytes = 0;             // samples x sample_bytes
+  uint64_t storage_bytes = 0;             // bytes the file spends on it
+  double compression_ratio = 1;           // logical / storage (1 when nothing stored)
   uint64_t read_bytes_per_sample = 0;     // from disk, for one random sample
   uint64_t decoded_bytes_per_sample = 0;  // decompressed, for one random sample
   std::string recommendation;
@@ -42,11 +41,11 @@ struct Hdf5DatasetInspection {
 struct Hdf5Inspection {
   std::string path;
   uint64_t file_bytes = 0;
-  std::string library;             // "1.10.8 (threadsafe build)"
+  std::string library;  // "1.10.8 (threadsafe build)"
   uint64_t mem_available_bytes = 0;
   uint64_t decoded_set_bytes = 0;  // logical bytes of every readable dataset
   std::vector<Hdf5DatasetInspection> datasets;
-  std::string recommendation;      // for the file as a whole
+  std::string recommendation;  // for the file as a whole
 };
 
 // Inspects every dataset of the file at `path`. `mem_available_bytes` defaults to

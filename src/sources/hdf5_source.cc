@@ -1,12 +1,12 @@
 // The HDF5 source: OpenHdf5 and the Source that concatenates files.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <numeric>
 #include <set>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
@@ -64,8 +64,7 @@ class Hdf5Source final : public Source {
   std::string Identity() const override {
     std::string id = fmt::format("hdf5:[{}]", fmt::join(datasets_, ","));
     for (const auto& p : parts_) {
-      id += fmt::format("|{}:{}:{}", p.file->path(), p.file->Size(),
-                        p.file->ModificationTimeNs());
+      id += fmt::format("|{}:{}:{}", p.file->path(), p.file->Size(), p.file->ModificationTimeNs());
     }
     return id + "|" + schema_.ToString();
   }
@@ -111,9 +110,9 @@ class Hdf5Source final : public Source {
           const size_t bytes = schema_.fields[f].SampleBytes();
           ws->targets.clear();
           for (size_t j = k; j < end; ++j) {
-            ws->targets.push_back({ws->order[j].first - part.first_sample, ws->order[j].first,
-                                   out.fields[f] + static_cast<size_t>(ws->order[j].second) *
-                                                       bytes});
+            ws->targets.push_back(
+                {ws->order[j].first - part.first_sample, ws->order[j].first,
+                 out.fields[f] + static_cast<size_t>(ws->order[j].second) * bytes});
           }
           part.readers[f]->Read(ws->targets, ws->scratch);
         }
@@ -137,9 +136,9 @@ class Hdf5Source final : public Source {
 
  private:
   size_t PartOf(int64_t sample) const {
-    const auto it = std::upper_bound(
-        parts_.begin(), parts_.end(), sample,
-        [](int64_t s, const Hdf5FilePart& p) { return s < p.first_sample; });
+    const auto it =
+        std::upper_bound(parts_.begin(), parts_.end(), sample,
+                         [](int64_t s, const Hdf5FilePart& p) { return s < p.first_sample; });
     return static_cast<size_t>(it - parts_.begin()) - 1;
   }
 
@@ -181,16 +180,15 @@ Hdf5Id OpenLibraryFile(const std::string& path) {
 
 }  // namespace
 
-std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths,
-                                 std::vector<std::string> datasets, Hdf5Options options) {
+std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths, std::vector<std::string> datasets,
+                                 Hdf5Options options) {
   if (paths.empty()) {
     throw Error(ErrorCode::kInvalidArgument, "OpenHdf5: no files given");
   }
   if (options.file_system == nullptr) options.file_system = DefaultFileSystem();
   if (std::set<std::string>(datasets.begin(), datasets.end()).size() != datasets.size()) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{}: a dataset is named twice in [{}]", paths.front(),
-                            fmt::join(datasets, ", ")));
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: a dataset is named twice in [{}]",
+                                                         paths.front(), fmt::join(datasets, ", ")));
   }
   std::vector<Hdf5FilePart> parts;
   Schema schema;
@@ -234,8 +232,8 @@ std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths,
                      path.c_str(), datasets[f].c_str(), ds.library_reason.c_str());
       }
       const auto tag = static_cast<uint32_t>(p * datasets.size() + f);
-      part.readers.push_back(std::make_unique<Hdf5DatasetReader>(
-          std::move(ds), part.file.get(), options.use_mmap, tag));
+      part.readers.push_back(std::make_unique<Hdf5DatasetReader>(std::move(ds), part.file.get(),
+                                                                 options.use_mmap, tag));
     }
     first_sample += part.samples;
     parts.push_back(std::move(part));

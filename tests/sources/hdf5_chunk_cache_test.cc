@@ -1,4 +1,6 @@
 // The decoded-chunk cache and the filter decoder, without files.
+#include "sources/hdf5_chunk_cache.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -6,7 +8,6 @@
 #include <cstring>
 
 #include "gpufeed/error.h"
-#include "sources/hdf5_chunk_cache.h"
 #include "sources/hdf5_filters.h"
 #include "sources/npy_test_util.h"
 
@@ -107,18 +108,18 @@ TEST(Hdf5FiltersTest, GarbageAndShortStreamsAreCorruptData) {
   auto raw = Deflate(data);
   std::string msg;
   auto truncated = std::vector<std::byte>(raw.begin(), raw.begin() + raw.size() / 2);
-  EXPECT_EQ(testing::ErrorCodeOf([&] { DecodeHdf5Chunk(truncated, filters, 0, 1, out, scratch); },
-                                 &msg),
-            ErrorCode::kCorruptData);
+  EXPECT_EQ(
+      testing::ErrorCodeOf([&] { DecodeHdf5Chunk(truncated, filters, 0, 1, out, scratch); }, &msg),
+      ErrorCode::kCorruptData);
   std::vector<std::byte> garbage(50, std::byte{0x5a});
-  EXPECT_EQ(testing::ErrorCodeOf([&] { DecodeHdf5Chunk(garbage, filters, 0, 1, out, scratch); },
-                                 &msg),
-            ErrorCode::kCorruptData);
+  EXPECT_EQ(
+      testing::ErrorCodeOf([&] { DecodeHdf5Chunk(garbage, filters, 0, 1, out, scratch); }, &msg),
+      ErrorCode::kCorruptData);
   EXPECT_THAT(msg, HasSubstr("corrupt deflate stream"));
   std::vector<std::byte> small(999);  // the stream holds more than the chunk
-  EXPECT_EQ(testing::ErrorCodeOf([&] { DecodeHdf5Chunk(raw, filters, 0, 1, small, scratch); },
-                                 &msg),
-            ErrorCode::kCorruptData);
+  EXPECT_EQ(
+      testing::ErrorCodeOf([&] { DecodeHdf5Chunk(raw, filters, 0, 1, small, scratch); }, &msg),
+      ErrorCode::kCorruptData);
 }
 
 TEST(Hdf5FiltersTest, Fletcher32MatchesHdf5) {

@@ -5,7 +5,6 @@
 
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "gpufeed/error.h"
@@ -17,8 +16,8 @@ namespace gpufeed {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 
 constexpr const char* kMakeBadFiles = R"PY(
 import sys, os, json, numpy as np, h5py
@@ -90,7 +89,11 @@ TEST_F(Hdf5ErrorsTest, TruncatedFileNamesTheFile) {
   std::filesystem::copy_file(files_->File("plain"), path);
   std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
   std::string msg;
-  EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({path}, {"mel", "label"}); }, &msg),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenHdf5({path}, {"mel", "label"});
+                },
+                &msg),
             ErrorCode::kCorruptData);
   EXPECT_THAT(msg, AllOf(HasSubstr(path), HasSubstr("truncated")));
 }
@@ -110,8 +113,8 @@ TEST_F(Hdf5ErrorsTest, CorruptDeflateStreamNamesFileDatasetChunkAndSample) {
   std::string msg;
   EXPECT_EQ(ErrorCodeOf([&] { ReadEverything(*source); }, &msg), ErrorCode::kCorruptData);
   EXPECT_THAT(msg, AllOf(HasSubstr(Path("corrupt")), HasSubstr("dataset x"),
-                         HasSubstr("chunk 3 at [300,0] (samples 300..399"),
-                         HasSubstr("sample 300"), HasSubstr("deflate")));
+                         HasSubstr("chunk 3 at [300,0] (samples 300..399"), HasSubstr("sample 300"),
+                         HasSubstr("deflate")));
   // The chunks before it read fine.
   std::vector<int64_t> idx{0, 150, 299};
   std::vector<std::byte> rows(3 * 64);
@@ -130,7 +133,11 @@ TEST_F(Hdf5ErrorsTest, Fletcher32MismatchNamesTheChunk) {
 
 TEST_F(Hdf5ErrorsTest, MissingDatasetListsTheDatasetsThere) {
   std::string msg;
-  EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({files_->File("plain")}, {"mel", "nope"}); }, &msg),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenHdf5({files_->File("plain")}, {"mel", "nope"});
+                },
+                &msg),
             ErrorCode::kNotFound);
   EXPECT_THAT(msg, AllOf(HasSubstr(files_->File("plain")), HasSubstr("no dataset 'nope'"),
                          HasSubstr("/label, /mel")));
@@ -140,14 +147,17 @@ TEST_F(Hdf5ErrorsTest, MissingDatasetListsTheDatasetsThere) {
 
 TEST_F(Hdf5ErrorsTest, MissingFileIsNotFound) {
   std::string msg;
-  EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({Path("absent")}, {"x"}); }, &msg),
-            ErrorCode::kNotFound);
+  EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({Path("absent")}, {"x"}); }, &msg), ErrorCode::kNotFound);
   EXPECT_THAT(msg, HasSubstr(Path("absent")));
 }
 
 TEST_F(Hdf5ErrorsTest, DatasetsOfDifferentLengthsAreNamed) {
   std::string msg;
-  EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({Path("lengths")}, {"a", "b"}); }, &msg),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenHdf5({Path("lengths")}, {"a", "b"});
+                },
+                &msg),
             ErrorCode::kCorruptData);
   EXPECT_THAT(msg, AllOf(HasSubstr(Path("lengths")), HasSubstr("a holds 10 samples"),
                          HasSubstr("b holds 12")));
@@ -155,40 +165,46 @@ TEST_F(Hdf5ErrorsTest, DatasetsOfDifferentLengthsAreNamed) {
 
 TEST_F(Hdf5ErrorsTest, UnsupportedDtypesAreNamed) {
   for (const auto& [dataset, what] :
-       std::vector<std::pair<std::string, std::string>>{
-           {"compound", "dtype compound"},
-           {"vlen", "variable-length string"},
-           {"fixed", "fixed-length string"},
-           {"scalar", "scalar"}}) {
+       std::vector<std::pair<std::string, std::string>>{{"compound", "dtype compound"},
+                                                        {"vlen", "variable-length string"},
+                                                        {"fixed", "fixed-length string"},
+                                                        {"scalar", "scalar"}}) {
     std::string msg;
-    EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({Path("types")}, {"ok", dataset}); }, &msg),
+    EXPECT_EQ(ErrorCodeOf(
+                  [&] {
+                    OpenHdf5({Path("types")}, {"ok", dataset});
+                  },
+                  &msg),
               ErrorCode::kUnsupported)
         << dataset;
-    EXPECT_THAT(msg, AllOf(HasSubstr(Path("types")), HasSubstr("dataset " + dataset),
-                           HasSubstr(what)));
+    EXPECT_THAT(msg,
+                AllOf(HasSubstr(Path("types")), HasSubstr("dataset " + dataset), HasSubstr(what)));
   }
 }
 
 TEST_F(Hdf5ErrorsTest, FilesMustAgreeOnDtypeAndShape) {
   std::string msg;
-  EXPECT_EQ(ErrorCodeOf([&] {
-              OpenHdf5({files_->File("plain"), Path("other_dtype")}, {"mel", "label"});
-            }, &msg),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenHdf5({files_->File("plain"), Path("other_dtype")}, {"mel", "label"});
+                },
+                &msg),
             ErrorCode::kInvalidArgument);
-  EXPECT_THAT(msg, AllOf(HasSubstr(Path("other_dtype")), HasSubstr("float64"),
-                         HasSubstr("float32")));
+  EXPECT_THAT(msg,
+              AllOf(HasSubstr(Path("other_dtype")), HasSubstr("float64"), HasSubstr("float32")));
 }
 
 TEST_F(Hdf5ErrorsTest, BadArguments) {
   EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({}, {"x"}); }), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({files_->File("plain")}, {"mel", "mel"}); }),
+  EXPECT_EQ(ErrorCodeOf([&] {
+              OpenHdf5({files_->File("plain")}, {"mel", "mel"});
+            }),
             ErrorCode::kInvalidArgument);
   auto source = OpenHdf5({files_->File("plain")}, {"label"});
   std::vector<int64_t> idx{1000};
   std::vector<std::byte> row(8);
   BatchView view{{row.data()}, 1};
-  EXPECT_EQ(ErrorCodeOf([&] { source->Read(idx, view, nullptr); }),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(ErrorCodeOf([&] { source->Read(idx, view, nullptr); }), ErrorCode::kInvalidArgument);
 }
 
 TEST_F(Hdf5ErrorsTest, EioFromTheFileSeamNamesFileDatasetAndSample) {
@@ -200,8 +216,8 @@ TEST_F(Hdf5ErrorsTest, EioFromTheFileSeamNamesFileDatasetAndSample) {
     fs->SetRules(rules);
     std::string msg;
     EXPECT_EQ(ErrorCodeOf([&] { ReadEverything(*source); }, &msg), ErrorCode::kIo) << name;
-    EXPECT_THAT(msg, AllOf(HasSubstr(files_->File(name)), HasSubstr("dataset mel"),
-                           HasSubstr("sample 0")))
+    EXPECT_THAT(
+        msg, AllOf(HasSubstr(files_->File(name)), HasSubstr("dataset mel"), HasSubstr("sample 0")))
         << name;
     if (name != "plain") {
       EXPECT_THAT(msg, HasSubstr("chunk 0 at [0,0,0,0]"));

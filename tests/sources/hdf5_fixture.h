@@ -5,9 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "sources/hdf5_test_files.h"
 #include "sources/scratch_dir.h"
@@ -49,7 +48,7 @@ class Hdf5Files {
   nlohmann::json manifest_;
 };
 
-#define GPUFEED_REQUIRE_HDF5_FILES(files)                                   \
+#define GPUFEED_REQUIRE_HDF5_FILES(files)                                            \
   const ::gpufeed::testing::Hdf5Files* files = ::gpufeed::testing::Hdf5Files::Get(); \
   if (files == nullptr) GTEST_SKIP() << "Debian's h5py (/usr/bin/python3) is unavailable"
 

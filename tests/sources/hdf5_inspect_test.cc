@@ -1,9 +1,10 @@
 // `gpufeed inspect`'s figures and recommendations, on the h5py-written test files.
+#include "sources/hdf5_inspect.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "sources/hdf5_fixture.h"
-#include "sources/hdf5_inspect.h"
 #include "sources/npy_test_util.h"
 
 namespace gpufeed {

@@ -1,5 +1,6 @@
 // The HDF5 source reads exactly what h5py reads: every layout, filter combination, dtype and
 // chunk shape of hdf5_test_files.h, in shuffled batches from two threads at once.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,8 +9,6 @@
 #include <numeric>
 #include <random>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "gpufeed/dtype.h"
 #include "gpufeed/error.h"
@@ -70,7 +69,8 @@ std::vector<std::string> ReadAll(const Source& source, int64_t batch, uint64_t s
 std::string FirstDifference(const std::string& got, const std::string& want, size_t sample_bytes) {
   if (got.size() != want.size()) return fmt::format("sizes {} vs {}", got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    if (got[i] != want[i]) return fmt::format("sample {} byte {}", i / sample_bytes, i % sample_bytes);
+    if (got[i] != want[i])
+      return fmt::format("sample {} byte {}", i / sample_bytes, i % sample_bytes);
   }
   return "";
 }
@@ -82,8 +82,8 @@ TEST_P(Hdf5CaseTest, EverySampleEqualsWhatH5pyReads) {
   const std::string name = GetParam();
   const auto datasets = DatasetsOf(*files, name);
   const Hdf5Options configs[] = {
-      {},                                               // mmap, decoded-chunk cache
-      {.file_system = nullptr, .use_mmap = false, .chunk_cache_bytes = 0},  // pread, no cache
+      {},  // mmap, decoded-chunk cache
+      {.file_system = nullptr, .use_mmap = false, .chunk_cache_bytes = 0},      // pread, no cache
       {.file_system = nullptr, .use_mmap = true, .chunk_cache_bytes = 100000},  // < some chunks
   };
   for (const auto& options : configs) {
@@ -106,9 +106,8 @@ TEST_P(Hdf5CaseTest, EverySampleEqualsWhatH5pyReads) {
       for (size_t f = 0; f < entries.size(); ++f) {
         const std::string want = files->Expected(name, datasets[f]);
         EXPECT_TRUE(got[f] == want)
-            << name << ": " << datasets[f] << " (batch " << batch << ", mmap "
-            << options.use_mmap << ", cache " << options.chunk_cache_bytes
-            << "): first difference at "
+            << name << ": " << datasets[f] << " (batch " << batch << ", mmap " << options.use_mmap
+            << ", cache " << options.chunk_cache_bytes << "): first difference at "
             << FirstDifference(got[f], want, source->schema().fields[f].SampleBytes());
       }
     }
@@ -116,9 +115,9 @@ TEST_P(Hdf5CaseTest, EverySampleEqualsWhatH5pyReads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, Hdf5CaseTest,
-                         ::testing::Values("plain", "gzip", "h5py_defaults", "multi_axis",
-                                           "dtypes", "fill", "fletcher", "compact", "latest",
-                                           "userblock", "btree", "scaleoffset", "groups"));
+                         ::testing::Values("plain", "gzip", "h5py_defaults", "multi_axis", "dtypes",
+                                           "fill", "fletcher", "compact", "latest", "userblock",
+                                           "btree", "scaleoffset", "groups"));
 
 TEST(Hdf5SourceTest, FilesConcatenateInOrder) {
   GPUFEED_REQUIRE_HDF5_FILES(files);
@@ -176,8 +175,7 @@ TEST(Hdf5SourceTest, UnsupportedFilterFallsBackToLibraryReads) {
 
 TEST(Hdf5SourceTest, CountersBelongToHdf5Sources) {
   auto other = OpenSynthetic(ParseSchema("x:float32[2]"), 10);
-  EXPECT_EQ(testing::ErrorCodeOf([&] { Hdf5SourceCounters(*other); }),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(testing::ErrorCodeOf([&] { Hdf5SourceCounters(*other); }), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -4,14 +4,14 @@
 // Thread-safety: one test thread.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace gpufeed::testing {
 
@@ -22,13 +22,13 @@ inline bool RunPython(const std::string& dir, const std::string& name, const std
                       const std::string& args) {
   const std::string path = dir + "/" + name;
   std::ofstream(path) << script;
-  return std::system(fmt::format("{} {} {} > {}/{}.log 2>&1", kPython, path, args, dir, name)
-                         .c_str()) == 0;
+  return std::system(
+             fmt::format("{} {} {} > {}/{}.log 2>&1", kPython, path, args, dir, name).c_str()) == 0;
 }
 
 inline bool HaveH5py() {
-  return std::system(fmt::format("{} -c 'import h5py, numpy' > /dev/null 2>&1", kPython)
-                         .c_str()) == 0;
+  return std::system(fmt::format("{} -c 'import h5py, numpy' > /dev/null 2>&1", kPython).c_str()) ==
+         0;
 }
 
 inline std::string ReadWholeFile(const std::string& path) {
