@@ -103,11 +103,12 @@ def test_cuda_loader_needs_a_torch_with_cuda():
     if _fake_libcuda() is None:
         pytest.skip("the fake libcuda.so.1 is not built")
     env["GPUFEED_CUDA_LIBRARY"] = str(_fake_libcuda())
-    code = ("import gpufeed\n"
+    code = ("import ctypes, os, gpufeed\n"
             "try:\n"
             "    gpufeed.Loader(gpufeed.synthetic('x:float32[]', 8), batch_size=4, device='cuda')\n"
             "except gpufeed.DeviceError as e:\n"
-            "    print(e)\n")
+            "    print(e)\n"
+            "ctypes.CDLL(os.environ['GPUFEED_CUDA_LIBRARY']).fake_cuda_reset()\n")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=60)
     assert "torch" in proc.stdout and "CUDA" in proc.stdout, proc.stdout + proc.stderr

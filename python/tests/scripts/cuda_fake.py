@@ -86,4 +86,6 @@ for s in streams:
 check(fake.cuDevicePrimaryCtxRelease_v2(0))
 failures = [fake.fake_cuda_failure(i) for i in range(fake.fake_cuda_failures())]
 assert not failures, failures
-print("ok", fake.fake_cuda_copies_completed(), "copies")
+copies = fake.fake_cuda_copies_completed()
+fake.fake_cuda_reset()  # joins the fake's finished stream threads
+print("ok", copies, "copies")
