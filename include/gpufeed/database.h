@@ -1,0 +1,80 @@
+// Database sources: a PostgreSQL or SQLite table or query, loaded once, in bulk, into one
+// contiguous array per column, then served from memory like OpenMemory -- an epoch costs a
+// memcpy per row, not a query per batch, and the caches (OpenCached) can share the loaded
+// copy across processes.
+//
+//   auto source = gpufeed::OpenPostgres("host=db dbname=train",
+//                                       {.table = "samples", .columns = {"x", "label"},
+//                                        .key = "id", .connections = 4});
+//   auto source = gpufeed::OpenSqlite("train.db", {.query = "SELECT x, label FROM t",
+//                                                  .fields = {{"x", DType::kFloat32, {7, 5}}}});
+//
+// Columns become fields of the same name. PostgreSQL: bool, int2, int4, int8, float4,
+// float8 and arrays of them (any number of dimensions, the same dimensions in every row)
+// become bool, int16, int32, int64, float32, float64 fields, the array dimensions their
+// shape. SQLite: INTEGER -> int64, REAL -> float64; a BLOB column holds the raw bytes of a
+// fixed-shape array and needs its dtype and shape declared in `fields`.
+//
+// A load either completes or throws: a NULL, a ragged array, an unsupported column type, a
+// query error or a connection lost mid-load raises Error naming the row and column, and no
+// source is returned. Passwords (from the connection string, PGPASSWORD or ~/.pgpass, which
+// libpq reads itself) never appear in a message, Describe() or Identity().
+//
+// Thread-safety: the Open functions may be called from any thread; the returned Source is
+// thread-safe (read-only memory after the load).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpufeed/schema.h"
+#include "gpufeed/source.h"
+
+namespace gpufeed {
+
+struct DatabaseOptions {
+  // The rows to load: a SELECT (or VALUES) statement. Default: empty = built from `table`
+  // and `columns`. Exactly one of `query` and `table` is given.
+  std::string query = {};
+  std::string table = {};                 // Default: empty. Quoted as an identifier.
+  std::vector<std::string> columns = {};  // Default: empty = every column of `table`
+  // Declared fields by column name, for columns whose type does not say it all: a SQLite
+  // BLOB column's dtype and shape (required), a SQLite REAL column read as float32 or an
+  // INTEGER column as a narrower integer (range-checked), a PostgreSQL array reshaped (same
+  // element count; its dtype must match the column's). Default: none.
+  std::vector<FieldSpec> fields = {};
+  // PostgreSQL only. An integer column of the query to split the load by: `connections`
+  // connections each COPY one key range, rows ordered by the key. Default: empty = one
+  // connection, rows in the query's order.
+  std::string key = {};
+  int connections = 0;  // Default: 0 = 4 when `key` is given, else 1
+};
+
+// Loads `options.query` (or the table) from the PostgreSQL server named by `conninfo` (a
+// libpq connection string, "host=... dbname=..." or "postgresql://user@host/db"; unset
+// parts come from the PG* environment variables and ~/.pgpass) with binary COPY.
+// Throws Error: kIo for a server that cannot be reached or a connection lost mid-load,
+// kInvalidArgument for rejected credentials or a bad query, kNotFound for a missing table
+// or column, kCorruptData for NULLs, ragged arrays and values a declared field cannot hold,
+// kUnsupported for column types that do not map to a dtype.
+std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOptions options);
+
+// Loads from the SQLite file at `path`, opened read-only. Errors as for OpenPostgres, and
+// kNotFound for a missing file.
+std::shared_ptr<Source> OpenSqlite(const std::string& path, DatabaseOptions options);
+
+// True when `uri` names a database: it starts with "sqlite:", "postgresql:" or "postgres:".
+bool IsDatabaseUri(const std::string& uri);
+
+// Opens a database named by a URI, the spelling of the CLI:
+//   sqlite:///abs/path.db?query=SELECT x, label FROM t     (sqlite:rel/path.db also works)
+//   postgresql://user@host:5432/db?table=samples&key=id&connections=4
+//   postgresql:///db?host=/run/pg&query=SELECT%20x%20FROM%20t&fields=x:float32[7,5]
+// gpufeed's parameters -- query, table, columns (comma-separated), key, connections, fields
+// (ParseSchema's spelling) -- are taken out of the URI (values %-decoded) and override
+// `options`; every other part goes to libpq unchanged. Throws Error(kInvalidArgument) for a
+// URI that is neither, or a bad parameter; otherwise as OpenPostgres / OpenSqlite.
+std::shared_ptr<Source> OpenDatabase(const std::string& uri, DatabaseOptions options = {});
+
+}  // namespace gpufeed

@@ -1,0 +1,124 @@
+// OpenDatabase: the URI spelling of the database sources, for the CLI and Python.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <string_view>
+
+#include "gpufeed/database.h"
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+std::string PercentDecode(std::string_view text, std::string_view parameter) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    int value = 0;
+    if (i + 2 >= text.size() ||
+        std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16).ptr !=
+            text.data() + i + 3) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("database URI: parameter '{}' has a bad %-escape at character {}",
+                              parameter, i));
+    }
+    out += static_cast<char>(value);
+    i += 2;
+  }
+  return out;
+}
+
+std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    std::string part = text.substr(start, comma - start);
+    if (!part.empty()) parts.push_back(std::move(part));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return parts;
+}
+
+// Takes gpufeed's parameters out of `params` ("a=1&b=2") into `options`; returns the rest.
+std::string TakeOptions(std::string_view params, DatabaseOptions& options) {
+  std::string rest;
+  while (!params.empty()) {
+    const size_t amp = params.find('&');
+    const std::string_view pair = params.substr(0, amp);
+    params = amp == std::string_view::npos ? std::string_view() : params.substr(amp + 1);
+    if (pair.empty()) continue;
+    const size_t eq = pair.find('=');
+    const std::string_view name = pair.substr(0, eq);
+    const std::string value =
+        eq == std::string_view::npos ? std::string() : PercentDecode(pair.substr(eq + 1), name);
+    if (name == "query") {
+      options.query = value;
+    } else if (name == "table") {
+      options.table = value;
+    } else if (name == "columns") {
+      options.columns = SplitCommas(value);
+    } else if (name == "key") {
+      options.key = value;
+    } else if (name == "connections") {
+      int n = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size()) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("database URI: connections={} is not a number", value));
+      }
+      options.connections = n;
+    } else if (name == "fields") {
+      options.fields = ParseSchema(value).fields;
+    } else {
+      rest += (rest.empty() ? "" : "&") + std::string(pair);
+    }
+  }
+  return rest;
+}
+
+bool StartsWith(const std::string& text, std::string_view prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+}  // namespace
+
+bool IsDatabaseUri(const std::string& uri) {
+  return StartsWith(uri, "sqlite:") || StartsWith(uri, "postgresql:") ||
+         StartsWith(uri, "postgres:");
+}
+
+std::shared_ptr<Source> OpenDatabase(const std::string& uri, DatabaseOptions options) {
+  const size_t question = uri.find('?');
+  const std::string base = uri.substr(0, question);
+  const std::string params =
+      question == std::string::npos ? std::string() : uri.substr(question + 1);
+  if (StartsWith(uri, "sqlite:")) {
+    std::string path = base.substr(std::string_view("sqlite:").size());
+    if (StartsWith(path, "//")) path = path.substr(2);  // sqlite:///abs/path -> /abs/path
+    const std::string rest = TakeOptions(params, options);
+    if (!rest.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("database URI sqlite:{}: unknown parameters '{}'; expected query, "
+                              "table, columns, fields",
+                              path, rest));
+    }
+    if (path.empty()) {
+      throw Error(ErrorCode::kInvalidArgument, "database URI sqlite: names no file");
+    }
+    return OpenSqlite(PercentDecode(path, "path"), std::move(options));
+  }
+  if (StartsWith(uri, "postgresql:") || StartsWith(uri, "postgres:")) {
+    const std::string rest = TakeOptions(params, options);
+    return OpenPostgres(rest.empty() ? base : base + "?" + rest, std::move(options));
+  }
+  // Not a URI of ours: say what it is without echoing it (it may hold a password).
+  throw Error(ErrorCode::kInvalidArgument,
+              "database URI: expected sqlite:PATH, postgresql://... or postgres://...");
+}
+
+}  // namespace gpufeed

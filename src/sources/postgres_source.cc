@@ -1,0 +1,336 @@
+// OpenPostgres: describe the query, then stream it with binary COPY -- over one connection,
+// or over several, each one key range, all reading one exported snapshot so the ranges add
+// up to one consistent table.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "gpufeed/database.h"
+#include "gpufeed/error.h"
+#include "sources/database_table.h"
+#include "sources/postgres_connection.h"
+#include "sources/postgres_copy.h"
+
+namespace gpufeed {
+namespace {
+
+std::string StripQuery(std::string query) {
+  while (!query.empty() && (std::isspace(static_cast<unsigned char>(query.back())) ||
+                            query.back() == ';')) {
+    query.pop_back();
+  }
+  return query;
+}
+
+std::string BuildQuery(const DatabaseOptions& options, const PgConnection& conn) {
+  if (!options.query.empty() && !options.table.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: give a query or a table, not both", conn.target().description));
+  }
+  if (!options.query.empty()) {
+    if (!options.columns.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: columns go with a table; a query selects its own",
+                              conn.target().description));
+    }
+    return StripQuery(options.query);
+  }
+  if (options.table.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: no query and no table given", conn.target().description));
+  }
+  // "schema.table": each part quoted on its own.
+  std::string table;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = options.table.find('.', start);
+    if (!table.empty()) table += '.';
+    table += conn.QuoteIdentifier(options.table.substr(start, dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  std::string columns;
+  for (const auto& c : options.columns) {
+    columns += (columns.empty() ? "" : ", ") + conn.QuoteIdentifier(c);
+  }
+  return fmt::format("SELECT {} FROM {}", columns.empty() ? "*" : columns, table);
+}
+
+std::map<uint32_t, std::string> TypeNames(PgConnection& conn, const std::set<uint32_t>& oids) {
+  std::string list;
+  for (uint32_t oid : oids) list += (list.empty() ? "" : ",") + std::to_string(oid);
+  PgResult r = conn.Exec(
+      fmt::format("SELECT oid::int8, format_type(oid, NULL) FROM pg_type WHERE oid IN ({})", list),
+      PGRES_TUPLES_OK, "naming the column types");
+  std::map<uint32_t, std::string> names;
+  for (int i = 0; i < PQntuples(r.get()); ++i) {
+    names[static_cast<uint32_t>(std::stoul(PQgetvalue(r.get(), i, 0)))] = PQgetvalue(r.get(), i, 1);
+  }
+  return names;
+}
+
+std::vector<PgColumn> DescribeColumns(PgConnection& conn, const std::string& query,
+                                      const DatabaseOptions& options) {
+  const std::string sql = fmt::format("SELECT * FROM ({}) AS gpufeed_q", query);
+  PgResult prepared(PQprepare(conn.get(), "", sql.c_str(), 0, nullptr));
+  if (prepared == nullptr || PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) {
+    conn.ThrowResultError(prepared.get(), fmt::format("the query {}", ShortQuery(query)));
+  }
+  PgResult described(PQdescribePrepared(conn.get(), ""));
+  if (described == nullptr || PQresultStatus(described.get()) != PGRES_COMMAND_OK) {
+    conn.ThrowResultError(described.get(), fmt::format("the query {}", ShortQuery(query)));
+  }
+  const int count = PQnfields(described.get());
+  std::set<uint32_t> oids;
+  for (int i = 0; i < count; ++i) oids.insert(PQftype(described.get(), i));
+  const auto names = TypeNames(conn, oids);
+  std::vector<PgColumn> columns;
+  std::set<std::string> seen;
+  for (int i = 0; i < count; ++i) {
+    PgColumn column;
+    column.name = PQfname(described.get(), i);
+    column.type_oid = PQftype(described.get(), i);
+    const auto name = names.find(column.type_oid);
+    column.type_name = name != names.end() ? name->second : fmt::format("oid {}", column.type_oid);
+    const auto dtype = PgTypeToDType(column.type_oid, &column.is_array, &column.element_oid);
+    if (!dtype) {
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{}: {}: column '{}' has type {}, which gpufeed does not read; it "
+                              "reads boolean, smallint, integer, bigint, real, double precision "
+                              "and arrays of them (cast it in the query, e.g. {}::real)",
+                              conn.target().description, ShortQuery(query), column.name,
+                              column.type_name, column.name));
+    }
+    column.dtype = *dtype;
+    if (!seen.insert(column.name).second) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: {}: two columns are named '{}'; name them apart with AS",
+                              conn.target().description, ShortQuery(query), column.name));
+    }
+    columns.push_back(std::move(column));
+  }
+  if (columns.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: {}: the query has no columns",
+                                                         conn.target().description,
+                                                         ShortQuery(query)));
+  }
+  for (const FieldSpec& declared : options.fields) {
+    auto it = std::find_if(columns.begin(), columns.end(),
+                           [&](const PgColumn& c) { return c.name == declared.name; });
+    if (it == columns.end()) {
+      std::string all;
+      for (const auto& c : columns) all += (all.empty() ? "" : ", ") + c.name;
+      throw Error(ErrorCode::kNotFound,
+                  fmt::format("{}: declared field '{}' is not a column of the query (columns: {})",
+                              conn.target().description, declared.name, all));
+    }
+    if (declared.dtype != it->dtype) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: declared field {} but column '{}' is {} ({}); cast it in the "
+                              "query instead",
+                              conn.target().description, declared.ToString(), it->name,
+                              it->type_name, DTypeName(it->dtype)));
+    }
+    if (!it->is_array && !declared.shape.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: declared field {} has a shape but column '{}' is a scalar {}",
+                              conn.target().description, declared.ToString(), it->name,
+                              it->type_name));
+    }
+    if (it->is_array) it->declared_shape = declared.shape;
+  }
+  return columns;
+}
+
+struct KeyRange {
+  int64_t first = 0;
+  int64_t last = 0;  // inclusive, so INT64_MAX needs no overflow
+};
+
+std::vector<KeyRange> SplitKeyRange(int64_t lo, int64_t hi, int parts) {
+  const __int128 span = static_cast<__int128>(hi) - lo + 1;
+  const __int128 width = (span + parts - 1) / parts;
+  std::vector<KeyRange> ranges;
+  for (__int128 start = lo; start <= hi; start += width) {
+    const __int128 last = std::min<__int128>(start + width - 1, hi);
+    ranges.push_back({static_cast<int64_t>(start), static_cast<int64_t>(last)});
+  }
+  return ranges;
+}
+
+// Streams `copy_sql` into a parser. `stop` set by another worker's failure abandons it.
+ColumnTable CopyRows(PgConnection& conn, const std::string& copy_sql,
+                     const std::vector<PgColumn>& columns, const std::string& context,
+                     const std::string& row_suffix, const std::atomic<bool>& stop) {
+  PgResult started(PQexec(conn.get(), copy_sql.c_str()));
+  if (started == nullptr || PQresultStatus(started.get()) != PGRES_COPY_OUT) {
+    conn.ThrowResultError(started.get(), context);
+  }
+  started.reset();
+  PgCopyParser parser(columns, context, row_suffix);
+  while (true) {
+    char* buffer = nullptr;
+    const int n = PQgetCopyData(conn.get(), &buffer, 0);
+    if (n > 0) {
+      try {
+        parser.Feed(buffer, static_cast<size_t>(n));
+      } catch (...) {
+        PQfreemem(buffer);
+        throw;
+      }
+      PQfreemem(buffer);
+      if (stop.load(std::memory_order_relaxed)) {
+        throw Error(ErrorCode::kCancelled, fmt::format("{}: another connection failed", context));
+      }
+      continue;
+    }
+    if (n == -2) {
+      conn.ThrowResultError(nullptr, fmt::format("{} (after {} rows{})", context, parser.rows(),
+                                                 row_suffix));
+    }
+    break;  // -1: the COPY is over; its result says how it ended
+  }
+  // An error raised by a later row (division by zero) or a terminated backend ends the COPY
+  // with an error result here, after the rows before it arrived: they are thrown away.
+  bool failed = false;
+  PgResult failure;
+  while (PgResult r{PQgetResult(conn.get())}) {
+    if (!failed && PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
+      failed = true;
+      failure = std::move(r);
+    }
+  }
+  if (failed || PQstatus(conn.get()) != CONNECTION_OK) {
+    conn.ThrowResultError(failure.get(), fmt::format("{} (after {} rows{})", context,
+                                                     parser.rows(), row_suffix));
+  }
+  parser.Finish();
+  return parser.Take();
+}
+
+std::string CopySql(const std::string& select) {
+  return fmt::format("COPY ({}) TO STDOUT (FORMAT binary)", select);
+}
+
+}  // namespace
+
+std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOptions options) {
+  PgTarget target = PgTarget::Parse(conninfo);
+  if (options.connections < 0 || options.connections > 64) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: connections = {}; expected 0 (auto) to 64", target.description,
+                            options.connections));
+  }
+  if (options.key.empty() && options.connections > 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: {} connections need a key column to split the rows by",
+                            target.description, options.connections));
+  }
+  PgConnection conn(target);
+  // The server's own view of where we are, for messages and the cache key (no password).
+  target.description = fmt::format("postgresql host={} port={} dbname={} user={}",
+                                   PQhost(conn.get()), PQport(conn.get()), PQdb(conn.get()),
+                                   PQuser(conn.get()));
+  const std::string query = BuildQuery(options, conn);
+  const std::string context = fmt::format("{}: {}", target.description, ShortQuery(query));
+  const std::string identity = fmt::format("{}|{}", target.description, query);
+  std::vector<PgColumn> columns = DescribeColumns(conn, query, options);
+  std::atomic<bool> stop{false};
+
+  if (options.key.empty()) {
+    ColumnTable table = CopyRows(conn, CopySql(query), columns, context, "", stop);
+    return NewDatabaseSource(std::move(table), context, identity);
+  }
+
+  const auto key = std::find_if(columns.begin(), columns.end(),
+                                [&](const PgColumn& c) { return c.name == options.key; });
+  if (key == columns.end() || key->is_array ||
+      (key->dtype != DType::kInt16 && key->dtype != DType::kInt32 &&
+       key->dtype != DType::kInt64)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: key '{}' must be an integer column of the query{}", context,
+                            options.key,
+                            key == columns.end() ? " (it has no such column)"
+                                                 : fmt::format(" (it is {})", key->type_name)));
+  }
+  const std::string quoted_key = conn.QuoteIdentifier(options.key);
+  // Every connection reads the snapshot this transaction exports, so the key ranges are
+  // slices of one table even while others write to it.
+  conn.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", PGRES_COMMAND_OK, "BEGIN");
+  PgResult snap = conn.Exec("SELECT pg_export_snapshot()", PGRES_TUPLES_OK, "export snapshot");
+  const std::string snapshot = PQgetvalue(snap.get(), 0, 0);
+  PgResult bounds = conn.Exec(
+      fmt::format("SELECT min({0})::int8, max({0})::int8 FROM ({1}) AS gpufeed_q", quoted_key,
+                  query),
+      PGRES_TUPLES_OK, fmt::format("{}: the range of key '{}'", ShortQuery(query), options.key));
+  if (PQgetisnull(bounds.get(), 0, 0)) {
+    return NewDatabaseSource(ColumnTable{}, context, identity);  // no rows: says so
+  }
+  const auto ranges = SplitKeyRange(std::stoll(PQgetvalue(bounds.get(), 0, 0)),
+                                    std::stoll(PQgetvalue(bounds.get(), 0, 1)),
+                                    options.connections > 0 ? options.connections : 4);
+
+  std::vector<ColumnTable> parts(ranges.size());
+  std::vector<std::string> suffixes(ranges.size());
+  std::mutex error_mutex;
+  std::exception_ptr first_error;
+  auto load = [&](size_t i) {
+    try {
+      PgConnection worker(target);
+      worker.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", PGRES_COMMAND_OK, "BEGIN");
+      worker.Exec(fmt::format("SET TRANSACTION SNAPSHOT '{}'", snapshot), PGRES_COMMAND_OK,
+                  "SET TRANSACTION SNAPSHOT");
+      const std::string select =
+          fmt::format("SELECT * FROM ({}) AS gpufeed_q WHERE {} BETWEEN {} AND {} ORDER BY {}",
+                      query, quoted_key, ranges[i].first, ranges[i].last, quoted_key);
+      parts[i] = CopyRows(worker, CopySql(select), columns, context, suffixes[i], stop);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      // The first failure is the cause; the others were stopped because of it.
+      if (!first_error) first_error = std::current_exception();
+      stop.store(true, std::memory_order_relaxed);
+    }
+  };
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    suffixes[i] = fmt::format(" of the rows with {} in [{}, {}]", options.key, ranges[i].first,
+                              ranges[i].last);
+  }
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < ranges.size(); ++i) threads.emplace_back(load, i);
+  load(0);
+  for (auto& t : threads) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+
+  ColumnTable table;
+  size_t shaped = ranges.size();  // the first part with rows: it set the array shapes
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].rows == 0) continue;
+    if (shaped == ranges.size()) {
+      shaped = i;
+      table = std::move(parts[i]);
+      continue;
+    }
+    for (size_t f = 0; f < table.fields.size(); ++f) {
+      if (parts[i].fields[f] != table.fields[f]) {
+        throw Error(ErrorCode::kCorruptData,
+                    fmt::format("{}: column '{}' ({}): a ragged array: {} in the rows{} and {} in "
+                                "the rows{}; every row needs the same shape",
+                                context, columns[f].name, columns[f].type_name,
+                                table.fields[f].ToString(), suffixes[shaped],
+                                parts[i].fields[f].ToString(), suffixes[i]));
+      }
+    }
+    table.Append(std::move(parts[i]));
+  }
+  conn.Exec("COMMIT", PGRES_COMMAND_OK, "COMMIT");
+  return NewDatabaseSource(std::move(table), context, identity);
+}
+
+}  // namespace gpufeed
