@@ -8,3 +8,11 @@ gpufeed_add_test(sources_hdf5_test
     ${CMAKE_CURRENT_LIST_DIR}/hdf5_chunk_cache_test.cc
   LIBS gpufeed_sources
   LABELS tsan)
+
+# The source under the real Loader (pipeline), end to end.
+if(TARGET gpufeed_pipeline)
+  gpufeed_add_test(sources_hdf5_loader_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/hdf5_loader_test.cc
+    LIBS gpufeed_pipeline
+    LABELS tsan)
+endif()
