@@ -15,9 +15,12 @@ void CheckEpochs(const testing::Hdf5Files& files, int64_t shuffle_block) {
   // gzip.h5: label[i] == i, mel chunked by 256 samples, gzip level 1.
   auto source = OpenHdf5({files.File("gzip")}, {"mel", "label"});
   const std::string mel = files.Expected("gzip", "mel");
-  Loader loader(
-      source,
-      {.batch_size = 96, .shuffle = true, .seed = 5, .shuffle_block = shuffle_block, .workers = 2});
+  LoaderOptions options;
+  options.batch_size = 96;
+  options.seed = 5;
+  options.shuffle_block = shuffle_block;
+  options.workers = 2;
+  Loader loader(source, options);
   for (int epoch = 0; epoch < 2; ++epoch) {
     std::vector<int> seen(1000, 0);
     int64_t batches = 0;
