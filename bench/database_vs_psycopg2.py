@@ -79,9 +79,7 @@ def main():
     server_dir = None
     dsn = args.dsn
     if dsn is None:
-        parent = tempfile.mkdtemp(prefix="gpufeed-bench-pg-")
-        os.chmod(parent, 0o711)  # the server may run as the postgres user
-        server_dir = os.path.join(parent, "pg")
+        server_dir = tempfile.mkdtemp(prefix="gpufeed-bench-pg-")  # stop removes it
         out = subprocess.run([os.path.join(ROOT, "scripts", "pg-test-server"), "start",
                               server_dir, "--watch", str(os.getpid())],
                              check=True, capture_output=True, text=True)
@@ -118,7 +116,6 @@ def main():
         if server_dir is not None:
             subprocess.run([os.path.join(ROOT, "scripts", "pg-test-server"), "stop", server_dir],
                            check=False)
-            os.rmdir(os.path.dirname(server_dir))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,15 +21,14 @@ class PgServerEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
     PgServerInfo& info = Info();
-    char parent[] = "/tmp/gpufeed-pg-XXXXXX";
-    if (mkdtemp(parent) == nullptr) {
+    // The script takes this folder over (chown to the postgres user when run as root) and
+    // stop removes it.
+    char dir[] = "/tmp/gpufeed-pg-XXXXXX";
+    if (mkdtemp(dir) == nullptr) {
       info.failure = "mkdtemp failed";
       return;
     }
-    parent_ = parent;
-    // The server may run as the postgres user (under root), which must reach its folder.
-    chmod(parent, 0711);
-    dir_ = parent_ + "/pg";
+    dir_ = dir;
     const std::string command = std::string("'") + GPUFEED_PG_TEST_SERVER + "' start '" + dir_ +
                                 "' --watch " + std::to_string(getpid()) + " 2>&1";
     FILE* pipe = popen(command.c_str(), "r");
@@ -68,11 +66,9 @@ class PgServerEnvironment : public ::testing::Environment {
           std::string("'") + GPUFEED_PG_TEST_SERVER + "' stop '" + dir_ + "' >/dev/null 2>&1";
       if (system(command.c_str()) != 0) fprintf(stderr, "pg-test-server stop failed\n");
     }
-    if (!parent_.empty()) rmdir(parent_.c_str());
   }
 
  private:
-  std::string parent_;
   std::string dir_;
   bool started_ = false;
 };
