@@ -3,7 +3,7 @@ gpufeed_add_test(sources_database_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/database_copy_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/database_sqlite_test.cc
-  LIBS gpufeed_sources gpufeed_pipeline
+  LIBS gpufeed_sources gpufeed_pipeline gpufeed_cache
   LABELS tsan)
 
 # The PostgreSQL suite is ONE CTest entry: the whole binary shares one private server, which

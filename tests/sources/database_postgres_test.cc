@@ -47,6 +47,7 @@ class PostgresSourceTest : public ::testing::Test {
     if (!created) {
       // Ids in a shuffled order on disk, so "in key order" is something COPY must be told.
       Sql(fmt::format(R"(
+        SET client_min_messages = warning;
         DROP TABLE IF EXISTS samples;
         CREATE TABLE samples AS
         SELECT g::int8 AS id,

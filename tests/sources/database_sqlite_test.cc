@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include "gpufeed/cache.h"
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
@@ -100,6 +101,38 @@ TEST_F(SqliteSourceTest, LoaderDeliversEveryRowOncePerEpochEqualToTheTable) {
     }
     for (int id = 0; id < kRows; ++id) ASSERT_EQ(seen[id], 1) << "epoch " << epoch << " id " << id;
   }
+}
+
+TEST_F(SqliteSourceTest, FeedsTheSharedMemoryCacheKeyedOnTheFileAndQuery) {
+  testing::ScratchDir shm;
+  const std::string query = "SELECT id, v FROM t ORDER BY id";
+  const std::vector<FieldSpec> fields{{"v", DType::kFloat32, {35}}};
+  CacheInfo first, second;
+  const auto a = OpenCached(Open(query, fields),
+                            {.tier = "shm", .shm_dir = shm.path(), .verbose = false}, &first);
+  // A second load of the same file and query (another process, in practice) maps the copy
+  // the first one published instead of building its own.
+  const auto b = OpenCached(Open(query, fields),
+                            {.tier = "shm", .shm_dir = shm.path(), .verbose = false}, &second);
+  EXPECT_EQ(first.tier, "shm");
+  EXPECT_TRUE(first.built);
+  EXPECT_FALSE(second.built);
+  EXPECT_EQ(first.key, second.key);
+  std::vector<int64_t> rows{499, 0, 250};
+  std::vector<int64_t> ids(3);
+  std::vector<float> v(3 * 35);
+  b->Read(rows, {.fields = {reinterpret_cast<std::byte*>(ids.data()),
+                            reinterpret_cast<std::byte*>(v.data())},
+                 .rows = 3},
+          nullptr);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(ids[i], rows[i]);
+    EXPECT_EQ(v[i * 35 + 34], Feature(rows[i], 34));
+  }
+  // Another query is other data: another key.
+  const auto c = OpenCached(Open("SELECT id, v FROM t WHERE id < 100 ORDER BY id", fields),
+                            {.tier = "shm", .shm_dir = shm.path(), .verbose = false}, &second);
+  EXPECT_NE(first.key, second.key);
 }
 
 TEST_F(SqliteSourceTest, UriSpellings) {
