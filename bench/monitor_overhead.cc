@@ -6,15 +6,14 @@
 // /proc and cgroup reads, NVML calls (the real library, or the fake named by
 // GPUFEED_NVML_LIBRARY), the JSON line and the live line (to /dev/null).
 // Targets: < 1 % of one core at 1 s, < 3 % at 100 ms.
+#include <fmt/format.h>
 #include <time.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "gpufeed/monitor.h"
 
@@ -71,9 +70,10 @@ int main(int argc, char** argv) {
              100.0 * (CpuSeconds() - cpu0));
   for (int ms : {1000, 100}) {
     Figures f = Measure(std::chrono::milliseconds(ms), seconds, sink, jsonl);
-    fmt::print("interval {:4d} ms, {:.0f} s, {:3d} samples  {:6.3f} % of one core  "
-               "({:.0f} us CPU per sample)  target < {} %\n",
-               ms, seconds, f.samples, f.core_percent, f.cpu_us_per_sample, ms >= 1000 ? 1 : 3);
+    fmt::print(
+        "interval {:4d} ms, {:.0f} s, {:3d} samples  {:6.3f} % of one core  "
+        "({:.0f} us CPU per sample)  target < {} %\n",
+        ms, seconds, f.samples, f.core_percent, f.cpu_us_per_sample, ms >= 1000 ? 1 : 3);
   }
   std::fclose(sink);
   return 0;

@@ -31,8 +31,8 @@ namespace gpufeed {
 
 // One GPU at one instant. Ratios are 0-1.
 struct GpuSample {
-  int index = 0;     // NVML index (not necessarily the CUDA index)
-  std::string name;  // "NVIDIA H100 80GB HBM3"
+  int index = 0;                                   // NVML index (not necessarily the CUDA index)
+  std::string name;                                // "NVIDIA H100 80GB HBM3"
   std::optional<double> utilization_ratio;         // kernel duty cycle over the last period
   std::optional<double> memory_utilization_ratio;  // time memory was read or written
   std::optional<uint64_t> memory_used_bytes;       // v2 call: excludes driver-reserved memory

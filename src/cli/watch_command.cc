@@ -1,6 +1,7 @@
 #include "cli/watch_command.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 #include "gpufeed/monitor.h"
@@ -52,15 +51,24 @@ class SignalForwarding {
     action.sa_flags = SA_SIGINFO;  // no SA_RESTART: waitpid returns EINTR and loops
     sigemptyset(&action.sa_mask);
     for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &action, &saved_[i]);
+    // A child killed before it runs the command (a forwarded signal) closes the gate pipe:
+    // writing to it must fail with EPIPE, not kill the watcher with SIGPIPE. The child was
+    // forked before this, so the command keeps the default disposition.
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigemptyset(&ignore.sa_mask);
+    sigaction(SIGPIPE, &ignore, &saved_pipe_);
   }
   ~SignalForwarding() {
     for (size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
+    sigaction(SIGPIPE, &saved_pipe_, nullptr);
     g_child = 0;
   }
 
  private:
   static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
   std::array<struct sigaction, 3> saved_{};
+  struct sigaction saved_pipe_ {};
 };
 
 MonitorOptions BaseOptions(const WatchArgs& args) {
@@ -203,8 +211,9 @@ int Run(const WatchArgs& args) {
 void RegisterWatchCommand(CLI::App& app) {
   auto args = std::make_shared<WatchArgs>();
   CLI::App* watch = app.add_subcommand(
-      "watch", "Run (or attach to) a training process and show GPU, VRAM, CPU and RAM live, "
-               "then a summary and warnings");
+      "watch",
+      "Run (or attach to) a training process and show GPU, VRAM, CPU and RAM live, "
+      "then a summary and warnings");
   watch->add_option("--interval", args->interval_seconds, "Seconds between samples")
       ->default_val(1.0)
       ->check(CLI::Range(0.1, 3600.0));

@@ -1,12 +1,11 @@
 #include "monitor/cgroup_reader.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <charconv>
 #include <cstdio>
 #include <string_view>
-
-#include <fmt/format.h>
 
 #include "monitor/proc_text.h"
 
@@ -42,8 +41,7 @@ std::optional<uint64_t> StatValue(const std::string& text, std::string_view key)
     if (end == std::string::npos) end = text.size();
     std::string_view line(text.data() + pos, end - pos);
     pos = end + 1;
-    if (line.size() > key.size() && line.substr(0, key.size()) == key &&
-        line[key.size()] == ' ') {
+    if (line.size() > key.size() && line.substr(0, key.size()) == key && line[key.size()] == ' ') {
       uint64_t value = 0;
       auto rest = line.substr(key.size() + 1);
       auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), value);
@@ -129,7 +127,8 @@ CgroupReading CgroupReader::Read() const {
   if (!v2_chain_.empty()) {
     const std::string& leaf = v2_chain_.front();
     if (ReadTextFile(leaf + "/cpu.stat", &text)) {
-      if (auto usec = StatValue(text, "throttled_usec")) reading.cpu_throttled_seconds = *usec / 1e6;
+      if (auto usec = StatValue(text, "throttled_usec"))
+        reading.cpu_throttled_seconds = *usec / 1e6;
       reading.cpu_throttled_periods = StatValue(text, "nr_throttled");
     }
     reading.memory_used_bytes = ReadNumber(leaf + "/memory.current");

@@ -1,10 +1,10 @@
 #include "monitor/gpu_probe.h"
 
-#include <algorithm>
-#include <unordered_map>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <unordered_map>
 
 #include "gpufeed/error.h"
 
@@ -64,8 +64,8 @@ GpuProbe::GpuProbe(const std::string& library_path) {
   unsigned int count = 0;
   nvml::Return rc = library_->DeviceGetCount(&count);
   if (rc != nvml::kSuccess) {
-    status_ = fmt::format("GPU fields n/a: nvmlDeviceGetCount in {} failed: {}",
-                          library_->path(), library_->ErrorText(rc));
+    status_ = fmt::format("GPU fields n/a: nvmlDeviceGetCount in {} failed: {}", library_->path(),
+                          library_->ErrorText(rc));
     library_.reset();
     return;
   }
@@ -158,16 +158,16 @@ std::optional<uint64_t> GpuProbe::TreeMemory(const Gpu& gpu,
                                              const std::unordered_set<pid_t>& tree) {
   const NvmlLibrary& lib = *library_;
   if (lib.DeviceGetComputeRunningProcessesV3 != nullptr) {
-    auto processes = QueryProcesses<nvml::ProcessInfo>(
-        [&](unsigned int* count, nvml::ProcessInfo* buffer) {
+    auto processes =
+        QueryProcesses<nvml::ProcessInfo>([&](unsigned int* count, nvml::ProcessInfo* buffer) {
           return lib.DeviceGetComputeRunningProcessesV3(gpu.handle, count, buffer);
         });
     if (processes) return SumTreeMemory(*processes, tree);
   }
   // The unsuffixed call fills the older, 16-byte struct.
   if (lib.DeviceGetComputeRunningProcessesV1 != nullptr) {
-    auto processes = QueryProcesses<nvml::ProcessInfoV1>(
-        [&](unsigned int* count, nvml::ProcessInfoV1* buffer) {
+    auto processes =
+        QueryProcesses<nvml::ProcessInfoV1>([&](unsigned int* count, nvml::ProcessInfoV1* buffer) {
           return lib.DeviceGetComputeRunningProcessesV1(gpu.handle, count, buffer);
         });
     if (processes) return SumTreeMemory(*processes, tree);
@@ -175,8 +175,7 @@ std::optional<uint64_t> GpuProbe::TreeMemory(const Gpu& gpu,
   return std::nullopt;
 }
 
-std::optional<double> GpuProbe::TreeSmUtilization(Gpu& gpu,
-                                                  const std::unordered_set<pid_t>& tree) {
+std::optional<double> GpuProbe::TreeSmUtilization(Gpu& gpu, const std::unordered_set<pid_t>& tree) {
   const NvmlLibrary& lib = *library_;
   if (lib.DeviceGetProcessUtilization == nullptr) return std::nullopt;
   std::vector<nvml::ProcessUtilizationSample> buffer;

@@ -42,7 +42,8 @@ HostSample HostProbe::Sample(TimePoint now, std::vector<pid_t>* tree_pids) {
   if (ReadTextFile(proc_root_ + "/meminfo", &text)) {
     if (auto mem = ParseMemInfo(text)) {
       sample.memory_total_bytes = mem->total_bytes;
-      sample.memory_used_bytes = mem->total_bytes - std::min(mem->available_bytes, mem->total_bytes);
+      sample.memory_used_bytes =
+          mem->total_bytes - std::min(mem->available_bytes, mem->total_bytes);
     }
   }
   if (ReadTextFile(proc_root_ + "/diskstats", &text)) {
@@ -65,8 +66,8 @@ HostSample HostProbe::Sample(TimePoint now, std::vector<pid_t>* tree_pids) {
       if (tree->cpu_ticks > *last_tree_ticks_) {
         tree_cpu_seconds_ += double(tree->cpu_ticks - *last_tree_ticks_) / ticks_per_second_;
         if (rates) {
-          sample.tree_cpu_cores = double(tree->cpu_ticks - *last_tree_ticks_) /
-                                  ticks_per_second_ / dt;
+          sample.tree_cpu_cores =
+              double(tree->cpu_ticks - *last_tree_ticks_) / ticks_per_second_ / dt;
         }
       } else if (rates) {
         sample.tree_cpu_cores = 0.0;
@@ -84,7 +85,8 @@ HostSample HostProbe::Sample(TimePoint now, std::vector<pid_t>* tree_pids) {
     sample.tree_pss_bytes = last_pss_;
     if (tree->read_bytes) {
       if (last_tree_read_) {
-        uint64_t delta = *tree->read_bytes > *last_tree_read_ ? *tree->read_bytes - *last_tree_read_ : 0;
+        uint64_t delta =
+            *tree->read_bytes > *last_tree_read_ ? *tree->read_bytes - *last_tree_read_ : 0;
         tree_read_bytes_ += delta;
         if (rates) sample.tree_read_bytes_per_second = double(delta) / dt;
       } else {

@@ -1,6 +1,7 @@
 #include "monitor/metrics_http_server.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -10,8 +11,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 
@@ -57,9 +56,9 @@ void ParseListenAddress(const std::string& address, std::string* host, int* port
     size_t colon = address.rfind(':');
     *host = address.substr(0, colon);
     if (host->find(':') != std::string::npos) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("bad Prometheus address '{}': write IPv6 hosts as [HOST]:PORT",
-                              address));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("bad Prometheus address '{}': write IPv6 hosts as [HOST]:PORT", address));
     }
     if (host->empty()) *host = kDefaultHost;
     port_text = address.substr(colon + 1);
@@ -109,15 +108,14 @@ MetricsHttpServer::MetricsHttpServer(const std::string& address,
   }
   freeaddrinfo(found);
   if (listen_fd_ < 0) {
-    throw Error(ErrorCode::kIo, fmt::format("cannot serve Prometheus metrics on {}:{}: {}",
-                                            host, port, why));
+    throw Error(ErrorCode::kIo,
+                fmt::format("cannot serve Prometheus metrics on {}:{}: {}", host, port, why));
   }
   sockaddr_storage bound{};
   socklen_t length = sizeof(bound);
   getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &length);
-  port_ = bound.ss_family == AF_INET6
-              ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-              : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   bound_address_ = host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port_)
                                                        : fmt::format("{}:{}", host, port_);
   if (pipe2(wake_fds_, O_CLOEXEC) != 0) {

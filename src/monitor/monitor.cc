@@ -1,6 +1,7 @@
 // Monitor (gpufeed/monitor.h): the sampler thread and what each sample feeds.
 #include "gpufeed/monitor.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,8 +11,6 @@
 #include <mutex>
 #include <thread>
 #include <unordered_set>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 #include "monitor/gpu_probe.h"
@@ -34,9 +33,9 @@ MonitorOptions Checked(MonitorOptions options) {
                             options.interval.count(), kMinInterval.count()));
   }
   if (!(options.low_utilization_ratio >= 0 && options.low_utilization_ratio <= 1)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("low_utilization_ratio {} is not within 0-1",
-                            options.low_utilization_ratio));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("low_utilization_ratio {} is not within 0-1", options.low_utilization_ratio));
   }
   if (options.low_utilization_duration.count() <= 0) {
     throw Error(ErrorCode::kInvalidArgument, "low_utilization_duration must be positive");

@@ -1,11 +1,10 @@
 #include "monitor/nvml_library.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <cstdlib>
 #include <initializer_list>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 
@@ -39,14 +38,16 @@ std::unique_ptr<NvmlLibrary> NvmlLibrary::Open(const std::string& path) {
                                                   library->path_, why ? why : "unknown"));
   }
   void* handle = library->handle_;
-#define GPUFEED_NVML_LOAD_REQUIRED(member, signature, ...)                                 \
-  library->member = reinterpret_cast<std::add_pointer_t<signature>>(FindSymbol(handle, {__VA_ARGS__}));        \
-  if (library->member == nullptr) {                                                        \
-    throw Error(ErrorCode::kNotFound, fmt::format("the NVML library {} lacks the symbol {}", \
-                                                  library->path_, #member));               \
+#define GPUFEED_NVML_LOAD_REQUIRED(member, signature, ...)                                        \
+  library->member =                                                                               \
+      reinterpret_cast<std::add_pointer_t<signature>>(FindSymbol(handle, {__VA_ARGS__}));         \
+  if (library->member == nullptr) {                                                               \
+    throw Error(ErrorCode::kNotFound,                                                             \
+                fmt::format("the NVML library {} lacks the symbol {}", library->path_, #member)); \
   }
 #define GPUFEED_NVML_LOAD_OPTIONAL(member, signature, ...) \
-  library->member = reinterpret_cast<std::add_pointer_t<signature>>(FindSymbol(handle, {__VA_ARGS__}));
+  library->member =                                        \
+      reinterpret_cast<std::add_pointer_t<signature>>(FindSymbol(handle, {__VA_ARGS__}));
   GPUFEED_NVML_REQUIRED(GPUFEED_NVML_LOAD_REQUIRED)
   GPUFEED_NVML_OPTIONAL(GPUFEED_NVML_LOAD_OPTIONAL)
 #undef GPUFEED_NVML_LOAD_REQUIRED
@@ -54,8 +55,8 @@ std::unique_ptr<NvmlLibrary> NvmlLibrary::Open(const std::string& path) {
 
   nvml::Return rc = library->Init();
   if (rc != nvml::kSuccess) {
-    throw Error(ErrorCode::kDevice, fmt::format("nvmlInit in {} failed: {}", library->path_,
-                                                library->ErrorText(rc)));
+    throw Error(ErrorCode::kDevice,
+                fmt::format("nvmlInit in {} failed: {}", library->path_, library->ErrorText(rc)));
   }
   library->initialized_ = true;
   return library;

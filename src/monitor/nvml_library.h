@@ -17,37 +17,36 @@
 namespace gpufeed {
 
 // X(member, signature, symbol names newest first...). Required entries come first.
-#define GPUFEED_NVML_REQUIRED(X)                                   \
-  X(Init, nvml::Return(), "nvmlInit_v2", "nvmlInit")               \
-  X(Shutdown, nvml::Return(), "nvmlShutdown")                      \
+#define GPUFEED_NVML_REQUIRED(X)                                                                \
+  X(Init, nvml::Return(), "nvmlInit_v2", "nvmlInit")                                            \
+  X(Shutdown, nvml::Return(), "nvmlShutdown")                                                   \
   X(DeviceGetCount, nvml::Return(unsigned int*), "nvmlDeviceGetCount_v2", "nvmlDeviceGetCount") \
-  X(DeviceGetHandleByIndex, nvml::Return(unsigned int, nvml::Device*),                  \
+  X(DeviceGetHandleByIndex, nvml::Return(unsigned int, nvml::Device*),                          \
     "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex")
 
-#define GPUFEED_NVML_OPTIONAL(X)                                                              \
-  X(ErrorString, const char*(nvml::Return), "nvmlErrorString")                                \
-  X(DeviceGetName, nvml::Return(nvml::Device, char*, unsigned int), "nvmlDeviceGetName")      \
-  X(DeviceGetUtilizationRates, nvml::Return(nvml::Device, nvml::Utilization*),                \
-    "nvmlDeviceGetUtilizationRates")                                                          \
-  X(DeviceGetMemoryInfoV2, nvml::Return(nvml::Device, nvml::MemoryV2*),                       \
-    "nvmlDeviceGetMemoryInfo_v2")                                                             \
-  X(DeviceGetMemoryInfo, nvml::Return(nvml::Device, nvml::Memory*), "nvmlDeviceGetMemoryInfo") \
-  X(DeviceGetPowerUsage, nvml::Return(nvml::Device, unsigned int*), "nvmlDeviceGetPowerUsage") \
-  X(DeviceGetTemperature, nvml::Return(nvml::Device, int, unsigned int*),                     \
-    "nvmlDeviceGetTemperature")                                                               \
-  X(DeviceGetClockInfo, nvml::Return(nvml::Device, int, unsigned int*),                       \
-    "nvmlDeviceGetClockInfo")                                                                 \
-  X(DeviceGetPcieThroughput, nvml::Return(nvml::Device, int, unsigned int*),                  \
-    "nvmlDeviceGetPcieThroughput")                                                            \
-  X(DeviceGetComputeRunningProcessesV3,                                                       \
-    nvml::Return(nvml::Device, unsigned int*, nvml::ProcessInfo*),                            \
-    "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2")     \
-  X(DeviceGetComputeRunningProcessesV1,                                                       \
-    nvml::Return(nvml::Device, unsigned int*, nvml::ProcessInfoV1*),                          \
-    "nvmlDeviceGetComputeRunningProcesses")                                                   \
-  X(DeviceGetProcessUtilization,                                                              \
-    nvml::Return(nvml::Device, nvml::ProcessUtilizationSample*, unsigned int*,                \
-                 unsigned long long),                                                         \
+#define GPUFEED_NVML_OPTIONAL(X)                                                                  \
+  X(ErrorString, const char*(nvml::Return), "nvmlErrorString")                                    \
+  X(DeviceGetName, nvml::Return(nvml::Device, char*, unsigned int), "nvmlDeviceGetName")          \
+  X(DeviceGetUtilizationRates, nvml::Return(nvml::Device, nvml::Utilization*),                    \
+    "nvmlDeviceGetUtilizationRates")                                                              \
+  X(DeviceGetMemoryInfoV2, nvml::Return(nvml::Device, nvml::MemoryV2*),                           \
+    "nvmlDeviceGetMemoryInfo_v2")                                                                 \
+  X(DeviceGetMemoryInfo, nvml::Return(nvml::Device, nvml::Memory*), "nvmlDeviceGetMemoryInfo")    \
+  X(DeviceGetPowerUsage, nvml::Return(nvml::Device, unsigned int*), "nvmlDeviceGetPowerUsage")    \
+  X(DeviceGetTemperature, nvml::Return(nvml::Device, int, unsigned int*),                         \
+    "nvmlDeviceGetTemperature")                                                                   \
+  X(DeviceGetClockInfo, nvml::Return(nvml::Device, int, unsigned int*), "nvmlDeviceGetClockInfo") \
+  X(DeviceGetPcieThroughput, nvml::Return(nvml::Device, int, unsigned int*),                      \
+    "nvmlDeviceGetPcieThroughput")                                                                \
+  X(DeviceGetComputeRunningProcessesV3,                                                           \
+    nvml::Return(nvml::Device, unsigned int*, nvml::ProcessInfo*),                                \
+    "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2")         \
+  X(DeviceGetComputeRunningProcessesV1,                                                           \
+    nvml::Return(nvml::Device, unsigned int*, nvml::ProcessInfoV1*),                              \
+    "nvmlDeviceGetComputeRunningProcesses")                                                       \
+  X(DeviceGetProcessUtilization,                                                                  \
+    nvml::Return(nvml::Device, nvml::ProcessUtilizationSample*, unsigned int*,                    \
+                 unsigned long long),                                                             \
     "nvmlDeviceGetProcessUtilization")
 
 class NvmlLibrary {

@@ -124,8 +124,7 @@ std::optional<uint64_t> ParseKeyedValue(std::string_view text, std::string_view 
   while (pos < text.size()) {
     std::string_view line = LineAt(text, pos);
     pos += line.size() + 1;
-    if (line.size() <= key.size() || line.substr(0, key.size()) != key ||
-        line[key.size()] != ':') {
+    if (line.size() <= key.size() || line.substr(0, key.size()) != key || line[key.size()] != ':') {
       continue;
     }
     std::string_view rest = line.substr(key.size() + 1);

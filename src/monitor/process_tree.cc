@@ -1,12 +1,11 @@
 #include "monitor/process_tree.h"
 
 #include <dirent.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <charconv>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 #include "monitor/proc_text.h"
 

@@ -1,10 +1,10 @@
 #include "monitor/prometheus_text.h"
 
+#include <fmt/format.h>
+
 #include <optional>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace gpufeed {
 namespace {
@@ -125,8 +125,7 @@ std::string RenderPrometheusText(const MonitorSnapshot* latest, const MonitorCou
              One(h.memory_total_bytes));
   out.Family("gpufeed_disk_read_bytes_total", "counter",
              "Bytes read from whole disks (/proc/diskstats).", One(h.disk_read_bytes_total));
-  out.Family("gpufeed_watched_processes", "gauge",
-             "Live processes in the watched process tree.",
+  out.Family("gpufeed_watched_processes", "gauge", "Live processes in the watched process tree.",
              One(std::optional<int>(h.tree_processes)));
   out.Family("gpufeed_process_cpu_seconds_total", "counter",
              "CPU time of the watched process tree, exited children included.",

@@ -1,9 +1,9 @@
 #include "monitor/snapshot_json.h"
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "gpufeed/error.h"
 

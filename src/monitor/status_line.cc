@@ -1,7 +1,6 @@
 // FormatStatusLine and StatusLinePrinter (declared in gpufeed/monitor.h).
-#include <unistd.h>
-
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "gpufeed/monitor.h"
 

@@ -1,12 +1,12 @@
 #include "monitor/summary.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <functional>
 #include <map>
 #include <numeric>
 #include <optional>
-
-#include <fmt/format.h>
 
 namespace gpufeed {
 namespace {
@@ -97,8 +97,8 @@ std::string MonitorSummary::ToText() const {
   std::string text = fmt::format("gpufeed monitor: {} sample{} over {:.1f} s\n", samples,
                                  samples == 1 ? "" : "s", duration_seconds);
   if (!metrics.empty()) {
-    text += fmt::format("  {:<28} {:>10} {:>10} {:>10}  {}\n", "metric", "mean", "p5", "p95",
-                        "unit");
+    text +=
+        fmt::format("  {:<28} {:>10} {:>10} {:>10}  {}\n", "metric", "mean", "p5", "p95", "unit");
     for (const MetricSummary& m : metrics) {
       text += fmt::format("  {:<28} {:>10.2f} {:>10.2f} {:>10.2f}  {}\n", m.name, m.mean, m.p5,
                           m.p95, m.unit);

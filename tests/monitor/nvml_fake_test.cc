@@ -6,9 +6,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "gpufeed/error.h"
 #include "gpufeed/monitor.h"
@@ -18,12 +17,12 @@ namespace gpufeed {
 namespace {
 
 using ::testing::HasSubstr;
-using ::testing::Not;
-using ::testing::StartsWith;
 using testing::HttpBody;
 using testing::HttpGet;
 using testing::ManualClock;
+using ::testing::Not;
 using testing::ReadFile;
+using ::testing::StartsWith;
 using testing::TempDir;
 
 constexpr uint64_t kGiB = 1ull << 30;

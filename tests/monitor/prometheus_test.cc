@@ -15,9 +15,9 @@ namespace gpufeed {
 namespace {
 
 using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using testing::HttpBody;
 using testing::HttpGet;
+using ::testing::StartsWith;
 using testing::TempDir;
 
 constexpr const char* kPromtool = "/usr/bin/promtool";

@@ -162,8 +162,8 @@ TEST_F(WatchTest, CtrlCOnATerminalReachesTheChildAndWatchReportsItsCode) {
     while ((n = read(master, buffer, sizeof(buffer))) > 0) seen.append(buffer, n);
   });
   int code = Wait(watch);
+  drain.join();  // ends with EIO once the watcher and its child have closed the terminal
   close(master);
-  drain.join();
   EXPECT_EQ(code, 1) << seen;
   EXPECT_THAT(seen, HasSubstr("exited with code 1"));
 }

@@ -258,10 +258,14 @@ EXPORT nvmlReturn_t nvmlShutdown() {
 
 EXPORT const char* nvmlErrorString(nvmlReturn_t rc) {
   switch (rc) {
-    case SUCCESS: return "Success";
-    case NOT_SUPPORTED: return "Not Supported";
-    case 9: return "Driver Not Loaded";
-    default: return "Unknown Error";
+    case SUCCESS:
+      return "Success";
+    case NOT_SUPPORTED:
+      return "Not Supported";
+    case 9:
+      return "Driver Not Loaded";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -299,15 +303,15 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(void* device, nvmlMemory_t* memory) 
   return SUCCESS;
 }
 
-#define FAKE_NVML_SCALAR(symbol, key)                                   \
-  EXPORT nvmlReturn_t symbol(void* device, unsigned int* value) {       \
-    std::lock_guard<std::mutex> lock(mutex);                            \
-    Gpu* gpu = Find(device);                                            \
-    if (gpu == nullptr) return INVALID_ARGUMENT;                        \
-    long long v = 0;                                                    \
-    if (!Next(*gpu, key, &v)) return NOT_SUPPORTED;                     \
-    *value = static_cast<unsigned int>(v);                              \
-    return SUCCESS;                                                     \
+#define FAKE_NVML_SCALAR(symbol, key)                             \
+  EXPORT nvmlReturn_t symbol(void* device, unsigned int* value) { \
+    std::lock_guard<std::mutex> lock(mutex);                      \
+    Gpu* gpu = Find(device);                                      \
+    if (gpu == nullptr) return INVALID_ARGUMENT;                  \
+    long long v = 0;                                              \
+    if (!Next(*gpu, key, &v)) return NOT_SUPPORTED;               \
+    *value = static_cast<unsigned int>(v);                        \
+    return SUCCESS;                                               \
   }
 FAKE_NVML_SCALAR(nvmlDeviceGetPowerUsage, "power")
 
@@ -365,8 +369,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(void* device,
   gpu->util_time += 1000000;
   if (gpu->util_time <= last_seen) return NOT_FOUND;
   for (unsigned int i = 0; i < n; ++i) {
-    samples[i] = {gpu->process_util[i].pid, gpu->util_time,
-                  static_cast<unsigned int>(gpu->process_util[i].bytes), 0, 0, 0};
+    samples[i] = {gpu->process_util[i].pid,
+                  gpu->util_time,
+                  static_cast<unsigned int>(gpu->process_util[i].bytes),
+                  0,
+                  0,
+                  0};
   }
   *count = n;
   return SUCCESS;
