@@ -19,7 +19,7 @@ setup:
 	scripts/setup
 
 build: setup
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  -DPython3_EXECUTABLE=$(PYTHON) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
@@ -28,14 +28,14 @@ test-cpp: build
 
 # AddressSanitizer + UndefinedBehaviorSanitizer over every C++ suite.
 test-asan: setup
-	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGPUFEED_SANITIZE=address,undefined \
+	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DGPUFEED_SANITIZE=address,undefined \
 	  -DGPUFEED_BUILD_PYTHON=OFF -DGPUFEED_BUILD_BENCH=OFF
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ctest -j $(JOBS) --output-on-failure
 
 # ThreadSanitizer over the suites labelled "tsan" (everything with threads).
 test-tsan: setup
-	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGPUFEED_SANITIZE=thread \
+	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DGPUFEED_SANITIZE=thread \
 	  -DGPUFEED_BUILD_PYTHON=OFF -DGPUFEED_BUILD_BENCH=OFF
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target gpufeed_tsan_tests
 	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j $(JOBS) -L tsan --output-on-failure

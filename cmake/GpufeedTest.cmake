@@ -1,6 +1,7 @@
-# gpufeed_add_test(NAME SOURCES a.cc b.cc LIBS x y [LABELS l1 l2])
+# gpufeed_add_test(NAME SOURCES a.cc b.cc LIBS x y [LABELS label])
 # One GoogleTest executable per call, registered with CTest test by test. Labels let the
-# sanitizer runs pick suites: "tsan" marks the suites ThreadSanitizer runs.
+# sanitizer runs pick suites: "tsan" marks the suites ThreadSanitizer runs. One label per
+# suite: a list would be split into separate properties on its way to CTest.
 add_custom_target(gpufeed_tsan_tests)
 
 function(gpufeed_add_test name)
