@@ -9,7 +9,7 @@
 //          preloaded in parallel); later epochs gather rows from RAM.
 //   shm    a file under /dev/shm named gpufeed-<key> (key: a hash of the source's Identity()
 //          and the format version) that the first process builds and publishes atomically
-//          (written, then renamed) with a checksum per 64 KiB block; every later process --
+//          (written, then renamed) with a checksum per 16 KiB block; every later process --
 //          local DDP ranks, concurrent hyper-parameter trials -- maps the same copy read-only
 //          and verifies each block on its first read. A build killed half-way is detected and
 //          redone; /dev/shm running full falls back to streaming, never to partial data.

@@ -3,7 +3,7 @@
 //   [fixed header | identity | schema | description | field offsets | block hashes] pad 4 KiB
 //   [field 0: samples x row bytes] pad 4 KiB [field 1 ...] ...
 //
-// The data region is cut into 64 KiB blocks, each with a 64-bit XXH3 hash in the header; the
+// The data region is cut into 16 KiB blocks, each with a 64-bit XXH3 hash in the header; the
 // header carries a hash of itself. A reader verifies the header when it opens the file and a
 // block the first time it reads from it, so a damaged file is caught without reading 800 MB
 // before the first batch.
@@ -20,8 +20,8 @@
 
 namespace gpufeed {
 
-inline constexpr uint32_t kShmFormatVersion = 1;
-inline constexpr uint64_t kShmBlockBytes = uint64_t{64} << 10;
+inline constexpr uint32_t kShmFormatVersion = 2;
+inline constexpr uint64_t kShmBlockBytes = uint64_t{16} << 10;
 inline constexpr uint64_t kShmAlign = 4096;
 // The fixed part of the header: read first, it says how long the rest is.
 inline constexpr size_t kShmFixedHeaderBytes = 128;

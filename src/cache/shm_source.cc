@@ -36,8 +36,8 @@ ShmCachedSource::ShmCachedSource(std::shared_ptr<Source> base, int fd, std::stri
   }
   map_ = static_cast<const std::byte*>(p);
   data_ = map_ + header_.layout.header_bytes;
-  // Training reads rows in random order; readahead of neighbours would only waste faults.
-  madvise(p, total, MADV_RANDOM);
+  // No MADV_RANDOM: the kernel's fault-around maps a whole 16 KiB block's pages in one fault,
+  // and a first batch of random rows takes one fault per block instead of one per page.
   // A shared lock for as long as the file is mapped: `gpufeed cache ls` counts them.
   flock(fd_, LOCK_SH | LOCK_NB);
   const uint64_t words = (header_.layout.blocks + 63) / 64;

@@ -1,5 +1,5 @@
 // ShmCachedSource: serves samples from a published shared-memory cache file mapped read-only.
-// Each 64 KiB block is checked against its hash the first time this process reads from it (a
+// Each 16 KiB block is checked against its hash the first time this process reads from it (a
 // per-process bitmap of verified blocks); a block that fails makes the source warn once and
 // read every later batch from the base source, so damaged bytes are never served.
 // The file descriptor holds a shared flock while mapped: `gpufeed cache ls` counts users.
