@@ -7,9 +7,9 @@
 //   bench_database_load 'postgresql:///bench?host=/tmp/pg&table=samples&key=id'
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

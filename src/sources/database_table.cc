@@ -80,9 +80,9 @@ std::shared_ptr<Source> NewDatabaseSource(ColumnTable table, std::string what,
                 fmt::format("{}: the query returned no rows; a data set needs at least one", what));
   }
   for (size_t f = 0; f < table.fields.size(); ++f) {
-    GPUFEED_ASSERT(table.data[f].size() ==
-                       static_cast<size_t>(table.rows) * table.fields[f].SampleBytes(),
-                   "column size differs from rows * sample bytes");
+    GPUFEED_ASSERT(
+        table.data[f].size() == static_cast<size_t>(table.rows) * table.fields[f].SampleBytes(),
+        "column size differs from rows * sample bytes");
   }
   // std::hash of a string_view is stable within one build of libstdc++, which is what
   // processes sharing a cache run; the byte count rides along for safety.
@@ -92,8 +92,8 @@ std::shared_ptr<Source> NewDatabaseSource(ColumnTable table, std::string what,
     hash = hash * 0x9E3779B97F4A7C15ULL ^ std::hash<std::string_view>{}(bytes);
   }
   Schema schema{table.fields};
-  identity = fmt::format("{}|{}|rows={}|content={:016x}", identity, schema.ToString(), table.rows,
-                         hash);
+  identity =
+      fmt::format("{}|{}|rows={}|content={:016x}", identity, schema.ToString(), table.rows, hash);
   return std::make_shared<DatabaseSource>(std::move(table), std::move(what), std::move(identity));
 }
 

@@ -100,8 +100,7 @@ PgConnection::~PgConnection() {
   if (conn_ != nullptr) PQfinish(conn_);
 }
 
-PgResult PgConnection::Exec(const std::string& sql, ExecStatusType want,
-                            std::string_view context) {
+PgResult PgConnection::Exec(const std::string& sql, ExecStatusType want, std::string_view context) {
   PgResult result(PQexec(conn_, sql.c_str()));
   if (result == nullptr || PQresultStatus(result.get()) != want) {
     ThrowResultError(result.get(), context);

@@ -16,8 +16,8 @@ namespace gpufeed {
 
 // Where to connect, and what may be said about it.
 struct PgTarget {
-  std::string conninfo;     // as the caller gave it; never printed
-  std::string description;  // "postgresql host=db port=5432 dbname=train user=me"
+  std::string conninfo;              // as the caller gave it; never printed
+  std::string description;           // "postgresql host=db port=5432 dbname=train user=me"
   std::vector<std::string> secrets;  // passwords to scrub from every message
 
   // Throws Error(kInvalidArgument) for a connection string libpq cannot parse, without

@@ -66,8 +66,8 @@ std::optional<DType> PgTypeToDType(uint32_t oid, bool* is_array, uint32_t* eleme
     DType dtype;
   };
   static constexpr Mapping kMappings[] = {
-      {16, 1000, DType::kBool},     {21, 1005, DType::kInt16},   {23, 1007, DType::kInt32},
-      {20, 1016, DType::kInt64},    {700, 1021, DType::kFloat32}, {701, 1022, DType::kFloat64},
+      {16, 1000, DType::kBool},  {21, 1005, DType::kInt16},    {23, 1007, DType::kInt32},
+      {20, 1016, DType::kInt64}, {700, 1021, DType::kFloat32}, {701, 1022, DType::kFloat64},
   };
   for (const auto& m : kMappings) {
     if (oid == m.scalar || oid == m.array) {
@@ -204,8 +204,7 @@ void PgCopyParser::DecodeArray(size_t c, const char* p, int32_t length) {
     Fail(c, fmt::format("a malformed array header ({} dimensions)", ndim));
   }
   if (element != column.element_oid) {
-    Fail(c, fmt::format("array elements of type oid {}, expected {}", element,
-                        column.element_oid));
+    Fail(c, fmt::format("array elements of type oid {}, expected {}", element, column.element_oid));
   }
   std::vector<int64_t> dims(static_cast<size_t>(ndim));
   int64_t elements = ndim == 0 ? 0 : 1;
@@ -222,9 +221,9 @@ void PgCopyParser::DecodeArray(size_t c, const char* p, int32_t length) {
     shape_known_[c] = true;
   } else if (column.declared_shape) {
     if (elements != spec.ElementsPerSample()) {
-      Fail(c, fmt::format("an array of shape {} ({} elements); the declared shape {} needs {}",
-                          ShapeText(dims), elements, ShapeText(spec.shape),
-                          spec.ElementsPerSample()));
+      Fail(c,
+           fmt::format("an array of shape {} ({} elements); the declared shape {} needs {}",
+                       ShapeText(dims), elements, ShapeText(spec.shape), spec.ElementsPerSample()));
     }
   } else if (dims != dims_[c]) {
     Fail(c, fmt::format("a ragged array: shape {} where the first row has {}; every row needs "
@@ -253,9 +252,8 @@ void PgCopyParser::DecodeArray(size_t c, const char* p, int32_t length) {
 
 void PgCopyParser::Finish() const {
   if (!ended_ || !pending_.empty()) {
-    throw Error(ErrorCode::kIo,
-                fmt::format("{}: the COPY output ended early after {} rows{}", context_,
-                            table_.rows, row_suffix_));
+    throw Error(ErrorCode::kIo, fmt::format("{}: the COPY output ended early after {} rows{}",
+                                            context_, table_.rows, row_suffix_));
   }
 }
 

@@ -22,8 +22,8 @@ namespace gpufeed {
 namespace {
 
 std::string StripQuery(std::string query) {
-  while (!query.empty() && (std::isspace(static_cast<unsigned char>(query.back())) ||
-                            query.back() == ';')) {
+  while (!query.empty() &&
+         (std::isspace(static_cast<unsigned char>(query.back())) || query.back() == ';')) {
     query.pop_back();
   }
   return query;
@@ -117,9 +117,9 @@ std::vector<PgColumn> DescribeColumns(PgConnection& conn, const std::string& que
     columns.push_back(std::move(column));
   }
   if (columns.empty()) {
-    throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: {}: the query has no columns",
-                                                         conn.target().description,
-                                                         ShortQuery(query)));
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: {}: the query has no columns", conn.target().description,
+                            ShortQuery(query)));
   }
   for (const FieldSpec& declared : options.fields) {
     auto it = std::find_if(columns.begin(), columns.end(),
@@ -139,10 +139,10 @@ std::vector<PgColumn> DescribeColumns(PgConnection& conn, const std::string& que
                               it->type_name, DTypeName(it->dtype)));
     }
     if (!it->is_array && !declared.shape.empty()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: declared field {} has a shape but column '{}' is a scalar {}",
-                              conn.target().description, declared.ToString(), it->name,
-                              it->type_name));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: declared field {} has a shape but column '{}' is a scalar {}",
+                      conn.target().description, declared.ToString(), it->name, it->type_name));
     }
     if (it->is_array) it->declared_shape = declared.shape;
   }
@@ -192,8 +192,8 @@ ColumnTable CopyRows(PgConnection& conn, const std::string& copy_sql,
       continue;
     }
     if (n == -2) {
-      conn.ThrowResultError(nullptr, fmt::format("{} (after {} rows{})", context, parser.rows(),
-                                                 row_suffix));
+      conn.ThrowResultError(
+          nullptr, fmt::format("{} (after {} rows{})", context, parser.rows(), row_suffix));
     }
     break;  // -1: the COPY is over; its result says how it ended
   }
@@ -208,8 +208,8 @@ ColumnTable CopyRows(PgConnection& conn, const std::string& copy_sql,
     }
   }
   if (failed || PQstatus(conn.get()) != CONNECTION_OK) {
-    conn.ThrowResultError(failure.get(), fmt::format("{} (after {} rows{})", context,
-                                                     parser.rows(), row_suffix));
+    conn.ThrowResultError(failure.get(),
+                          fmt::format("{} (after {} rows{})", context, parser.rows(), row_suffix));
   }
   parser.Finish();
   return parser.Take();
@@ -235,9 +235,9 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
   }
   PgConnection conn(target);
   // The server's own view of where we are, for messages and the cache key (no password).
-  target.description = fmt::format("postgresql host={} port={} dbname={} user={}",
-                                   PQhost(conn.get()), PQport(conn.get()), PQdb(conn.get()),
-                                   PQuser(conn.get()));
+  target.description =
+      fmt::format("postgresql host={} port={} dbname={} user={}", PQhost(conn.get()),
+                  PQport(conn.get()), PQdb(conn.get()), PQuser(conn.get()));
   const std::string query = BuildQuery(options, conn);
   const std::string context = fmt::format("{}: {}", target.description, ShortQuery(query));
   const std::string identity = fmt::format("{}|{}", target.description, query);
@@ -252,13 +252,12 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
   const auto key = std::find_if(columns.begin(), columns.end(),
                                 [&](const PgColumn& c) { return c.name == options.key; });
   if (key == columns.end() || key->is_array ||
-      (key->dtype != DType::kInt16 && key->dtype != DType::kInt32 &&
-       key->dtype != DType::kInt64)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{}: key '{}' must be an integer column of the query{}", context,
-                            options.key,
-                            key == columns.end() ? " (it has no such column)"
-                                                 : fmt::format(" (it is {})", key->type_name)));
+      (key->dtype != DType::kInt16 && key->dtype != DType::kInt32 && key->dtype != DType::kInt64)) {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("{}: key '{}' must be an integer column of the query{}", context, options.key,
+                    key == columns.end() ? " (it has no such column)"
+                                         : fmt::format(" (it is {})", key->type_name)));
   }
   const std::string quoted_key = conn.QuoteIdentifier(options.key);
   // Every connection reads the snapshot this transaction exports, so the key ranges are
@@ -319,12 +318,12 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
     }
     for (size_t f = 0; f < table.fields.size(); ++f) {
       if (parts[i].fields[f] != table.fields[f]) {
-        throw Error(ErrorCode::kCorruptData,
-                    fmt::format("{}: column '{}' ({}): a ragged array: {} in the rows{} and {} in "
-                                "the rows{}; every row needs the same shape",
-                                context, columns[f].name, columns[f].type_name,
-                                table.fields[f].ToString(), suffixes[shaped],
-                                parts[i].fields[f].ToString(), suffixes[i]));
+        throw Error(
+            ErrorCode::kCorruptData,
+            fmt::format("{}: column '{}' ({}): a ragged array: {} in the rows{} and {} in "
+                        "the rows{}; every row needs the same shape",
+                        context, columns[f].name, columns[f].type_name, table.fields[f].ToString(),
+                        suffixes[shaped], parts[i].fields[f].ToString(), suffixes[i]));
       }
     }
     table.Append(std::move(parts[i]));

@@ -116,9 +116,9 @@ class SqliteLoader {
     const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
     db_.reset(db);
     if (rc != SQLITE_OK) {
-      throw Error(ErrorCode::kIo, fmt::format("sqlite {}: cannot open: {}", path,
-                                              db != nullptr ? sqlite3_errmsg(db)
-                                                            : sqlite3_errstr(rc)));
+      throw Error(ErrorCode::kIo,
+                  fmt::format("sqlite {}: cannot open: {}", path,
+                              db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
     }
     query_ = BuildQuery(options);
     context_ = fmt::format("sqlite {}: {}", path_, ShortQuery(query_));
@@ -211,8 +211,8 @@ class SqliteLoader {
       column.spec.name = sqlite3_column_name(s, i);
       if (!seen.insert(column.spec.name).second) {
         throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("{}: two columns are named '{}'; name them apart with AS",
-                                context_, column.spec.name));
+                    fmt::format("{}: two columns are named '{}'; name them apart with AS", context_,
+                                column.spec.name));
       }
       columns_.push_back(std::move(column));
     }
@@ -300,8 +300,8 @@ class SqliteLoader {
         }
         const int bytes = sqlite3_column_bytes(s, i);
         if (static_cast<size_t>(bytes) != size) {
-          Fail(c, fmt::format("a ragged array: a BLOB of {} bytes; the declared {} needs {}",
-                              bytes, column.spec.ToString(), size));
+          Fail(c, fmt::format("a ragged array: a BLOB of {} bytes; the declared {} needs {}", bytes,
+                              column.spec.ToString(), size));
         }
         out.resize(base + size);
         if (size > 0) std::memcpy(out.data() + base, sqlite3_column_blob(s, i), size);

@@ -12,8 +12,8 @@ namespace gpufeed {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 
 void Put16(std::string& s, int16_t v) {
   const uint16_t be = __builtin_bswap16(static_cast<uint16_t>(v));
@@ -121,8 +121,7 @@ TEST(PgCopyParserTest, RejectsNullsRaggedRowsAndCutStreams) {
   {
     PgCopyParser parser(columns, "test", "");
     const std::string junk = "NOTCOPY-------------------";
-    EXPECT_EQ(ErrorCodeOf([&] { parser.Feed(junk.data(), junk.size()); }),
-              ErrorCode::kCorruptData);
+    EXPECT_EQ(ErrorCodeOf([&] { parser.Feed(junk.data(), junk.size()); }), ErrorCode::kCorruptData);
   }
 }
 

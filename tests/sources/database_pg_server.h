@@ -9,8 +9,8 @@
 namespace gpufeed::testing {
 
 struct PgServerInfo {
-  std::string conninfo;     // "host=/tmp/.../pg port=P user=postgres dbname=postgres"
-  std::string socket_dir;   // the host= part
+  std::string conninfo;    // "host=/tmp/.../pg port=P user=postgres dbname=postgres"
+  std::string socket_dir;  // the host= part
   int port = 0;
   std::string skip_reason;  // set when the server binaries are missing
   std::string failure;      // set when they are there and the server did not start
@@ -23,9 +23,9 @@ const PgServerInfo& PgServer();
 
 // Skips the test when the server binaries are missing, fails it when the server did not
 // start.
-#define GPUFEED_REQUIRE_PG_SERVER()                                                     \
-  do {                                                                                  \
-    const auto& pg_server_ = ::gpufeed::testing::PgServer();                            \
-    if (!pg_server_.skip_reason.empty()) GTEST_SKIP() << pg_server_.skip_reason;        \
+#define GPUFEED_REQUIRE_PG_SERVER()                                                      \
+  do {                                                                                   \
+    const auto& pg_server_ = ::gpufeed::testing::PgServer();                             \
+    if (!pg_server_.skip_reason.empty()) GTEST_SKIP() << pg_server_.skip_reason;         \
     if (!pg_server_.failure.empty()) FAIL() << "pg-test-server: " << pg_server_.failure; \
   } while (0)

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,14 +15,15 @@
 #include "gpufeed/loader.h"
 #include "sources/database_pg_server.h"
 #include "sources/npy_test_util.h"
+#include "sources/scratch_dir.h"
 
 namespace gpufeed {
 namespace {
 
 using ::testing::AllOf;
+using testing::ErrorCodeOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::ErrorCodeOf;
 using testing::PgServer;
 
 constexpr int kRows = 1000;
@@ -78,9 +80,12 @@ void ExpectRowsMatch(const Source& source, const std::vector<int64_t>& ids) {
   std::vector<std::vector<std::byte>> other(schema.fields.size());
   for (size_t f = 0; f < schema.fields.size(); ++f) {
     const std::string& name = schema.fields[f].name;
-    if (name == "id") view.fields[f] = reinterpret_cast<std::byte*>(got_ids.data());
-    else if (name == "features") view.fields[f] = reinterpret_cast<std::byte*>(features.data());
-    else if (name == "label") view.fields[f] = reinterpret_cast<std::byte*>(labels.data());
+    if (name == "id")
+      view.fields[f] = reinterpret_cast<std::byte*>(got_ids.data());
+    else if (name == "features")
+      view.fields[f] = reinterpret_cast<std::byte*>(features.data());
+    else if (name == "label")
+      view.fields[f] = reinterpret_cast<std::byte*>(labels.data());
     else {
       other[f].resize(n * schema.fields[f].SampleBytes());
       view.fields[f] = other[f].data();
@@ -99,14 +104,13 @@ void ExpectRowsMatch(const Source& source, const std::vector<int64_t>& ids) {
 TEST_F(PostgresSourceTest, MapsColumnTypesToFields) {
   const auto source = OpenPostgres(conninfo(), {.table = "samples"});
   EXPECT_EQ(source->size(), kRows);
-  EXPECT_EQ(source->schema().ToString(),
-            (Schema{{{"id", DType::kInt64, {}},
-                     {"features", DType::kFloat32, {7, 5}},
-                     {"label", DType::kInt32, {}},
-                     {"weight", DType::kFloat64, {}},
-                     {"even", DType::kBool, {}},
-                     {"small", DType::kInt16, {}}}})
-                .ToString());
+  EXPECT_EQ(source->schema().ToString(), (Schema{{{"id", DType::kInt64, {}},
+                                                  {"features", DType::kFloat32, {7, 5}},
+                                                  {"label", DType::kInt32, {}},
+                                                  {"weight", DType::kFloat64, {}},
+                                                  {"even", DType::kBool, {}},
+                                                  {"small", DType::kInt16, {}}}})
+                                             .ToString());
   EXPECT_THAT(source->Describe(), AllOf(HasSubstr("postgresql"), HasSubstr("1000 samples")));
   // Scalars of every width come back in host byte order.
   int64_t id;
@@ -115,14 +119,13 @@ TEST_F(PostgresSourceTest, MapsColumnTypesToFields) {
   double weight;
   bool even;
   int16_t small;
-  source->Read(std::vector<int64_t>{0},
-               {.fields = {reinterpret_cast<std::byte*>(&id), reinterpret_cast<std::byte*>(features),
-                           reinterpret_cast<std::byte*>(&label),
-                           reinterpret_cast<std::byte*>(&weight),
-                           reinterpret_cast<std::byte*>(&even),
-                           reinterpret_cast<std::byte*>(&small)},
-                .rows = 1},
-               nullptr);
+  source->Read(
+      std::vector<int64_t>{0},
+      {.fields = {reinterpret_cast<std::byte*>(&id), reinterpret_cast<std::byte*>(features),
+                  reinterpret_cast<std::byte*>(&label), reinterpret_cast<std::byte*>(&weight),
+                  reinterpret_cast<std::byte*>(&even), reinterpret_cast<std::byte*>(&small)},
+       .rows = 1},
+      nullptr);
   EXPECT_EQ(label, id % 10);
   EXPECT_EQ(weight, id * 0.25);
   EXPECT_EQ(even, id % 2 == 0);
@@ -193,30 +196,39 @@ TEST_F(PostgresSourceTest, IdentityNamesTheDataButNotThePassword) {
 
 TEST_F(PostgresSourceTest, ServerDownIsAnIoError) {
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] { OpenPostgres("host=/nonexistent-gpufeed-dir port=5 user=x", {.query = "SELECT 1"}); }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenPostgres("host=/nonexistent-gpufeed-dir port=5 user=x",
+                               {.query = "SELECT 1"});
+                },
+                &message),
             ErrorCode::kIo);
   EXPECT_THAT(message, HasSubstr("cannot connect"));
   // A TCP port with nothing listening.
-  EXPECT_EQ(ErrorCodeOf([&] {
-              OpenPostgres(fmt::format("host=127.0.0.1 port=1 connect_timeout=5 user=x "
-                                       "password=tcp-secret"),
-                           {.query = "SELECT 1"});
-            }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenPostgres(fmt::format("host=127.0.0.1 port=1 connect_timeout=5 user=x "
+                                           "password=tcp-secret"),
+                               {.query = "SELECT 1"});
+                },
+                &message),
             ErrorCode::kIo);
   EXPECT_THAT(message, Not(HasSubstr("tcp-secret")));
 }
 
 TEST_F(PostgresSourceTest, WrongPasswordIsRefusedAndNeverPrinted) {
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] {
-              OpenPostgres(fmt::format("host=127.0.0.1 port={} user=gpufeed dbname=postgres "
-                                       "password=wrong-hunter2",
-                                       PgServer().port),
-                           {.query = "SELECT 1::int8 AS x"});
-            }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenPostgres(fmt::format("host=127.0.0.1 port={} user=gpufeed dbname=postgres "
+                                           "password=wrong-hunter2",
+                                           PgServer().port),
+                               {.query = "SELECT 1::int8 AS x"});
+                },
+                &message),
             ErrorCode::kInvalidArgument);
-  EXPECT_THAT(message, AllOf(HasSubstr("password authentication failed"),
-                             Not(HasSubstr("wrong-hunter2"))));
+  EXPECT_THAT(message,
+              AllOf(HasSubstr("password authentication failed"), Not(HasSubstr("wrong-hunter2"))));
   // The right password from the URI works, and PGPASSWORD is scrubbed like the string.
   const auto source = OpenDatabase(fmt::format(
       "postgresql://gpufeed:gpufeed-test@127.0.0.1:{}/postgres?query=SELECT%201::int8%20AS%20x",
@@ -224,26 +236,55 @@ TEST_F(PostgresSourceTest, WrongPasswordIsRefusedAndNeverPrinted) {
   EXPECT_EQ(source->size(), 1);
   EXPECT_THAT(source->Describe() + source->Identity(), Not(HasSubstr("gpufeed-test")));
   // A connection string libpq cannot parse is not quoted back.
-  EXPECT_EQ(ErrorCodeOf([&] { OpenPostgres("host=x password=hunter2 junk", {.query = "SELECT 1"}); },
-                        &message),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(
+      ErrorCodeOf([&] { OpenPostgres("host=x password=hunter2 junk", {.query = "SELECT 1"}); },
+                  &message),
+      ErrorCode::kInvalidArgument);
   EXPECT_THAT(message, Not(HasSubstr("hunter2")));
+}
+
+TEST_F(PostgresSourceTest, CredentialsFromPgpasswordAndPgpassAreNeverPrinted) {
+  const std::string tcp =
+      fmt::format("host=127.0.0.1 port={} user=gpufeed dbname=postgres", PgServer().port);
+  const DatabaseOptions query{.query = "SELECT 1::int8 AS x"};
+  std::string message;
+  setenv("PGPASSWORD", "gpufeed-test", 1);
+  EXPECT_EQ(OpenPostgres(tcp, query)->size(), 1);
+  setenv("PGPASSWORD", "env-wrong-secret", 1);
+  EXPECT_EQ(ErrorCodeOf([&] { OpenPostgres(tcp, query); }, &message),
+            ErrorCode::kInvalidArgument);
+  EXPECT_THAT(message, Not(HasSubstr("env-wrong-secret")));
+  unsetenv("PGPASSWORD");
+  // ~/.pgpass, here through PGPASSFILE: libpq reads it itself.
+  testing::ScratchDir scratch;
+  const std::string pgpass = scratch.Write(
+      "pgpass", fmt::format("127.0.0.1:{}:postgres:gpufeed:gpufeed-test\n", PgServer().port));
+  chmod(pgpass.c_str(), 0600);  // libpq ignores a password file others can read
+  setenv("PGPASSFILE", pgpass.c_str(), 1);
+  const auto source = OpenPostgres(tcp, query);
+  unsetenv("PGPASSFILE");
+  EXPECT_EQ(source->size(), 1);
+  EXPECT_THAT(source->Describe() + source->Identity(), Not(HasSubstr("gpufeed-test")));
 }
 
 TEST_F(PostgresSourceTest, QueryErrorsNameTheQuery) {
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] { OpenPostgres(conninfo(), {.query = "SELEC id FROM samples"}); },
-                        &message),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(
+      ErrorCodeOf([&] { OpenPostgres(conninfo(), {.query = "SELEC id FROM samples"}); }, &message),
+      ErrorCode::kInvalidArgument);
   EXPECT_THAT(message, AllOf(HasSubstr("syntax error"), HasSubstr("SELEC id FROM samples")));
   EXPECT_EQ(ErrorCodeOf([&] { OpenPostgres(conninfo(), {.table = "no_such_table"}); }, &message),
             ErrorCode::kNotFound);
   EXPECT_THAT(message, HasSubstr("no_such_table"));
-  EXPECT_EQ(ErrorCodeOf([&] {
-              OpenPostgres(conninfo(), {.table = "samples", .columns = {"id", "nope"}});
-            }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenPostgres(conninfo(), {.table = "samples", .columns = {"id", "nope"}});
+                },
+                &message),
             ErrorCode::kNotFound);
-  EXPECT_EQ(ErrorCodeOf([&] { OpenPostgres(conninfo(), {.query = "SELECT id FROM samples WHERE false"}); }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] { OpenPostgres(conninfo(), {.query = "SELECT id FROM samples WHERE false"}); },
+                &message),
             ErrorCode::kInvalidArgument);
   EXPECT_THAT(message, HasSubstr("no rows"));
 }
@@ -252,11 +293,14 @@ TEST_F(PostgresSourceTest, ErrorInALaterRowServesNothing) {
   // Rows 1..4999 stream first; row 5000 divides by zero.
   for (const std::string& key : {std::string(), std::string("id")}) {
     std::string message;
-    EXPECT_EQ(ErrorCodeOf([&] {
-                OpenPostgres(conninfo(), {.query = "SELECT g::int8 AS id, (100 / (g - 5000))::int4 AS x "
-                                                   "FROM generate_series(1, 10000) g",
-                                          .key = key});
-              }, &message),
+    EXPECT_EQ(ErrorCodeOf(
+                  [&] {
+                    OpenPostgres(conninfo(),
+                                 {.query = "SELECT g::int8 AS id, (100 / (g - 5000))::int4 AS x "
+                                           "FROM generate_series(1, 10000) g",
+                                  .key = key});
+                  },
+                  &message),
               ErrorCode::kCorruptData);
     EXPECT_THAT(message, HasSubstr("division by zero"));
   }
@@ -298,18 +342,21 @@ TEST_F(PostgresSourceTest, ConnectionDroppedMidLoadServesNothing) {
 
 TEST_F(PostgresSourceTest, NullsNameTheRowAndColumn) {
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] {
-              OpenPostgres(conninfo(), {.query = "SELECT g::int8 AS id, CASE WHEN g = 7 THEN NULL "
-                                                 "ELSE g END::int4 AS x FROM generate_series(0, 9) g"});
-            }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenPostgres(conninfo(),
+                               {.query = "SELECT g::int8 AS id, CASE WHEN g = 7 THEN NULL "
+                                         "ELSE g END::int4 AS x FROM generate_series(0, 9) g"});
+                },
+                &message),
             ErrorCode::kCorruptData);
   EXPECT_THAT(message, AllOf(HasSubstr("row 7"), HasSubstr("column 'x'"), HasSubstr("NULL")));
-  EXPECT_EQ(ErrorCodeOf([&] {
-              OpenPostgres(conninfo(), {.query = "SELECT ARRAY[1, NULL]::int4[] AS v"});
-            }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] { OpenPostgres(conninfo(), {.query = "SELECT ARRAY[1, NULL]::int4[] AS v"}); },
+                &message),
             ErrorCode::kCorruptData);
-  EXPECT_THAT(message, AllOf(HasSubstr("row 0"), HasSubstr("column 'v'"),
-                             HasSubstr("NULL at element 1")));
+  EXPECT_THAT(message,
+              AllOf(HasSubstr("row 0"), HasSubstr("column 'v'"), HasSubstr("NULL at element 1")));
 }
 
 TEST_F(PostgresSourceTest, RaggedArraysNameTheRowAndColumn) {
@@ -322,37 +369,42 @@ TEST_F(PostgresSourceTest, RaggedArraysNameTheRowAndColumn) {
   EXPECT_THAT(message, AllOf(HasSubstr("row 5"), HasSubstr("column 'v'"), HasSubstr("ragged"),
                              HasSubstr("[3]"), HasSubstr("[2]")));
   // Split so that each connection sees one shape: the merge finds it.
-  EXPECT_EQ(ErrorCodeOf([&] {
-              OpenPostgres(conninfo(), {.query = query, .key = "id", .connections = 2});
-            }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] { OpenPostgres(conninfo(), {.query = query, .key = "id", .connections = 2}); },
+                &message),
             ErrorCode::kCorruptData);
   EXPECT_THAT(message, AllOf(HasSubstr("column 'v'"), HasSubstr("ragged")));
   // A declared shape checks the element count in every row.
-  EXPECT_EQ(ErrorCodeOf([&] {
-              OpenPostgres(conninfo(), {.query = query,
-                                        .fields = {{"v", DType::kFloat32, {2, 1}}}});
-            }, &message),
-            ErrorCode::kCorruptData);
+  EXPECT_EQ(
+      ErrorCodeOf(
+          [&] {
+            OpenPostgres(conninfo(), {.query = query, .fields = {{"v", DType::kFloat32, {2, 1}}}});
+          },
+          &message),
+      ErrorCode::kCorruptData);
   EXPECT_THAT(message, HasSubstr("row 5"));
 }
 
 TEST_F(PostgresSourceTest, UnsupportedColumnTypesNameTheColumnAndType) {
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] {
-              OpenPostgres(conninfo(), {.query = "SELECT 1::int8 AS id, 'a'::text AS name"});
-            }, &message),
-            ErrorCode::kUnsupported);
+  EXPECT_EQ(
+      ErrorCodeOf(
+          [&] { OpenPostgres(conninfo(), {.query = "SELECT 1::int8 AS id, 'a'::text AS name"}); },
+          &message),
+      ErrorCode::kUnsupported);
   EXPECT_THAT(message, AllOf(HasSubstr("column 'name'"), HasSubstr("type text")));
-  EXPECT_EQ(ErrorCodeOf([&] {
-              OpenPostgres(conninfo(), {.query = "SELECT 1.5::numeric(4,2) AS price"});
-            }, &message),
-            ErrorCode::kUnsupported);
+  EXPECT_EQ(
+      ErrorCodeOf([&] { OpenPostgres(conninfo(), {.query = "SELECT 1.5::numeric(4,2) AS price"}); },
+                  &message),
+      ErrorCode::kUnsupported);
   EXPECT_THAT(message, AllOf(HasSubstr("column 'price'"), HasSubstr("numeric")));
   // A declared dtype that is not the column's asks for a cast.
-  EXPECT_EQ(ErrorCodeOf([&] {
-              OpenPostgres(conninfo(), {.query = "SELECT 1::int4 AS x",
-                                        .fields = {{"x", DType::kFloat32, {}}}});
-            }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenPostgres(conninfo(), {.query = "SELECT 1::int4 AS x",
+                                            .fields = {{"x", DType::kFloat32, {}}}});
+                },
+                &message),
             ErrorCode::kInvalidArgument);
   EXPECT_THAT(message, HasSubstr("cast"));
 }

@@ -15,8 +15,8 @@ namespace gpufeed {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 
 constexpr int kRows = 500;
 
@@ -36,9 +36,9 @@ class SqliteSourceTest : public ::testing::Test {
     Exec(db, "CREATE TABLE t (id INTEGER PRIMARY KEY, x REAL, v BLOB, label INTEGER, name TEXT)");
     Exec(db, "BEGIN");
     sqlite3_stmt* insert = nullptr;
-    ASSERT_EQ(sqlite3_prepare_v2(db, "INSERT INTO t VALUES (?, ?, ?, ?, 'n')", -1, &insert,
-                                 nullptr),
-              SQLITE_OK);
+    ASSERT_EQ(
+        sqlite3_prepare_v2(db, "INSERT INTO t VALUES (?, ?, ?, ?, 'n')", -1, &insert, nullptr),
+        SQLITE_OK);
     for (int64_t id = 0; id < kRows; ++id) {
       float v[35];
       for (int k = 0; k < 35; ++k) v[k] = Feature(id, k);
@@ -66,12 +66,11 @@ TEST_F(SqliteSourceTest, MapsIntegerRealAndDeclaredBlobColumns) {
   const auto source = Open("SELECT id, x, v, label FROM t ORDER BY id",
                            {{"v", DType::kFloat32, {7, 5}}, {"label", DType::kInt8, {}}});
   EXPECT_EQ(source->size(), kRows);
-  EXPECT_EQ(source->schema().ToString(),
-            (Schema{{{"id", DType::kInt64, {}},
-                     {"x", DType::kFloat64, {}},
-                     {"v", DType::kFloat32, {7, 5}},
-                     {"label", DType::kInt8, {}}}})
-                .ToString());
+  EXPECT_EQ(source->schema().ToString(), (Schema{{{"id", DType::kInt64, {}},
+                                                  {"x", DType::kFloat64, {}},
+                                                  {"v", DType::kFloat32, {7, 5}},
+                                                  {"label", DType::kInt8, {}}}})
+                                             .ToString());
   const auto narrow = Open("SELECT x FROM t", {{"x", DType::kFloat32, {}}});
   EXPECT_EQ(narrow->schema().fields[0].dtype, DType::kFloat32);
   float x;
@@ -121,10 +120,11 @@ TEST_F(SqliteSourceTest, FeedsTheSharedMemoryCacheKeyedOnTheFileAndQuery) {
   std::vector<int64_t> rows{499, 0, 250};
   std::vector<int64_t> ids(3);
   std::vector<float> v(3 * 35);
-  b->Read(rows, {.fields = {reinterpret_cast<std::byte*>(ids.data()),
-                            reinterpret_cast<std::byte*>(v.data())},
-                 .rows = 3},
-          nullptr);
+  b->Read(
+      rows,
+      {.fields = {reinterpret_cast<std::byte*>(ids.data()), reinterpret_cast<std::byte*>(v.data())},
+       .rows = 3},
+      nullptr);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(ids[i], rows[i]);
     EXPECT_EQ(v[i * 35 + 34], Feature(rows[i], 34));
@@ -141,8 +141,9 @@ TEST_F(SqliteSourceTest, UriSpellings) {
   EXPECT_FALSE(IsDatabaseUri("/data/train.h5"));
   const auto a = OpenDatabase("sqlite://" + path_ + "?query=SELECT%20id%20FROM t WHERE id < 10");
   EXPECT_EQ(a->size(), 10);
-  EXPECT_EQ(ErrorCodeOf([&] { OpenDatabase("sqlite:" + path_ + "?query=SELECT id FROM t&bogus=1"); }),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(
+      ErrorCodeOf([&] { OpenDatabase("sqlite:" + path_ + "?query=SELECT id FROM t&bogus=1"); }),
+      ErrorCode::kInvalidArgument);
   EXPECT_EQ(ErrorCodeOf([&] { OpenDatabase("sqlite:" + path_ + "?query=%zz"); }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(ErrorCodeOf([&] { OpenDatabase("mysql://x"); }), ErrorCode::kInvalidArgument);
@@ -150,19 +151,27 @@ TEST_F(SqliteSourceTest, UriSpellings) {
 
 TEST_F(SqliteSourceTest, NullsNameTheRowAndColumn) {
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] { Open("SELECT id, CASE WHEN id = 42 THEN NULL ELSE label END AS y "
-                                   "FROM t ORDER BY id"); }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  Open(
+                      "SELECT id, CASE WHEN id = 42 THEN NULL ELSE label END AS y "
+                      "FROM t ORDER BY id");
+                },
+                &message),
             ErrorCode::kCorruptData);
   EXPECT_THAT(message, AllOf(HasSubstr("row 42"), HasSubstr("column 'y'"), HasSubstr("NULL")));
 }
 
 TEST_F(SqliteSourceTest, RaggedBlobsNameTheRowAndColumn) {
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] {
-              Open("SELECT id, CASE WHEN id = 9 THEN substr(v, 1, 8) ELSE v END AS v FROM t "
-                   "ORDER BY id",
-                   {{"v", DType::kFloat32, {7, 5}}});
-            }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  Open(
+                      "SELECT id, CASE WHEN id = 9 THEN substr(v, 1, 8) ELSE v END AS v FROM t "
+                      "ORDER BY id",
+                      {{"v", DType::kFloat32, {7, 5}}});
+                },
+                &message),
             ErrorCode::kCorruptData);
   EXPECT_THAT(message, AllOf(HasSubstr("row 9"), HasSubstr("column 'v'"), HasSubstr("ragged"),
                              HasSubstr("8 bytes")));
@@ -173,16 +182,20 @@ TEST_F(SqliteSourceTest, RaggedBlobsNameTheRowAndColumn) {
 
 TEST_F(SqliteSourceTest, UnsupportedAndMismatchedValues) {
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] { Open("SELECT id, name FROM t"); }, &message), ErrorCode::kUnsupported);
+  EXPECT_EQ(ErrorCodeOf([&] { Open("SELECT id, name FROM t"); }, &message),
+            ErrorCode::kUnsupported);
   EXPECT_THAT(message, AllOf(HasSubstr("column 'name'"), HasSubstr("TEXT")));
-  EXPECT_EQ(ErrorCodeOf([&] {
-              Open("SELECT CASE WHEN id = 3 THEN 0.5 ELSE id END AS y FROM t ORDER BY id");
-            }, &message),
-            ErrorCode::kCorruptData);
+  EXPECT_EQ(
+      ErrorCodeOf(
+          [&] { Open("SELECT CASE WHEN id = 3 THEN 0.5 ELSE id END AS y FROM t ORDER BY id"); },
+          &message),
+      ErrorCode::kCorruptData);
   EXPECT_THAT(message, AllOf(HasSubstr("row 3"), HasSubstr("REAL value in an INTEGER column")));
-  EXPECT_EQ(ErrorCodeOf([&] {
-              Open("SELECT id * 100 AS big FROM t ORDER BY id", {{"big", DType::kInt8, {}}});
-            }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  Open("SELECT id * 100 AS big FROM t ORDER BY id", {{"big", DType::kInt8, {}}});
+                },
+                &message),
             ErrorCode::kCorruptData);
   EXPECT_THAT(message, AllOf(HasSubstr("row 2"), HasSubstr("200 does not fit")));
 }
@@ -202,11 +215,15 @@ TEST_F(SqliteSourceTest, QueryErrorsAndMissingFiles) {
 TEST_F(SqliteSourceTest, ErrorInALaterRowServesNothing) {
   // abs() of the smallest int64 overflows: SQLite raises it at row 300, after 300 rows.
   std::string message;
-  EXPECT_NE(ErrorCodeOf([&] {
-              Open("SELECT abs(CASE WHEN id = 300 THEN -9223372036854775807 - 1 ELSE id END) AS a "
-                   "FROM t ORDER BY id");
-            }, &message),
-            ErrorCode::kCancelled);
+  EXPECT_NE(
+      ErrorCodeOf(
+          [&] {
+            Open(
+                "SELECT abs(CASE WHEN id = 300 THEN -9223372036854775807 - 1 ELSE id END) AS a "
+                "FROM t ORDER BY id");
+          },
+          &message),
+      ErrorCode::kCancelled);
   EXPECT_THAT(message, AllOf(HasSubstr("row 300"), HasSubstr("integer overflow")));
 }
 
