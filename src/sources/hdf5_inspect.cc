@@ -185,7 +185,8 @@ uint64_t MemAvailableBytes() {
   return 0;
 }
 
-std::string FormatBytes(uint64_t bytes) {
+// Local to this file: the cache part has a FormatBytes of its own.
+static std::string FormatBytes(uint64_t bytes) {
   const double b = static_cast<double>(bytes);
   if (bytes < 1024) return fmt::format("{} B", bytes);
   if (bytes < (uint64_t{1} << 20)) return fmt::format("{:.1f} KB", b / 1024);
