@@ -49,6 +49,10 @@ struct DatabaseOptions {
   // connection, rows in the query's order.
   std::string key = {};
   int connections = 0;  // Default: 0 = 4 when `key` is given, else 1
+  // PostgreSQL only. Default: false = binary COPY (a server that refuses COPY with "feature
+  // not supported" gets the cursor anyway, on one connection). True: a binary server-side
+  // cursor FETCHed in blocks, for poolers and servers where COPY cannot be used.
+  bool cursor = false;
 };
 
 // Loads `options.query` (or the table) from the PostgreSQL server named by `conninfo` (a
@@ -71,10 +75,10 @@ bool IsDatabaseUri(const std::string& uri);
 //   sqlite:///abs/path.db?query=SELECT x, label FROM t     (sqlite:rel/path.db also works)
 //   postgresql://user@host:5432/db?table=samples&key=id&connections=4
 //   postgresql:///db?host=/run/pg&query=SELECT%20x%20FROM%20t&fields=x:float32[7,5]
-// gpufeed's parameters -- query, table, columns (comma-separated), key, connections, fields
-// (ParseSchema's spelling) -- are taken out of the URI (values %-decoded) and override
-// `options`; every other part goes to libpq unchanged. Throws Error(kInvalidArgument) for a
-// URI that is neither, or a bad parameter; otherwise as OpenPostgres / OpenSqlite.
+// gpufeed's parameters -- query, table, columns (comma-separated), key, connections, cursor
+// (0/1), fields (ParseSchema's spelling) -- are taken out of the URI (values %-decoded) and
+// override `options`; every other part goes to libpq unchanged. Throws Error(kInvalidArgument) for
+// a URI that is neither, or a bad parameter; otherwise as OpenPostgres / OpenSqlite.
 std::shared_ptr<Source> OpenDatabase(const std::string& uri, DatabaseOptions options = {});
 
 }  // namespace gpufeed

@@ -72,6 +72,12 @@ std::string TakeOptions(std::string_view params, DatabaseOptions& options) {
                     fmt::format("database URI: connections={} is not a number", value));
       }
       options.connections = n;
+    } else if (name == "cursor") {
+      if (value != "0" && value != "1") {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("database URI: cursor={}; expected 0 or 1", value));
+      }
+      options.cursor = value == "1";
     } else if (name == "fields") {
       options.fields = ParseSchema(value).fields;
     } else {

@@ -165,12 +165,88 @@ std::vector<KeyRange> SplitKeyRange(int64_t lo, int64_t hi, int parts) {
   return ranges;
 }
 
-// Streams `copy_sql` into a parser. `stop` set by another worker's failure abandons it.
-ColumnTable CopyRows(PgConnection& conn, const std::string& copy_sql,
+std::string CopySql(const std::string& select) {
+  return fmt::format("COPY ({}) TO STDOUT (FORMAT binary)", select);
+}
+
+void PutBigEndian16(std::string& out, int16_t v) {
+  const uint16_t be = __builtin_bswap16(static_cast<uint16_t>(v));
+  out.append(reinterpret_cast<const char*>(&be), 2);
+}
+void PutBigEndian32(std::string& out, int32_t v) {
+  const uint32_t be = __builtin_bswap32(static_cast<uint32_t>(v));
+  out.append(reinterpret_cast<const char*>(&be), 4);
+}
+
+// The rows of `select` through a binary cursor, FETCHed in blocks: for servers and proxies
+// that refuse COPY. Each row's cells are in the same binary send format as COPY's fields, so
+// they are framed as COPY tuples and go through the same parser and its checks.
+ColumnTable CursorRows(PgConnection& conn, const std::string& select,
+                       const std::vector<PgColumn>& columns, const std::string& context,
+                       const std::string& row_suffix, const std::atomic<bool>& stop) {
+  const bool own_transaction = PQtransactionStatus(conn.get()) == PQTRANS_IDLE;
+  if (own_transaction) conn.Exec("BEGIN READ ONLY", PGRES_COMMAND_OK, "BEGIN");
+  conn.Exec(fmt::format("DECLARE gpufeed_cursor BINARY NO SCROLL CURSOR FOR {}", select),
+            PGRES_COMMAND_OK, context);
+  PgCopyParser parser(columns, context, row_suffix);
+  std::string framed("PGCOPY\n\377\r\n\0", 11);
+  PutBigEndian32(framed, 0);  // flags
+  PutBigEndian32(framed, 0);  // header extension
+  parser.Feed(framed.data(), framed.size());
+  const int count = static_cast<int>(columns.size());
+  while (true) {
+    PgResult block =
+        conn.Exec("FETCH 8192 FROM gpufeed_cursor", PGRES_TUPLES_OK,
+                  fmt::format("{} (after {} rows{})", context, parser.rows(), row_suffix));
+    const int rows = PQntuples(block.get());
+    if (rows == 0) break;
+    if (PQnfields(block.get()) != count) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: the cursor returned {} columns, expected {}", context,
+                              PQnfields(block.get()), count));
+    }
+    for (int r = 0; r < rows; ++r) {
+      framed.clear();
+      PutBigEndian16(framed, static_cast<int16_t>(count));
+      for (int c = 0; c < count; ++c) {
+        if (PQgetisnull(block.get(), r, c)) {
+          PutBigEndian32(framed, -1);
+          continue;
+        }
+        const int length = PQgetlength(block.get(), r, c);
+        PutBigEndian32(framed, length);
+        framed.append(PQgetvalue(block.get(), r, c), static_cast<size_t>(length));
+      }
+      parser.Feed(framed.data(), framed.size());
+    }
+    if (stop.load(std::memory_order_relaxed)) {
+      throw Error(ErrorCode::kCancelled, fmt::format("{}: another connection failed", context));
+    }
+  }
+  framed.clear();
+  PutBigEndian16(framed, -1);
+  parser.Feed(framed.data(), framed.size());
+  parser.Finish();
+  conn.Exec("CLOSE gpufeed_cursor", PGRES_COMMAND_OK, "CLOSE");
+  if (own_transaction) conn.Exec("COMMIT", PGRES_COMMAND_OK, "COMMIT");
+  return parser.Take();
+}
+
+// The rows of `select` over binary COPY; with `cursor`, or when the server refuses COPY
+// (feature not supported) outside a transaction, through CursorRows.
+ColumnTable LoadRows(PgConnection& conn, const std::string& select, bool cursor,
                      const std::vector<PgColumn>& columns, const std::string& context,
                      const std::string& row_suffix, const std::atomic<bool>& stop) {
+  if (cursor) return CursorRows(conn, select, columns, context, row_suffix, stop);
+  const std::string copy_sql = CopySql(select);
   PgResult started(PQexec(conn.get(), copy_sql.c_str()));
   if (started == nullptr || PQresultStatus(started.get()) != PGRES_COPY_OUT) {
+    const char* state =
+        started == nullptr ? nullptr : PQresultErrorField(started.get(), PG_DIAG_SQLSTATE);
+    if (state != nullptr && std::string_view(state) == "0A000" &&
+        PQtransactionStatus(conn.get()) == PQTRANS_IDLE) {
+      return CursorRows(conn, select, columns, context, row_suffix, stop);
+    }
     conn.ThrowResultError(started.get(), context);
   }
   started.reset();
@@ -215,10 +291,6 @@ ColumnTable CopyRows(PgConnection& conn, const std::string& copy_sql,
   return parser.Take();
 }
 
-std::string CopySql(const std::string& select) {
-  return fmt::format("COPY ({}) TO STDOUT (FORMAT binary)", select);
-}
-
 }  // namespace
 
 std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOptions options) {
@@ -245,7 +317,7 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
   std::atomic<bool> stop{false};
 
   if (options.key.empty()) {
-    ColumnTable table = CopyRows(conn, CopySql(query), columns, context, "", stop);
+    ColumnTable table = LoadRows(conn, query, options.cursor, columns, context, "", stop);
     return NewDatabaseSource(std::move(table), context, identity);
   }
 
@@ -289,7 +361,7 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
       const std::string select =
           fmt::format("SELECT * FROM ({}) AS gpufeed_q WHERE {} BETWEEN {} AND {} ORDER BY {}",
                       query, quoted_key, ranges[i].first, ranges[i].last, quoted_key);
-      parts[i] = CopyRows(worker, CopySql(select), columns, context, suffixes[i], stop);
+      parts[i] = LoadRows(worker, select, options.cursor, columns, context, suffixes[i], stop);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);
       // The first failure is the cause; the others were stopped because of it.

@@ -171,6 +171,43 @@ TEST_F(PostgresSourceTest, SplitsByKeyRangesOverConnectionsInKeyOrder) {
   ExpectRowsMatch(*source, ids);
 }
 
+TEST_F(PostgresSourceTest, ACursorLoadsWhatCopyLoads) {
+  const std::string query = "SELECT id, features, label FROM samples ORDER BY id";
+  const auto copied = OpenPostgres(conninfo(), {.query = query});
+  const auto fetched = OpenPostgres(conninfo(), {.query = query, .cursor = true});
+  EXPECT_EQ(fetched->schema(), copied->schema());
+  EXPECT_EQ(fetched->Identity(), copied->Identity());  // the same bytes
+  std::vector<int64_t> ids(kRows);
+  for (int64_t i = 0; i < kRows; ++i) ids[i] = i;
+  ExpectRowsMatch(*fetched, ids);
+  // Key ranges over several connections, each its own cursor in the shared snapshot.
+  ExpectRowsMatch(*OpenDatabase(fmt::format("postgresql:///postgres?host={}&port={}&user=postgres"
+                                            "&query={}&key=id&connections=3&cursor=1",
+                                            PgServer().socket_dir, PgServer().port, query)),
+                  ids);
+  // The same errors, named the same way.
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenPostgres(conninfo(),
+                               {.query = "SELECT g::int8 AS id, (100 / (g - 9000))::int4 "
+                                         "AS x FROM generate_series(1, 10000) g",
+                                .cursor = true});
+                },
+                &message),
+            ErrorCode::kCorruptData);
+  EXPECT_THAT(message, AllOf(HasSubstr("division by zero"), HasSubstr("after 8192 rows")));
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenPostgres(conninfo(), {.query = "SELECT CASE WHEN g = 3 THEN NULL ELSE g END"
+                                                     "::int4 AS x FROM generate_series(0, 9) g",
+                                            .cursor = true});
+                },
+                &message),
+            ErrorCode::kCorruptData);
+  EXPECT_THAT(message, AllOf(HasSubstr("row 3"), HasSubstr("column 'x'"), HasSubstr("NULL")));
+}
+
 TEST_F(PostgresSourceTest, OpensAUriWithGpufeedParameters) {
   const auto source = OpenDatabase(fmt::format(
       "postgresql:///postgres?host={}&port={}&user=postgres&table=samples&columns=id,features,"
@@ -251,8 +288,7 @@ TEST_F(PostgresSourceTest, CredentialsFromPgpasswordAndPgpassAreNeverPrinted) {
   setenv("PGPASSWORD", "gpufeed-test", 1);
   EXPECT_EQ(OpenPostgres(tcp, query)->size(), 1);
   setenv("PGPASSWORD", "env-wrong-secret", 1);
-  EXPECT_EQ(ErrorCodeOf([&] { OpenPostgres(tcp, query); }, &message),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(ErrorCodeOf([&] { OpenPostgres(tcp, query); }, &message), ErrorCode::kInvalidArgument);
   EXPECT_THAT(message, Not(HasSubstr("env-wrong-secret")));
   unsetenv("PGPASSWORD");
   // ~/.pgpass, here through PGPASSFILE: libpq reads it itself.
