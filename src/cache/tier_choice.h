@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "core/system_memory.h"  // AvailableRamBytes, FormatBytes
+
 namespace gpufeed {
 
 struct TierInputs {
@@ -29,11 +31,6 @@ struct TierChoice {
 // an explicit "device" while there is no GPU gather.
 TierChoice ChooseTier(const TierInputs& in);
 
-// Bytes this process may still allocate: MemAvailable, lowered to memory.max - memory.current
-// of its cgroup v2 where that is set. `root` prefixes the paths read (tests).
-uint64_t AvailableRamBytes(const std::string& root = "");
 
-// "0.8 GB", "120 MB"
-std::string FormatBytes(uint64_t bytes);
 
 }  // namespace gpufeed

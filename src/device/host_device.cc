@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/system_memory.h"
 #include "gpufeed/device.h"
 #include "gpufeed/error.h"
 
@@ -60,11 +61,14 @@ class HostDeviceImpl : public Device {
   std::unique_ptr<DeviceStream> NewStream() override { return std::make_unique<HostStream>(); }
   std::shared_ptr<DeviceEvent> RecordOn(uintptr_t) override { return nullptr; }
   DeviceMemoryInfo MemoryInfo() override {
+    // "Free" for the host is what can be had without swapping: MemAvailable (page cache
+    // included), within the cgroup's limit.
     const long pages = sysconf(_SC_PHYS_PAGES);
-    const long available = sysconf(_SC_AVPHYS_PAGES);
     const long page = sysconf(_SC_PAGESIZE);
-    return {static_cast<uint64_t>(available) * static_cast<uint64_t>(page),
-            static_cast<uint64_t>(pages) * static_cast<uint64_t>(page)};
+    const uint64_t total = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+    uint64_t available = AvailableRamBytes();
+    if (available == 0) available = static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
+    return {available, total};
   }
 };
 

@@ -1,5 +1,7 @@
 #include "sources/hdf5_inspect.h"
 
+#include "core/system_memory.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -173,27 +175,6 @@ std::string Recommend(const Hdf5DatasetInspection& d, const Hdf5Storage storage,
 
 }  // namespace
 
-uint64_t MemAvailableBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t value = 0;
-  std::string unit;
-  while (in >> key >> value) {
-    std::getline(in, unit);
-    if (key == "MemAvailable:") return value * 1024;
-  }
-  return 0;
-}
-
-// Local to this file: the cache part has a FormatBytes of its own.
-static std::string FormatBytes(uint64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  if (bytes < (uint64_t{1} << 20)) return fmt::format("{:.1f} KB", b / 1024);
-  if (bytes < (uint64_t{1} << 30)) return fmt::format("{:.1f} MB", b / (1 << 20));
-  return fmt::format("{:.1f} GB", b / (1 << 30));
-}
-
 Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSystem> fs,
                            std::optional<uint64_t> mem_available) {
   if (fs == nullptr) fs = DefaultFileSystem();
@@ -202,7 +183,7 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
   const std::unique_ptr<File> file = fs->Open(path);
   out.file_bytes = file->Size();
   out.library = Hdf5LibraryDescription();
-  out.mem_available_bytes = mem_available ? *mem_available : MemAvailableBytes();
+  out.mem_available_bytes = mem_available ? *mem_available : AvailableRamBytes();
 
   std::vector<Hdf5Storage> storage;
   {

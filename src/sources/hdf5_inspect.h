@@ -59,9 +59,4 @@ nlohmann::json Hdf5InspectionToJson(const Hdf5Inspection& inspection);
 // The human-readable report, several lines per dataset.
 std::string FormatHdf5Inspection(const Hdf5Inspection& inspection);
 
-// /proc/meminfo's MemAvailable in bytes; 0 when unknown.
-uint64_t MemAvailableBytes();
-// "8.0 KB", "2.0 MB", "0.8 GB" (powers of 1024).
-std::string FormatBytes(uint64_t bytes);
-
 }  // namespace gpufeed

@@ -40,7 +40,7 @@ TEST(Hdf5InspectTest, GzipChunksOf256SamplesDecodeTwoMegabytesPerSample) {
               1e-9);
   EXPECT_THAT(mel.recommendation,
               AllOf(HasSubstr("chunks of 256 samples, gzip level 1: a random sample decodes "
-                              "2.0 MB (256x its 8.0 KB)"),
+                              "2.1 MB (256x its 8.2 KB)"),
                     HasSubstr("fits in RAM"), HasSubstr("cache it")));
   // The labels decode 2 KB per sample: not worth a change.
   EXPECT_THAT(Find(in, "/label").recommendation, HasSubstr("cheap enough"));
