@@ -187,7 +187,8 @@ int Pss(const std::string& path, const std::string& shm_dir, const std::string& 
   const ChildResult build = RunOne(a);  // makes sure the cache exists before the group starts
   const std::string key = gpufeed::CacheKey(*gpufeed::OpenPath(path, {}));
   int ready[2], go[2];
-  if (pipe(ready) != 0 || pipe(go) != 0) return 1;
+  // Close-on-exec: a child holding the write end of `go` would never see its EOF.
+  if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(go, O_CLOEXEC) != 0) return 1;
   std::vector<pid_t> pids;
   for (int i = 0; i < processes; ++i) {
     ChildArgs c = a;
