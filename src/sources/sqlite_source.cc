@@ -160,7 +160,14 @@ class SqliteLoader {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("sqlite {}: give a query or a table, not both", path_));
     }
-    if (!options.query.empty()) return options.query;
+    if (!options.query.empty()) {
+      if (!options.columns.empty()) {
+        throw Error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("sqlite {}: columns go with a table; a query selects its own", path_));
+      }
+      return options.query;
+    }
     if (options.table.empty()) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("sqlite {}: no query and no table given", path_));

@@ -147,6 +147,9 @@ TEST_F(SqliteSourceTest, UriSpellings) {
   EXPECT_EQ(ErrorCodeOf([&] { OpenDatabase("sqlite:" + path_ + "?query=%zz"); }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(ErrorCodeOf([&] { OpenDatabase("mysql://x"); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(
+      ErrorCodeOf([&] { OpenDatabase("sqlite:" + path_ + "?query=SELECT id FROM t&columns=id"); }),
+      ErrorCode::kInvalidArgument);
 }
 
 TEST_F(SqliteSourceTest, NullsNameTheRowAndColumn) {
