@@ -49,8 +49,8 @@ struct LoaderOptions {
   bool autotune = false;
   int max_workers = 0;        // Default: 0 = the CPU count (the cgroup quota where lower)
   int max_prefetch = 0;       // Default: 0 = 4 * max_workers, within 25% of available RAM
-  std::shared_ptr<Device> device;                     // Default: null = the host
-  std::vector<std::shared_ptr<Transform>> transforms;  // Default: none
+  std::shared_ptr<Device> device = {};                     // Default: null = the host
+  std::vector<std::shared_ptr<Transform>> transforms = {};  // Default: none
   int64_t start_epoch = 0;    // Default: 0
 };
 

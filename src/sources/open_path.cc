@@ -9,6 +9,7 @@
 
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
+#include "gpufeed/database.h"
 #include "gpufeed/sources.h"
 
 namespace gpufeed {
@@ -53,6 +54,11 @@ PathKind ClassifyPath(const std::string& path, const FileSystem& fs) {
 
 std::shared_ptr<Source> OpenPath(const std::string& path, const std::vector<std::string>& fields,
                                  std::shared_ptr<const FileSystem> fs) {
+  if (IsDatabaseUri(path)) {
+    DatabaseOptions options;
+    options.columns = fields;
+    return OpenDatabase(path, options);
+  }
   if (fs == nullptr) fs = DefaultFileSystem();
   switch (ClassifyPath(path, *fs)) {
     case PathKind::kMissing:
