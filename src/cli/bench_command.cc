@@ -10,6 +10,9 @@
 #include "cli/progress_line.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
+#ifdef GPUFEED_HAVE_CACHE
+#include "gpufeed/cache.h"
+#endif
 
 namespace gpufeed::cli {
 namespace {
@@ -25,6 +28,8 @@ struct BenchArgs {
   bool block_shuffle = false;
   bool json = false;
   bool quiet = false;
+  std::string cache = "none";
+  bool preload = false;
   BenchConfig config;
 };
 
@@ -42,6 +47,23 @@ int RunBenchCommand(BenchArgs& args) {
   o.shuffle = !args.no_shuffle;
   if (args.block_shuffle) o.shuffle_block = -1;  // the source's own block (HDF5 chunk)
   o.device = OpenDevice(args.device);
+#ifdef GPUFEED_HAVE_CACHE
+  std::string cache_text;
+  if (args.cache != "none") {
+    CacheOptions cache;
+    cache.tier = args.cache;
+    cache.preload = args.preload;
+    cache.device = o.device;
+    cache.verbose = !args.json;
+    CacheInfo info;
+    source = OpenCached(source, cache, &info);
+    cache_text = info.ToString();
+  }
+#else
+  if (args.cache != "none") {
+    throw Error(ErrorCode::kUnsupported, "this build of gpufeed has no cache part");
+  }
+#endif
   for (const auto& t : args.transforms) o.transforms.push_back(ParseTransform(t));
   if (args.config.epochs <= 0) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -60,6 +82,9 @@ int RunBenchCommand(BenchArgs& args) {
   if (args.json) {
     fmt::print("{}\n", result.ToJson());
   } else {
+#ifdef GPUFEED_HAVE_CACHE
+    if (!cache_text.empty()) fmt::print("cache       {}\n", cache_text);
+#endif
     fmt::print("{}", FormatBenchReport(result));
   }
   return 0;
@@ -112,6 +137,11 @@ void RegisterBenchCommand(CLI::App& app) {
                 "Print one JSON object (samples_per_s, ceiling_samples_per_s, ratio_to_ceiling, "
                 "consumer_wait_fraction, gpu_busy_fraction, ...)");
   cmd->add_flag("-q,--quiet", args->quiet, "No progress line");
+  cmd->add_option("--cache", args->cache,
+                  "Cache the data set: none, ram, shm (shared by every process on the node), "
+                  "device or auto (chosen within memory budgets)")
+      ->capture_default_str();
+  cmd->add_flag("--preload", args->preload, "With --cache ram: read the whole set first");
   cmd->add_flag("--doctor", args->config.doctor,
                 "Diagnose the run: which stage makes the (simulated) GPU wait, and what to change");
   cmd->add_flag("--autotune", args->config.loader.autotune,

@@ -10,13 +10,17 @@
 #ifdef GPUFEED_HAVE_WATCH
 #include "cli/watch_command.h"
 #endif
+#ifdef GPUFEED_HAVE_CACHE_COMMAND
+#include "cli/cache_command.h"
+#endif
 
 int main(int argc, char** argv) {
   using namespace gpufeed;       // NOLINT: the commands' Register functions
   using namespace gpufeed::cli;  // NOLINT
   CLI::App app(
       "gpufeed keeps a training GPU busy: a parallel loader for NumPy and HDF5 data with\n"
-      "pinned, ahead-of-time copies to the GPU, and the measurements that say why a GPU waits.\n"
+      "pinned, ahead-of-time copies to the GPU, caches in RAM and shared memory, a monitor,\n"
+      "and a doctor that says why a GPU waits.\n"
       "Exit codes: 2 invalid argument, 3 not found, 4 corrupt data, 5 I/O error, 6 device\n"
       "error, 7 unsupported.");
   app.require_subcommand(1);
@@ -28,6 +32,9 @@ int main(int argc, char** argv) {
 #endif
 #ifdef GPUFEED_HAVE_WATCH
   RegisterWatchCommand(app);
+#endif
+#ifdef GPUFEED_HAVE_CACHE_COMMAND
+  RegisterCacheCommand(app);
 #endif
   return RunReportingErrors([&] {
     try {
