@@ -55,4 +55,10 @@ class Source {
                     SourceWorkerState* state) const = 0;
 };
 
+// The checks every Source::Read makes first: one row per index, one pointer per field
+// (asserted: the loader's invariants), and every index in [0, source.size()) (an
+// Error(kInvalidArgument) naming the source and the index: user input).
+void CheckReadRequest(const Source& source, std::span<const int64_t> indices,
+                      const BatchView& out);
+
 }  // namespace gpufeed

@@ -77,26 +77,19 @@ std::unique_ptr<SourceWorkerState> RamCachedSource::NewWorkerState() const {
 
 void RamCachedSource::Read(std::span<const int64_t> indices, const BatchView& out,
                            SourceWorkerState* state) const {
-  GPUFEED_ASSERT(out.rows == static_cast<int64_t>(indices.size()), "rows != indices");
-  GPUFEED_ASSERT(out.fields.size() == arrays_.size(), "wrong field count");
   std::unique_ptr<SourceWorkerState> local;
   auto* ws = static_cast<RamWorkerState*>(state);
   if (ws == nullptr) {
     local = NewWorkerState();
     ws = static_cast<RamWorkerState*>(local.get());
   }
-  const int64_t samples = size();
+  CheckReadRequest(*this, indices, out);
   ws->miss_indices.clear();
   ws->miss_rows.clear();
   ws->miss_claimed.clear();
   ws->order.clear();
   for (size_t i = 0; i < indices.size(); ++i) {
     const int64_t index = indices[i];
-    if (index < 0 || index >= samples) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
-                              samples));
-    }
     uint8_t s = state_[index].load(std::memory_order_acquire);
     if (s == kFilled) {
       ws->order.emplace_back(index, i);

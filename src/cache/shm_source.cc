@@ -100,17 +100,11 @@ bool ShmCachedSource::Verify(uint64_t begin, uint64_t end) const {
 
 void ShmCachedSource::Read(std::span<const int64_t> indices, const BatchView& out,
                            SourceWorkerState* state) const {
-  GPUFEED_ASSERT(out.rows == static_cast<int64_t>(indices.size()), "rows != indices");
-  GPUFEED_ASSERT(out.fields.size() == header_.layout.row_bytes.size(), "wrong field count");
+  CheckReadRequest(*this, indices, out);
   const ShmLayout& layout = header_.layout;
   bool ok = !damaged();
   for (size_t i = 0; ok && i < indices.size(); ++i) {
     const int64_t index = indices[i];
-    if (index < 0 || index >= layout.samples) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
-                              layout.samples));
-    }
     for (size_t f = 0; ok && f < layout.row_bytes.size(); ++f) {
       const uint64_t begin = layout.RowBegin(f, index);
       ok = Verify(begin, begin + layout.row_bytes[f]);

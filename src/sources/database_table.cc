@@ -31,16 +31,7 @@ class DatabaseSource final : public Source {
 
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState*) const override {
-    GPUFEED_ASSERT(out.rows == static_cast<int64_t>(indices.size()),
-                   "BatchView rows differ from the number of indices");
-    GPUFEED_ASSERT(out.fields.size() == row_bytes_.size(), "BatchView has the wrong field count");
-    for (int64_t index : indices) {
-      if (index < 0 || index >= table_.rows) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
-                                table_.rows));
-      }
-    }
+    CheckReadRequest(*this, indices, out);
     for (size_t f = 0; f < row_bytes_.size(); ++f) {
       const size_t rb = row_bytes_[f];
       const std::byte* src = table_.data[f].data();

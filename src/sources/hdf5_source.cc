@@ -75,25 +75,15 @@ class Hdf5Source final : public Source {
 
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override {
-    GPUFEED_ASSERT(out.rows == static_cast<int64_t>(indices.size()),
-                   "BatchView rows differ from the number of indices");
-    GPUFEED_ASSERT(out.fields.size() == schema_.fields.size(),
-                   "BatchView has the wrong field count");
     std::unique_ptr<Hdf5WorkerState> local;
     auto* ws = dynamic_cast<Hdf5WorkerState*>(state);
     if (ws == nullptr) {
       local = std::make_unique<Hdf5WorkerState>(0);
       ws = local.get();
     }
+    CheckReadRequest(*this, indices, out);
     ws->order.resize(indices.size());
-    for (size_t i = 0; i < indices.size(); ++i) {
-      if (indices[i] < 0 || indices[i] >= samples_) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("{}: sample index {} is out of range [0, {})", Describe(),
-                                indices[i], samples_));
-      }
-      ws->order[i] = {indices[i], static_cast<int64_t>(i)};
-    }
+    for (size_t i = 0; i < indices.size(); ++i) ws->order[i] = {indices[i], static_cast<int64_t>(i)};
     // Sorted, a batch walks each file forwards and meets each chunk row once.
     std::sort(ws->order.begin(), ws->order.end());
     ws->scratch.cache.BeginBatch();

@@ -40,16 +40,7 @@ class MemorySource final : public Source {
   // Memory has no locality to win by sorting, so rows are copied in the order asked.
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState*) const override {
-    GPUFEED_ASSERT(out.rows == static_cast<int64_t>(indices.size()),
-                   "BatchView rows differ from the number of indices");
-    GPUFEED_ASSERT(out.fields.size() == fields_.size(), "BatchView has the wrong field count");
-    for (int64_t index : indices) {
-      if (index < 0 || index >= samples_) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
-                                samples_));
-      }
-    }
+    CheckReadRequest(*this, indices, out);
     for (size_t f = 0; f < fields_.size(); ++f) {
       const size_t rb = row_bytes_[f];
       const auto* src = static_cast<const std::byte*>(fields_[f].data);

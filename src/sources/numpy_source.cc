@@ -76,16 +76,7 @@ class NumpySource final : public Source {
 
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override {
-    GPUFEED_ASSERT(out.rows == static_cast<int64_t>(indices.size()),
-                   "BatchView rows differ from the number of indices");
-    GPUFEED_ASSERT(out.fields.size() == fields_.size(), "BatchView has the wrong field count");
-    for (int64_t index : indices) {
-      if (index < 0 || index >= samples_) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
-                                samples_));
-      }
-    }
+    CheckReadRequest(*this, indices, out);
     NumpyWorkerState local;
     auto* ws = dynamic_cast<NumpyWorkerState*>(state);
     if (ws == nullptr) ws = &local;

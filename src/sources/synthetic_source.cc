@@ -236,17 +236,7 @@ class SyntheticSource final : public Source {
   // Any order costs the same: nothing is read, so no sorting either.
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState*) const override {
-    GPUFEED_ASSERT(out.rows == static_cast<int64_t>(indices.size()),
-                   "BatchView rows differ from the number of indices");
-    GPUFEED_ASSERT(out.fields.size() == schema_.fields.size(),
-                   "BatchView has the wrong field count");
-    for (int64_t index : indices) {
-      if (index < 0 || index >= samples_) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
-                                samples_));
-      }
-    }
+    CheckReadRequest(*this, indices, out);
     for (size_t f = 0; f < schema_.fields.size(); ++f) {
       FillField(schema_.fields[f].dtype, indices, field_keys_[f], elements_[f], out.fields[f]);
     }
