@@ -12,9 +12,12 @@ extern "C" {
 void fake_cuda_reset(void) {
   State& s = GetState();
   Lock lock(s.mu);
+  // Drained, and every destroyed stream's thread gone: ReapFinished then joins them all, so
+  // no thread outlives the test (ThreadSanitizer reports a leak otherwise).
   s.cv.wait(lock, [&] {
     for (const auto& stream : s.workers) {
       if (!stream->queue.empty()) return false;
+      if (stream->destroyed && !stream->finished) return false;
     }
     return true;
   });
