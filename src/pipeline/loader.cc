@@ -217,13 +217,6 @@ class Loader::Impl {
       wall_start_ns_ = called;
     }
     FinishPendingTiming(called);
-    const int held = held_->load();
-    if (held >= options_.max_outstanding) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{} batches are still referenced; release them or raise "
-                              "max_outstanding (now {})",
-                              held, options_.max_outstanding));
-    }
     std::unique_ptr<Batch> batch;
     {
       std::unique_lock lock(mu_);
@@ -235,6 +228,14 @@ class Loader::Impl {
         consumer_batch_ = 0;
         last_return_ns_ = NowNs();
         return nullptr;
+      }
+      // Only a call that hands out a batch needs a free buffer: the end of an epoch does not.
+      const int held = held_->load();
+      if (held >= options_.max_outstanding) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("{} batches are still referenced; release them or raise "
+                                "max_outstanding (now {})",
+                                held, options_.max_outstanding));
       }
       ready_cv_.wait(lock, [&] { return error_ || ready_.count(next_deliver_) > 0; });
       if (error_) std::rethrow_exception(error_);

@@ -218,6 +218,15 @@ TEST(Loader, BatchesOutliveTheLoaderAndTooManyHeldIsAnError) {
     second.reset();
     EXPECT_NE(loader.Next(), nullptr);
   }
+  {
+    // Holding every batch of an epoch up to the limit still lets the epoch end.
+    LoaderOptions o = Opts(50);
+    o.max_outstanding = 2;
+    Loader loader(data.Open(), o);
+    auto a = loader.Next();
+    auto b = loader.Next();
+    EXPECT_EQ(loader.Next(), nullptr);
+  }
   CheckedLabels(*kept);  // still valid memory after the loader is gone
 }
 
