@@ -1,3 +1,4 @@
+#include "error_code_of.h"
 #include "gpufeed/file.h"
 
 #include <gmock/gmock.h>
@@ -16,6 +17,8 @@
 
 namespace gpufeed {
 namespace {
+
+using testing::ErrorCodeOf;
 
 using ::testing::HasSubstr;
 
@@ -45,29 +48,18 @@ class FileTest : public ::testing::Test {
   std::string dir_;
 };
 
-template <typename F>
-ErrorCode CodeOf(F&& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return ErrorCode::kCancelled;
-}
 
 TEST_F(FileTest, OpenMissingFileIsNotFoundNamingThePath) {
   std::string message;
-  EXPECT_EQ(CodeOf([&] { DefaultFileSystem()->Open(dir_ + "/nope.bin"); }, &message),
+  EXPECT_EQ(ErrorCodeOf([&] { DefaultFileSystem()->Open(dir_ + "/nope.bin"); }, &message),
             ErrorCode::kNotFound);
   EXPECT_THAT(message, HasSubstr("nope.bin"));
-  EXPECT_EQ(CodeOf([&] { DefaultFileSystem()->Open(dir_ + "/no/such/dir/x"); }),
+  EXPECT_EQ(ErrorCodeOf([&] { DefaultFileSystem()->Open(dir_ + "/no/such/dir/x"); }),
             ErrorCode::kNotFound);
 }
 
 TEST_F(FileTest, OpenFolderIsInvalidArgument) {
-  EXPECT_EQ(CodeOf([&] { DefaultFileSystem()->Open(dir_); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(ErrorCodeOf([&] { DefaultFileSystem()->Open(dir_); }), ErrorCode::kInvalidArgument);
 }
 
 TEST_F(FileTest, ReadAtReadsAtOffsetsAndStopsAtTheEnd) {
@@ -117,7 +109,7 @@ TEST_F(FileTest, ReadFullyReadsExactlyOrSaysWhereTheFileEnds) {
   EXPECT_EQ(buf, data.substr(16, 32));
 
   std::string message;
-  EXPECT_EQ(CodeOf([&] { ReadFully(*file, 40, buf.data(), 32, "test bytes"); }, &message),
+  EXPECT_EQ(ErrorCodeOf([&] { ReadFully(*file, 40, buf.data(), 32, "test bytes"); }, &message),
             ErrorCode::kCorruptData);
   EXPECT_THAT(message, HasSubstr("r.bin"));
   EXPECT_THAT(message, HasSubstr("test bytes"));
@@ -151,14 +143,14 @@ TEST_F(FileTest, FaultEioAfterNReadsNamesPathAndOffset) {
   EXPECT_EQ(file->ReadAt(0, buf, 10), 10u);
   EXPECT_EQ(file->ReadAt(10, buf, 10), 10u);
   std::string message;
-  EXPECT_EQ(CodeOf([&] { file->ReadAt(20, buf, 10); }, &message), ErrorCode::kIo);
+  EXPECT_EQ(ErrorCodeOf([&] { file->ReadAt(20, buf, 10); }, &message), ErrorCode::kIo);
   EXPECT_THAT(message, HasSubstr("e.bin"));
   EXPECT_THAT(message, HasSubstr("offset 20"));
   // Every later read fails too, until the rules change; the count restarts then.
-  EXPECT_EQ(CodeOf([&] { file->ReadAt(0, buf, 10); }), ErrorCode::kIo);
+  EXPECT_EQ(ErrorCodeOf([&] { file->ReadAt(0, buf, 10); }), ErrorCode::kIo);
   fs.SetRules({.eio_after_reads = 1});
   EXPECT_EQ(file->ReadAt(0, buf, 10), 10u);
-  EXPECT_EQ(CodeOf([&] { file->ReadAt(0, buf, 10); }), ErrorCode::kIo);
+  EXPECT_EQ(ErrorCodeOf([&] { file->ReadAt(0, buf, 10); }), ErrorCode::kIo);
   fs.SetRules({});
   EXPECT_EQ(file->ReadAt(0, buf, 10), 10u);
   EXPECT_EQ(fs.reads(), 7);
@@ -211,7 +203,7 @@ TEST_F(FileTest, FaultFileOutlivesItsFileSystem) {
 
 TEST_F(FileTest, FaultOpenOfMissingFileIsNotFound) {
   FaultInjectingFileSystem fs(DefaultFileSystem());
-  EXPECT_EQ(CodeOf([&] { fs.Open(dir_ + "/missing"); }), ErrorCode::kNotFound);
+  EXPECT_EQ(ErrorCodeOf([&] { fs.Open(dir_ + "/missing"); }), ErrorCode::kNotFound);
 }
 
 }  // namespace

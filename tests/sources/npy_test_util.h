@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "error_code_of.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed::testing {
@@ -29,17 +30,5 @@ inline std::string RawNpy(int version, std::string dict, std::string_view data) 
   return out;
 }
 
-// The code of the Error `f` throws, and its message in `*message`.
-template <typename F>
-ErrorCode ErrorCodeOf(F&& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (message) *message = e.what();
-    return e.code();
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return ErrorCode::kCancelled;
-}
 
 }  // namespace gpufeed::testing
