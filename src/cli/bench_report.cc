@@ -36,7 +36,8 @@ std::string FormatBenchReport(const BenchResult& r) {
         FormatCount(r.ceiling_samples_per_s), FormatBytes(r.ceiling_bytes_per_s), s.workers);
     out += fmt::format("ratio       {:.2f} of the ceiling\n", r.ratio_to_ceiling);
   }
-  out += fmt::format("first batch {:.3f} s after the first Next()\n", r.time_to_first_batch_s);
+  out += fmt::format("first batch {:.3f} s after the first Next(); loader set up in {:.3f} s\n",
+                     r.time_to_first_batch_s, r.setup_s);
   out += fmt::format("consumer    waited {:.1f}% of its time in Next()\n",
                      100.0 * r.consumer_wait_fraction);
   if (r.step_ms > 0) {

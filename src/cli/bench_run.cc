@@ -83,7 +83,9 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   result.source = source->Describe();
   result.epochs = config.epochs;
   result.step_ms = config.step_ms;
+  const auto setup_start = std::chrono::steady_clock::now();
   Loader loader(source, config.loader);
+  result.setup_s = Seconds(std::chrono::steady_clock::now() - setup_start);
   result.device = loader.device().name();
 #ifdef GPUFEED_HAVE_DOCTOR
   std::unique_ptr<Monitor> monitor;
@@ -187,6 +189,7 @@ std::string BenchResult::ToJson() const {
       {"samples_per_s", samples_per_s},
       {"bytes_per_s", bytes_per_s},
       {"time_to_first_batch_s", time_to_first_batch_s},
+      {"setup_s", setup_s},
       {"ceiling_bytes_per_s", ceiling_bytes_per_s},
       {"ceiling_samples_per_s", ceiling_samples_per_s},
       {"ratio_to_ceiling", ratio_to_ceiling},

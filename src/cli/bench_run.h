@@ -42,7 +42,8 @@ struct BenchResult {
   double wall_s = 0;                // first Next() call to the end of the last step
   double samples_per_s = 0;
   double bytes_per_s = 0;
-  double time_to_first_batch_s = 0;
+  double time_to_first_batch_s = 0;  // from the first Next() call
+  double setup_s = 0;                 // constructing the loader: buffers allocated and touched
   double ceiling_bytes_per_s = 0;   // memcpy of the same bytes, same threads
   double ceiling_samples_per_s = 0;
   double ratio_to_ceiling = 0;

@@ -1,5 +1,7 @@
 #include "core/buffer_pool.h"
 
+#include <algorithm>
+
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -116,6 +118,16 @@ BufferPool::Handle BufferPool::Acquire(const std::function<bool()>& should_stop)
       continue;
     }
     cv_.wait(lock);
+  }
+}
+
+void BufferPool::Reserve(int count) {
+  count = std::min(count, capacity_);
+  std::lock_guard lock(mu_);
+  while (static_cast<int>(all_.size()) + allocating_ < count) {
+    auto* data = static_cast<std::byte*>(alloc_(buffer_bytes_));
+    all_.push_back(data);
+    free_.push_back(data);
   }
 }
 

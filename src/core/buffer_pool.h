@@ -57,11 +57,15 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   // whoever sets what should_stop reads must then call WakeAll(). Fence failures throw.
   Handle Acquire(const std::function<bool()>& should_stop);
   void WakeAll();
+  // Allocates buffers now until `count` exist (at most capacity), so the working set's
+  // allocation and first-touch page faults happen before the first batch, and running out
+  // of memory is reported up front. Throws what `alloc` throws; buffers made stay pooled.
+  void Reserve(int count);
 
   const std::string& name() const { return name_; }
   size_t buffer_bytes() const { return buffer_bytes_; }
   int capacity() const { return capacity_; }
-  // Buffers allocated so far (lazily, up to capacity).
+  // Buffers allocated so far (reserved up front, then lazily up to capacity).
   int allocated() const;
   // Buffers held by handles or waiting on a fence.
   int in_use() const;

@@ -201,6 +201,12 @@ class Loader::Impl {
           [device](size_t n) { return device->AllocHost(n); },
           [device](void* p) { device->FreeHost(p); });
     }
+    // The working set of the starting parallelism is allocated (and its pages touched) now,
+    // not while the first epoch runs: first-touch faults cost 2-60 ms per 8 MB buffer
+    // (measured on this project's VMs after an idle spell), which stalled workers for most
+    // of a short first epoch. Buffers the autotuner may add later stay lazy.
+    batch_pool_->Reserve(options_.workers + options_.prefetch);
+    if (staging_pool_) staging_pool_->Reserve(options_.workers + 2);
     worker_states_.resize(static_cast<size_t>(options_.max_workers));
     for (auto& state : worker_states_) state = source_->NewWorkerState();
     consumer_epoch_ = options_.start_epoch;

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <thread>
+#include <vector>
 
 namespace gpufeed {
 namespace {
@@ -53,6 +55,42 @@ TEST(BufferPool, AllocatesLazilyUpToCapacityAndReusesLifo) {
   auto again = pool->Acquire(kNever);
   EXPECT_EQ(again.data(), first);  // the warm buffer comes back
   EXPECT_EQ(pool->allocated(), 1);
+}
+
+TEST(BufferPool, ReserveAllocatesUpFrontWithinCapacityAndAcquireUsesThoseFirst) {
+  CountingAllocator counter;
+  {
+    auto pool = BufferPool::Create("test", 64, 4, counter.Alloc(), counter.Free());
+    pool->Reserve(3);
+    EXPECT_EQ(pool->allocated(), 3);
+    EXPECT_EQ(pool->in_use(), 0);
+    EXPECT_EQ(counter.live->load(), 3);
+    pool->Reserve(9);  // never beyond capacity
+    EXPECT_EQ(pool->allocated(), 4);
+    std::vector<BufferPool::Handle> held;
+    for (int i = 0; i < 4; ++i) held.push_back(pool->Acquire(kNever));
+    EXPECT_EQ(pool->allocated(), 4);  // no allocation on Acquire: all were reserved
+    EXPECT_EQ(pool->in_use(), 4);
+  }
+  EXPECT_EQ(counter.live->load(), 0);
+}
+
+TEST(BufferPool, ReserveThatRunsOutOfMemoryKeepsWhatItMadeAndFreesItLater) {
+  CountingAllocator counter;
+  int calls = 0;
+  auto alloc = counter.Alloc();
+  {
+    auto pool = BufferPool::Create(
+        "test", 64, 4,
+        [&](size_t n) -> void* {
+          if (++calls == 3) throw std::runtime_error("out of memory");
+          return alloc(n);
+        },
+        counter.Free());
+    EXPECT_THROW(pool->Reserve(4), std::runtime_error);
+    EXPECT_EQ(pool->allocated(), 2);
+  }
+  EXPECT_EQ(counter.live->load(), 0);
 }
 
 TEST(BufferPool, HandlesKeepThePoolAliveAndFreeEverythingAtTheEnd) {

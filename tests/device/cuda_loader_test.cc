@@ -163,11 +163,28 @@ TEST_F(CudaLoaderTest, ConsumerStreamWaitsForTheCopyBeforeReadingTheBatch) {
 
 TEST_F(CudaLoaderTest, OutOfDeviceMemoryNamesBytesAndFreeMemoryAndLeaksNothing) {
   const size_t buffer = BatchLayout(TestSchema(), {}, 64).buffer_bytes();
-  // Room for three batch buffers and 1000 bytes; the loader wants workers + prefetch more.
-  fake_cuda_set_device_memory(3 * buffer + 1000);
+  const auto expect_oom = [&](const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDevice);
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(std::to_string(buffer) + " byte"),
+                                HasSubstr("CUDA_ERROR_OUT_OF_MEMORY"),
+                                HasSubstr("1000 bytes (0.0 MiB) of")));
+  };
   {
+    SCOPED_TRACE("the working set (workers + prefetch = 4 buffers) is allocated up front");
+    fake_cuda_set_device_memory(3 * buffer + 1000);
+    try {
+      auto loader = MakeLoader(64 * 100, 64, 2, 2);
+      FAIL() << "the fourth device buffer cannot fit";
+    } catch (const Error& e) {
+      expect_oom(e);
+    }
+    EXPECT_EQ(fake_cuda_outstanding_allocations(), 0);
+  }
+  {
+    SCOPED_TRACE("a buffer needed later, while the consumer holds batches");
+    fake_cuda_set_device_memory(4 * buffer + 1000);
     auto loader = MakeLoader(64 * 100, 64, 2, 2);
-    // Let the workers run ahead: the batches they hold ready need a fourth buffer.
+    // Let the workers run ahead: the batches they hold ready need a fifth buffer.
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     try {
       std::deque<std::unique_ptr<Batch>> held;  // the consumer keeps max_outstanding
@@ -175,12 +192,9 @@ TEST_F(CudaLoaderTest, OutOfDeviceMemoryNamesBytesAndFreeMemoryAndLeaksNothing) 
         if (held.size() == 2) held.pop_front();
         held.push_back(loader->Next());
       }
-      FAIL() << "the fourth device buffer cannot fit";
+      FAIL() << "the fifth device buffer cannot fit";
     } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kDevice);
-      EXPECT_THAT(e.what(), AllOf(HasSubstr(std::to_string(buffer) + " byte"),
-                                  HasSubstr("CUDA_ERROR_OUT_OF_MEMORY"),
-                                  HasSubstr("1000 bytes (0.0 MiB) of")));
+      expect_oom(e);
     }
   }
   EXPECT_EQ(fake_cuda_outstanding_allocations(), 0);
