@@ -14,6 +14,7 @@
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
 #include "sources/database_pg_server.h"
+#include "sources/every_row_once.h"
 #include "sources/npy_test_util.h"
 #include "sources/scratch_dir.h"
 
@@ -137,25 +138,11 @@ TEST_F(PostgresSourceTest, LoaderDeliversEveryRowOncePerEpochEqualToTheTable) {
   const auto source =
       OpenPostgres(conninfo(), {.table = "samples", .columns = {"id", "features", "label"}});
   Loader loader(source, {.batch_size = 64, .shuffle = true, .seed = 7, .workers = 3});
-  for (int epoch = 0; epoch < 2; ++epoch) {
-    std::vector<int> seen(kRows, 0);
-    while (auto batch = loader.Next()) {
-      const auto ids = batch->field("id");
-      const auto features = batch->field("features");
-      const auto labels = batch->field("label");
-      for (int64_t r = 0; r < batch->size(); ++r) {
-        const int64_t id = ids.as<int64_t>()[r];
-        ASSERT_GE(id, 0);
-        ASSERT_LT(id, kRows);
-        ++seen[id];
-        ASSERT_EQ(labels.as<int32_t>()[r], id % 10);
-        for (int k = 0; k < 35; ++k) {
-          ASSERT_EQ(features.as<float>()[r * 35 + k], Feature(id, k / 5, k % 5));
-        }
-      }
-    }
-    for (int id = 0; id < kRows; ++id) ASSERT_EQ(seen[id], 1) << "epoch " << epoch << " id " << id;
-  }
+  ExpectEveryRowOncePerEpoch(loader, kRows, 2, [](const Batch& batch, int64_t r, int64_t id) {
+    ASSERT_EQ(batch.field("label").as<int32_t>()[r], id % 10);
+    const auto features = batch.field("features").as<float>();
+    for (int k = 0; k < 35; ++k) ASSERT_EQ(features[r * 35 + k], Feature(id, k / 5, k % 5));
+  });
 }
 
 TEST_F(PostgresSourceTest, SplitsByKeyRangesOverConnectionsInKeyOrder) {

@@ -8,6 +8,7 @@
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
+#include "sources/every_row_once.h"
 #include "sources/npy_test_util.h"
 #include "sources/scratch_dir.h"
 
@@ -83,23 +84,11 @@ TEST_F(SqliteSourceTest, LoaderDeliversEveryRowOncePerEpochEqualToTheTable) {
   const auto source =
       OpenDatabase("sqlite:" + path_ + "?table=t&columns=id,v,label&fields=v:float32[35]");
   Loader loader(source, {.batch_size = 48, .shuffle = true, .seed = 3, .workers = 2});
-  for (int epoch = 0; epoch < 2; ++epoch) {
-    std::vector<int> seen(kRows, 0);
-    while (auto batch = loader.Next()) {
-      const auto ids = batch->field("id");
-      const auto v = batch->field("v");
-      const auto labels = batch->field("label");
-      for (int64_t r = 0; r < batch->size(); ++r) {
-        const int64_t id = ids.as<int64_t>()[r];
-        ASSERT_GE(id, 0);
-        ASSERT_LT(id, kRows);
-        ++seen[id];
-        ASSERT_EQ(labels.as<int64_t>()[r], id % 10);
-        for (int k = 0; k < 35; ++k) ASSERT_EQ(v.as<float>()[r * 35 + k], Feature(id, k));
-      }
-    }
-    for (int id = 0; id < kRows; ++id) ASSERT_EQ(seen[id], 1) << "epoch " << epoch << " id " << id;
-  }
+  ExpectEveryRowOncePerEpoch(loader, kRows, 2, [](const Batch& batch, int64_t r, int64_t id) {
+    ASSERT_EQ(batch.field("label").as<int64_t>()[r], id % 10);
+    const auto v = batch.field("v").as<float>();
+    for (int k = 0; k < 35; ++k) ASSERT_EQ(v[r * 35 + k], Feature(id, k));
+  });
 }
 
 TEST_F(SqliteSourceTest, FeedsTheSharedMemoryCacheKeyedOnTheFileAndQuery) {
