@@ -2,53 +2,15 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <optional>
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <thread>
+
+#include "core/cgroup_reader.h"
+#include "core/proc_text.h"
 
 namespace gpufeed {
-namespace {
-
-std::optional<uint64_t> ReadNumber(const std::string& path) {
-  std::ifstream in(path);
-  std::string word;
-  if (!(in >> word) || word == "max") return std::nullopt;
-  try {
-    return std::stoull(word);
-  } catch (...) {
-    return std::nullopt;
-  }
-}
-
-std::optional<uint64_t> MemAvailable(const std::string& root) {
-  std::ifstream in(root + "/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb) {
-    std::getline(in, unit);
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return std::nullopt;
-}
-
-// memory.max - memory.current of this process's cgroup v2 ("0::/path" in /proc/self/cgroup).
-std::optional<uint64_t> CgroupHeadroom(const std::string& root) {
-  std::ifstream in(root + "/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("0::", 0) != 0) continue;
-    std::string dir = root + "/sys/fs/cgroup" + line.substr(3);
-    if (!dir.empty() && dir.back() == '/') dir.pop_back();
-    const auto max = ReadNumber(dir + "/memory.max");
-    const auto current = ReadNumber(dir + "/memory.current");
-    if (!max || !current) return std::nullopt;
-    return *max > *current ? *max - *current : 0;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
 
 std::string FormatBytes(uint64_t bytes) {
   // One decimal where it carries information (below 10 of a unit, and always for GB).
@@ -63,11 +25,27 @@ std::string FormatBytes(uint64_t bytes) {
 }
 
 uint64_t AvailableRamBytes(const std::string& root) {
-  uint64_t available = MemAvailable(root).value_or(0);
-  if (const auto headroom = CgroupHeadroom(root)) {
-    available = available == 0 ? *headroom : std::min(available, *headroom);
+  uint64_t available = 0;
+  std::string text;
+  if (ReadTextFile(root + "/proc/meminfo", &text)) {
+    if (const auto info = ParseMemInfo(text)) available = info->available_bytes;
+  }
+  const CgroupReading cgroup = CgroupReader::Self(root + "/proc", root + "/sys/fs/cgroup").Read();
+  if (cgroup.memory_limit_bytes && cgroup.memory_used_bytes) {
+    const uint64_t limit = *cgroup.memory_limit_bytes;
+    const uint64_t headroom = limit > *cgroup.memory_used_bytes ? limit - *cgroup.memory_used_bytes : 0;
+    available = available == 0 ? headroom : std::min(available, headroom);
   }
   return available;
+}
+
+int UsableCpus(const std::string& root) {
+  int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const CgroupReading cgroup = CgroupReader::Self(root + "/proc", root + "/sys/fs/cgroup").Read();
+  if (cgroup.cpu_limit_cores) {
+    cpus = std::min(cpus, std::max(1, static_cast<int>(std::ceil(*cgroup.cpu_limit_cores - 1e-9))));
+  }
+  return cpus;
 }
 
 }  // namespace gpufeed

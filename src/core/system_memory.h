@@ -1,6 +1,6 @@
-// How much memory the machine (and this process's cgroup) has to spare, and how gpufeed
-// writes byte counts. One place for both, so the cache budgets, `gpufeed inspect` and the
-// doctor agree on what "available RAM" means.
+// How much memory and how many CPUs the machine (within this process's cgroup) gives
+// gpufeed, and how gpufeed writes byte counts. One place, so the cache budgets, the loader's
+// worker count, `gpufeed inspect` and the doctor agree on what "available" means.
 // Thread-safety: pure functions over /proc and /sys.
 #pragma once
 
@@ -9,9 +9,13 @@
 
 namespace gpufeed {
 
-// MemAvailable from /proc/meminfo, or memory.max - memory.current of this process's cgroup
-// v2 where that is lower; 0 when neither can be read. `root` prefixes the paths (tests).
+// MemAvailable from /proc/meminfo, or the cgroup's limit minus its usage where that is lower
+// (v2, or v1 on hybrid hosts; the tightest limit over the group's ancestors); 0 when neither
+// can be read. `root` prefixes the paths (tests).
 uint64_t AvailableRamBytes(const std::string& root = "");
+
+// Online CPUs, or the cgroup's CPU quota rounded up where it is lower; at least 1.
+int UsableCpus(const std::string& root = "");
 
 // "0.8 GB", "120 MB", "64 KB" (powers of 1000).
 std::string FormatBytes(uint64_t bytes);

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "gpufeed/monitor.h"
-#include "monitor/cgroup_reader.h"
-#include "monitor/proc_text.h"
+#include "core/cgroup_reader.h"
+#include "core/proc_text.h"
 #include "monitor/process_tree.h"
 
 namespace gpufeed {

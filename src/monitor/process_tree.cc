@@ -7,7 +7,7 @@
 #include <charconv>
 #include <unordered_map>
 
-#include "monitor/proc_text.h"
+#include "core/proc_text.h"
 
 namespace gpufeed {
 namespace {

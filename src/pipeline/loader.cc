@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/buffer_pool.h"
+#include "core/system_memory.h"
 #include "core/thread_pool.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sampler.h"
@@ -46,19 +47,6 @@ SamplerOptions ToSamplerOptions(const LoaderOptions& o, const Source& source) {
                                         : o.shuffle_block;
   s.shuffle_window = o.shuffle_window;
   return s;
-}
-
-// CPUs this process may use: online CPUs, or the cgroup v2 quota where it is lower.
-int UsableCpus() {
-  int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::ifstream in("/sys/fs/cgroup/cpu.max");
-  std::string quota;
-  int64_t period = 0;
-  if (in >> quota >> period && quota != "max" && period > 0) {
-    const int64_t q = std::strtoll(quota.c_str(), nullptr, 10);
-    if (q > 0) cpus = std::min<int>(cpus, static_cast<int>(std::max<int64_t>(1, (q + period - 1) / period)));
-  }
-  return cpus;
 }
 
 LoaderOptions CheckOptions(LoaderOptions o) {

@@ -91,6 +91,7 @@ TEST(TierChoiceTest, AvailableRamIsLoweredToTheCgroupHeadroom) {
   testing::ScratchDir root;
   root.Write("proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable:    8000000 kB\n");
   root.Write("proc/self/cgroup", "0::/job\n");
+  root.Write("sys/fs/cgroup/cgroup.controllers", "cpu memory\n");
   root.Write("sys/fs/cgroup/job/memory.max", "3000000000\n");
   root.Write("sys/fs/cgroup/job/memory.current", "1000000000\n");
   EXPECT_EQ(AvailableRamBytes(root.path()), uint64_t{2000000000});

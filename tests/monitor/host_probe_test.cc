@@ -14,7 +14,7 @@
 #include "gpufeed/error.h"
 #include "gpufeed/monitor.h"
 #include "monitor/monitor_test_util.h"
-#include "monitor/proc_text.h"
+#include "core/proc_text.h"
 
 namespace gpufeed {
 namespace {

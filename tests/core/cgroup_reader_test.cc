@@ -1,4 +1,4 @@
-#include "monitor/cgroup_reader.h"
+#include "core/cgroup_reader.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,5 @@
-// CgroupReader: the CPU quota, CPU throttling and memory limit of a process's cgroup.
+// CgroupReader: the CPU quota, CPU throttling and memory limit of a process's cgroup. The one
+// reader of cgroup files: the monitor, the RAM budgets and the loader's CPU count use it.
 //
 // cgroup v2 first: the group named by the `0::` line of /proc/<pid>/cgroup under the v2
 // mount (<root>, or <root>/unified on hybrid hosts); cpu.max and memory.max are the
@@ -29,9 +30,15 @@ struct CgroupReading {
 class CgroupReader {
  public:
   CgroupReader(const std::string& proc_root, const std::string& cgroup_root, pid_t pid);
+  // This process's groups, named by <proc_root>/self/cgroup.
+  static CgroupReader Self(const std::string& proc_root = "/proc",
+                           const std::string& cgroup_root = "/sys/fs/cgroup");
   CgroupReading Read() const;
 
  private:
+  // `proc_cgroup_file`: the /proc/<pid>/cgroup file naming the groups.
+  CgroupReader(const std::string& proc_cgroup_file, const std::string& cgroup_root);
+
   std::vector<std::string> v2_chain_;  // the group's directory first, then its ancestors
   std::string v1_cpu_dir_;
   std::string v1_memory_dir_;

@@ -1,4 +1,4 @@
-#include "monitor/proc_text.h"
+#include "core/proc_text.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "monitor/cgroup_reader.h"
+#include "core/cgroup_reader.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string_view>
 
-#include "monitor/proc_text.h"
+#include "core/proc_text.h"
 
 namespace gpufeed {
 namespace {
@@ -54,9 +54,16 @@ std::optional<uint64_t> StatValue(const std::string& text, std::string_view key)
 }  // namespace
 
 CgroupReader::CgroupReader(const std::string& proc_root, const std::string& cgroup_root,
-                           pid_t pid) {
+                           pid_t pid)
+    : CgroupReader(fmt::format("{}/{}/cgroup", proc_root, pid), cgroup_root) {}
+
+CgroupReader CgroupReader::Self(const std::string& proc_root, const std::string& cgroup_root) {
+  return CgroupReader(proc_root + "/self/cgroup", cgroup_root);
+}
+
+CgroupReader::CgroupReader(const std::string& proc_cgroup_file, const std::string& cgroup_root) {
   std::string text;
-  if (!ReadTextFile(fmt::format("{}/{}/cgroup", proc_root, pid), &text)) return;
+  if (!ReadTextFile(proc_cgroup_file, &text)) return;
   std::string v2_root;
   if (Exists(cgroup_root + "/cgroup.controllers")) {
     v2_root = cgroup_root;

@@ -1,0 +1,59 @@
+#include "core/system_memory.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "monitor/monitor_test_util.h"
+
+namespace gpufeed {
+namespace {
+
+using testing::TempDir;
+
+TEST(SystemMemory, AvailableRamIsTheTightestOfMemAvailableAndTheCgroupsHeadroom) {
+  TempDir root;
+  root.Write("proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable:    8000000 kB\n");
+  root.Write("proc/self/cgroup", "0::/job/train\n");
+  root.Write("sys/fs/cgroup/cgroup.controllers", "cpu memory\n");
+  // The parent's limit is the tighter one: the leaf's own limit is not what binds.
+  root.Write("sys/fs/cgroup/job/memory.max", "3000000000\n");
+  root.Write("sys/fs/cgroup/job/train/memory.max", "max\n");
+  root.Write("sys/fs/cgroup/job/train/memory.current", "1000000000\n");
+  EXPECT_EQ(AvailableRamBytes(root.path()), uint64_t{2000000000});
+  root.Write("sys/fs/cgroup/job/memory.max", "max\n");
+  EXPECT_EQ(AvailableRamBytes(root.path()), uint64_t{8000000} * 1024);
+}
+
+TEST(SystemMemory, HybridHostsReadTheMemoryLimitFromCgroupV1) {
+  TempDir root;
+  root.Write("proc/meminfo", "MemAvailable:    8000000 kB\n");
+  root.Write("proc/self/cgroup", "5:memory:/docker/abc\n0::/\n");
+  root.Write("sys/fs/cgroup/unified/cgroup.controllers", "");
+  root.Write("sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "1500000000\n");
+  root.Write("sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", "500000000\n");
+  EXPECT_EQ(AvailableRamBytes(root.path()), uint64_t{1000000000});
+}
+
+TEST(SystemMemory, NothingReadableMeansZeroNotACrash) {
+  TempDir root;
+  EXPECT_EQ(AvailableRamBytes(root.path()), uint64_t{0});
+}
+
+TEST(SystemMemory, UsableCpusFollowsTheCpuQuotaRoundedUpAndNeverDropsToZero) {
+  const int online = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  TempDir root;
+  EXPECT_EQ(UsableCpus(root.path()), online);  // no cgroup files: every online CPU
+  root.Write("proc/self/cgroup", "0::/job\n");
+  root.Write("sys/fs/cgroup/cgroup.controllers", "cpu memory\n");
+  root.Write("sys/fs/cgroup/job/cpu.max", "50000 100000\n");  // half a core
+  EXPECT_EQ(UsableCpus(root.path()), 1);
+  root.Write("sys/fs/cgroup/job/cpu.max", "100000 100000\n");  // exactly one
+  EXPECT_EQ(UsableCpus(root.path()), 1);
+  root.Write("sys/fs/cgroup/job/cpu.max", "max 100000\n");
+  EXPECT_EQ(UsableCpus(root.path()), online);
+}
+
+}  // namespace
+}  // namespace gpufeed
