@@ -113,6 +113,10 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
       }
       result.samples += batch->size();
       if (config.step_ms > 0) {
+        // The step's "kernels" run on the legacy default stream, torch's default: the
+        // loader times it with events (the simulated GPU has no work queued there, so each
+        // step's GPU span is the host's sleep and its waits are the waits for data).
+        if (batch->ready_event()) batch->WaitOn(0);
         // A GPU step leaves the CPU free: sleep, as the host thread would wait on the GPU.
         const auto t0 = std::chrono::steady_clock::now();
         std::this_thread::sleep_for(step);
@@ -146,6 +150,7 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   result.samples_per_s = result.wall_s > 0 ? result.samples / result.wall_s : 0;
   result.bytes_per_s = result.wall_s > 0 ? result.bytes / result.wall_s : 0;
   result.consumer_wait_fraction = result.stats.ConsumerWaitFraction();
+  result.gpu_busy_fraction_events = result.stats.GpuBusyFraction();
   if (first_batch != std::chrono::steady_clock::time_point{}) {
     result.time_to_first_batch_s = Seconds(first_batch - start);
     const double steady = Seconds(end - first_batch);
@@ -156,7 +161,11 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   if (config.doctor) {
     DoctorInput in = CollectDoctorInput(loader, monitor.get());
     // A simulated step keeps a simulated GPU busy: that is the utilization to judge by.
-    if (config.step_ms > 0) in.gpu_utilization = result.gpu_busy_fraction;
+    // The events on the consumer stream, when they measured, take precedence (Diagnose).
+    if (config.step_ms > 0) {
+      in.gpu_utilization = result.gpu_busy_fraction;
+      in.gpu_utilization_source = "simulated step";
+    }
     const Diagnosis d = Diagnose(in);
     result.diagnosis_text = d.ToText();
     result.diagnosis_json = d.ToJson();
@@ -197,6 +206,9 @@ std::string BenchResult::ToJson() const {
       {"step_ms", step_ms},
       {"gpu_busy_fraction", gpu_busy_fraction},
       {"gpu_busy_fraction_with_startup", gpu_busy_fraction_with_startup},
+      {"gpu_busy_fraction_events", gpu_busy_fraction_events >= 0
+                                       ? nlohmann::json(gpu_busy_fraction_events)
+                                       : nlohmann::json()},
       {"peak_rss_bytes", peak_rss_bytes},
       {"peak_anon_rss_bytes", peak_anon_rss_bytes},
       {"bound_anon_rss_bytes", bound_anon_rss_bytes},
