@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "device/cuda_device.h"
 #ifdef GPUFEED_HAVE_DOCTOR
 #include "gpufeed/doctor.h"
 #include "gpufeed/monitor.h"
@@ -37,6 +38,25 @@ int64_t StatusBytes(const char* key) {
     }
   }
   return 0;
+}
+
+// The simulated step's kernel on a CUDA stream: a host function the stream runs in its
+// order, sleeping the step's length. The stream is busy for it as for a real kernel, after
+// the batch's copy, so the loader's events time it; a real GPU runs it on a driver thread.
+void SleepOnTheStream(void* ms) {
+  std::this_thread::sleep_for(
+      std::chrono::duration<double, std::milli>(*static_cast<const double*>(ms)));
+}
+
+// Enqueues the kernel on the legacy default stream (torch's default) and waits for it, as a
+// loop that reads its loss (loss.item()) each step does.
+void RunSimulatedKernel(const cuda::CudaDevice& device, const double& ms) {
+  const cuda::CudaDriver& driver = device.driver();
+  cuda::CurrentContextScope scope(*device.context());
+  device.context()->Check(
+      driver.LaunchHostFunc(nullptr, &SleepOnTheStream, const_cast<double*>(&ms)),
+      "cuLaunchHostFunc");
+  device.context()->Check(driver.StreamSynchronize(nullptr), "cuStreamSynchronize");
 }
 
 }  // namespace
@@ -97,6 +117,7 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   }
 #endif
   const auto step = std::chrono::duration<double, std::milli>(config.step_ms);
+  const auto* cuda_device = dynamic_cast<const cuda::CudaDevice*>(loader.options().device.get());
   double step_s = 0;
   int64_t peak_anon = StatusBytes("RssAnon");
   const auto start = std::chrono::steady_clock::now();
@@ -112,11 +133,13 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
         first_batch = std::chrono::steady_clock::now();
       }
       result.samples += batch->size();
-      if (config.step_ms > 0) {
-        // The step's "kernels" run on the legacy default stream, torch's default: the
-        // loader times it with events (the simulated GPU has no work queued there, so each
-        // step's GPU span is the host's sleep and its waits are the waits for data).
-        if (batch->ready_event()) batch->WaitOn(0);
+      if (config.step_ms > 0 && cuda_device != nullptr && batch->ready_event()) {
+        // On CUDA the step is work on the default stream after the batch's copy, which the
+        // loader times with events (LoaderStats::GpuBusyFraction).
+        batch->WaitOn(0);
+        RunSimulatedKernel(*cuda_device, config.step_ms);
+        step_s += config.step_ms * 1e-3;
+      } else if (config.step_ms > 0) {
         // A GPU step leaves the CPU free: sleep, as the host thread would wait on the GPU.
         const auto t0 = std::chrono::steady_clock::now();
         std::this_thread::sleep_for(step);

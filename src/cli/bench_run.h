@@ -16,9 +16,10 @@ namespace gpufeed::cli {
 struct BenchConfig {
   LoaderOptions loader;  // batch_size, workers, prefetch, shuffle, device, transforms
   int epochs = 1;        // Default: 1
-  // Default: 0 = no simulated step. On a CUDA device a simulated step takes its batch on
-  // the legacy default stream (as torch does by default), so the loader times that stream
-  // with events: BenchResult::gpu_busy_fraction_events.
+  // Default: 0 = no simulated step: a sleep on the host. On a CUDA device the step is work
+  // on the legacy default stream instead (torch's default; a host function that sleeps,
+  // enqueued after the batch's copy, waited for as loss.item() would), so the loader times
+  // that stream with events: BenchResult::gpu_busy_fraction_events.
   double step_ms = 0;
   bool measure_ceiling = true;
   bool monitor = true;   // Default: true: sample GPU/CPU/RAM and show them in the progress

@@ -74,6 +74,8 @@ inline constexpr unsigned int kEventWaitDefault = 0x0;
   X(StreamDestroy, "cuStreamDestroy_v2", cuStreamDestroy, CUresult(CUstream))               \
   X(StreamSynchronize, "cuStreamSynchronize", cuStreamSynchronize, CUresult(CUstream))      \
   X(StreamQuery, "cuStreamQuery", cuStreamQuery, CUresult(CUstream))                        \
+  X(LaunchHostFunc, "cuLaunchHostFunc", cuLaunchHostFunc,                                   \
+    CUresult(CUstream, void (*)(void*), void*))                                             \
   X(StreamWaitEvent, "cuStreamWaitEvent", cuStreamWaitEvent,                                \
     CUresult(CUstream, CUevent, unsigned int))                                              \
   X(EventCreate, "cuEventCreate", cuEventCreate, CUresult(CUevent*, unsigned int))          \

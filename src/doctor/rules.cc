@@ -134,8 +134,9 @@ Diagnosis ApplyRules(const DoctorInput& in) {
         Pct(*in.gpu_busy_events), Pct(1 - *in.gpu_busy_events), gpu_how));
     if (in.gpu_drained_steps > 0) {
       d.evidence.push_back(fmt::format(
-          "in {} of {} steps the GPU had finished the step's work before the loop asked for "
-          "the next batch: there the host, not the data, was late",
+          "in {} of {} steps the stream had run out of work before the loop asked for the "
+          "next batch (a synchronization in the step, or host work outlasting the GPU's): "
+          "the GPU waited for the host there, a wait the events count as busy",
           in.gpu_drained_steps, static_cast<int>(t.n)));
     }
   }

@@ -27,6 +27,8 @@ constexpr bool SameShape() {
       return false;
     } else if constexpr (std::is_void_v<PA> || std::is_void_v<PB>) {
       return std::is_void_v<PA> && std::is_void_v<PB>;
+    } else if constexpr (std::is_function_v<PA> || std::is_function_v<PB>) {
+      return std::is_same_v<PA, PB>;  // callbacks (CUhostFn): CUDA_CB is empty on Linux
     } else if constexpr (std::is_class_v<PA> || std::is_class_v<PB>) {
       return std::is_class_v<PA> && std::is_class_v<PB>;  // opaque handles
     } else {

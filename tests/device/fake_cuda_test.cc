@@ -89,6 +89,19 @@ TEST_F(FakeDriverTest, TimingEventsMeasureABusyStreamAsTheRealDriverDoes) {
   EXPECT_EQ(driver_->EventElapsedTime(&ms, start, untimed), kErrorInvalidHandle);
   EXPECT_EQ(driver_->EventElapsedTime(&ms, start, never), kErrorInvalidHandle);
 
+  // A host function runs in stream order: after the 30 ms before it.
+  ASSERT_EQ(driver_->EventRecord(start, stream), kSuccess);
+  ASSERT_EQ(fake_cuda_stream_sleep(stream, 30'000), 0);
+  int ran = 0;
+  ASSERT_EQ(driver_->LaunchHostFunc(stream, [](void* p) { ++*static_cast<int*>(p); }, &ran),
+            kSuccess);
+  ASSERT_EQ(driver_->EventRecord(end, stream), kSuccess);
+  ASSERT_EQ(driver_->EventSynchronize(start), kSuccess);
+  ASSERT_EQ(driver_->StreamSynchronize(stream), kSuccess);
+  EXPECT_EQ(ran, 1);
+  ASSERT_EQ(driver_->EventElapsedTime(&ms, start, end), kSuccess);
+  EXPECT_GE(ms, 29.0f);
+
   for (CUevent e : {start, end, untimed, never}) EXPECT_EQ(driver_->EventDestroy(e), kSuccess);
   EXPECT_EQ(driver_->StreamDestroy(stream), kSuccess);
 }

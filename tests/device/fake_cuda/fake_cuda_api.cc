@@ -278,6 +278,21 @@ CUresult cuStreamQuery(void* stream) {
   return fc::kSuccess;
 }
 
+CUresult cuLaunchHostFunc(void* stream, void (*fn)(void*), void* data) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuLaunchHostFunc"); r != fc::kSuccess) return r;
+  if (fn == nullptr) return fc::kInvalidValue;
+  Stream* target = fc::FindStream(s, stream, "cuLaunchHostFunc");
+  if (target == nullptr) return fc::kInvalidHandle;
+  Op op;
+  op.kind = Op::Kind::kHostFunc;
+  op.host_fn = fn;
+  op.host_data = data;
+  fc::Enqueue(s, *target, std::move(op));
+  return fc::kSuccess;
+}
+
 CUresult cuStreamWaitEvent(void* stream, void* event, unsigned int flags) {
   State& s = GetState();
   Lock lock(s.mu);

@@ -54,6 +54,11 @@ void Run(State& s, Stream& stream, std::unique_lock<std::mutex>& lock) {
       std::this_thread::sleep_for(std::chrono::microseconds(op.sleep_us));
       lock.lock();
       break;
+    case Op::Kind::kHostFunc:
+      lock.unlock();  // the function may take its time; it must not call the driver
+      op.host_fn(op.host_data);
+      lock.lock();
+      break;
     case Op::Kind::kProbe:
       // This probe is the front of its own stream: only other streams' copies can count.
       *op.probe_out = UnfinishedCopies(s, op.dst, op.bytes, false);

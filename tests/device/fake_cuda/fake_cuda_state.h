@@ -41,7 +41,7 @@ struct Context {
 struct Stream;
 
 struct Op {
-  enum class Kind { kCopy, kWait, kProbe, kSleep };
+  enum class Kind { kCopy, kWait, kProbe, kSleep, kHostFunc };
   Kind kind = Kind::kCopy;
   uint64_t seq = 0;  // 1-based position on its stream
   // kCopy (and the probed range for kProbe)
@@ -56,6 +56,9 @@ struct Op {
   int* probe_out = nullptr;
   // kSleep: the stream is busy this long (a consumer's kernel, for tests)
   int64_t sleep_us = 0;
+  // kHostFunc (cuLaunchHostFunc)
+  void (*host_fn)(void*) = nullptr;
+  void* host_data = nullptr;
 };
 
 struct Stream {
