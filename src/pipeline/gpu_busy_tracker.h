@@ -58,8 +58,8 @@ struct GpuStepFigure {
 };
 
 struct GpuBusyTotals {
-  int64_t steps = 0;          // steps with both figures: what the sums below cover
-  int64_t busy_ns = 0;        // summed over those steps
+  int64_t steps = 0;    // steps with both figures: what the sums below cover
+  int64_t busy_ns = 0;  // summed over those steps
   int64_t idle_ns = 0;
   int64_t drained_steps = 0;  // steps whose stream had run dry when the loop called Next()
   int64_t marked_steps = 0;   // steps with a start event (measured or still in flight)

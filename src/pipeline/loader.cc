@@ -226,6 +226,7 @@ class Loader::Impl {
     if (last_return_ns_ != 0) {
       consumer_step_ns_.fetch_add(called - last_return_ns_, std::memory_order_relaxed);
     } else {
+      std::lock_guard lock(mu_);  // stats() reads it under mu_ from any thread
       wall_start_ns_ = called;
     }
     // The step ends here: all its GPU work is queued before this call.
@@ -274,7 +275,10 @@ class Loader::Impl {
     held_->fetch_add(1);
     batch->parts_->gpu_busy = gpu_busy_;
     batch->parts_->step = gpu_busy_->BeginStep(batch->epoch_, batch->index_);
-    last_return_ns_ = NowNs();
+    {
+      std::lock_guard lock(mu_);  // stats() reads it under mu_ from any thread
+      last_return_ns_ = NowNs();
+    }
     consumer_wait_ns_.fetch_add(last_return_ns_ - called, std::memory_order_relaxed);
     pending_timing_->consumer_wait_ns = last_return_ns_ - called;
     delivered_batches_.fetch_add(1, std::memory_order_relaxed);
@@ -720,6 +724,8 @@ class Loader::Impl {
   int64_t consumer_batch_ = 0;
   int64_t run_start_ns_ = 0;
   int64_t first_batch_ns_ = 0;
+  // Written by the consumer thread under mu_ (stats() reads them under it), read there
+  // without it.
   int64_t wall_start_ns_ = 0;
   int64_t last_return_ns_ = 0;
 

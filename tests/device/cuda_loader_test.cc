@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <future>
@@ -173,6 +174,23 @@ TEST_F(CudaLoaderTest, EventsOnTheConsumerStreamMeasureTheGpuBusyShareOfEachStep
   {
     auto loader = MakeLoader(64 * 8, 8, 2, 2);
     constexpr int kSteps = 30;
+    // stats() and RecentBatches() may be called from any thread: they harvest events too.
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+      while (!done.load()) {
+        loader->stats();
+        loader->RecentBatches(8);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+    struct StopWatcher {  // joins it on every way out, a failed ASSERT included
+      std::atomic<bool>& done;
+      std::thread& watcher;
+      ~StopWatcher() {
+        done = true;
+        if (watcher.joinable()) watcher.join();
+      }
+    } stop_watcher{done, watcher};
     for (int i = 0; i < kSteps; ++i) {
       auto batch = loader->Next();
       ASSERT_TRUE(batch);
@@ -180,6 +198,8 @@ TEST_F(CudaLoaderTest, EventsOnTheConsumerStreamMeasureTheGpuBusyShareOfEachStep
       ASSERT_EQ(fake_cuda_stream_sleep(consumer, 10'000), 0);
       ASSERT_EQ(driver.StreamSynchronize(consumer), kSuccess);
     }
+    done = true;
+    watcher.join();
     ASSERT_TRUE(loader->Next());  // ends the last step
     ASSERT_EQ(driver.StreamSynchronize(consumer), kSuccess);
     const LoaderStats stats = loader->stats();

@@ -215,7 +215,9 @@ TEST(DoctorRules, NoDataWaitOnTheEventsButAnIdleNvmlIsHostBound) {
   EXPECT_EQ(d.verdict, Verdict::kHostBound) << d.ToText();
   EXPECT_THAT(d.headline, HasSubstr("ran kernels only 15% of the time (NVML utilization)"));
   bool drained = false;
-  for (const auto& e : d.evidence) drained |= e.find("in 32 of 32 steps the stream had run out") != std::string::npos;
+  for (const auto& e : d.evidence) {
+    drained |= e.find("in 32 of 32 steps the stream had run out") != std::string::npos;
+  }
   EXPECT_TRUE(drained) << d.ToText();
 }
 

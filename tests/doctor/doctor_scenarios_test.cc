@@ -181,7 +181,7 @@ TEST_F(DoctorStreamScenario, SlowSourceMakesTheGpuWaitAndIsInputBoundOnRead) {
     EXPECT_EQ(d.verdict, Verdict::kInputBound) << d.ToText();
     EXPECT_EQ(d.stage, "read") << d.ToText();
     EXPECT_EQ(d.gpu_measure, "events");
-    EXPECT_LT(d.gpu_busy_fraction, 0.5) << d.ToText();
+    EXPECT_LT(d.gpu_busy_fraction, 0.6) << d.ToText();  // ~0.2 here; a loaded machine oversleeps
     EXPECT_THAT(d.headline, ::testing::HasSubstr("the GPU waited"));
   }
   fs::remove_all(dir);

@@ -150,12 +150,12 @@ TEST(GpuBusyTracker, NoStreamNamedRecordsNothing) {
 TEST(GpuBusyTracker, TheEndOfAnEpochAndAnotherStreamBreakTheIdleFigure) {
   Timeline gpu;
   GpuBusyTracker tracker(std::make_shared<ScriptedDevice>(gpu));
-  Step(tracker, 0, 0);  // 0
-  tracker.EndStep();    // 1: end of batch 0
+  Step(tracker, 0, 0);                                     // 0
+  tracker.EndStep();                                       // 1: end of batch 0
   const int64_t end_of_epoch = tracker.BeginStep(-1, -1);  // Next() returned no batch
-  tracker.MarkStart(end_of_epoch, kStream);  // nothing to wait for: ignored
-  Step(tracker, 1, 0);                // 2: start of epoch 1's batch 0 (the end step had none)
-  Step(tracker, 1, 1, kStream + 1);   // 3: end of (1, 0); 4: start of (1, 1) on another stream
+  tracker.MarkStart(end_of_epoch, kStream);                // nothing to wait for: ignored
+  Step(tracker, 1, 0);               // 2: start of epoch 1's batch 0 (the end step had none)
+  Step(tracker, 1, 1, kStream + 1);  // 3: end of (1, 0); 4: start of (1, 1) on another stream
   ASSERT_EQ(gpu.entries.size(), 5u);
   for (size_t i = 0; i < gpu.entries.size(); ++i) gpu.Complete(i, 10.0 * static_cast<double>(i));
   const auto figures = HarvestAll(tracker);
