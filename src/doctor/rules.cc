@@ -23,6 +23,9 @@ std::string Pct(double ratio) { return fmt::format("{:.0f}%", 100 * ratio); }
 struct Totals {
   double n = 0, rows = 0;
   double wait = 0, step = 0, read = 0, transform = 0, copy = 0, buffer_wait = 0;
+  // Over the batches with both event figures: the GPU's busy and idle time, and the loop's
+  // wait in Next() for those same batches.
+  double gpu_busy = 0, gpu_idle = 0, gpu_loop_wait = 0;
 };
 
 Totals Sum(const std::vector<BatchTiming>& batches) {
@@ -36,6 +39,11 @@ Totals Sum(const std::vector<BatchTiming>& batches) {
     t.transform += static_cast<double>(b.transform_ns);
     t.copy += static_cast<double>(b.copy_ns);
     t.buffer_wait += static_cast<double>(b.buffer_wait_ns);
+    if (b.gpu_busy_ns >= 0 && b.gpu_idle_ns >= 0) {
+      t.gpu_busy += static_cast<double>(b.gpu_busy_ns);
+      t.gpu_idle += static_cast<double>(b.gpu_idle_ns);
+      t.gpu_loop_wait += static_cast<double>(b.consumer_wait_ns);
+    }
   }
   return t;
 }
@@ -287,7 +295,12 @@ Diagnosis ApplyRules(const DoctorInput& in) {
   // 3. The loop gets its data in time, yet the events show the GPU waiting for batches: the
   // batch was handed over while its copy still ran (the loader delivers once the copy is
   // issued), so the GPU, not the loop, waits for the copy.
-  if (events && in.device_copy && 1 - *in.gpu_busy_events >= kWaitInputBound) {
+  // The GPU's wait beyond the loop's own wait in Next() is the copy's lag.
+  const double copy_lag_share =
+      t.gpu_busy + t.gpu_idle > 0
+          ? std::max(0.0, t.gpu_idle - t.gpu_loop_wait) / (t.gpu_busy + t.gpu_idle)
+          : (events ? std::max(0.0, 1 - *in.gpu_busy_events - d.consumer_wait_fraction) : 0);
+  if (events && in.device_copy && copy_lag_share >= kWaitInputBound) {
     d.verdict = Verdict::kCopyBound;
     d.stage = "copy";
     d.headline = fmt::format(
