@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace gpufeed {
@@ -32,6 +33,24 @@ class DeviceEvent : public Fence {
   // default stream) wait for this event without blocking the host: the DLPack
   // `__dlpack__(stream=...)` rule. A no-op on the host device.
   virtual void MakeStreamWait(uintptr_t stream) = 0;
+};
+
+// A reusable event that timestamps a point of a consumer's stream on the GPU's own clock:
+// how the loader measures when the GPU worked and when it waited (GpuBusyTracker). Made once
+// and recorded again and again, so measuring costs no allocation per batch.
+// Thread-safety: one thread at a time (its owner serializes).
+class TimingEvent {
+ public:
+  virtual ~TimingEvent() = default;
+  // Records the event after everything enqueued on `stream` so far (a CUstream handle, 0
+  // for the default stream). Throws Error(kDevice) when the driver refuses.
+  virtual void Record(uintptr_t stream) = 0;
+  // True once the stream has passed the last Record. Never blocks, never throws: an event
+  // the driver reports failed counts as done (MillisecondsSince then has no answer).
+  virtual bool IsDone() = 0;
+  // GPU time from `earlier` to this event, in milliseconds; nullopt when the driver cannot
+  // tell (either not complete, or failed). REQUIRES: `earlier` is of the same device.
+  virtual std::optional<double> MillisecondsSince(TimingEvent& earlier) = 0;
 };
 
 class DeviceStream {
@@ -76,6 +95,14 @@ class Device {
   // they finish. Null on the host device, where nothing runs asynchronously.
   virtual std::shared_ptr<DeviceEvent> RecordOn(uintptr_t stream) = 0;
   virtual DeviceMemoryInfo MemoryInfo() = 0;
+
+  // A timing event for consumer streams; null where the device cannot time its streams (the
+  // host device, or a driver without cuEventElapsedTime). Throws Error(kDevice).
+  virtual std::unique_ptr<TimingEvent> NewTimingEvent() { return nullptr; }
+  // True when `stream` (a consumer's CUstream, 0 for the default stream) has completed all
+  // the work enqueued on it: the GPU ran out of work there. False when busy or unknown.
+  // Never blocks, never throws.
+  virtual bool StreamDrained(uintptr_t /*stream*/) { return false; }
 };
 
 // The host device: 64-byte aligned heap memory, copies are memcpy, events are done at once.

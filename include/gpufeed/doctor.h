@@ -10,7 +10,8 @@
 // Verdicts:
 //   input-bound      the consumer waits for data; the slowest stage is named, and whether
 //                    the CPU is saturated or the reads wait on storage
-//   copy-bound       the copy to the device is the slowest stage
+//   copy-bound       the copy to the device is the slowest stage, or the GPU waits for
+//                    batches whose copy is still running while the loop does not wait
 //   host-bound       no data wait, yet the GPU idles: the host side of the step (launches,
 //                    synchronizations, small batches) is the bottleneck
 //   memory-pressure  RAM or the cgroup memory limit is nearly exhausted
@@ -58,6 +59,16 @@ struct DoctorInput {
   // The GPU: utilization (NVML, or the GPU-busy share of the step measured otherwise) and
   // its memory.
   std::optional<double> gpu_utilization;
+  std::string gpu_utilization_source = "NVML";  // what gpu_utilization came from, for the text
+  // Timing events on the training loop's stream (BatchTiming::gpu_busy_ns), when the loop
+  // named its stream: the share of the GPU's time not spent waiting for batches, over
+  // gpu_event_steps steps, and the steps whose stream had run dry before the loop asked
+  // for the next batch. Preferred over gpu_utilization: NVML samples whether a kernel ran
+  // in each 1/6 s, the events say exactly when the GPU waited for data. Time the GPU idles
+  // inside a step (waiting for the host) counts as busy here: that part stays NVML's.
+  std::optional<double> gpu_busy_events;
+  int64_t gpu_event_steps = 0;
+  int64_t gpu_drained_steps = 0;
   std::optional<uint64_t> vram_used_bytes;
   std::optional<uint64_t> vram_total_bytes;
 };
@@ -71,6 +82,10 @@ struct Diagnosis {
   // Shares of the consumer's time and of the workers' time, 0-1.
   double consumer_wait_fraction = 0;
   double worker_busy_fraction = 0;
+  // The GPU's busy share the verdict used, and how it was measured: "events" (on the
+  // training stream), the gpu_utilization_source ("NVML"), or "" (-1: unknown).
+  double gpu_busy_fraction = -1;
+  std::string gpu_measure;
 
   std::string ToText() const;
   std::string ToJson() const;
@@ -80,8 +95,9 @@ struct Diagnosis {
 // measured yet".
 Diagnosis Diagnose(const DoctorInput& input);
 
-// Gathers the input from a running loader (its last `window` batches) and, when given, the
-// monitor (its latest snapshot, and the throttling over the last 10 s of its history).
+// Gathers the input from a running loader (its last `window` batches, with their
+// event-measured GPU figures) and, when given, the monitor (its latest snapshot, and the
+// throttling over the last 10 s of its history).
 DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor,
                                size_t window = 64);
 

@@ -81,6 +81,16 @@ struct BatchTiming {
   int64_t step_ns = 0;           // from that Next() returning to the next Next() call
   int workers = 0;               // active workers when it was delivered
   int prefetch = 0;
+  // On the GPU's clock, from timing events on the consumer's stream, when the consumer named
+  // it (WaitOn / __dlpack__(stream)); -1 = not measured (no stream, or not harvested yet).
+  // gpu_idle_ns: the GPU waited for this batch: from when it had finished the previous step
+  // and the loop had asked for this batch, to when this batch was on the GPU (the loop
+  // blocked in Next(), or the copy still running). gpu_busy_ns: the rest of this step, to
+  // when the GPU finished it or the loop called Next() again, whichever was later; so a GPU
+  // waiting for a late host counts as busy here, and the step is flagged gpu_drained.
+  int64_t gpu_busy_ns = -1;
+  int64_t gpu_idle_ns = -1;
+  bool gpu_drained = false;  // the stream had no work left when the loop called Next() again
 };
 
 // Accumulated time per stage, in nanoseconds, summed over workers for the worker stages.
@@ -105,9 +115,18 @@ struct LoaderStats {
   int64_t buffer_bytes = 0;       // bytes of one batch buffer
   std::string device;
   std::vector<std::string> tuning_log;  // the autotuner's changes, each with its reason
+  // Timing events on the consumer's stream (see BatchTiming::gpu_busy_ns), summed over the
+  // gpu_steps steps that have both figures; all 0 when the consumer never named a stream.
+  int64_t gpu_steps = 0;
+  int64_t gpu_busy_ns = 0;
+  int64_t gpu_idle_ns = 0;
+  int64_t gpu_drained_steps = 0;  // steps whose stream had run dry before the loop asked again
 
   // Fraction of the consumer's time spent waiting in Next(): the GPU's data stall.
   double ConsumerWaitFraction() const;
+  // gpu_busy_ns / (gpu_busy_ns + gpu_idle_ns): the share of the GPU's time not spent waiting
+  // for batches, measured by events; -1 when no step was measured.
+  double GpuBusyFraction() const;
   std::string ToJson() const;
 };
 

@@ -187,7 +187,10 @@ class Loader:
     def stats(self):
         """Figures so far: batches, samples, bytes, seconds per stage (read, transform, copy,
         buffer and queue waits, the consumer's wait in the loop and its step between
-        batches), consumer_wait_fraction, workers, prefetch, buffers, device."""
+        batches), consumer_wait_fraction, workers, prefetch, buffers, device. On CUDA,
+        gpu_busy_fraction is the share of the GPU's time not spent waiting for batches,
+        measured by events on the stream the batches were taken on (torch's current stream,
+        through __dlpack__), over gpu_event_steps steps; None when no stream was named."""
         stats = json.loads(self._impl.stats_json())
         stats["held_batches"] = self._impl.held_batches
         return stats

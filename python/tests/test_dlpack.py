@@ -96,6 +96,17 @@ def test_cuda_batches_order_the_consumer_stream_after_their_copy():
     assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stdout + proc.stderr
 
 
+@pytest.mark.skipif(_fake_libcuda() is None, reason="the fake libcuda.so.1 is not built")
+def test_events_on_the_dlpack_consumer_stream_measure_the_gpu_busy_share():
+    env = script_env()
+    env["GPUFEED_CUDA_LIBRARY"] = str(_fake_libcuda())
+    env.pop("LOCAL_RANK", None)
+    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "cuda_gpu_busy.py"),
+                           str(_fake_libcuda())], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stdout + proc.stderr
+
+
 def test_cuda_loader_needs_a_torch_with_cuda():
     if torch.cuda.is_available():
         pytest.skip("this torch has CUDA")

@@ -118,8 +118,9 @@ void RegisterBenchCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-e,--epochs", args->config.epochs, "Epochs to run")->capture_default_str();
   cmd->add_option("--step-ms", args->config.step_ms,
-                  "Simulate a GPU step of this many ms per batch (a sleep) and report the "
-                  "fraction of wall time the simulated GPU was busy")
+                  "Simulate a GPU step of this many ms per batch (a sleep; on CUDA, work on the "
+                  "default stream that events time) and report the fraction of wall time the "
+                  "simulated GPU was busy")
       ->capture_default_str();
   cmd->add_option("--seed", args->config.loader.seed, "Shuffle seed")->capture_default_str();
   cmd->add_flag("--no-shuffle", args->no_shuffle, "Read in order");

@@ -46,6 +46,13 @@ std::string FormatBenchReport(const BenchResult& r) {
         "step {} ms\n",
         100.0 * r.gpu_busy_fraction, 100.0 * r.gpu_busy_fraction_with_startup, r.step_ms);
   }
+  if (s.gpu_steps > 0) {
+    out += fmt::format(
+        "gpu events  busy {:.1f}% of the GPU's time, waited {:.2f} ms per step for the next "
+        "batch ({} steps timed on the consumer stream)\n",
+        100.0 * s.GpuBusyFraction(), 1e-6 * static_cast<double>(s.gpu_idle_ns) / s.gpu_steps,
+        s.gpu_steps);
+  }
   out += fmt::format(
       "workers     read {:.0f}%  transform {:.0f}%  copy {:.0f}%  waiting for a buffer {:.0f}% "
       "of {:.2f} worker-seconds\n",

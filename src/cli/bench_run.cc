@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "device/cuda_device.h"
 #ifdef GPUFEED_HAVE_DOCTOR
 #include "gpufeed/doctor.h"
 #include "gpufeed/monitor.h"
@@ -37,6 +38,25 @@ int64_t StatusBytes(const char* key) {
     }
   }
   return 0;
+}
+
+// The simulated step's kernel on a CUDA stream: a host function the stream runs in its
+// order, sleeping the step's length. The stream is busy for it as for a real kernel, after
+// the batch's copy, so the loader's events time it; a real GPU runs it on a driver thread.
+void SleepOnTheStream(void* ms) {
+  std::this_thread::sleep_for(
+      std::chrono::duration<double, std::milli>(*static_cast<const double*>(ms)));
+}
+
+// Enqueues the kernel on the legacy default stream (torch's default) and waits for it, as a
+// loop that reads its loss (loss.item()) each step does.
+void RunSimulatedKernel(const cuda::CudaDevice& device, const double& ms) {
+  const cuda::CudaDriver& driver = device.driver();
+  cuda::CurrentContextScope scope(*device.context());
+  device.context()->Check(
+      driver.LaunchHostFunc(nullptr, &SleepOnTheStream, const_cast<double*>(&ms)),
+      "cuLaunchHostFunc");
+  device.context()->Check(driver.StreamSynchronize(nullptr), "cuStreamSynchronize");
 }
 
 }  // namespace
@@ -97,6 +117,7 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   }
 #endif
   const auto step = std::chrono::duration<double, std::milli>(config.step_ms);
+  const auto* cuda_device = dynamic_cast<const cuda::CudaDevice*>(loader.options().device.get());
   double step_s = 0;
   int64_t peak_anon = StatusBytes("RssAnon");
   const auto start = std::chrono::steady_clock::now();
@@ -112,7 +133,13 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
         first_batch = std::chrono::steady_clock::now();
       }
       result.samples += batch->size();
-      if (config.step_ms > 0) {
+      if (config.step_ms > 0 && cuda_device != nullptr && batch->ready_event()) {
+        // On CUDA the step is work on the default stream after the batch's copy, which the
+        // loader times with events (LoaderStats::GpuBusyFraction).
+        batch->WaitOn(0);
+        RunSimulatedKernel(*cuda_device, config.step_ms);
+        step_s += config.step_ms * 1e-3;
+      } else if (config.step_ms > 0) {
         // A GPU step leaves the CPU free: sleep, as the host thread would wait on the GPU.
         const auto t0 = std::chrono::steady_clock::now();
         std::this_thread::sleep_for(step);
@@ -146,6 +173,7 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   result.samples_per_s = result.wall_s > 0 ? result.samples / result.wall_s : 0;
   result.bytes_per_s = result.wall_s > 0 ? result.bytes / result.wall_s : 0;
   result.consumer_wait_fraction = result.stats.ConsumerWaitFraction();
+  result.gpu_busy_fraction_events = result.stats.GpuBusyFraction();
   if (first_batch != std::chrono::steady_clock::time_point{}) {
     result.time_to_first_batch_s = Seconds(first_batch - start);
     const double steady = Seconds(end - first_batch);
@@ -156,7 +184,11 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   if (config.doctor) {
     DoctorInput in = CollectDoctorInput(loader, monitor.get());
     // A simulated step keeps a simulated GPU busy: that is the utilization to judge by.
-    if (config.step_ms > 0) in.gpu_utilization = result.gpu_busy_fraction;
+    // The events on the consumer stream, when they measured, take precedence (Diagnose).
+    if (config.step_ms > 0) {
+      in.gpu_utilization = result.gpu_busy_fraction;
+      in.gpu_utilization_source = "simulated step";
+    }
     const Diagnosis d = Diagnose(in);
     result.diagnosis_text = d.ToText();
     result.diagnosis_json = d.ToJson();
@@ -197,6 +229,9 @@ std::string BenchResult::ToJson() const {
       {"step_ms", step_ms},
       {"gpu_busy_fraction", gpu_busy_fraction},
       {"gpu_busy_fraction_with_startup", gpu_busy_fraction_with_startup},
+      {"gpu_busy_fraction_events", gpu_busy_fraction_events >= 0
+                                       ? nlohmann::json(gpu_busy_fraction_events)
+                                       : nlohmann::json()},
       {"peak_rss_bytes", peak_rss_bytes},
       {"peak_anon_rss_bytes", peak_anon_rss_bytes},
       {"bound_anon_rss_bytes", bound_anon_rss_bytes},

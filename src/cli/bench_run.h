@@ -16,7 +16,11 @@ namespace gpufeed::cli {
 struct BenchConfig {
   LoaderOptions loader;  // batch_size, workers, prefetch, shuffle, device, transforms
   int epochs = 1;        // Default: 1
-  double step_ms = 0;    // Default: 0 = no simulated step
+  // Default: 0 = no simulated step: a sleep on the host. On a CUDA device the step is work
+  // on the legacy default stream instead (torch's default; a host function that sleeps,
+  // enqueued after the batch's copy, waited for as loss.item() would), so the loader times
+  // that stream with events: BenchResult::gpu_busy_fraction_events.
+  double step_ms = 0;
   bool measure_ceiling = true;
   bool monitor = true;   // Default: true: sample GPU/CPU/RAM and show them in the progress
   bool doctor = false;   // Default: false: diagnose the run at its end
@@ -51,6 +55,9 @@ struct BenchResult {
   double step_ms = 0;
   double gpu_busy_fraction = 0;     // simulated steps over wall time from the first batch
   double gpu_busy_fraction_with_startup = 0;  // ... over wall time from the first Next()
+  // Measured by events on the consumer stream (LoaderStats::GpuBusyFraction): the GPU's
+  // time not spent waiting for batches; -1 when nothing was timed (host device, no step).
+  double gpu_busy_fraction_events = -1;
   int64_t peak_rss_bytes = 0;       // VmHWM
   int64_t peak_anon_rss_bytes = 0;  // peak RssAnon sampled per batch: memory not mapped files
   int64_t bound_anon_rss_bytes = 0; // (prefetch + workers) * batch bytes + 100 MB

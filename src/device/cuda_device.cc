@@ -108,6 +108,20 @@ DeviceMemoryInfo CudaDevice::MemoryInfo() {
   return {free_bytes, total_bytes};
 }
 
+std::unique_ptr<TimingEvent> CudaDevice::NewTimingEvent() {
+  if (driver().EventElapsedTime == nullptr) return nullptr;
+  return std::make_unique<CudaTimingEvent>(context_);
+}
+
+bool CudaDevice::StreamDrained(uintptr_t stream) {
+  try {
+    CurrentContextScope scope(*context_);
+    return driver().StreamQuery(reinterpret_cast<CUstream>(stream)) == kSuccess;
+  } catch (...) {
+    return false;
+  }
+}
+
 std::string CudaDevice::product_name() const {
   char buffer[256] = {};
   if (driver().DeviceGetName(buffer, sizeof(buffer) - 1, context_->device()) != kSuccess) {

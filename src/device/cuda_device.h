@@ -51,6 +51,9 @@ class CudaDevice : public Device {
   std::unique_ptr<DeviceStream> NewStream() override;
   std::shared_ptr<DeviceEvent> RecordOn(uintptr_t stream) override;
   DeviceMemoryInfo MemoryInfo() override;
+  // Null when the driver lacks cuEventElapsedTime.
+  std::unique_ptr<TimingEvent> NewTimingEvent() override;
+  bool StreamDrained(uintptr_t stream) override;
 
   // The GPU's product name ("NVIDIA H100 80GB HBM3").
   std::string product_name() const;

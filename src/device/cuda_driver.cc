@@ -103,6 +103,14 @@ CudaDriver::CudaDriver(std::string library) : library_(std::move(library)) {
 #define GPUFEED_CUDA_ASSIGN(member, symbol, base, signature) member = member##_resolved;
   GPUFEED_CUDA_DRIVER_SYMBOLS(GPUFEED_CUDA_ASSIGN)
 #undef GPUFEED_CUDA_ASSIGN
+  const auto optional = [&](const char* symbol, const char* older) {
+    void* p = dlsym(handle, symbol);
+    return p != nullptr ? p : dlsym(handle, older);
+  };
+#define GPUFEED_CUDA_OPTIONAL(member, symbol, base, signature, older) \
+  member = reinterpret_cast<std::add_pointer_t<signature>>(optional(symbol, older));
+  GPUFEED_CUDA_DRIVER_OPTIONAL_SYMBOLS(GPUFEED_CUDA_OPTIONAL)
+#undef GPUFEED_CUDA_OPTIONAL
   is_fake_ = dlsym(handle, "fake_cuda_failures") != nullptr;
   WatchForFork();
 }

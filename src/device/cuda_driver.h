@@ -44,6 +44,7 @@ inline constexpr CUresult kErrorNotReady = 600;
 
 inline constexpr unsigned int kMemHostAllocPortable = 0x01;  // pinned for every context
 inline constexpr unsigned int kStreamNonBlocking = 0x1;      // no implicit sync with stream 0
+inline constexpr unsigned int kEventDefault = 0x0;           // timing enabled
 inline constexpr unsigned int kEventDisableTiming = 0x2;     // the cheapest event: sync only
 inline constexpr unsigned int kEventWaitDefault = 0x0;
 
@@ -72,6 +73,9 @@ inline constexpr unsigned int kEventWaitDefault = 0x0;
   X(StreamCreate, "cuStreamCreate", cuStreamCreate, CUresult(CUstream*, unsigned int))      \
   X(StreamDestroy, "cuStreamDestroy_v2", cuStreamDestroy, CUresult(CUstream))               \
   X(StreamSynchronize, "cuStreamSynchronize", cuStreamSynchronize, CUresult(CUstream))      \
+  X(StreamQuery, "cuStreamQuery", cuStreamQuery, CUresult(CUstream))                        \
+  X(LaunchHostFunc, "cuLaunchHostFunc", cuLaunchHostFunc,                                   \
+    CUresult(CUstream, void (*)(void*), void*))                                             \
   X(StreamWaitEvent, "cuStreamWaitEvent", cuStreamWaitEvent,                                \
     CUresult(CUstream, CUevent, unsigned int))                                              \
   X(EventCreate, "cuEventCreate", cuEventCreate, CUresult(CUevent*, unsigned int))          \
@@ -81,6 +85,15 @@ inline constexpr unsigned int kEventWaitDefault = 0x0;
   X(EventDestroy, "cuEventDestroy_v2", cuEventDestroy, CUresult(CUevent))                   \
   X(GetErrorName, "cuGetErrorName", cuGetErrorName, CUresult(CUresult, const char**))       \
   X(GetErrorString, "cuGetErrorString", cuGetErrorString, CUresult(CUresult, const char**))
+
+// Symbols the table can do without: X(Member, "symbol", base name, signature, "older symbol").
+// A missing one leaves its member null (the feature it serves is off); "older symbol" is
+// tried when "symbol" is missing. cuda.h 12.8+ maps cuEventElapsedTime to `_v2` (same C
+// signature); drivers before 12.8 (r570) export only the unversioned one, so it is the
+// fallback rather than a reason to refuse the driver (notes section 1.6).
+#define GPUFEED_CUDA_DRIVER_OPTIONAL_SYMBOLS(X)                                     \
+  X(EventElapsedTime, "cuEventElapsedTime_v2", cuEventElapsedTime,                  \
+    CUresult(float*, CUevent, CUevent), "cuEventElapsedTime")
 
 class CudaDriver {
  public:
@@ -110,6 +123,10 @@ class CudaDriver {
   std::add_pointer_t<signature> member = nullptr;
   GPUFEED_CUDA_DRIVER_SYMBOLS(GPUFEED_CUDA_MEMBER)
 #undef GPUFEED_CUDA_MEMBER
+#define GPUFEED_CUDA_OPTIONAL_MEMBER(member, symbol, base, signature, older) \
+  std::add_pointer_t<signature> member = nullptr;
+  GPUFEED_CUDA_DRIVER_OPTIONAL_SYMBOLS(GPUFEED_CUDA_OPTIONAL_MEMBER)
+#undef GPUFEED_CUDA_OPTIONAL_MEMBER
 
  private:
   explicit CudaDriver(std::string library);

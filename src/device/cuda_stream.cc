@@ -85,6 +85,50 @@ void CudaEvent::MakeStreamWait(uintptr_t stream) {
                   "cuStreamWaitEvent");
 }
 
+CudaTimingEvent::CudaTimingEvent(std::shared_ptr<const CudaContext> context)
+    : context_(std::move(context)) {
+  CurrentContextScope scope(*context_);
+  // Timing enabled (kEventDefault): the one event kind that costs a timestamp.
+  context_->Check(context_->driver().EventCreate(&event_, kEventDefault), "cuEventCreate");
+}
+
+CudaTimingEvent::~CudaTimingEvent() {
+  try {
+    CurrentContextScope scope(*context_);
+    context_->driver().EventDestroy(event_);
+  } catch (...) {
+  }
+}
+
+void CudaTimingEvent::Record(uintptr_t stream) {
+  CurrentContextScope scope(*context_);
+  context_->Check(context_->driver().EventRecord(event_, reinterpret_cast<CUstream>(stream)),
+                  "cuEventRecord");
+}
+
+bool CudaTimingEvent::IsDone() {
+  try {
+    CurrentContextScope scope(*context_);
+    return context_->driver().EventQuery(event_) != kErrorNotReady;
+  } catch (...) {
+    return true;  // no context: nothing will ever complete it; MillisecondsSince says no
+  }
+}
+
+std::optional<double> CudaTimingEvent::MillisecondsSince(TimingEvent& earlier) {
+  auto* start = dynamic_cast<CudaTimingEvent*>(&earlier);
+  const auto elapsed = context_->driver().EventElapsedTime;
+  if (start == nullptr || elapsed == nullptr) return std::nullopt;
+  try {
+    CurrentContextScope scope(*context_);
+    float ms = 0;
+    if (elapsed(&ms, start->event_, event_) != kSuccess) return std::nullopt;
+    return static_cast<double>(ms);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
 CudaStream::CudaStream(std::shared_ptr<const CudaContext> context,
                        std::shared_ptr<CudaCounters> counters)
     : context_(std::move(context)), counters_(std::move(counters)) {

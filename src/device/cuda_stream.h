@@ -2,12 +2,14 @@
 //
 // A CudaStream is created non-blocking, so it never waits on (nor holds up) the work
 // PyTorch queues on the legacy default stream; the consumer orders itself after a batch
-// explicitly, through the batch's CudaEvent (MakeStreamWait). Events are made with
+// explicitly, through the batch's CudaEvent (MakeStreamWait). Those events are made with
 // DISABLE_TIMING: they only order work. A failed copy surfaces on the event after it:
 // IsDone() then answers true (nothing reads the buffer any more) and Wait() throws.
+// CudaTimingEvent is the one kind with timing: reused, recorded on consumer streams.
 //
 // Thread-safety: a CudaStream is for one thread at a time (the loader holds a lock around
-// it). A CudaEvent is thread-safe. Neither destructor throws or blocks.
+// it). A CudaEvent is thread-safe; a CudaTimingEvent is for one thread at a time. No
+// destructor throws or blocks.
 #pragma once
 
 #include <atomic>
@@ -47,6 +49,21 @@ class CudaEvent : public DeviceEvent {
   CUevent event_;
   std::atomic<bool> done_{false};
   std::atomic<CUresult> failure_{kSuccess};
+};
+
+class CudaTimingEvent : public TimingEvent {
+ public:
+  // Throws Error(kDevice) when the driver cannot make an event.
+  explicit CudaTimingEvent(std::shared_ptr<const CudaContext> context);
+  ~CudaTimingEvent() override;
+
+  void Record(uintptr_t stream) override;
+  bool IsDone() override;
+  std::optional<double> MillisecondsSince(TimingEvent& earlier) override;
+
+ private:
+  std::shared_ptr<const CudaContext> context_;
+  CUevent event_ = nullptr;
 };
 
 class CudaStream : public DeviceStream {

@@ -22,7 +22,10 @@ std::string Diagnosis::ToJson() const {
                       {"evidence", evidence},
                       {"advice", advice},
                       {"consumer_wait_fraction", consumer_wait_fraction},
-                      {"worker_busy_fraction", worker_busy_fraction}};
+                      {"worker_busy_fraction", worker_busy_fraction},
+                      {"gpu_measure", gpu_measure}};
+  j["gpu_busy_fraction"] = gpu_busy_fraction >= 0 ? nlohmann::json(gpu_busy_fraction)
+                                                  : nlohmann::json();
   return j.dump();
 }
 
@@ -42,6 +45,18 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
   in.cpu_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   in.ram_available_bytes = ram.free_bytes;
   in.ram_total_bytes = ram.total_bytes;
+  // The event figures of the same window: steps with both a busy and an idle figure.
+  int64_t busy = 0, idle = 0;
+  for (const BatchTiming& b : in.batches) {
+    if (b.gpu_drained) ++in.gpu_drained_steps;
+    if (b.gpu_busy_ns < 0 || b.gpu_idle_ns < 0) continue;
+    ++in.gpu_event_steps;
+    busy += b.gpu_busy_ns;
+    idle += b.gpu_idle_ns;
+  }
+  if (in.gpu_event_steps > 0 && busy + idle > 0) {
+    in.gpu_busy_events = static_cast<double>(busy) / static_cast<double>(busy + idle);
+  }
   if (monitor == nullptr) return in;
   const auto history = monitor->History();
   if (history.empty()) return in;

@@ -23,6 +23,9 @@ std::string Pct(double ratio) { return fmt::format("{:.0f}%", 100 * ratio); }
 struct Totals {
   double n = 0, rows = 0;
   double wait = 0, step = 0, read = 0, transform = 0, copy = 0, buffer_wait = 0;
+  // Over the batches with both event figures: the GPU's busy and idle time, and the loop's
+  // wait in Next() for those same batches.
+  double gpu_busy = 0, gpu_idle = 0, gpu_loop_wait = 0;
 };
 
 Totals Sum(const std::vector<BatchTiming>& batches) {
@@ -36,6 +39,11 @@ Totals Sum(const std::vector<BatchTiming>& batches) {
     t.transform += static_cast<double>(b.transform_ns);
     t.copy += static_cast<double>(b.copy_ns);
     t.buffer_wait += static_cast<double>(b.buffer_wait_ns);
+    if (b.gpu_busy_ns >= 0 && b.gpu_idle_ns >= 0) {
+      t.gpu_busy += static_cast<double>(b.gpu_busy_ns);
+      t.gpu_idle += static_cast<double>(b.gpu_idle_ns);
+      t.gpu_loop_wait += static_cast<double>(b.consumer_wait_ns);
+    }
   }
   return t;
 }
@@ -75,7 +83,9 @@ std::string_view VerdictName(Verdict verdict) {
   return "unknown";
 }
 
-Diagnosis Diagnose(const DoctorInput& in) {
+namespace {
+
+Diagnosis ApplyRules(const DoctorInput& in) {
   Diagnosis d;
   if (in.batches.empty()) {
     d.headline = "nothing measured yet: the doctor needs a few batches delivered";
@@ -114,8 +124,33 @@ Diagnosis Diagnose(const DoctorInput& in) {
     d.evidence.push_back(fmt::format("the process used {:.2f} of {:.1f} usable cores",
                                      *in.process_cpu_cores, usable));
   }
+  // The GPU's busy share: events on the training stream when the loop named it (exact about
+  // waits for data), else NVML or a simulated step. Either way the text says which.
+  const bool events = in.gpu_busy_events && in.gpu_event_steps > 0;
+  const std::optional<double> gpu_busy = events ? in.gpu_busy_events : in.gpu_utilization;
+  if (gpu_busy) {
+    d.gpu_busy_fraction = *gpu_busy;
+    d.gpu_measure = events ? "events" : in.gpu_utilization_source;
+  }
+  const std::string gpu_how =
+      events ? fmt::format("measured by events on the training stream over {} steps",
+                           in.gpu_event_steps)
+             : fmt::format("{} utilization", in.gpu_utilization_source);
+  if (events) {
+    d.evidence.push_back(fmt::format(
+        "the GPU was busy {} of its time and waited for the next batch {} ({})",
+        Pct(*in.gpu_busy_events), Pct(1 - *in.gpu_busy_events), gpu_how));
+    if (in.gpu_drained_steps > 0) {
+      d.evidence.push_back(fmt::format(
+          "in {} of {} steps the stream had run out of work before the loop asked for the "
+          "next batch (a synchronization in the step, or host work outlasting the GPU's): "
+          "the GPU waited for the host there, a wait the events count as busy",
+          in.gpu_drained_steps, static_cast<int>(t.n)));
+    }
+  }
   if (in.gpu_utilization) {
-    d.evidence.push_back(fmt::format("GPU utilization {}", Pct(*in.gpu_utilization)));
+    d.evidence.push_back(fmt::format("GPU utilization {} ({})", Pct(*in.gpu_utilization),
+                                     in.gpu_utilization_source));
   }
   const auto cache_advice = [&](std::string_view what_it_saves) -> std::optional<std::string> {
     if (!ram_budget || set_bytes <= 0 || in.cache != "none") return {};
@@ -257,13 +292,50 @@ Diagnosis Diagnose(const DoctorInput& in) {
     return d;
   }
 
-  // 3. The loop gets its data in time. Does the GPU work?
-  if (in.gpu_utilization && *in.gpu_utilization < kGpuIdle) {
-    d.verdict = Verdict::kHostBound;
+  // 3. The loop gets its data in time, yet the events show the GPU waiting for batches: the
+  // batch was handed over while its copy still ran (the loader delivers once the copy is
+  // issued), so the GPU, not the loop, waits for the copy.
+  // The GPU's wait beyond the loop's own wait in Next() is the copy's lag.
+  const double copy_lag_share =
+      t.gpu_busy + t.gpu_idle > 0
+          ? std::max(0.0, t.gpu_idle - t.gpu_loop_wait) / (t.gpu_busy + t.gpu_idle)
+          : (events ? std::max(0.0, 1 - *in.gpu_busy_events - d.consumer_wait_fraction) : 0);
+  if (events && in.device_copy && copy_lag_share >= kWaitInputBound) {
+    d.verdict = Verdict::kCopyBound;
+    d.stage = "copy";
     d.headline = fmt::format(
-        "host-bound training loop: the GPU was busy {} while the loop waited only {} of its "
-        "time for data; the host side of each {:.1f} ms step is the bottleneck",
-        Pct(*in.gpu_utilization), Pct(d.consumer_wait_fraction), per_batch(t.step));
+        "copy-bound: the GPU waited {} of its time for the next batch ({}) while the loop "
+        "waited only {} in Next(): batches reach the loop before their copy to the device "
+        "has finished",
+        Pct(1 - *in.gpu_busy_events), gpu_how, Pct(d.consumer_wait_fraction));
+    d.advice.push_back(fmt::format(
+        "cast floating fields to float16 or bfloat16 on the host (transforms=['cast:FIELD:"
+        "float16']): each batch moves {} instead of {}",
+        Gb(batch_bytes / 2), Gb(batch_bytes)));
+    d.advice.push_back("cache='device' keeps the data set on the GPU and gathers batches "
+                       "there, with no copy per batch, where it fits the VRAM budget");
+    return d;
+  }
+
+  // 4. Does the GPU work? The events rule out waits for data; a GPU idle inside the steps
+  // (waiting for the host to launch, or synchronizing) shows only in NVML's reading.
+  const bool nvml_idle = in.gpu_utilization && *in.gpu_utilization < kGpuIdle;
+  if ((gpu_busy && *gpu_busy < kGpuIdle) || nvml_idle) {
+    d.verdict = Verdict::kHostBound;
+    d.gpu_busy_fraction = nvml_idle ? *in.gpu_utilization : *gpu_busy;
+    d.gpu_measure = nvml_idle ? in.gpu_utilization_source : d.gpu_measure;
+    const std::string busy_text =
+        nvml_idle && events
+            ? fmt::format("the GPU never waited long for data (busy {} between batches, {}) yet "
+                          "ran kernels only {} of the time ({} utilization)",
+                          Pct(*in.gpu_busy_events), gpu_how, Pct(*in.gpu_utilization),
+                          in.gpu_utilization_source)
+            : fmt::format("the GPU was busy {} ({})", Pct(d.gpu_busy_fraction),
+                          nvml_idle ? in.gpu_utilization_source + " utilization" : gpu_how);
+    d.headline = fmt::format(
+        "host-bound training loop: {} while the loop waited only {} of its time for data; the "
+        "host side of each {:.1f} ms step is the bottleneck",
+        busy_text, Pct(d.consumer_wait_fraction), per_batch(t.step));
     d.advice.push_back("look for synchronizations inside the step (.item(), .cpu(), printing "
                        "tensors) and remove them or move them out of the loop");
     d.advice.push_back("fewer, larger kernels: a bigger batch, CUDA graphs or torch.compile "
@@ -273,14 +345,29 @@ Diagnosis Diagnose(const DoctorInput& in) {
   }
   d.verdict = Verdict::kHealthy;
   d.headline =
-      in.gpu_utilization
+      gpu_busy
           ? fmt::format("healthy: the loop waited {} of its time for data and the GPU was busy "
-                        "{}: the step is the bottleneck, as it should be",
-                        Pct(d.consumer_wait_fraction), Pct(*in.gpu_utilization))
+                        "{} ({}): the step is the bottleneck, as it should be",
+                        Pct(d.consumer_wait_fraction), Pct(*gpu_busy), gpu_how)
           : fmt::format("healthy: the loop waited {} of its time for data (GPU utilization "
                         "unknown: no NVML)",
                         Pct(d.consumer_wait_fraction));
   if (auto b = BatchSizeAdvice(in)) d.advice.push_back(*b);
+  return d;
+}
+
+}  // namespace
+
+Diagnosis Diagnose(const DoctorInput& in) {
+  Diagnosis d = ApplyRules(in);
+  // Whatever decided the verdict, say what the events measured when they did.
+  if (d.gpu_measure == "events" &&
+      d.headline.find("events on the training stream") == std::string::npos) {
+    d.headline += fmt::format(
+        "; the GPU waited {} of its time for the next batch (measured by events on the "
+        "training stream over {} steps)",
+        Pct(1 - *in.gpu_busy_events), in.gpu_event_steps);
+  }
   return d;
 }
 

@@ -24,6 +24,7 @@
 #include "gpufeed/sampler.h"
 #include "pipeline/autotuner.h"
 #include "pipeline/batch_layout.h"
+#include "pipeline/gpu_busy_tracker.h"
 #include "pipeline/random.h"
 
 namespace gpufeed {
@@ -92,6 +93,8 @@ struct Batch::Parts {
   std::shared_ptr<std::atomic<int>> held;
   uintptr_t consumer_stream = 0;
   bool consumer_stream_set = false;
+  std::shared_ptr<GpuBusyTracker> gpu_busy;  // times the consumer's stream
+  int64_t step = -1;                         // this batch's step, for gpu_busy
 };
 
 Batch::Batch(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {
@@ -134,6 +137,8 @@ void Batch::WaitOn(uintptr_t stream) const {
   if (ready_) ready_->MakeStreamWait(stream);
   parts_->consumer_stream = stream;
   parts_->consumer_stream_set = true;
+  // The stream may begin this step from here: time it (after the wait, so it counts).
+  if (parts_->gpu_busy) parts_->gpu_busy->MarkStart(parts_->step, stream);
 }
 
 void Batch::Synchronize() const {
@@ -149,7 +154,8 @@ class Loader::Impl {
         layout_(source_->schema(), options_.transforms, options_.batch_size),
         schema_(std::make_shared<const Schema>(layout_.output_schema())),
         device_(options_.device),
-        held_(std::make_shared<std::atomic<int>>(0)) {
+        held_(std::make_shared<std::atomic<int>>(0)),
+        gpu_busy_(std::make_shared<GpuBusyTracker>(device_)) {
     if (options_.max_prefetch == 0) {
       if (options_.autotune) {
         // Prefetched batches are memory: keep the deepest the tuner may go within a quarter
@@ -208,9 +214,14 @@ class Loader::Impl {
     if (last_return_ns_ != 0) {
       consumer_step_ns_.fetch_add(called - last_return_ns_, std::memory_order_relaxed);
     } else {
+      std::lock_guard lock(mu_);  // stats() reads it under mu_ from any thread
       wall_start_ns_ = called;
     }
+    // The step ends here: all its GPU work is queued before this call.
+    const bool drained = gpu_busy_->EndStep();
+    if (pending_timing_) pending_timing_->gpu_drained = drained;
     FinishPendingTiming(called);
+    HarvestGpuFigures();
     std::unique_ptr<Batch> batch;
     {
       std::unique_lock lock(mu_);
@@ -220,6 +231,7 @@ class Loader::Impl {
         // whose first batches the workers may have built already.
         ++consumer_epoch_;
         consumer_batch_ = 0;
+        gpu_busy_->BeginStep(-1, -1);  // the loop's work between epochs is no wait for data
         last_return_ns_ = NowNs();
         return nullptr;
       }
@@ -249,7 +261,12 @@ class Loader::Impl {
       batch = MakeBatch(std::move(ready));
     }
     held_->fetch_add(1);
-    last_return_ns_ = NowNs();
+    batch->parts_->gpu_busy = gpu_busy_;
+    batch->parts_->step = gpu_busy_->BeginStep(batch->epoch_, batch->index_);
+    {
+      std::lock_guard lock(mu_);  // stats() reads it under mu_ from any thread
+      last_return_ns_ = NowNs();
+    }
     consumer_wait_ns_.fetch_add(last_return_ns_ - called, std::memory_order_relaxed);
     pending_timing_->consumer_wait_ns = last_return_ns_ - called;
     delivered_batches_.fetch_add(1, std::memory_order_relaxed);
@@ -348,10 +365,20 @@ class Loader::Impl {
   }
 
   std::vector<BatchTiming> RecentBatches(size_t n) const {
+    HarvestGpuFigures();
     std::lock_guard lock(timings_mu_);
     const size_t take = std::min(n, timings_.size());
-    return std::vector<BatchTiming>(timings_.end() - static_cast<std::ptrdiff_t>(take),
-                                    timings_.end());
+    std::vector<BatchTiming> out(timings_.end() - static_cast<std::ptrdiff_t>(take),
+                                 timings_.end());
+    if (!gpu_figures_.empty()) {
+      for (BatchTiming& t : out) {
+        auto it = gpu_figures_.find({t.epoch, t.batch});
+        if (it == gpu_figures_.end()) continue;
+        t.gpu_busy_ns = it->second.first;
+        t.gpu_idle_ns = it->second.second;
+      }
+    }
+    return out;
   }
 
   LoaderStats Stats() const {
@@ -382,6 +409,12 @@ class Loader::Impl {
     }
     s.buffer_bytes = static_cast<int64_t>(layout_.buffer_bytes());
     s.device = device_->name();
+    HarvestGpuFigures();
+    const GpuBusyTotals gpu = gpu_busy_->Totals();
+    s.gpu_steps = gpu.steps;
+    s.gpu_busy_ns = gpu.busy_ns;
+    s.gpu_idle_ns = gpu.idle_ns;
+    s.gpu_drained_steps = gpu.drained_steps;
     return s;
   }
 
@@ -397,6 +430,19 @@ class Loader::Impl {
   };
 
   static constexpr size_t kTimingsKept = 4096;
+
+  // Takes the GPU figures of completed timing events (never waits for the GPU). They come
+  // steps after their batch's timing was recorded, so they wait in gpu_figures_ until
+  // RecentBatches merges them in.
+  void HarvestGpuFigures() const {
+    gpu_busy_->Harvest([this](const GpuStepFigure& f) {
+      std::lock_guard lock(timings_mu_);
+      auto& slot = gpu_figures_.try_emplace({f.epoch, f.batch}, -1, -1).first->second;
+      if (f.busy_ns >= 0) slot.first = f.busy_ns;
+      if (f.idle_ns >= 0) slot.second = f.idle_ns;
+      if (gpu_figures_.size() > kTimingsKept) gpu_figures_.erase(gpu_figures_.begin());
+    });
+  }
 
   // The previous batch's step ended when the consumer called Next() again: record it, and
   // let the autotuner see it.
@@ -641,6 +687,7 @@ class Loader::Impl {
   std::shared_ptr<const Schema> schema_;
   std::shared_ptr<Device> device_;
   std::shared_ptr<std::atomic<int>> held_;
+  std::shared_ptr<GpuBusyTracker> gpu_busy_;
   std::shared_ptr<BufferPool> staging_pool_;  // only when the device needs a copy
   std::shared_ptr<BufferPool> batch_pool_;
   std::mutex stream_mu_;
@@ -665,6 +712,8 @@ class Loader::Impl {
   int64_t consumer_batch_ = 0;
   int64_t run_start_ns_ = 0;
   int64_t first_batch_ns_ = 0;
+  // Written by the consumer thread under mu_ (stats() reads them under it), read there
+  // without it.
   int64_t wall_start_ns_ = 0;
   int64_t last_return_ns_ = 0;
 
@@ -675,6 +724,8 @@ class Loader::Impl {
   std::optional<BatchTiming> pending_timing_;  // consumer thread only: step not known yet
   mutable std::mutex timings_mu_;
   std::deque<BatchTiming> timings_;
+  // (epoch, batch) -> (gpu_busy_ns, gpu_idle_ns), -1 where not measured yet.
+  mutable std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> gpu_figures_;
   std::vector<std::string> tuning_log_;
 
   std::unique_ptr<ThreadPool> pool_;

@@ -10,6 +10,12 @@ double LoaderStats::ConsumerWaitFraction() const {
   return total > 0 ? static_cast<double>(consumer_wait_ns) / static_cast<double>(total) : 0.0;
 }
 
+double LoaderStats::GpuBusyFraction() const {
+  const int64_t total = gpu_busy_ns + gpu_idle_ns;
+  if (gpu_steps == 0 || total <= 0) return -1;
+  return static_cast<double>(gpu_busy_ns) / static_cast<double>(total);
+}
+
 std::string LoaderStats::ToJson() const {
   const auto seconds = [](int64_t ns) { return static_cast<double>(ns) * 1e-9; };
   nlohmann::json j = {
@@ -33,7 +39,13 @@ std::string LoaderStats::ToJson() const {
       {"tuning_log", tuning_log},
       {"buffer_bytes", buffer_bytes},
       {"device", device},
+      {"gpu_event_steps", gpu_steps},
+      {"gpu_busy_s", seconds(gpu_busy_ns)},
+      {"gpu_idle_s", seconds(gpu_idle_ns)},
+      {"gpu_drained_steps", gpu_drained_steps},
   };
+  // null, not a number, when nothing was measured: no stream was named.
+  j["gpu_busy_fraction"] = gpu_steps > 0 ? nlohmann::json(GpuBusyFraction()) : nlohmann::json();
   return j.dump();
 }
 

@@ -4,6 +4,7 @@
 // the same shape as cuda.h's (arity, and per parameter: pointer depth, constness, size).
 // Constants are compared by value. This file only compiles the checks; it links no driver.
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <gtest/gtest.h>
 
 #include <string_view>
@@ -26,6 +27,8 @@ constexpr bool SameShape() {
       return false;
     } else if constexpr (std::is_void_v<PA> || std::is_void_v<PB>) {
       return std::is_void_v<PA> && std::is_void_v<PB>;
+    } else if constexpr (std::is_function_v<PA> || std::is_function_v<PB>) {
+      return std::is_same_v<PA, PB>;  // callbacks (CUhostFn): CUDA_CB is empty on Linux
     } else if constexpr (std::is_class_v<PA> || std::is_class_v<PB>) {
       return std::is_class_v<PA> && std::is_class_v<PB>;  // opaque handles
     } else {
@@ -60,7 +63,16 @@ struct SameFunction<RA (*)(A...), RB (*)(B...)> {
   static_assert(std::string_view(symbol) == std::string_view(GPUFEED_XSTR(base)),     \
                 "we dlsym " symbol " but cuda.h maps " #base " to " GPUFEED_XSTR(base));
 GPUFEED_CUDA_DRIVER_SYMBOLS(GPUFEED_CHECK_ENTRY)
+// Optional symbols: the preferred name is the one cuda.h maps to; the older fallback has the
+// same signature (PFN_cuEventElapsedTime_v2000 and _v12080 in cudaTypedefs.h).
+#define GPUFEED_CHECK_OPTIONAL(member, symbol, base, signature, older) \
+  GPUFEED_CHECK_ENTRY(member, symbol, base, signature)
+GPUFEED_CUDA_DRIVER_OPTIONAL_SYMBOLS(GPUFEED_CHECK_OPTIONAL)
+#undef GPUFEED_CHECK_OPTIONAL
 #undef GPUFEED_CHECK_ENTRY
+static_assert(SameFunction<decltype(CudaDriver::EventElapsedTime),
+                           PFN_cuEventElapsedTime_v2000>::value,
+              "the pre-12.8 fallback cuEventElapsedTime has another signature");
 
 static_assert(sizeof(CUdeviceptr) == sizeof(::CUdeviceptr));
 static_assert(sizeof(CUresult) == sizeof(::CUresult));
@@ -80,6 +92,7 @@ static_assert(kErrorNotReady == CUDA_ERROR_NOT_READY);
 static_assert(kMemHostAllocPortable == CU_MEMHOSTALLOC_PORTABLE);
 static_assert(kStreamNonBlocking == CU_STREAM_NON_BLOCKING);
 static_assert(kEventDisableTiming == CU_EVENT_DISABLE_TIMING);
+static_assert(kEventDefault == CU_EVENT_DEFAULT);
 static_assert(kEventWaitDefault == CU_EVENT_WAIT_DEFAULT);
 
 // The fallback names agree with the toolkit's enum for the codes they name.

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <future>
@@ -159,6 +160,87 @@ TEST_F(CudaLoaderTest, ConsumerStreamWaitsForTheCopyBeforeReadingTheBatch) {
   }
   CurrentContextScope scope(*device_->context());
   EXPECT_EQ(driver.StreamDestroy(consumer), kSuccess);
+}
+
+// A training step on the consumer's stream: wait for the batch, a 10 ms "kernel", then the
+// host waits for it (loss.item()), as most loops do once a step.
+TEST_F(CudaLoaderTest, EventsOnTheConsumerStreamMeasureTheGpuBusyShareOfEachStep) {
+  const CudaDriver& driver = device_->driver();
+  CUstream consumer = nullptr;
+  {
+    CurrentContextScope scope(*device_->context());
+    ASSERT_EQ(driver.StreamCreate(&consumer, kStreamNonBlocking), kSuccess);
+  }
+  {
+    auto loader = MakeLoader(64 * 8, 8, 2, 2);
+    constexpr int kSteps = 30;
+    // stats() and RecentBatches() may be called from any thread: they harvest events too.
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+      while (!done.load()) {
+        loader->stats();
+        loader->RecentBatches(8);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+    struct StopWatcher {  // joins it on every way out, a failed ASSERT included
+      std::atomic<bool>& done;
+      std::thread& watcher;
+      ~StopWatcher() {
+        done = true;
+        if (watcher.joinable()) watcher.join();
+      }
+    } stop_watcher{done, watcher};
+    for (int i = 0; i < kSteps; ++i) {
+      auto batch = loader->Next();
+      ASSERT_TRUE(batch);
+      batch->WaitOn(reinterpret_cast<uintptr_t>(consumer));
+      ASSERT_EQ(fake_cuda_stream_sleep(consumer, 10'000), 0);
+      ASSERT_EQ(driver.StreamSynchronize(consumer), kSuccess);
+    }
+    done = true;
+    watcher.join();
+    ASSERT_TRUE(loader->Next());  // ends the last step
+    ASSERT_EQ(driver.StreamSynchronize(consumer), kSuccess);
+    const LoaderStats stats = loader->stats();
+    EXPECT_GE(stats.gpu_steps, kSteps - 2);
+    EXPECT_GT(stats.GpuBusyFraction(), 0.9) << stats.ToJson();
+    EXPECT_GE(stats.gpu_busy_ns, (kSteps - 2) * int64_t{10'000'000});
+    EXPECT_GE(stats.gpu_drained_steps, kSteps - 1);  // synchronized every step
+    EXPECT_THAT(stats.ToJson(), HasSubstr("\"gpu_event_steps\":"));
+    int measured = 0;
+    for (const BatchTiming& t : loader->RecentBatches(kSteps)) {
+      if (t.gpu_busy_ns < 0) continue;
+      ++measured;
+      EXPECT_GE(t.gpu_busy_ns, 10'000'000);
+      EXPECT_GE(t.gpu_idle_ns, t.batch == 0 ? -1 : 0);
+    }
+    EXPECT_GE(measured, kSteps - 1);
+  }
+  CurrentContextScope scope(*device_->context());
+  EXPECT_EQ(driver.StreamDestroy(consumer), kSuccess);
+}
+
+TEST_F(CudaLoaderTest, AConsumerThatNamesNoStreamGetsNoEventFigures) {
+  auto loader = MakeLoader(64 * 8, 8, 2, 2);
+  for (int i = 0; i < 20; ++i) {
+    auto batch = loader->Next();
+    ASSERT_TRUE(batch);
+    batch->Synchronize();
+  }
+  loader->Next();
+  fake_cuda_synchronize_all();
+  const LoaderStats stats = loader->stats();
+  EXPECT_EQ(stats.gpu_steps, 0);
+  EXPECT_EQ(stats.gpu_busy_ns, 0);
+  EXPECT_EQ(stats.gpu_drained_steps, 0);
+  EXPECT_LT(stats.GpuBusyFraction(), 0);
+  EXPECT_THAT(stats.ToJson(), HasSubstr("\"gpu_busy_fraction\":null"));
+  for (const BatchTiming& t : loader->RecentBatches(20)) {
+    EXPECT_EQ(t.gpu_busy_ns, -1);
+    EXPECT_EQ(t.gpu_idle_ns, -1);
+    EXPECT_FALSE(t.gpu_drained);
+  }
 }
 
 TEST_F(CudaLoaderTest, OutOfDeviceMemoryNamesBytesAndFreeMemoryAndLeaksNothing) {

@@ -60,6 +60,52 @@ TEST_F(FakeDriverTest, EventIsNotReadyUntilItsStreamReachesIt) {
   EXPECT_EQ(driver_->MemFreeHost(host), kSuccess);
 }
 
+TEST_F(FakeDriverTest, TimingEventsMeasureABusyStreamAsTheRealDriverDoes) {
+  ASSERT_NE(driver_->EventElapsedTime, nullptr);
+  CUstream stream = nullptr;
+  CUevent start = nullptr, end = nullptr, untimed = nullptr, never = nullptr;
+  ASSERT_EQ(driver_->StreamCreate(&stream, kStreamNonBlocking), kSuccess);
+  ASSERT_EQ(driver_->EventCreate(&start, kEventDefault), kSuccess);
+  ASSERT_EQ(driver_->EventCreate(&end, kEventDefault), kSuccess);
+  ASSERT_EQ(driver_->EventCreate(&untimed, kEventDisableTiming), kSuccess);
+  ASSERT_EQ(driver_->EventCreate(&never, kEventDefault), kSuccess);
+  EXPECT_EQ(driver_->StreamQuery(stream), kSuccess);  // nothing enqueued: drained
+
+  ASSERT_EQ(driver_->EventRecord(start, stream), kSuccess);
+  ASSERT_EQ(fake_cuda_stream_sleep(stream, 30'000), 0);  // a 30 ms kernel
+  ASSERT_EQ(driver_->EventRecord(end, stream), kSuccess);
+  ASSERT_EQ(driver_->EventRecord(untimed, stream), kSuccess);
+  float ms = -1;
+  EXPECT_EQ(driver_->StreamQuery(stream), kErrorNotReady);
+  EXPECT_EQ(driver_->EventElapsedTime(&ms, start, end), kErrorNotReady);
+  ASSERT_EQ(driver_->StreamSynchronize(stream), kSuccess);
+  EXPECT_EQ(driver_->StreamQuery(stream), kSuccess);
+  ASSERT_EQ(driver_->EventElapsedTime(&ms, start, end), kSuccess);
+  EXPECT_GE(ms, 29.0f);
+  EXPECT_LT(ms, 300.0f);  // generous: a loaded machine sleeps long
+  float back = 0;
+  ASSERT_EQ(driver_->EventElapsedTime(&back, end, start), kSuccess);
+  EXPECT_FLOAT_EQ(back, -ms);
+  EXPECT_EQ(driver_->EventElapsedTime(&ms, start, untimed), kErrorInvalidHandle);
+  EXPECT_EQ(driver_->EventElapsedTime(&ms, start, never), kErrorInvalidHandle);
+
+  // A host function runs in stream order: after the 30 ms before it.
+  ASSERT_EQ(driver_->EventRecord(start, stream), kSuccess);
+  ASSERT_EQ(fake_cuda_stream_sleep(stream, 30'000), 0);
+  int ran = 0;
+  ASSERT_EQ(driver_->LaunchHostFunc(stream, [](void* p) { ++*static_cast<int*>(p); }, &ran),
+            kSuccess);
+  ASSERT_EQ(driver_->EventRecord(end, stream), kSuccess);
+  ASSERT_EQ(driver_->EventSynchronize(start), kSuccess);
+  ASSERT_EQ(driver_->StreamSynchronize(stream), kSuccess);
+  EXPECT_EQ(ran, 1);
+  ASSERT_EQ(driver_->EventElapsedTime(&ms, start, end), kSuccess);
+  EXPECT_GE(ms, 29.0f);
+
+  for (CUevent e : {start, end, untimed, never}) EXPECT_EQ(driver_->EventDestroy(e), kSuccess);
+  EXPECT_EQ(driver_->StreamDestroy(stream), kSuccess);
+}
+
 TEST_F(FakeDriverTest, StreamWaitEventOrdersOnlyTheWaitingStream) {
   fake_cuda_set_copy_delay_us(30'000);
   void* host = nullptr;

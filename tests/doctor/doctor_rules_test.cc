@@ -141,3 +141,94 @@ TEST(DoctorRules, AMachineBusyWithOtherProcessesIsCpuSaturatedNotIoBound) {
 
 }  // namespace
 }  // namespace gpufeed
+
+// The GPU measured by events on the training stream (BatchTiming::gpu_busy_ns/gpu_idle_ns).
+namespace gpufeed {
+namespace {
+
+using ::testing::HasSubstr;
+
+DoctorInput WithEvents(DoctorInput in, double busy_ms, double idle_ms, int drained = 0) {
+  int i = 0;
+  for (BatchTiming& t : in.batches) {
+    t.gpu_busy_ns = static_cast<int64_t>(busy_ms * 1e6);
+    t.gpu_idle_ns = static_cast<int64_t>(idle_ms * 1e6);
+    t.gpu_drained = i++ < drained;
+  }
+  // What CollectDoctorInput derives from the same batches.
+  in.gpu_event_steps = static_cast<int64_t>(in.batches.size());
+  in.gpu_busy_events = busy_ms / (busy_ms + idle_ms);
+  in.gpu_drained_steps = drained;
+  in.device_copy = true;
+  return in;
+}
+
+TEST(DoctorRules, EventsArePreferredOverNvmlAndTheTextSaysSo) {
+  DoctorInput in = WithEvents(Recorded(0.1, 10, 5), 9.8, 0.2);
+  in.gpu_utilization = 0.6;  // NVML's coarse "a kernel ran" reading
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kHealthy);
+  EXPECT_EQ(d.gpu_measure, "events");
+  EXPECT_NEAR(d.gpu_busy_fraction, 0.98, 1e-9);
+  EXPECT_THAT(d.headline, HasSubstr("busy 98% (measured by events on the training stream over "
+                                    "32 steps)"));
+  EXPECT_THAT(d.ToJson(), HasSubstr("\"gpu_measure\":\"events\""));
+}
+
+TEST(DoctorRules, WithoutEventsTheTextNamesNvml) {
+  DoctorInput in = Recorded(0.1, 10, 5);
+  in.gpu_utilization = 0.93;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.gpu_measure, "NVML");
+  EXPECT_THAT(d.headline, HasSubstr("(NVML utilization)"));
+  EXPECT_THAT(Diagnose(Recorded(0.1, 10, 5)).ToJson(), HasSubstr("\"gpu_busy_fraction\":null"));
+}
+
+TEST(DoctorRules, GpuWaitingForBatchesTheLoopAlreadyHasIsCopyBound) {
+  // The loop never waits in Next(), yet the GPU waits 40% of its time: the copies are late.
+  DoctorInput in = WithEvents(Recorded(0.1, 10, 5), 6, 4);
+  in.gpu_utilization = 0.9;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kCopyBound) << d.ToText();
+  EXPECT_EQ(d.stage, "copy");
+  EXPECT_THAT(d.headline, HasSubstr("the GPU waited 40% of its time"));
+  EXPECT_THAT(d.headline, HasSubstr("events on the training stream"));
+}
+
+TEST(DoctorRules, TheGpuWaitingWhileTheLoopWaitsInNextIsNoCopyLag) {
+  // The GPU waits 1.5 ms a step (14%), 0.9 ms of it while the loop itself waits in Next()
+  // (9%, under the input-bound line): 0.6 ms (6%) is left for the copy, too little to blame.
+  DoctorInput in = WithEvents(Recorded(0.9, 9, 5), 9, 1.5);
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kHealthy) << d.ToText();
+  EXPECT_THAT(d.headline, HasSubstr("busy 86% (measured by events"));
+}
+
+TEST(DoctorRules, InputBoundVerdictSaysWhatTheEventsMeasured) {
+  DoctorInput in = WithEvents(Recorded(30, 10, 78), 10, 30);
+  in.process_cpu_cores = 1.98;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound);
+  EXPECT_EQ(d.stage, "read");
+  EXPECT_THAT(d.headline, HasSubstr("the GPU waited 75% of its time for the next batch "
+                                    "(measured by events on the training stream over 32 "
+                                    "steps)"));
+}
+
+TEST(DoctorRules, NoDataWaitOnTheEventsButAnIdleNvmlIsHostBound) {
+  // Events rule the data out; the GPU idles inside the steps, which only NVML sees, and the
+  // stream had run dry at every Next().
+  DoctorInput in = WithEvents(Recorded(0.1, 10, 5), 9.9, 0.1, 32);
+  in.gpu_utilization = 0.15;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kHostBound) << d.ToText();
+  EXPECT_THAT(d.headline, HasSubstr("ran kernels only 15% of the time (NVML utilization)"));
+  bool drained = false;
+  for (const auto& e : d.evidence) {
+    drained |= e.find("in 32 of 32 steps the stream had run out") != std::string::npos;
+  }
+  EXPECT_TRUE(drained) << d.ToText();
+}
+
+}  // namespace
+}  // namespace gpufeed

@@ -122,6 +122,71 @@ TEST_F(DoctorCudaScenario, SlowCopiesAreCopyBound) {
   }
 }
 
+// The training loop on a consumer stream of the fake driver: each step waits for its batch,
+// runs a `kernel_us` kernel, and the host waits for it (loss.item()). The doctor then reads
+// the event-measured GPU figures the loader gathered.
+class DoctorStreamScenario : public testing::FakeCudaTest {
+ protected:
+  Diagnosis RunOnStream(Loader& loader, int batches, int64_t kernel_us) {
+    auto device = std::static_pointer_cast<cuda::CudaDevice>(loader.options().device);
+    const cuda::CudaDriver& driver = device->driver();
+    cuda::CUstream stream = nullptr;
+    {
+      cuda::CurrentContextScope scope(*device->context());
+      EXPECT_EQ(driver.StreamCreate(&stream, cuda::kStreamNonBlocking), cuda::kSuccess);
+    }
+    const auto step = [&] {
+      auto batch = loader.Next();
+      if (!batch) batch = loader.Next();  // the next epoch
+      batch->WaitOn(reinterpret_cast<uintptr_t>(stream));
+      fake_cuda_stream_sleep(stream, kernel_us);
+      driver.StreamSynchronize(stream);
+    };
+    for (int i = 0; i < 4; ++i) step();  // start-up
+    for (int i = 0; i < batches; ++i) step();
+    loader.Next();  // ends the last step
+    driver.StreamSynchronize(stream);
+    const Diagnosis d = Diagnose(CollectDoctorInput(loader, nullptr, static_cast<size_t>(batches)));
+    cuda::CurrentContextScope scope(*device->context());
+    driver.StreamDestroy(stream);
+    return d;
+  }
+};
+
+TEST_F(DoctorStreamScenario, ComputeBoundStepMeasuredByEventsIsHealthy) {
+  auto device = cuda::OpenCudaDevice();
+  Loader loader(MemorySource(10000), Options(64, device));
+  const Diagnosis d = RunOnStream(loader, 20, 10'000);
+  EXPECT_NE(d.verdict, Verdict::kInputBound) << d.ToText();
+  EXPECT_EQ(d.verdict, Verdict::kHealthy) << d.ToText();
+  EXPECT_EQ(d.gpu_measure, "events");
+  EXPECT_GT(d.gpu_busy_fraction, 0.9) << d.ToText();
+  EXPECT_THAT(d.headline, ::testing::HasSubstr("measured by events on the training stream"));
+}
+
+TEST_F(DoctorStreamScenario, SlowSourceMakesTheGpuWaitAndIsInputBoundOnRead) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpufeed_doctor_stream_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::vector<float> x(4000 * 8, 0.5f);
+  WriteNpy((dir / "x.npy").string(), ParseSchema("x:float32[8]").fields[0], 4000, x.data());
+  FaultInjectingFileSystem::Rules slow;
+  slow.delay_us = 300;
+  NumpyOptions o;
+  o.file_system = std::make_shared<FaultInjectingFileSystem>(DefaultFileSystem(), slow);
+  {
+    auto device = cuda::OpenCudaDevice();
+    Loader loader(OpenNumpy(dir.string(), o), Options(32, device));
+    const Diagnosis d = RunOnStream(loader, 20, 1'000);
+    EXPECT_EQ(d.verdict, Verdict::kInputBound) << d.ToText();
+    EXPECT_EQ(d.stage, "read") << d.ToText();
+    EXPECT_EQ(d.gpu_measure, "events");
+    EXPECT_LT(d.gpu_busy_fraction, 0.6) << d.ToText();  // ~0.2 here; a loaded machine oversleeps
+    EXPECT_THAT(d.headline, ::testing::HasSubstr("the GPU waited"));
+  }
+  fs::remove_all(dir);
+}
+
 TEST(DoctorScenario, ComputeBoundStepIsHealthy) {
   Loader loader(MemorySource(10000), Options(64));
   // The GPU computes for 10 ms a step (the host thread waits on it) and NVML reads 95%.

@@ -268,6 +268,31 @@ CUresult cuStreamSynchronize(void* stream) {
   return fc::kSuccess;
 }
 
+CUresult cuStreamQuery(void* stream) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  Stream* target = fc::FindStream(s, stream, "cuStreamQuery");
+  if (target == nullptr) return fc::kInvalidHandle;
+  if (target->completed < target->enqueued) return fc::kNotReady;
+  if (target->error_seq != 0) return target->error;
+  return fc::kSuccess;
+}
+
+CUresult cuLaunchHostFunc(void* stream, void (*fn)(void*), void* data) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuLaunchHostFunc"); r != fc::kSuccess) return r;
+  if (fn == nullptr) return fc::kInvalidValue;
+  Stream* target = fc::FindStream(s, stream, "cuLaunchHostFunc");
+  if (target == nullptr) return fc::kInvalidHandle;
+  Op op;
+  op.kind = Op::Kind::kHostFunc;
+  op.host_fn = fn;
+  op.host_data = data;
+  fc::Enqueue(s, *target, std::move(op));
+  return fc::kSuccess;
+}
+
 CUresult cuStreamWaitEvent(void* stream, void* event, unsigned int flags) {
   State& s = GetState();
   Lock lock(s.mu);
@@ -286,12 +311,13 @@ CUresult cuStreamWaitEvent(void* stream, void* event, unsigned int flags) {
   return fc::kSuccess;
 }
 
-CUresult cuEventCreate(void** event, unsigned int /*flags*/) {
+CUresult cuEventCreate(void** event, unsigned int flags) {
   State& s = GetState();
   Lock lock(s.mu);
   if (CUresult r = fc::RequireContext(s, "cuEventCreate"); r != fc::kSuccess) return r;
   if (event == nullptr) return fc::kInvalidValue;
   auto created = std::make_unique<Event>();
+  created->timing = (flags & 0x2) == 0;  // CU_EVENT_DISABLE_TIMING
   *event = created.get();
   s.events[created.get()] = std::move(created);
   return fc::kSuccess;
@@ -307,6 +333,28 @@ CUresult cuEventRecord(void* event, void* stream) {
   // Captures the stream's work at this moment.
   e->stream = target == s.default_stream.get() ? s.default_stream : s.live_streams.at(target);
   e->seq = target->enqueued;
+  e->recorded_ns = fc::NowNs();
+  return fc::kSuccess;
+}
+
+// cuda.h (12.8+) maps cuEventElapsedTime here. As the real one: INVALID_HANDLE for an event
+// never recorded or made with DISABLE_TIMING, NOT_READY while either is pending.
+CUresult cuEventElapsedTime_v2(float* ms, void* start, void* end) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (ms == nullptr) return fc::kInvalidValue;
+  Event* a = fc::FindEvent(s, start, "cuEventElapsedTime_v2");
+  Event* b = fc::FindEvent(s, end, "cuEventElapsedTime_v2");
+  if (a == nullptr || b == nullptr) return fc::kInvalidHandle;
+  if (!a->timing || !b->timing || !a->stream || !b->stream) return fc::kInvalidHandle;
+  for (const Event* e : {a, b}) {
+    const CUresult status = fc::EventStatus(s, *e);
+    if (status != fc::kSuccess) return status;
+  }
+  const int64_t t0 = fc::EventTime(s, *a);
+  const int64_t t1 = fc::EventTime(s, *b);
+  if (t0 < 0 || t1 < 0) return fc::kNotReady;  // events_lie: complete in name only
+  *ms = static_cast<float>(static_cast<double>(t1 - t0) * 1e-6);
   return fc::kSuccess;
 }
 

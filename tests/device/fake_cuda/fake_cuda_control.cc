@@ -157,6 +157,18 @@ int fake_cuda_stream_probe(void* stream, const void* ptr, size_t bytes, int* out
   return fc::kSuccess;
 }
 
+int fake_cuda_stream_sleep(void* stream, int64_t microseconds) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  fc::Stream* target = fc::FindStream(s, stream, "fake_cuda_stream_sleep");
+  if (target == nullptr || microseconds < 0) return fc::kInvalidValue;
+  fc::Op op;
+  op.kind = fc::Op::Kind::kSleep;
+  op.sleep_us = microseconds;
+  fc::Enqueue(s, *target, std::move(op));
+  return fc::kSuccess;
+}
+
 void fake_cuda_synchronize_all(void) {
   State& s = GetState();
   Lock lock(s.mu);

@@ -6,7 +6,9 @@
 // released context) is recorded as a failure the test reads back. Each stream is one thread
 // that runs its operations in order, every copy after a configurable delay, so a buffer
 // reused before its copy ran shows up as wrong data. Events and stream waits behave as the
-// driver documents them.
+// driver documents them; an event is stamped with the steady clock when its stream gets
+// there, which cuEventElapsedTime_v2 reports, and fake_cuda_stream_sleep stands in for a
+// consumer's kernels.
 //
 // Thread-safety: every function is thread-safe. fake_cuda_reset() requires no streams or
 // events alive.
@@ -56,6 +58,9 @@ int fake_cuda_pending_writes(const void* ptr, size_t bytes);
 // number of unfinished copies writing [ptr, ptr + bytes): 0 proves the stream was ordered
 // after them. *out is -1 until then.
 int fake_cuda_stream_probe(void* stream, const void* ptr, size_t bytes, int* out);
+// Enqueues on `stream` an operation that keeps it busy for `microseconds` (a consumer's
+// kernel): work enqueued after it starts that much later. 0 on success.
+int fake_cuda_stream_sleep(void* stream, int64_t microseconds);
 // Blocks until every stream has run everything enqueued so far.
 void fake_cuda_synchronize_all(void);
 

@@ -1,5 +1,6 @@
 #include "fake_cuda/fake_cuda_state.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +49,16 @@ void Run(State& s, Stream& stream, std::unique_lock<std::mutex>& lock) {
     case Op::Kind::kWait:
       s.cv.wait(lock, [&] { return op.wait_stream->completed >= op.wait_seq; });
       break;
+    case Op::Kind::kSleep:
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::microseconds(op.sleep_us));
+      lock.lock();
+      break;
+    case Op::Kind::kHostFunc:
+      lock.unlock();  // the function may take its time; it must not call the driver
+      op.host_fn(op.host_data);
+      lock.lock();
+      break;
     case Op::Kind::kProbe:
       // This probe is the front of its own stream: only other streams' copies can count.
       *op.probe_out = UnfinishedCopies(s, op.dst, op.bytes, false);
@@ -65,6 +76,12 @@ void WorkerLoop(State& s, Stream& stream) {
     stream.queue.pop_front();
     stream.running = false;
     ++stream.completed;
+    constexpr size_t kDoneKept = size_t{1} << 16;
+    stream.done_ns.push_back(NowNs());
+    if (stream.done_ns.size() > kDoneKept) {
+      stream.done_ns.pop_front();
+      ++stream.done_base;
+    }
     s.cv.notify_all();
   }
   stream.finished = true;
@@ -199,6 +216,24 @@ CUresult EventStatus(const State& s, const Event& event) {
   if (stream.completed < event.seq) return kNotReady;
   if (stream.error_seq != 0 && stream.error_seq <= event.seq) return stream.error;
   return kSuccess;
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t EventTime(const State& s, const Event& event) {
+  (void)s;
+  if (!event.stream) return -1;
+  const Stream& stream = *event.stream;
+  if (stream.completed < event.seq) return -1;
+  // Recorded on a stream with nothing pending: complete when recorded. A real GPU takes a
+  // few microseconds to get there; nothing here depends on that.
+  if (event.seq < stream.done_base) return event.recorded_ns;
+  const int64_t done = stream.done_ns[static_cast<size_t>(event.seq - stream.done_base)];
+  return std::max(done, event.recorded_ns);
 }
 
 CUresult Free(State& s, std::unique_lock<std::mutex>& lock, void* ptr, bool device,

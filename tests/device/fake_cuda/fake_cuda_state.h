@@ -41,7 +41,7 @@ struct Context {
 struct Stream;
 
 struct Op {
-  enum class Kind { kCopy, kWait, kProbe };
+  enum class Kind { kCopy, kWait, kProbe, kSleep, kHostFunc };
   Kind kind = Kind::kCopy;
   uint64_t seq = 0;  // 1-based position on its stream
   // kCopy (and the probed range for kProbe)
@@ -54,6 +54,11 @@ struct Op {
   uint64_t wait_seq = 0;
   // kProbe
   int* probe_out = nullptr;
+  // kSleep: the stream is busy this long (a consumer's kernel, for tests)
+  int64_t sleep_us = 0;
+  // kHostFunc (cuLaunchHostFunc)
+  void (*host_fn)(void*) = nullptr;
+  void* host_data = nullptr;
 };
 
 struct Stream {
@@ -66,12 +71,18 @@ struct Stream {
   uint64_t completed = 0;
   uint64_t error_seq = 0;  // first failed operation (0 = none); sticky like a real error
   CUresult error = kSuccess;
+  // When recent operations completed (steady clock, ns): done_ns[k] is operation
+  // done_base + k. Bounded; events are timed long before their entry drops out.
+  std::deque<int64_t> done_ns;
+  uint64_t done_base = 1;
   std::thread worker;
 };
 
 struct Event {
   std::shared_ptr<Stream> stream;  // of the last record; null = never recorded
   uint64_t seq = 0;                // complete once stream->completed >= seq
+  bool timing = true;              // false: created with CU_EVENT_DISABLE_TIMING
+  int64_t recorded_ns = 0;         // when cuEventRecord ran
 };
 
 struct Allocation {
@@ -133,6 +144,9 @@ std::shared_ptr<Stream> StartStream(State& s, bool is_default);
 // Joins the threads of destroyed streams that have drained.
 void ReapFinished(State& s, std::unique_lock<std::mutex>& lock);
 CUresult EventStatus(const State& s, const Event& event);
+// When the event completed on its stream's clock (ns), or -1 when not complete or unknown.
+int64_t EventTime(const State& s, const Event& event);
+int64_t NowNs();
 // Frees a tracked allocation at base `ptr` after the unfinished copies using it (a failure:
 // a real driver need not wait for them).
 CUresult Free(State& s, std::unique_lock<std::mutex>& lock, void* ptr, bool device,

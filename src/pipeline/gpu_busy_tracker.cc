@@ -1,0 +1,130 @@
+#include "pipeline/gpu_busy_tracker.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gpufeed {
+
+GpuBusyTracker::GpuBusyTracker(std::shared_ptr<Device> device, int max_events)
+    : device_(std::move(device)), max_events_(std::max(2, max_events)) {}
+
+GpuBusyTracker::~GpuBusyTracker() = default;
+
+TimingEvent* GpuBusyTracker::TakeEvent() {
+  if (disabled_) return nullptr;
+  if (!free_.empty()) {
+    TimingEvent* e = free_.back();
+    free_.pop_back();
+    return e;
+  }
+  if (static_cast<int>(events_.size()) >= max_events_) return nullptr;  // the GPU lags far
+  std::unique_ptr<TimingEvent> made;
+  try {
+    made = device_->NewTimingEvent();
+  } catch (...) {
+  }
+  if (!made) {
+    Disable();  // this device (or driver) cannot time its streams
+    return nullptr;
+  }
+  events_.push_back(std::move(made));
+  return events_.back().get();
+}
+
+void GpuBusyTracker::Disable() {
+  disabled_ = true;
+  marks_.clear();  // their events may never complete; the figures would be partial anyway
+}
+
+bool GpuBusyTracker::EndStep() {
+  std::lock_guard lock(mu_);
+  if (!step_started_ || step_ended_ || disabled_) {
+    step_ended_ = true;
+    return false;
+  }
+  step_ended_ = true;
+  // Before the end event: a recorded event is itself work the stream has not done yet.
+  const bool drained = device_->StreamDrained(step_stream_);
+  if (drained) ++totals_.drained_steps;
+  TimingEvent* event = TakeEvent();
+  if (event == nullptr) return drained;
+  try {
+    event->Record(step_stream_);
+  } catch (...) {
+    free_.push_back(event);
+    Disable();
+    return drained;
+  }
+  marks_.push_back(Mark{false, step_, step_epoch_, step_batch_, step_stream_, event});
+  return drained;
+}
+
+int64_t GpuBusyTracker::BeginStep(int64_t epoch, int64_t batch) {
+  std::lock_guard lock(mu_);
+  ++step_;
+  step_epoch_ = epoch;
+  step_batch_ = batch;
+  step_started_ = false;
+  step_ended_ = false;
+  return step_;
+}
+
+void GpuBusyTracker::MarkStart(int64_t step, uintptr_t stream) {
+  std::lock_guard lock(mu_);
+  if (disabled_ || step != step_ || step_started_ || step_ended_ || step_batch_ < 0) return;
+  TimingEvent* event = TakeEvent();
+  if (event == nullptr) return;
+  try {
+    event->Record(stream);
+  } catch (...) {
+    free_.push_back(event);
+    Disable();
+    return;
+  }
+  marks_.push_back(Mark{true, step_, step_epoch_, step_batch_, stream, event});
+  step_started_ = true;
+  step_stream_ = stream;
+  ++totals_.marked_steps;
+}
+
+void GpuBusyTracker::Harvest(const std::function<void(const GpuStepFigure&)>& on_figure) {
+  std::lock_guard lock(mu_);
+  // The newest mark stays: its event opens the next interval.
+  while (marks_.size() >= 2) {
+    const Mark& a = marks_[0];
+    const Mark& b = marks_[1];
+    if (!b.event->IsDone() || !a.event->IsDone()) break;  // stream order: the rest is later
+    const bool same_stream = a.stream == b.stream;
+    const bool busy = a.is_start && !b.is_start && a.step == b.step;
+    const bool idle = !a.is_start && b.is_start && b.step == a.step + 1;
+    if (same_stream && (busy || idle)) {
+      if (const auto ms = b.event->MillisecondsSince(*a.event)) {
+        const int64_t ns = std::max<int64_t>(0, std::llround(*ms * 1e6));
+        GpuStepFigure figure{b.epoch, b.batch, -1, -1};
+        if (idle) {
+          figure.idle_ns = ns;
+          pending_idle_step_ = b.step;
+          pending_idle_ns_ = ns;
+        } else {
+          figure.busy_ns = ns;
+          if (pending_idle_step_ == b.step) {
+            ++totals_.steps;
+            totals_.busy_ns += ns;
+            totals_.idle_ns += pending_idle_ns_;
+            pending_idle_step_ = -1;
+          }
+        }
+        if (on_figure) on_figure(figure);
+      }
+    }
+    free_.push_back(a.event);
+    marks_.pop_front();
+  }
+}
+
+GpuBusyTotals GpuBusyTracker::Totals() const {
+  std::lock_guard lock(mu_);
+  return totals_;
+}
+
+}  // namespace gpufeed
