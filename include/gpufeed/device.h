@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 namespace gpufeed {
@@ -39,6 +40,13 @@ class DeviceStream {
   virtual ~DeviceStream() = default;
   // Enqueues a host-to-device copy of `bytes` from pinned `src` to device `dst`.
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  // Enqueues a gather between device buffers: row i of `dst` (rows.size() * row_bytes bytes)
+  // receives row rows[i] of the array at `src`. The device tier's batch path. The indices
+  // are copied to the device on this stream and a kernel moves the rows: no host work per
+  // row, and `rows` may be reused once the call returns. On the host device, memcpy.
+  // REQUIRES: dst and src are AllocDevice memory; every rows[i] is a row of the array at src.
+  virtual void GatherRows(void* dst, const void* src, size_t row_bytes,
+                          std::span<const int64_t> rows) = 0;
   // Records an event after everything enqueued so far.
   virtual std::shared_ptr<DeviceEvent> Record() = 0;
   // Blocks until everything enqueued so far has completed.

@@ -6,10 +6,15 @@
 // DISABLE_TIMING: they only order work. A failed copy surfaces on the event after it:
 // IsDone() then answers true (nothing reads the buffer any more) and Wait() throws.
 //
+// GatherRows stages the row indices in one of a few pinned + device index buffers of the
+// stream's own, each reused only after the event of its last gather: the copy that read the
+// pinned side and the kernel that read the device side are then done.
+//
 // Thread-safety: a CudaStream is for one thread at a time (the loader holds a lock around
 // it). A CudaEvent is thread-safe. Neither destructor throws or blocks.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
 
@@ -23,6 +28,8 @@ struct CudaCounters {
   std::atomic<int64_t> copies{0};
   std::atomic<int64_t> copy_bytes{0};
   std::atomic<int64_t> events{0};
+  std::atomic<int64_t> gathers{0};  // gather kernels launched
+  std::atomic<int64_t> gather_bytes{0};
   // Allocated over the device's life; pools allocate once, so this is their footprint.
   std::atomic<int64_t> host_bytes_allocated{0};  // pinned
   std::atomic<int64_t> device_bytes_allocated{0};
@@ -57,15 +64,32 @@ class CudaStream : public DeviceStream {
 
   // REQUIRES: src is pinned (AllocHost) and dst is device memory (AllocDevice).
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  // Launches gather.cu's widest kernel that row_bytes and both addresses allow.
+  void GatherRows(void* dst, const void* src, size_t row_bytes,
+                  std::span<const int64_t> rows) override;
   std::shared_ptr<DeviceEvent> Record() override;
   void Synchronize() override;
 
   CUstream handle() const { return stream_; }
 
  private:
+  struct IndexSlot {
+    int64_t* host = nullptr;       // pinned
+    CUdeviceptr device = 0;
+    size_t capacity = 0;           // indices
+    std::shared_ptr<CudaEvent> last_use;  // after the gather that last read it
+  };
+  static constexpr size_t kIndexSlots = 4;
+
+  // The next slot, free (its last gather done) and holding at least `count` indices.
+  IndexSlot& TakeSlot(size_t count);
+  void FreeSlot(IndexSlot& slot) noexcept;
+
   std::shared_ptr<const CudaContext> context_;
   std::shared_ptr<CudaCounters> counters_;
   CUstream stream_ = nullptr;
+  std::array<IndexSlot, kIndexSlots> slots_;
+  size_t next_slot_ = 0;
 };
 
 }  // namespace gpufeed::cuda

@@ -48,6 +48,24 @@ void Run(State& s, Stream& stream, std::unique_lock<std::mutex>& lock) {
     case Op::Kind::kWait:
       s.cv.wait(lock, [&] { return op.wait_stream->completed >= op.wait_seq; });
       break;
+    case Op::Kind::kLaunch: {
+      const int64_t delay = s.config.copy_delay_us;
+      if (delay > 0) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(delay));
+        lock.lock();
+      }
+      // Runs with the lock held: no free can pull memory from under the twin.
+      if (stream.error_seq == 0) {
+        const CUresult result = op.twin->run(s, op.params.data());
+        if (result != kSuccess) {
+          stream.error_seq = op.seq;
+          stream.error = result;
+        }
+      }
+      ++s.launches_completed;
+      break;
+    }
     case Op::Kind::kProbe:
       // This probe is the front of its own stream: only other streams' copies can count.
       *op.probe_out = UnfinishedCopies(s, op.dst, op.bytes, false);

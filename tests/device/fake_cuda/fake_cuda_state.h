@@ -29,7 +29,10 @@ inline constexpr CUresult kNotInitialized = 3;
 inline constexpr CUresult kInvalidDevice = 101;
 inline constexpr CUresult kInvalidContext = 201;
 inline constexpr CUresult kInvalidHandle = 400;
+inline constexpr CUresult kNotFound = 500;
 inline constexpr CUresult kNotReady = 600;
+inline constexpr CUresult kIllegalAddress = 700;
+inline constexpr CUresult kMisalignedAddress = 716;
 
 inline constexpr int kMaxDevices = 16;
 
@@ -39,9 +42,31 @@ struct Context {
 };
 
 struct Stream;
+struct State;
+
+// The host twin of a kernel in gpufeed's PTX, found by the kernel's name: what a launch runs
+// on the stream's thread. `run` gets the packed parameters (checked to be `param_bytes`)
+// and returns kSuccess or the sticky error a real launch would leave (illegal address).
+// REQUIRES for run: State::mu held.
+struct KernelTwin {
+  const char* name;
+  size_t param_bytes;
+  CUresult (*run)(State& s, const unsigned char* params);
+};
+// The twin called `name`, or null.
+const KernelTwin* FindKernelTwin(const char* name);
+
+struct Module {
+  std::vector<std::string> entries;  // `.entry` names in the image
+};
+
+struct Function {
+  Module* module = nullptr;
+  const KernelTwin* twin = nullptr;
+};
 
 struct Op {
-  enum class Kind { kCopy, kWait, kProbe };
+  enum class Kind { kCopy, kWait, kProbe, kLaunch };
   Kind kind = Kind::kCopy;
   uint64_t seq = 0;  // 1-based position on its stream
   // kCopy (and the probed range for kProbe)
@@ -54,6 +79,9 @@ struct Op {
   uint64_t wait_seq = 0;
   // kProbe
   int* probe_out = nullptr;
+  // kLaunch
+  const KernelTwin* twin = nullptr;
+  std::vector<unsigned char> params;
 };
 
 struct Stream {
@@ -104,6 +132,9 @@ struct State {
   std::vector<std::shared_ptr<Stream>> workers;  // streams whose thread is not joined yet
   std::shared_ptr<Stream> default_stream;
   std::map<Event*, std::unique_ptr<Event>> events;
+  std::map<Module*, std::unique_ptr<Module>> modules;
+  std::map<Function*, std::unique_ptr<Function>> functions;
+  int64_t launches_completed = 0;
   std::deque<std::string> failures;  // deque: c_str() stays valid as it grows
   int64_t copies_started = 0;        // for fail_copy_nth
   int64_t copies_completed = 0;
