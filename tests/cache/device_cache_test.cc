@@ -274,6 +274,38 @@ TEST_F(DeviceCacheTest, ALoaderOnAnotherDeviceReadsTheSameSamplesOnTheHost) {
   EXPECT_EQ(device_->stats().gathers, 0);
 }
 
+TEST_F(DeviceCacheTest, TheConsumerStreamRunsOnlyAfterTheBatchsGathers) {
+  auto cached = OpenCached(base_, Options("device"));
+  fake_cuda_set_copy_delay_us(20'000);  // gathers still queued when Next() returns
+  const cuda::CudaDriver& driver = device_->driver();
+  cuda::CUstream consumer = nullptr;
+  {
+    cuda::CurrentContextScope scope(*device_->context());
+    ASSERT_EQ(driver.StreamCreate(&consumer, cuda::kStreamNonBlocking), cuda::kSuccess);
+  }
+  {
+    Loader loader(cached, LoaderOpts(100));
+    int unordered = -1;
+    for (int i = 0; i < 6; ++i) {
+      auto batch = loader.Next();
+      ASSERT_NE(batch, nullptr);
+      const FieldView y = batch->field("y");
+      // Control: the default stream, which did not wait, sees the gather still pending.
+      if (i == 0) ASSERT_EQ(fake_cuda_stream_probe(nullptr, y.data, y.bytes(), &unordered), 0);
+      batch->WaitOn(reinterpret_cast<uintptr_t>(consumer));
+      int ordered = -1;
+      ASSERT_EQ(fake_cuda_stream_probe(consumer, y.data, y.bytes(), &ordered), 0);
+      ASSERT_EQ(driver.StreamSynchronize(consumer), cuda::kSuccess);
+      EXPECT_EQ(ordered, 0) << "batch " << i << " read on the consumer stream before its gather";
+      EXPECT_TRUE(Matches(*batch, *base_));
+    }
+    driver.StreamSynchronize(nullptr);
+    EXPECT_GT(unordered, 0);
+  }
+  cuda::CurrentContextScope scope(*device_->context());
+  EXPECT_EQ(driver.StreamDestroy(consumer), cuda::kSuccess);
+}
+
 TEST_F(DeviceCacheTest, DroppingTheLoaderMidEpochLeaksNothing) {
   fake_cuda_set_copy_delay_us(300);
   auto cached = OpenCached(base_, Options("device"));

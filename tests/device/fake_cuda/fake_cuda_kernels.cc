@@ -3,6 +3,7 @@
 // the checks a GPU makes for free: every address it reads or writes lies in a live device
 // allocation (else CUDA_ERROR_ILLEGAL_ADDRESS) and is aligned to the word it moves (else
 // CUDA_ERROR_MISALIGNED_ADDRESS); both are sticky errors of the stream, as on a GPU.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -68,13 +69,32 @@ CUresult GatherTwin(State& s, const unsigned char* params, const char* name) {
   return fc::kSuccess;
 }
 
+bool Overlaps(uint64_t a, uint64_t a_bytes, const void* b, size_t b_bytes) {
+  const auto b0 = reinterpret_cast<uint64_t>(b);
+  return a < b0 + b_bytes && b0 < a + a_bytes;
+}
+
+// A gather writes its batch rows and reads the indices and the source array (from its base:
+// the rows it reads are only known when it runs).
+template <size_t Word>
+bool GatherTouches(const unsigned char* params, const void* ptr, size_t bytes, bool reads_too) {
+  const uint64_t row_bytes = Param(params, 2) * Word;
+  const uint64_t count = Param(params, 4);
+  if (Overlaps(Param(params, 0), count * row_bytes, ptr, bytes)) return true;
+  return reads_too && (Overlaps(Param(params, 3), count * sizeof(int64_t), ptr, bytes) ||
+                       Overlaps(Param(params, 1), std::max<uint64_t>(1, row_bytes), ptr, bytes));
+}
+
 constexpr KernelTwin kTwins[] = {
     {"gpufeed_gather_rows_16", 40,
-     [](State& s, const unsigned char* p) { return GatherTwin<16>(s, p, "gpufeed_gather_rows_16"); }},
+     [](State& s, const unsigned char* p) { return GatherTwin<16>(s, p, "gpufeed_gather_rows_16"); },
+     GatherTouches<16>},
     {"gpufeed_gather_rows_4", 40,
-     [](State& s, const unsigned char* p) { return GatherTwin<4>(s, p, "gpufeed_gather_rows_4"); }},
+     [](State& s, const unsigned char* p) { return GatherTwin<4>(s, p, "gpufeed_gather_rows_4"); },
+     GatherTouches<4>},
     {"gpufeed_gather_rows_1", 40,
-     [](State& s, const unsigned char* p) { return GatherTwin<1>(s, p, "gpufeed_gather_rows_1"); }},
+     [](State& s, const unsigned char* p) { return GatherTwin<1>(s, p, "gpufeed_gather_rows_1"); },
+     GatherTouches<1>},
 };
 
 // The `.entry NAME(` names of a PTX text.

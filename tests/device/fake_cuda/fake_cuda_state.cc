@@ -169,6 +169,10 @@ int UnfinishedCopies(const State& s, const void* ptr, size_t bytes, bool reads_t
   int count = 0;
   for (const auto& stream : s.workers) {
     for (const Op& op : stream->queue) {
+      if (op.kind == Op::Kind::kLaunch) {
+        if (op.twin->touches(op.params.data(), ptr, bytes, reads_too)) ++count;
+        continue;
+      }
       if (op.kind != Op::Kind::kCopy) continue;
       if (Overlaps(op.dst, op.bytes, ptr, bytes) ||
           (reads_too && Overlaps(op.src, op.bytes, ptr, bytes))) {

@@ -52,6 +52,9 @@ struct KernelTwin {
   const char* name;
   size_t param_bytes;
   CUresult (*run)(State& s, const unsigned char* params);
+  // Whether a launch with `params` writes (or, when `reads_too`, also reads) bytes in
+  // [ptr, ptr + bytes): so a free or a probe sees unfinished launches as it sees copies.
+  bool (*touches)(const unsigned char* params, const void* ptr, size_t bytes, bool reads_too);
 };
 // The twin called `name`, or null.
 const KernelTwin* FindKernelTwin(const char* name);
@@ -156,8 +159,8 @@ Stream* FindStream(State& s, void* handle, const char* call);
 Event* FindEvent(State& s, void* handle, const char* call);
 // The live allocation holding [ptr, ptr + bytes) of the given kind, or null.
 const Allocation* FindAllocation(const State& s, const void* ptr, size_t bytes, bool device);
-// Unfinished copies (on any stream) writing, or when `reads_too` also reading, bytes in
-// [ptr, ptr + bytes).
+// Unfinished copies and kernel launches (on any stream) writing, or when `reads_too` also
+// reading, bytes in [ptr, ptr + bytes).
 int UnfinishedCopies(const State& s, const void* ptr, size_t bytes, bool reads_too);
 uint64_t Enqueue(State& s, Stream& stream, Op op);
 std::shared_ptr<Stream> StartStream(State& s, bool is_default);
