@@ -69,6 +69,11 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   in.cuda = options.device != nullptr && options.device->type() == DeviceType::kCuda;
   in.device_name = options.device != nullptr ? options.device->name() : "not given";
   in.device_refusal = DeviceRefusal(options.transforms);
+  if (in.device_refusal.empty() && !options.transforms.empty()) {
+    Schema uploaded = source->schema();
+    for (const auto& t : options.transforms) uploaded = t->OutputSchema(uploaded);
+    in.device_bytes = uploaded.SampleBytes() * static_cast<uint64_t>(source->size());
+  }
   if (in.cuda && (options.tier == "auto" || options.tier == "device")) {
     in.device_budget = options.device_budget_bytes != 0
                            ? options.device_budget_bytes

@@ -20,10 +20,11 @@ TierChoice ChooseTier(const TierInputs& in) {
                   FormatBytes(in.ram_budget));
   const std::string raise = "raise ram_budget_bytes or use tier 'auto'";
   if (in.requested == "none") return {"none", "caching is off"};
-  const bool fits_device = in.bytes <= in.device_budget;
+  const uint64_t device_bytes = in.device_bytes != 0 ? in.device_bytes : in.bytes;
+  const bool fits_device = device_bytes <= in.device_budget;
   const std::string device_why =
-      fmt::format("{} {} the device budget {}", size, fits_device ? "fits" : "exceeds",
-                  FormatBytes(in.device_budget));
+      fmt::format("{} {} the device budget {}", FormatBytes(device_bytes),
+                  fits_device ? "fits" : "exceeds", FormatBytes(in.device_budget));
   if (in.requested == "device") {
     if (!in.cuda) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -39,7 +40,7 @@ TierChoice ChooseTier(const TierInputs& in) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("cache tier 'device': {} ({} bytes > {} bytes) on {}; raise "
                               "device_budget_bytes or use tier 'auto'",
-                              device_why, in.bytes, in.device_budget, in.device_name));
+                              device_why, device_bytes, in.device_budget, in.device_name));
     }
     return {"device", device_why};
   }

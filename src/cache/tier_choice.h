@@ -13,6 +13,9 @@ namespace gpufeed {
 struct TierInputs {
   std::string requested = "auto";  // auto|none|ram|shm|device
   uint64_t bytes = 0;              // the data set
+  // What the device tier would hold (after the transforms it applies before the upload);
+  // 0 = `bytes`.
+  uint64_t device_bytes = 0;
   uint64_t ram_budget = 0;
   uint64_t device_budget = 0;      // 0 when there is no CUDA device
   bool cuda = false;               // the loader's device is a CUDA device

@@ -225,6 +225,8 @@ TEST_F(DeviceCacheTest, DeterministicTransformsRunBeforeTheUpload) {
   CacheOptions o = Options("device");
   o.transforms = {Normalize("mel", 0.5f, 2.0f), Cast("mel", DType::kFloat16)};
   CacheInfo info;
+  // The budget counts the uploaded float16 rows (300 x (64 + 8) bytes), not the float32 ones.
+  o.device_budget_bytes = 300 * (64 + 8);
   auto cached = OpenCached(base_, o, &info);
   EXPECT_EQ(info.tier, "device");
   EXPECT_TRUE(info.loader_transforms.empty());
