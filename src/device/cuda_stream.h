@@ -79,7 +79,10 @@ class CudaStream : public DeviceStream {
     size_t capacity = 0;           // indices
     std::shared_ptr<CudaEvent> last_use;  // after the gather that last read it
   };
-  static constexpr size_t kIndexSlots = 4;
+  // Each gather takes a slot until it completes, and a worker taking a busy slot waits for
+  // it: 32 keep several batches of several fields queued ahead without host waits. Slots
+  // are allocated on first use (8 KiB pinned + 8 KiB device each, more for larger batches).
+  static constexpr size_t kIndexSlots = 32;
 
   // The next slot, free (its last gather done) and holding at least `count` indices.
   IndexSlot& TakeSlot(size_t count);
