@@ -84,12 +84,11 @@ int main(int argc, char** argv) {
     const auto device = gpufeed::OpenDevice(spec);
     auto* cuda = dynamic_cast<gpufeed::cuda::CudaDevice*>(device.get());
     if (cuda == nullptr) {
-      std::fprintf(stderr, "cache_device_gather: device '%s' is not a CUDA device\n",
-                   spec.c_str());
+      std::fprintf(stderr, "cache_device_gather: device '%s' is not a CUDA device\n", spec.c_str());
       return 2;
     }
-    std::printf("device: %s (%s), driver %s\n", cuda->name().c_str(),
-                cuda->product_name().c_str(), cuda->driver().library().c_str());
+    std::printf("device: %s (%s), driver %s\n", cuda->name().c_str(), cuda->product_name().c_str(),
+                cuda->driver().library().c_str());
     if (cuda->driver().is_fake()) {
       std::printf(
           "NOTE: the driver is gpufeed's fake libcuda (a test double: the gather kernel's host "
@@ -101,8 +100,7 @@ int main(int argc, char** argv) {
     auto base = gpufeed::OpenSynthetic(schema, samples, 1);
     std::printf("data set: %lld samples x %zu bytes = %.1f MiB; batch %lld rows = %.1f MiB\n",
                 static_cast<long long>(samples), row,
-                static_cast<double>(row) * samples / (1 << 20),
-                static_cast<long long>(batch_size),
+                static_cast<double>(row) * samples / (1 << 20), static_cast<long long>(batch_size),
                 static_cast<double>(row) * batch_size / (1 << 20));
 
     gpufeed::CacheOptions cache;
@@ -112,8 +110,7 @@ int main(int argc, char** argv) {
     gpufeed::CacheInfo info;
     auto resident = gpufeed::OpenCached(base, cache, &info);
     std::printf("upload: %.3f s (%.2f GB/s) -- %s\n", info.open_seconds,
-                static_cast<double>(info.bytes) / info.open_seconds / 1e9,
-                info.ToString().c_str());
+                static_cast<double>(info.bytes) / info.open_seconds / 1e9, info.ToString().c_str());
 
     // The kernel alone: shuffled rows into one batch buffer, back to back.
     const auto* rows = resident->device_rows();
@@ -151,10 +148,9 @@ int main(int argc, char** argv) {
                 streaming_gbs);
     std::printf("ratio device tier / streaming: %.2f\n", tier_gbs / streaming_gbs);
     const auto ds = cuda->stats();
-    std::printf("device: %lld gathers (%.1f MiB), %lld copies\n",
-                static_cast<long long>(ds.gathers),
-                static_cast<double>(ds.gather_bytes) / (1 << 20),
-                static_cast<long long>(ds.copies));
+    std::printf(
+        "device: %lld gathers (%.1f MiB), %lld copies\n", static_cast<long long>(ds.gathers),
+        static_cast<double>(ds.gather_bytes) / (1 << 20), static_cast<long long>(ds.copies));
     return 0;
   } catch (const gpufeed::Error& e) {
     std::fprintf(stderr, "cache_device_gather: %s\n", e.what());

@@ -19,8 +19,9 @@
 //          before the upload; random ones (SpecAugment) cannot run on device-resident rows,
 //          so the device tier is refused for them.
 //   none   the source itself.
-//   auto   device when it fits the device budget (CUDA only, no random transforms), else shm when the data set fits
-//          the RAM budget (ram where the source cannot be shared across processes), else none.
+//   auto   device when it fits the device budget (CUDA only, no random transforms), else shm
+//          when the data set fits the RAM budget (ram where the source cannot be shared
+//          across processes), else none.
 // The choice and its reason are printed once on stderr.
 //
 // Thread-safety: OpenCached may be called from any thread, and from many processes at once

@@ -116,12 +116,13 @@ void DeviceCachedSource::UploadAll(const DeviceUploadOptions& options) {
     const uint64_t bytes = field.SampleBytes() * static_cast<uint64_t>(samples);
     array_bytes_.push_back(bytes);
     // One byte for an empty array keeps every field's pointer distinct and valid.
-    rows_.fields.push_back(static_cast<std::byte*>(device.AllocDevice(std::max<uint64_t>(1, bytes))));
+    rows_.fields.push_back(
+        static_cast<std::byte*>(device.AllocDevice(std::max<uint64_t>(1, bytes))));
   }
   if (samples == 0) return;
   const size_t sample_bytes = std::max<size_t>(1, base_->schema().SampleBytes());
-  const int64_t chunk = std::clamp<int64_t>(
-      static_cast<int64_t>(options.chunk_bytes / sample_bytes), 1, samples);
+  const int64_t chunk =
+      std::clamp<int64_t>(static_cast<int64_t>(options.chunk_bytes / sample_bytes), 1, samples);
   const BatchLayout layout(base_->schema(), transforms_, chunk);
   const int64_t chunks = (samples + chunk - 1) / chunk;
   const int threads = static_cast<int>(std::clamp<int64_t>(options.threads, 1, chunks));
@@ -134,8 +135,8 @@ void DeviceCachedSource::UploadAll(const DeviceUploadOptions& options) {
   std::atomic<int64_t> done{0};
   std::mutex print_mu;
   int printed = 0;
-  const uint64_t total_bytes = std::accumulate(array_bytes_.begin(), array_bytes_.end(),
-                                               uint64_t{0});
+  const uint64_t total_bytes =
+      std::accumulate(array_bytes_.begin(), array_bytes_.end(), uint64_t{0});
   ThreadPool pool(threads);
   pool.ParallelFor(chunks, [&](int64_t task, int thread) {
     if (failed.load()) return;  // the first error is what the caller hears
@@ -161,8 +162,8 @@ void DeviceCachedSource::UploadAll(const DeviceUploadOptions& options) {
       lane.Issued();
       const int64_t d = done.fetch_add(rows) + rows;
       if (!options.verbose) return;
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                           .count();
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const int tenth = static_cast<int>(d * 10 / samples);
       std::lock_guard lock(print_mu);
       if (s >= 2.0 && tenth > printed && tenth < 10) {
@@ -177,8 +178,7 @@ void DeviceCachedSource::UploadAll(const DeviceUploadOptions& options) {
     }
   });
   for (auto& lane : lanes) lane->Finish();
-  upload_seconds_ =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  upload_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 std::string DeviceCachedSource::Describe() const {

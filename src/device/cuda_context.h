@@ -10,8 +10,8 @@
 // The gather kernels (kernels/gather.cu) are loaded into the context once, on first use, and
 // unloaded with it.
 //
-// Thread-safety: CudaContext is thread-safe (immutable but for the kernels, loaded once). A CurrentContextScope belongs to
-// the thread that made it.
+// Thread-safety: CudaContext is thread-safe (immutable but for the kernels, loaded once). A
+// CurrentContextScope belongs to the thread that made it.
 #pragma once
 
 #include <memory>

@@ -171,8 +171,8 @@ void CudaStream::GatherRows(void* dst, const void* src, size_t row_bytes,
     uint64_t row_words;
     CUdeviceptr rows;
     uint64_t count;
-  } params{reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src),
-           row_bytes / word, slot.device, rows.size()};
+  } params{reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), row_bytes / word,
+           slot.device, rows.size()};
   static_assert(sizeof(params) == kGatherParamBytes);
   size_t params_size = sizeof(params);
   void* extra[] = {kLaunchParamBufferPointer, &params, kLaunchParamBufferSize, &params_size,

@@ -74,9 +74,9 @@ class CudaStream : public DeviceStream {
 
  private:
   struct IndexSlot {
-    int64_t* host = nullptr;       // pinned
+    int64_t* host = nullptr;  // pinned
     CUdeviceptr device = 0;
-    size_t capacity = 0;           // indices
+    size_t capacity = 0;                  // indices
     std::shared_ptr<CudaEvent> last_use;  // after the gather that last read it
   };
   // Each gather takes a slot until it completes, and a worker taking a busy slot waits for

@@ -4,6 +4,8 @@
 // names both sizes, running out of device or pinned memory during the upload leaves nothing
 // allocated, random transforms refuse the tier while deterministic ones run before the
 // upload, and dropping a loader mid-epoch leaks nothing.
+#include "cache/device_cache.h"
+
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,7 +15,6 @@
 #include <set>
 
 #include "cache/cache_test_util.h"
-#include "cache/device_cache.h"
 #include "device/cuda_device.h"
 #include "device/fake_cuda_fixture.h"
 #include "gpufeed/cache.h"
@@ -145,8 +146,8 @@ TEST_F(DeviceCacheTest, AutoFallsToShmOverTheDeviceBudgetAndExplicitDeviceSaysWh
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr(fmt::format("({} bytes > {} bytes) on cuda:0", bytes,
-                                                bytes - 1)));
+    EXPECT_THAT(e.what(),
+                HasSubstr(fmt::format("({} bytes > {} bytes) on cuda:0", bytes, bytes - 1)));
     EXPECT_THAT(e.what(), HasSubstr("device_budget_bytes"));
   }
   o.device_budget_bytes = bytes;

@@ -126,8 +126,7 @@ TEST_F(CudaGatherTest, TheFakeChecksLaunchesAsADriverDoes) {
   CUmodule module = nullptr;
   ASSERT_EQ(driver.ModuleLoadData(&module, kGatherPtx), kSuccess);
   CUfunction function = nullptr;
-  EXPECT_EQ(driver.ModuleGetFunction(&function, module, "gpufeed_no_such_kernel"),
-            kErrorNotFound);
+  EXPECT_EQ(driver.ModuleGetFunction(&function, module, "gpufeed_no_such_kernel"), kErrorNotFound);
   ASSERT_EQ(driver.ModuleGetFunction(&function, module, kGatherKernel16), kSuccess);
   auto* dst = static_cast<std::byte*>(device_->AllocDevice(64));
   const auto address = reinterpret_cast<uint64_t>(dst);
@@ -147,8 +146,7 @@ TEST_F(CudaGatherTest, TheFakeChecksLaunchesAsADriverDoes) {
   EXPECT_EQ(driver.LaunchKernel(function, 0, 1, 1, 32, 1, 1, 0, nullptr, nullptr, extra),
             kErrorInvalidValue);
   // count = 0: a valid launch that moves nothing, by either way of passing parameters.
-  EXPECT_EQ(driver.LaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, extra),
-            kSuccess);
+  EXPECT_EQ(driver.LaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, extra), kSuccess);
   EXPECT_EQ(driver.LaunchKernel(function, 1, 1, 1, 32, 1, 1, 0, nullptr, kernel_params, nullptr),
             kSuccess);
   EXPECT_EQ(driver.StreamSynchronize(nullptr), kSuccess);
@@ -164,8 +162,8 @@ TEST(HostGather, CopiesTheRowsInOrder) {
   std::vector<int32_t> out(4 * 3, -1);
   const std::vector<int64_t> rows = {9, 0, 4, 4};
   device->NewStream()->GatherRows(out.data(), table.data(), 3 * sizeof(int32_t), rows);
-  EXPECT_EQ(out, (std::vector<int32_t>{127, 128, 129, 100, 101, 102, 112, 113, 114, 112, 113,
-                                       114}));
+  EXPECT_EQ(out,
+            (std::vector<int32_t>{127, 128, 129, 100, 101, 102, 112, 113, 114, 112, 113, 114}));
 }
 
 }  // namespace

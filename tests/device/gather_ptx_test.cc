@@ -1,6 +1,8 @@
 // The checked-in PTX of the gather kernels (src/device/kernels/gather_ptx.cc): ptxas
 // assembles it, and it is what gen_gather_ptx.sh makes of gather.cu today. Each test is
 // skipped where the CUDA toolkit (ptxas, nvcc) is absent, as on most CI machines.
+#include "device/kernels/gather_ptx.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -10,7 +12,6 @@
 #include <sstream>
 #include <string>
 
-#include "device/kernels/gather_ptx.h"
 #include "sources/scratch_dir.h"
 
 namespace gpufeed::cuda {
@@ -37,7 +38,7 @@ TEST(GatherPtx, AssemblesWithPtxas) {
   std::ofstream(ptx) << kGatherPtx;
   for (const char* arch : {"sm_75", "sm_90"}) {
     EXPECT_EQ(RunCommand(kToolkit + "ptxas -arch=" + arch + " " + ptx + " -o " + dir.path() +
-                  "/gather.cubin"),
+                         "/gather.cubin"),
               0)
         << arch;
   }

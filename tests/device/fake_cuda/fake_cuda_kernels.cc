@@ -87,7 +87,9 @@ bool GatherTouches(const unsigned char* params, const void* ptr, size_t bytes, b
 
 constexpr KernelTwin kTwins[] = {
     {"gpufeed_gather_rows_16", 40,
-     [](State& s, const unsigned char* p) { return GatherTwin<16>(s, p, "gpufeed_gather_rows_16"); },
+     [](State& s, const unsigned char* p) {
+       return GatherTwin<16>(s, p, "gpufeed_gather_rows_16");
+     },
      GatherTouches<16>},
     {"gpufeed_gather_rows_4", 40,
      [](State& s, const unsigned char* p) { return GatherTwin<4>(s, p, "gpufeed_gather_rows_4"); },
@@ -175,8 +177,8 @@ CUresult cuModuleGetFunction(void** function, void* module, const char* name) {
 }
 
 CUresult cuLaunchKernel(void* function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
-                        unsigned block_x, unsigned block_y, unsigned block_z,
-                        unsigned shared_bytes, void* stream, void** kernel_params, void** extra) {
+                        unsigned block_x, unsigned block_y, unsigned block_z, unsigned shared_bytes,
+                        void* stream, void** kernel_params, void** extra) {
   State& s = GetState();
   Lock lock(s.mu);
   if (CUresult r = fc::RequireContext(s, "cuLaunchKernel"); r != fc::kSuccess) return r;
@@ -220,7 +222,8 @@ CUresult cuLaunchKernel(void* function, unsigned grid_x, unsigned grid_y, unsign
     }
     if (buffer == nullptr || size == nullptr || *size != twin.param_bytes) {
       char text[160];
-      std::snprintf(text, sizeof(text), "cuLaunchKernel(%s): a parameter buffer of %zu bytes, "
+      std::snprintf(text, sizeof(text),
+                    "cuLaunchKernel(%s): a parameter buffer of %zu bytes, "
                     "the kernel takes %zu",
                     twin.name, size != nullptr ? *size : size_t{0}, twin.param_bytes);
       fc::RecordFailure(s, text);
