@@ -147,20 +147,12 @@ CudaStream::IndexSlot& CudaStream::TakeSlot(size_t count) {
   return slot;
 }
 
-void CudaStream::GatherRows(void* dst, const void* src, size_t row_bytes,
-                            std::span<const int64_t> rows) {
-  if (rows.empty() || row_bytes == 0) return;
-  CurrentContextScope scope(*context_);
+void CudaStream::LaunchGather(const GatherField& field, CUdeviceptr rows, size_t count) {
   const CudaDriver& driver = context_->driver();
   const GatherKernels& kernels = context_->gather_kernels();
-  IndexSlot& slot = TakeSlot(rows.size());
-  std::memcpy(slot.host, rows.data(), rows.size_bytes());
-  context_->Check(driver.MemcpyHtoDAsync(slot.device, slot.host, rows.size_bytes(), stream_),
-                  "cuMemcpyHtoDAsync_v2 (gather indices)");
-
   const auto aligned = [&](size_t word) {
-    return row_bytes % word == 0 && reinterpret_cast<uintptr_t>(dst) % word == 0 &&
-           reinterpret_cast<uintptr_t>(src) % word == 0;
+    return field.row_bytes % word == 0 && reinterpret_cast<uintptr_t>(field.dst) % word == 0 &&
+           reinterpret_cast<uintptr_t>(field.src) % word == 0;
   };
   const size_t word = aligned(16) ? 16 : aligned(4) ? 4 : 1;
   CUfunction kernel = word == 16 ? kernels.words16 : word == 4 ? kernels.words4 : kernels.words1;
@@ -171,8 +163,8 @@ void CudaStream::GatherRows(void* dst, const void* src, size_t row_bytes,
     uint64_t row_words;
     CUdeviceptr rows;
     uint64_t count;
-  } params{reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), row_bytes / word,
-           slot.device, rows.size()};
+  } params{reinterpret_cast<CUdeviceptr>(field.dst), reinterpret_cast<CUdeviceptr>(field.src),
+           field.row_bytes / word, rows, count};
   static_assert(sizeof(params) == kGatherParamBytes);
   size_t params_size = sizeof(params);
   void* extra[] = {kLaunchParamBufferPointer, &params, kLaunchParamBufferSize, &params_size,
@@ -185,20 +177,39 @@ void CudaStream::GatherRows(void* dst, const void* src, size_t row_bytes,
   const CUresult result =
       driver.LaunchKernel(kernel, blocks, 1, 1, kThreads, 1, 1, 0, stream_, nullptr, extra);
   if (result != kSuccess) {
-    // The queued index copy still reads the pinned side: the slot waits for it.
+    throw Error(ErrorCode::kDevice,
+                fmt::format("{}: launching the gather of {} rows of {} bytes failed: {}",
+                            context_->name(), count, field.row_bytes, driver.Describe(result)));
+  }
+  counters_->gathers.fetch_add(1, std::memory_order_relaxed);
+  counters_->gather_bytes.fetch_add(static_cast<int64_t>(field.row_bytes * count),
+                                    std::memory_order_relaxed);
+}
+
+void CudaStream::GatherRows(std::span<const GatherField> fields, std::span<const int64_t> rows) {
+  if (rows.empty() || fields.empty()) return;
+  CurrentContextScope scope(*context_);
+  const CudaDriver& driver = context_->driver();
+  context_->gather_kernels();  // loads the module before a slot is taken
+  IndexSlot& slot = TakeSlot(rows.size());
+  std::memcpy(slot.host, rows.data(), rows.size_bytes());
+  // One copy of the indices serves every field's kernel.
+  context_->Check(driver.MemcpyHtoDAsync(slot.device, slot.host, rows.size_bytes(), stream_),
+                  "cuMemcpyHtoDAsync_v2 (gather indices)");
+  try {
+    for (const GatherField& field : fields) {
+      if (field.row_bytes != 0) LaunchGather(field, slot.device, rows.size());
+    }
+  } catch (...) {
+    // The queued copy (and earlier fields' kernels) still read the slot: it waits for them.
     try {
       slot.last_use = CudaEvent::RecordOn(context_, stream_, *counters_);
     } catch (...) {
       driver.StreamSynchronize(stream_);
     }
-    throw Error(ErrorCode::kDevice,
-                fmt::format("{}: launching the gather of {} rows of {} bytes failed: {}",
-                            context_->name(), rows.size(), row_bytes, driver.Describe(result)));
+    throw;
   }
   slot.last_use = CudaEvent::RecordOn(context_, stream_, *counters_);
-  counters_->gathers.fetch_add(1, std::memory_order_relaxed);
-  counters_->gather_bytes.fetch_add(static_cast<int64_t>(row_bytes * rows.size()),
-                                    std::memory_order_relaxed);
 }
 
 void CudaStream::CopyToDevice(void* dst, const void* src, size_t bytes) {

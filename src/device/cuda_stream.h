@@ -6,9 +6,9 @@
 // DISABLE_TIMING: they only order work. A failed copy surfaces on the event after it:
 // IsDone() then answers true (nothing reads the buffer any more) and Wait() throws.
 //
-// GatherRows stages the row indices in one of a few pinned + device index buffers of the
-// stream's own, each reused only after the event of its last gather: the copy that read the
-// pinned side and the kernel that read the device side are then done.
+// GatherRows stages the row indices in one of the stream's own pinned + device index buffers, each
+// reused only after the event of its last gather: the copy that read the pinned side and the kernel
+// that read the device side are then done.
 //
 // Thread-safety: a CudaStream is for one thread at a time (the loader holds a lock around
 // it). A CudaEvent is thread-safe. Neither destructor throws or blocks.
@@ -64,9 +64,10 @@ class CudaStream : public DeviceStream {
 
   // REQUIRES: src is pinned (AllocHost) and dst is device memory (AllocDevice).
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
-  // Launches gather.cu's widest kernel that row_bytes and both addresses allow.
-  void GatherRows(void* dst, const void* src, size_t row_bytes,
-                  std::span<const int64_t> rows) override;
+  // One copy of the indices, then per field gather.cu's widest kernel that its row size and
+  // addresses allow.
+  using DeviceStream::GatherRows;
+  void GatherRows(std::span<const GatherField> fields, std::span<const int64_t> rows) override;
   std::shared_ptr<DeviceEvent> Record() override;
   void Synchronize() override;
 
@@ -79,13 +80,15 @@ class CudaStream : public DeviceStream {
     size_t capacity = 0;                  // indices
     std::shared_ptr<CudaEvent> last_use;  // after the gather that last read it
   };
-  // Each gather takes a slot until it completes, and a worker taking a busy slot waits for
-  // it: 32 keep several batches of several fields queued ahead without host waits. Slots
+  // Each gather (a batch: all its fields) takes a slot until it completes, and a worker taking
+  // a busy slot waits for it: 32 keep many batches queued ahead without host waits. Slots
   // are allocated on first use (8 KiB pinned + 8 KiB device each, more for larger batches).
   static constexpr size_t kIndexSlots = 32;
 
   // The next slot, free (its last gather done) and holding at least `count` indices.
   IndexSlot& TakeSlot(size_t count);
+  // Enqueues one field's kernel reading `count` indices at `rows`. REQUIRES: context current.
+  void LaunchGather(const GatherField& field, CUdeviceptr rows, size_t count);
   void FreeSlot(IndexSlot& slot) noexcept;
 
   std::shared_ptr<const CudaContext> context_;

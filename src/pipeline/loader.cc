@@ -661,7 +661,8 @@ class Loader::Impl {
   }
 
   // The device tier's batch: the rows already lie in device memory, so the worker only
-  // enqueues one gather per field on the copy stream. Issuing counts as copy time.
+  // enqueues the batch's gather (its indices, a kernel per field) on the copy stream.
+  // Issuing counts as copy time.
   template <typename Stopping>
   ReadyBatch Gather(ReadyBatch ready, const Stopping& stopping) {
     const auto rows = static_cast<int64_t>(ready.indices.size());
@@ -675,13 +676,14 @@ class Loader::Impl {
     ready.timing.buffer_wait_ns = t1 - t0;
     buffer_wait_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
     const BatchView view = layout_.View(target.data(), rows);
+    std::vector<GatherField> fields(view.fields.size());
+    for (size_t f = 0; f < fields.size(); ++f) {
+      fields[f] = {view.fields[f], resident_->fields[f], schema_->fields[f].SampleBytes()};
+    }
     {
       std::lock_guard lock(stream_mu_);
       try {
-        for (size_t f = 0; f < view.fields.size(); ++f) {
-          stream_->GatherRows(view.fields[f], resident_->fields[f],
-                              schema_->fields[f].SampleBytes(), ready.indices);
-        }
+        stream_->GatherRows(fields, ready.indices);
       } catch (...) {
         // An earlier field's gather may still write the buffer: hold it until the stream
         // gets past it (best effort; the error is what matters).

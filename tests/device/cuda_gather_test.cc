@@ -101,6 +101,35 @@ TEST_F(CudaGatherTest, ManyGathersReuseTheIndexBuffersSafely) {
   device_->FreeDevice(dst);
 }
 
+TEST_F(CudaGatherTest, AllFieldsOfABatchShareOneCopyOfTheIndices) {
+  fake_cuda_set_copy_delay_us(500);
+  auto* a = static_cast<int32_t*>(device_->AllocDevice(10 * 4 * sizeof(int32_t)));
+  auto* b = static_cast<uint8_t*>(device_->AllocDevice(10 * 3));
+  auto* out_a = static_cast<int32_t*>(device_->AllocDevice(3 * 4 * sizeof(int32_t)));
+  auto* out_b = static_cast<uint8_t*>(device_->AllocDevice(3 * 3));
+  for (int i = 0; i < 40; ++i) a[i] = i;  // the fake's device memory is host memory
+  for (int i = 0; i < 30; ++i) b[i] = static_cast<uint8_t>(100 + i);
+  const std::vector<int64_t> rows = {9, 2, 5};
+  const GatherField fields[] = {{out_a, a, 4 * sizeof(int32_t)}, {out_b, b, 3}};
+  const int64_t copies = fake_cuda_copies_completed();
+  const int64_t launches = fake_cuda_launches_completed();
+  {
+    auto stream = device_->NewStream();
+    stream->GatherRows(fields, rows);
+    stream->Synchronize();
+  }
+  EXPECT_EQ(fake_cuda_copies_completed() - copies, 1);
+  EXPECT_EQ(fake_cuda_launches_completed() - launches, 2);
+  EXPECT_EQ(std::vector<int32_t>(out_a, out_a + 12),
+            (std::vector<int32_t>{36, 37, 38, 39, 8, 9, 10, 11, 20, 21, 22, 23}));
+  EXPECT_EQ(std::vector<uint8_t>(out_b, out_b + 9),
+            (std::vector<uint8_t>{127, 128, 129, 106, 107, 108, 115, 116, 117}));
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(out_a),
+                  static_cast<void*>(out_b)}) {
+    device_->FreeDevice(p);
+  }
+}
+
 TEST_F(CudaGatherTest, AnOutOfRangeRowIsAStickyIllegalAddress) {
   auto* src = static_cast<std::byte*>(device_->AllocDevice(10 * 8));
   auto* dst = static_cast<std::byte*>(device_->AllocDevice(2 * 8));
