@@ -13,11 +13,15 @@
 //          local DDP ranks, concurrent hyper-parameter trials -- maps the same copy read-only
 //          and verifies each block on its first read. A build killed half-way is detected and
 //          redone; /dev/shm running full falls back to streaming, never to partial data.
-//   device the whole data set in GPU memory: not built yet (Error(kUnsupported)); `auto`
-//          skips it.
+//   device the whole data set in GPU memory (the loader's CUDA device), uploaded once through
+//          pinned staging; a loader on that device gathers each batch there with a kernel,
+//          no host work per batch. Deterministic transforms (casts, normalization) run once
+//          before the upload; random ones (SpecAugment) cannot run on device-resident rows,
+//          so the device tier is refused for them.
 //   none   the source itself.
-//   auto   device when it fits the device budget (CUDA only), else shm when the data set fits
-//          the RAM budget (ram where the source cannot be shared across processes), else none.
+//   auto   device when it fits the device budget (CUDA only, no random transforms), else shm
+//          when the data set fits the RAM budget (ram where the source cannot be shared
+//          across processes), else none.
 // The choice and its reason are printed once on stderr.
 //
 // Thread-safety: OpenCached may be called from any thread, and from many processes at once
@@ -32,6 +36,7 @@
 
 #include "gpufeed/device.h"
 #include "gpufeed/source.h"
+#include "gpufeed/transforms.h"
 
 namespace gpufeed {
 
@@ -48,19 +53,26 @@ struct CacheOptions {
   // Default: null = no device tier. The loader's device: `auto` considers the device tier
   // only when this is a CUDA device.
   std::shared_ptr<Device> device = nullptr;
+  // Default: none. The transforms the loader will run. The device tier applies them before
+  // the upload when all are deterministic (then CacheInfo::loader_transforms is empty and
+  // the returned source's schema is the transformed one) and is refused when one is random.
+  std::vector<std::shared_ptr<Transform>> transforms = {};
   int threads = 0;      // Default: 0 = hardware threads: preload and shm build parallelism
   bool verbose = true;  // Default: true: print the choice, waits and progress on stderr
 };
 
 // What OpenCached chose and why.
 struct CacheInfo {
-  std::string tier;     // "none", "ram", "shm" (what serves the samples)
+  std::string tier;     // "none", "ram", "shm", "device" (what serves the samples)
   std::string reason;   // "0.8 GB fits the RAM budget 11.2 GB"
   std::string path;     // the shm file; empty for other tiers
   std::string key;      // the shm key (16 hex digits); empty for other tiers
   uint64_t bytes = 0;   // the data set's size
   bool built = false;   // shm: this process built the file (false: it found it published)
   double open_seconds = 0;  // time OpenCached took (shm: waiting for or building the file)
+  // The transforms the loader must still run: CacheOptions::transforms, or none when the
+  // device tier applied them before its upload.
+  std::vector<std::shared_ptr<Transform>> loader_transforms;
 
   // "shm (0.8 GB fits the RAM budget 11.2 GB; /dev/shm/gpufeed-0123456789abcdef)"
   std::string ToString() const;
@@ -68,9 +80,11 @@ struct CacheInfo {
 
 // Returns a Source serving the same samples as `source`, cached in the tier `options` picks
 // (the source itself for "none"). `info`, when given, receives the choice. Throws
-// Error(kInvalidArgument) for an unknown tier or when an explicit "ram" or "shm" does not fit
-// its budget, Error(kUnsupported) for "device", and whatever the base source throws while a
-// preload or shm build reads it. An shm build that fails for lack of space (ENOSPC) or an
+// Error(kInvalidArgument) for an unknown tier, when an explicit "ram", "shm" or "device" does
+// not fit its budget, or an explicit "device" the loader cannot use (not CUDA, random
+// transforms); Error(kDevice) when the device upload runs out of memory (nothing stays
+// allocated); and whatever the base source throws while a preload, shm build or upload
+// reads it. An shm build that fails for lack of space (ENOSPC) or an
 // I/O error warns on stderr and returns the uncached source.
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options = {},
                                    CacheInfo* info = nullptr);

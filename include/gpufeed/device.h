@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 namespace gpufeed {
@@ -53,11 +54,31 @@ class TimingEvent {
   virtual std::optional<double> MillisecondsSince(TimingEvent& earlier) = 0;
 };
 
+// One field of a gather (DeviceStream::GatherRows): rows of `row_bytes` from the array at
+// `src` into `dst`, both device memory.
+struct GatherField {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t row_bytes = 0;
+};
+
 class DeviceStream {
  public:
   virtual ~DeviceStream() = default;
   // Enqueues a host-to-device copy of `bytes` from pinned `src` to device `dst`.
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  // Enqueues a gather between device buffers, the device tier's batch path: for each field,
+  // row i of `dst` (rows.size() * row_bytes bytes) receives row rows[i] of the array at
+  // `src`. The indices are copied to the device once on this stream and a kernel per field
+  // moves the rows: no host work per row, and `rows` may be reused once the call returns. On
+  // the host device, memcpy.
+  // REQUIRES: dst and src are AllocDevice memory; every rows[i] is a row of each src array.
+  virtual void GatherRows(std::span<const GatherField> fields, std::span<const int64_t> rows) = 0;
+  // One field.
+  void GatherRows(void* dst, const void* src, size_t row_bytes, std::span<const int64_t> rows) {
+    const GatherField field{dst, src, row_bytes};
+    GatherRows(std::span<const GatherField>(&field, 1), rows);
+  }
   // Records an event after everything enqueued so far.
   virtual std::shared_ptr<DeviceEvent> Record() = 0;
   // Blocks until everything enqueued so far has completed.

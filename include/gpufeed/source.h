@@ -23,6 +23,16 @@ struct BatchView {
   int64_t rows = 0;
 };
 
+class Device;
+
+// A data set already in a device's memory (the device cache tier): sample i of field f is
+// the SampleBytes() of that field at fields[f] + i * SampleBytes(). A loader on `device`
+// gathers its batches from there on the device's stream instead of calling Read.
+struct DeviceResidentRows {
+  std::shared_ptr<Device> device;
+  std::vector<const std::byte*> fields;  // one per field of the source's schema
+};
+
 // Per-worker scratch a source keeps between batches (decoded-chunk caches, buffers).
 // Used by one worker thread at a time.
 class SourceWorkerState {
@@ -46,6 +56,10 @@ class Source {
   virtual int64_t PreferredBlock() const { return 1; }
 
   virtual std::unique_ptr<SourceWorkerState> NewWorkerState() const { return nullptr; }
+
+  // Default: null = the samples are only reachable through Read. Non-null: they also lie in
+  // a device's memory, where a loader on that device gathers them (Read still works).
+  virtual const DeviceResidentRows* device_rows() const { return nullptr; }
 
   // Reads samples `indices` into `out`: row i of every field receives sample indices[i].
   // `state` is this worker's state from NewWorkerState() (may be null when that returned

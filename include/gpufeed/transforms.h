@@ -27,6 +27,10 @@ class Transform {
   // Transforms `batch` (laid out by `input`) in place; afterwards it is laid out by
   // OutputSchema(input). A field's buffer holds max(input, output) bytes per row.
   virtual void Apply(const Schema& input, const BatchView& batch, uint64_t seed) const = 0;
+  // True when Apply ignores `seed` (a sample's output depends only on the sample): then it
+  // may run once, before caching (the device tier does). Default: false, so a transform
+  // that does not say is treated as random.
+  virtual bool deterministic() const { return false; }
 };
 
 // Casts a floating field to float16 or bfloat16 (or float32), rounding to nearest even.

@@ -54,6 +54,9 @@ class _EpochIterator:
         return self._make(handle)
 
 
+_CACHE_TIERS = ("none", "auto", "ram", "shm", "device")
+
+
 def _device_spec(device):
     spec = str(device)  # accepts torch.device("cuda", 1) as well as "cuda:1"
     if spec == "cuda" and isinstance(device, torch.device) and device.index is not None:
@@ -91,6 +94,14 @@ class Loader:
     shuffle_block, shuffle_window: block shuffle for chunked data (0: full shuffle; < 0: the
                 source's chunk size); see gpufeed/sampler.h.
     rank, world_size: this process's shard (None: $RANK / $WORLD_SIZE as torchrun sets them).
+    cache:      keep the data set close to the GPU (see gpufeed/cache.h): "none" (default),
+                "ram" (this process), "shm" (one copy under /dev/shm for every process on
+                the node), "device" (resident in GPU memory, batches gathered there; needs a
+                CUDA device) or "auto" (device if it fits 40% of free GPU memory, else shm if
+                it fits 50% of available RAM, else none). The choice and its reason are
+                printed once and kept in `cache_info`.
+    preload:    with cache="ram": read the whole data set now, in parallel.
+    shm_dir:    where cache="shm" keeps its file (default /dev/shm).
     max_outstanding: batches the training loop may still hold when it asks for the next
                 one; beyond that the loader raises instead of recycling a buffer in use.
                 Default 3: the one in the loop variable, one kept (say, for logging), one
@@ -104,11 +115,15 @@ class Loader:
     def __init__(self, source, fields=None, batch_size=None, *, shuffle=True, seed=0,
                  drop_last=False, workers=None, prefetch=None, device="auto", transforms=(),
                  rank=None, world_size=None, max_outstanding=3, shuffle_block=0,
-                 shuffle_window=4, autotune=False, max_workers=None, max_prefetch=None):
+                 shuffle_window=4, autotune=False, max_workers=None, max_prefetch=None,
+                 cache="none", preload=False, shm_dir="/dev/shm"):
         if batch_size is None:
             raise _gpufeed.InvalidArgument("batch_size is required (samples per batch)")
         if isinstance(transforms, str):
             transforms = [transforms]
+        if cache not in _CACHE_TIERS:
+            raise ValueError(f"cache must be one of {', '.join(map(repr, _CACHE_TIERS))}, "
+                             f"got {cache!r}")
         self._source = _sources.as_source(source, fields)
         self._impl = _gpufeed._Loader(
             self._source,
@@ -128,7 +143,11 @@ class Loader:
             autotune=bool(autotune),
             max_workers=_optional_int(max_workers, "max_workers", 0),
             max_prefetch=_optional_int(max_prefetch, "max_prefetch", 0),
+            cache=cache,
+            preload=bool(preload),
+            shm_dir=str(shm_dir),
         )
+        self.cache_info = json.loads(self._impl.cache_json)
         self._batch_size = int(batch_size)
         self.schema = [(name, dtype, tuple(shape)) for name, dtype, shape in self._impl.schema]
         _tensors.check_schema(self.schema)

@@ -13,6 +13,11 @@
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
 #include "py_loader.h"
+#ifdef GPUFEED_PYTHON_CACHE
+#include <nlohmann/json.hpp>
+
+#include "gpufeed/cache.h"
+#endif
 
 namespace gpufeed::python {
 
@@ -23,7 +28,8 @@ void BindLoader(py::module_& m) {
                        int prefetch, int max_outstanding, const std::string& device,
                        const std::vector<std::string>& transforms, int64_t shuffle_block,
                        int shuffle_window, int64_t start_epoch, bool autotune, int max_workers,
-                       int max_prefetch) {
+                       int max_prefetch, const std::string& cache, bool preload,
+                       const std::string& shm_dir) {
              LoaderOptions options;
              options.batch_size = batch_size;
              options.shuffle = shuffle;
@@ -42,14 +48,47 @@ void BindLoader(py::module_& m) {
              options.max_prefetch = max_prefetch;
              for (const auto& spec : transforms) options.transforms.push_back(ParseTransform(spec));
              options.device = OpenDevice(device);
-             return std::make_unique<PyLoader>(std::move(source), std::move(options));
+             std::string cache_json;
+             if (cache != "none") {
+#ifdef GPUFEED_PYTHON_CACHE
+               CacheOptions cache_options;
+               cache_options.tier = cache;
+               cache_options.preload = preload;
+               cache_options.shm_dir = shm_dir;
+               cache_options.device = options.device;
+               cache_options.transforms = options.transforms;
+               CacheInfo info;
+               {
+                 // A preload, shm build or upload reads the whole source: let Python run.
+                 py::gil_scoped_release release;
+                 source = OpenCached(std::move(source), cache_options, &info);
+               }
+               options.transforms = info.loader_transforms;
+               cache_json = nlohmann::json{{"tier", info.tier},
+                                           {"reason", info.reason},
+                                           {"path", info.path},
+                                           {"key", info.key},
+                                           {"bytes", info.bytes},
+                                           {"built", info.built},
+                                           {"open_seconds", info.open_seconds}}
+                                .dump();
+#else
+               throw Error(ErrorCode::kUnsupported, "this build of gpufeed has no cache part");
+#endif
+             }
+             auto loader = std::make_unique<PyLoader>(std::move(source), std::move(options));
+             if (!cache_json.empty()) loader->cache_json = std::move(cache_json);
+             return loader;
            }),
            py::arg("source"), py::arg("batch_size"), py::arg("shuffle") = true, py::arg("seed") = 0,
            py::arg("drop_last") = false, py::arg("rank") = -1, py::arg("world_size") = -1,
            py::arg("workers") = 0, py::arg("prefetch") = 0, py::arg("max_outstanding") = 2,
            py::arg("device") = "auto", py::arg("transforms") = std::vector<std::string>{},
            py::arg("shuffle_block") = 0, py::arg("shuffle_window") = 4, py::arg("start_epoch") = 0,
-           py::arg("autotune") = false, py::arg("max_workers") = 0, py::arg("max_prefetch") = 0)
+           py::arg("autotune") = false, py::arg("max_workers") = 0, py::arg("max_prefetch") = 0,
+           py::arg("cache") = "none", py::arg("preload") = false,
+           py::arg("shm_dir") = "/dev/shm")
+      .def_property_readonly("cache_json", [](const PyLoader& l) { return l.cache_json; })
       .def("next", &PyLoader::Next,
            "The next BatchHandle of the current epoch, or None once it is over (the call after "
            "that starts the next epoch).")

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
+#include <string>
 #include <utility>
 
 #include "gpufeed/error.h"
@@ -34,6 +35,10 @@ class PyLoader {
   std::pair<double, int64_t> Drain(int64_t batches);
   void Close();
   bool closed();
+
+  // What OpenCached chose for this loader's source, as JSON (tier, reason, path, key, bytes,
+  // built, open_seconds); set once by the constructor's caller, read-only after.
+  std::string cache_json = R"({"tier": "none", "reason": "caching is off"})";
 
   // Runs `fn(loader)` for a call the C++ loader allows from one thread at a time.
   template <typename Fn>

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "cache/device_cache.h"
 #include "cache/ram_cache.h"
 #include "cache/shm_format.h"
 #include "cache/shm_open.h"
@@ -26,6 +27,18 @@ uint64_t FreeBytes(const std::string& dir) {
 // Arrays in a process's memory are identified by their addresses, which mean nothing (or
 // something else) in another process.
 bool Shareable(const Source& source) { return source.Identity().rfind("memory", 0) != 0; }
+
+// Why device-resident rows cannot feed a loader running `transforms`; empty when they can.
+std::string DeviceRefusal(const std::vector<std::shared_ptr<Transform>>& transforms) {
+  for (const auto& t : transforms) {
+    if (!t->deterministic()) {
+      return fmt::format("the transform {} is random (a new draw every batch, on the host), "
+                         "and device-resident rows never pass through the host",
+                         t->name());
+    }
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -54,7 +67,14 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   in.ram_budget = options.ram_budget_bytes != 0 ? options.ram_budget_bytes
                                                 : AvailableRamBytes() / 2;
   in.cuda = options.device != nullptr && options.device->type() == DeviceType::kCuda;
-  if (in.cuda && options.tier == "auto") {
+  in.device_name = options.device != nullptr ? options.device->name() : "not given";
+  in.device_refusal = DeviceRefusal(options.transforms);
+  if (in.device_refusal.empty() && !options.transforms.empty()) {
+    Schema uploaded = source->schema();
+    for (const auto& t : options.transforms) uploaded = t->OutputSchema(uploaded);
+    in.device_bytes = uploaded.SampleBytes() * static_cast<uint64_t>(source->size());
+  }
+  if (in.cuda && (options.tier == "auto" || options.tier == "device")) {
     in.device_budget = options.device_budget_bytes != 0
                            ? options.device_budget_bytes
                            : options.device->MemoryInfo().free_bytes / 5 * 2;
@@ -67,8 +87,15 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   result.tier = choice.tier;
   result.reason = choice.reason;
   result.bytes = in.bytes;
+  result.loader_transforms = options.transforms;
   std::shared_ptr<Source> cached = source;
-  if (choice.tier == "ram") {
+  if (choice.tier == "device") {
+    auto device = DeviceCachedSource::Upload(
+        source, options.device, options.transforms,
+        {.threads = std::min(threads, 4), .verbose = options.verbose});
+    result.loader_transforms.clear();
+    cached = device;
+  } else if (choice.tier == "ram") {
     auto ram = std::make_shared<RamCachedSource>(source);
     if (options.preload) ram->Preload(threads, options.verbose);
     cached = ram;

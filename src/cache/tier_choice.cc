@@ -20,10 +20,29 @@ TierChoice ChooseTier(const TierInputs& in) {
                   FormatBytes(in.ram_budget));
   const std::string raise = "raise ram_budget_bytes or use tier 'auto'";
   if (in.requested == "none") return {"none", "caching is off"};
+  const uint64_t device_bytes = in.device_bytes != 0 ? in.device_bytes : in.bytes;
+  const bool fits_device = device_bytes <= in.device_budget;
+  const std::string device_why =
+      fmt::format("{} {} the device budget {}", FormatBytes(device_bytes),
+                  fits_device ? "fits" : "exceeds", FormatBytes(in.device_budget));
   if (in.requested == "device") {
-    throw Error(ErrorCode::kUnsupported,
-                "cache tier 'device' (the data set resident in GPU memory) is not available in "
-                "this build: use 'shm' or 'ram', or 'auto'");
+    if (!in.cuda) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("cache tier 'device' keeps the data set in GPU memory, but the "
+                              "loader's device is {}: use device 'cuda', or tier 'shm' or 'ram'",
+                              in.device_name.empty() ? "not a CUDA device" : in.device_name));
+    }
+    if (!in.device_refusal.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("cache tier 'device': {}", in.device_refusal));
+    }
+    if (!fits_device) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("cache tier 'device': {} ({} bytes > {} bytes) on {}; raise "
+                              "device_budget_bytes or use tier 'auto'",
+                              device_why, device_bytes, in.device_budget, in.device_name));
+    }
+    return {"device", device_why};
   }
   if (in.requested == "ram" || in.requested == "shm") {
     if (!fits_ram) {
@@ -44,11 +63,13 @@ TierChoice ChooseTier(const TierInputs& in) {
   }
   std::string prefix;
   if (in.cuda) {
-    const bool fits_device = in.bytes <= in.device_budget;
-    prefix = fmt::format("{} {} the device budget {}{}; ", size,
-                         fits_device ? "fits" : "exceeds", FormatBytes(in.device_budget),
-                         fits_device && !in.device_tier_built ? " but the device tier is not built"
-                                                              : "");
+    if (!in.device_refusal.empty()) {
+      prefix = fmt::format("not the device tier: {}; ", in.device_refusal);
+    } else if (fits_device) {
+      return {"device", device_why};
+    } else {
+      prefix = device_why + "; ";
+    }
   }
   if (!fits_ram) return {"none", prefix + ram_why + ": streaming from the source"};
   if (!in.shareable) {

@@ -13,24 +13,29 @@ namespace gpufeed {
 struct TierInputs {
   std::string requested = "auto";  // auto|none|ram|shm|device
   uint64_t bytes = 0;              // the data set
+  // What the device tier would hold (after the transforms it applies before the upload);
+  // 0 = `bytes`.
+  uint64_t device_bytes = 0;
   uint64_t ram_budget = 0;
   uint64_t device_budget = 0;      // 0 when there is no CUDA device
   bool cuda = false;               // the loader's device is a CUDA device
-  bool device_tier_built = false;  // a GPU gather exists (not yet: see cache.h)
+  std::string device_name;         // "cuda:0": for messages
+  // Why the device tier cannot serve this loader even if the data fits ("the transform
+  // specaugment(mel) is random: ..."); empty when it can.
+  std::string device_refusal;
   bool shareable = true;           // the source's identity means the same in another process
   uint64_t shm_free = 0;           // free bytes in the shm folder
 };
 
 struct TierChoice {
-  std::string tier;    // none|ram|shm
+  std::string tier;    // none|ram|shm|device
   std::string reason;  // "0.8 GB fits the RAM budget 11.2 GB"
 };
 
-// Throws Error(kInvalidArgument) for an unknown tier or an explicit ram/shm that exceeds the
-// RAM budget (the message says both sizes and how to change them), Error(kUnsupported) for
-// an explicit "device" while there is no GPU gather.
+// Throws Error(kInvalidArgument) for an unknown tier, an explicit ram/shm that exceeds the
+// RAM budget or an explicit device that exceeds the device budget (the message says both
+// sizes and how to change them), and an explicit device the loader cannot use (not CUDA, or
+// the refusal's reason).
 TierChoice ChooseTier(const TierInputs& in);
-
-
 
 }  // namespace gpufeed

@@ -47,6 +47,7 @@ int RunBenchCommand(BenchArgs& args) {
   o.shuffle = !args.no_shuffle;
   if (args.block_shuffle) o.shuffle_block = -1;  // the source's own block (HDF5 chunk)
   o.device = OpenDevice(args.device);
+  for (const auto& t : args.transforms) o.transforms.push_back(ParseTransform(t));
 #ifdef GPUFEED_HAVE_CACHE
   std::string cache_text;
   if (args.cache != "none") {
@@ -55,16 +56,17 @@ int RunBenchCommand(BenchArgs& args) {
     cache.preload = args.preload;
     cache.device = o.device;
     cache.verbose = !args.json;
+    cache.transforms = o.transforms;
     CacheInfo info;
     source = OpenCached(source, cache, &info);
     cache_text = info.ToString();
+    o.transforms = info.loader_transforms;  // the device tier ran the deterministic ones
   }
 #else
   if (args.cache != "none") {
     throw Error(ErrorCode::kUnsupported, "this build of gpufeed has no cache part");
   }
 #endif
-  for (const auto& t : args.transforms) o.transforms.push_back(ParseTransform(t));
   if (args.config.epochs <= 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("--epochs must be positive, got {}", args.config.epochs));
@@ -143,6 +145,7 @@ void RegisterBenchCommand(CLI::App& app) {
                   "device or auto (chosen within memory budgets)")
       ->capture_default_str();
   cmd->add_flag("--preload", args->preload, "With --cache ram: read the whole set first");
+  // --cache device keeps the set in GPU memory and gathers batches there (needs --device cuda).
   cmd->add_flag("--doctor", args->config.doctor,
                 "Diagnose the run: which stage makes the (simulated) GPU wait, and what to change");
   cmd->add_flag("--autotune", args->config.loader.autotune,

@@ -4,4 +4,5 @@ target_sources(gpufeed_device PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/cuda_context.cc
   ${CMAKE_CURRENT_LIST_DIR}/cuda_stream.cc
   ${CMAKE_CURRENT_LIST_DIR}/cuda_device.cc
+  ${CMAKE_CURRENT_LIST_DIR}/kernels/gather_ptx.cc
 )

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <mutex>
 
+#include "device/kernels/gather_ptx.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed::cuda {
@@ -55,6 +56,13 @@ CudaContext::CudaContext(const CudaDriver& driver, CUdevice device, CUcontext co
       name_(fmt::format("cuda:{}", ordinal)) {}
 
 CudaContext::~CudaContext() {
+  if (module_ != nullptr && !InForkedChild()) {
+    try {
+      CurrentContextScope scope(*this);
+      driver_.ModuleUnload(module_);
+    } catch (...) {
+    }
+  }
   // Exactly one release per retain; never a reset, which would free PyTorch's memory too.
   // At process exit the driver may already be deinitialized: nothing left to release then.
   if (!InForkedChild()) driver_.DevicePrimaryCtxRelease(device_);
@@ -63,6 +71,27 @@ CudaContext::~CudaContext() {
 void CudaContext::Check(CUresult result, std::string_view what) const {
   if (result == kSuccess) return;
   throw Error(ErrorCode::kDevice, fmt::format("{}: {}: {}", name_, what, driver_.Describe(result)));
+}
+
+const GatherKernels& CudaContext::gather_kernels() const {
+  std::lock_guard lock(module_mu_);
+  if (module_ != nullptr) return gather_;
+  CUmodule module = nullptr;
+  Check(driver_.ModuleLoadData(&module, kGatherPtx), "cuModuleLoadData (the gather kernels)");
+  GatherKernels kernels;
+  const auto get = [&](CUfunction* out, const char* name) {
+    const CUresult result = driver_.ModuleGetFunction(out, module, name);
+    if (result != kSuccess) {
+      driver_.ModuleUnload(module);
+      Check(result, fmt::format("cuModuleGetFunction({})", name));
+    }
+  };
+  get(&kernels.words16, kGatherKernel16);
+  get(&kernels.words4, kGatherKernel4);
+  get(&kernels.words1, kGatherKernel1);
+  gather_ = kernels;
+  module_ = module;
+  return gather_;
 }
 
 CurrentContextScope::CurrentContextScope(const CudaContext& context) : driver_(context.driver()) {

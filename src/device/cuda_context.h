@@ -7,11 +7,15 @@
 // call on any thread (workers, the consumer, a thread dropping the last batch) and puts back
 // whatever that thread had, so a framework's idea of its current device never changes.
 //
-// Thread-safety: CudaContext is immutable and thread-safe. A CurrentContextScope belongs to
-// the thread that made it.
+// The gather kernels (kernels/gather.cu) are loaded into the context once, on first use, and
+// unloaded with it.
+//
+// Thread-safety: CudaContext is thread-safe (immutable but for the kernels, loaded once). A
+// CurrentContextScope belongs to the thread that made it.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "device/cuda_driver.h"
@@ -25,6 +29,13 @@ bool InForkedChild();
 void WatchForFork();
 // Throws Error(kDevice) explaining the fork when InForkedChild().
 void CheckNotForked(std::string_view what);
+
+// The device tier's gather kernels, by the word each copies.
+struct GatherKernels {
+  CUfunction words16 = nullptr;
+  CUfunction words4 = nullptr;
+  CUfunction words1 = nullptr;
+};
 
 class CudaContext {
  public:
@@ -43,6 +54,10 @@ class CudaContext {
   const std::string& name() const { return name_; }
   // Throws Error(kDevice, "<name>: <what>: <the driver's error>") unless result is kSuccess.
   void Check(CUresult result, std::string_view what) const;
+  // Loads the gather PTX into this context on the first call (cuModuleLoadData: the driver
+  // JIT-compiles it for the GPU). REQUIRES: this context is current. Throws Error(kDevice)
+  // when the driver refuses; a later call tries again.
+  const GatherKernels& gather_kernels() const;
 
  private:
   CudaContext(const CudaDriver& driver, CUdevice device, CUcontext context, int ordinal);
@@ -52,6 +67,9 @@ class CudaContext {
   const CUcontext context_;
   const int ordinal_;
   const std::string name_;
+  mutable std::mutex module_mu_;
+  mutable CUmodule module_ = nullptr;  // guarded by module_mu_; set once
+  mutable GatherKernels gather_;       // written once, before module_ is set
 };
 
 class CurrentContextScope {

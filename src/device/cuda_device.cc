@@ -135,6 +135,8 @@ CudaDeviceStats CudaDevice::stats() const {
   s.copies = counters_->copies.load();
   s.copy_bytes = counters_->copy_bytes.load();
   s.events = counters_->events.load();
+  s.gathers = counters_->gathers.load();
+  s.gather_bytes = counters_->gather_bytes.load();
   s.host_bytes_allocated = counters_->host_bytes_allocated.load();
   s.device_bytes_allocated = counters_->device_bytes_allocated.load();
   return s;

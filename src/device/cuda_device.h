@@ -29,6 +29,8 @@ struct CudaDeviceStats {
   int64_t copies = 0;  // host-to-device copies enqueued
   int64_t copy_bytes = 0;
   int64_t events = 0;                  // events recorded
+  int64_t gathers = 0;                 // gather kernels launched (the device tier)
+  int64_t gather_bytes = 0;
   int64_t host_bytes_allocated = 0;    // pinned, over the device's life
   int64_t device_bytes_allocated = 0;  // over the device's life
 };

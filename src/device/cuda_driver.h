@@ -26,9 +26,13 @@ using CUdeviceptr = unsigned long long;  // 64-bit Linux: pointer-sized
 struct CUctx_st;
 struct CUstream_st;
 struct CUevent_st;
+struct CUmod_st;
+struct CUfunc_st;
 using CUcontext = CUctx_st*;
 using CUstream = CUstream_st*;
 using CUevent = CUevent_st*;
+using CUmodule = CUmod_st*;
+using CUfunction = CUfunc_st*;
 
 inline constexpr CUresult kSuccess = 0;
 inline constexpr CUresult kErrorInvalidValue = 1;
@@ -40,13 +44,20 @@ inline constexpr CUresult kErrorNoDevice = 100;
 inline constexpr CUresult kErrorInvalidDevice = 101;
 inline constexpr CUresult kErrorInvalidContext = 201;
 inline constexpr CUresult kErrorInvalidHandle = 400;
+inline constexpr CUresult kErrorNotFound = 500;
 inline constexpr CUresult kErrorNotReady = 600;
+inline constexpr CUresult kErrorIllegalAddress = 700;
+inline constexpr CUresult kErrorMisalignedAddress = 716;
 
 inline constexpr unsigned int kMemHostAllocPortable = 0x01;  // pinned for every context
 inline constexpr unsigned int kStreamNonBlocking = 0x1;      // no implicit sync with stream 0
 inline constexpr unsigned int kEventDefault = 0x0;           // timing enabled
 inline constexpr unsigned int kEventDisableTiming = 0x2;     // the cheapest event: sync only
 inline constexpr unsigned int kEventWaitDefault = 0x0;
+// cuLaunchKernel's `extra` keys: the packed parameter buffer and its size.
+inline void* const kLaunchParamEnd = nullptr;
+inline void* const kLaunchParamBufferPointer = reinterpret_cast<void*>(0x01);
+inline void* const kLaunchParamBufferSize = reinterpret_cast<void*>(0x02);
 
 // X(Member, "symbol to dlsym", cuda.h base name, signature). The symbol is the one cuda.h
 // maps the base name to (`cuMemAlloc` -> `cuMemAlloc_v2`): the unversioned exports keep the
@@ -83,6 +94,13 @@ inline constexpr unsigned int kEventWaitDefault = 0x0;
   X(EventQuery, "cuEventQuery", cuEventQuery, CUresult(CUevent))                            \
   X(EventSynchronize, "cuEventSynchronize", cuEventSynchronize, CUresult(CUevent))          \
   X(EventDestroy, "cuEventDestroy_v2", cuEventDestroy, CUresult(CUevent))                   \
+  X(ModuleLoadData, "cuModuleLoadData", cuModuleLoadData, CUresult(CUmodule*, const void*))  \
+  X(ModuleUnload, "cuModuleUnload", cuModuleUnload, CUresult(CUmodule))                     \
+  X(ModuleGetFunction, "cuModuleGetFunction", cuModuleGetFunction,                          \
+    CUresult(CUfunction*, CUmodule, const char*))                                           \
+  X(LaunchKernel, "cuLaunchKernel", cuLaunchKernel,                                         \
+    CUresult(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,            \
+             unsigned int, unsigned int, unsigned int, CUstream, void**, void**))           \
   X(GetErrorName, "cuGetErrorName", cuGetErrorName, CUresult(CUresult, const char**))       \
   X(GetErrorString, "cuGetErrorString", cuGetErrorString, CUresult(CUresult, const char**))
 

@@ -26,6 +26,17 @@ class HostStream : public DeviceStream {
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
   }
+  using DeviceStream::GatherRows;
+  void GatherRows(std::span<const GatherField> fields, std::span<const int64_t> rows) override {
+    for (const GatherField& field : fields) {
+      auto* out = static_cast<std::byte*>(field.dst);
+      const auto* in = static_cast<const std::byte*>(field.src);
+      for (const int64_t row : rows) {
+        std::memcpy(out, in + static_cast<size_t>(row) * field.row_bytes, field.row_bytes);
+        out += field.row_bytes;
+      }
+    }
+  }
   std::shared_ptr<DeviceEvent> Record() override { return std::make_shared<DoneEvent>(); }
   void Synchronize() override {}
 };

@@ -50,6 +50,28 @@ SamplerOptions ToSamplerOptions(const LoaderOptions& o, const Source& source) {
   return s;
 }
 
+// The source's device-resident rows when they lie on the loader's device, else null (a
+// source resident elsewhere is read through Read like any other). Host transforms cannot run
+// on rows that never reach the host: that is an error, not a silent slow path.
+const DeviceResidentRows* ResidentRowsFor(
+    const Source& source, const std::shared_ptr<Device>& device,
+    const std::vector<std::shared_ptr<Transform>>& transforms) {
+  const DeviceResidentRows* rows = source.device_rows();
+  if (rows == nullptr || rows->device != device || !device->needs_copy()) return nullptr;
+  GPUFEED_ASSERT(rows->fields.size() == source.schema().fields.size(), "one array per field");
+  if (!transforms.empty()) {
+    std::string names;
+    for (const auto& t : transforms) names += (names.empty() ? "" : ", ") + t->name();
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} is resident on {} and its batches are gathered there, but the "
+                            "loader's transforms ({}) run on the host: give them to the cache "
+                            "(CacheOptions::transforms applies deterministic ones before the "
+                            "upload) or use another cache tier",
+                            source.Describe(), device->name(), names));
+  }
+  return rows;
+}
+
 LoaderOptions CheckOptions(LoaderOptions o) {
   if (o.workers < 0) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -155,7 +177,8 @@ class Loader::Impl {
         schema_(std::make_shared<const Schema>(layout_.output_schema())),
         device_(options_.device),
         held_(std::make_shared<std::atomic<int>>(0)),
-        gpu_busy_(std::make_shared<GpuBusyTracker>(device_)) {
+        gpu_busy_(std::make_shared<GpuBusyTracker>(device_)),
+        resident_(ResidentRowsFor(*source_, device_, options_.transforms)) {
     if (options_.max_prefetch == 0) {
       if (options_.autotune) {
         // Prefetched batches are memory: keep the deepest the tuner may go within a quarter
@@ -178,7 +201,14 @@ class Loader::Impl {
     // The pools' functions own the device: a pool outlives the loader while the consumer
     // keeps a batch, and its buffers must go back to the device that made them.
     std::shared_ptr<Device> device = device_;
-    if (device_->needs_copy()) {
+    if (resident_ != nullptr) {
+      // Rows are gathered from device memory straight into device batches: no staging.
+      batch_pool_ = BufferPool::Create(
+          "device batches", layout_.buffer_bytes(), buffers,
+          [device](size_t n) { return device->AllocDevice(n); },
+          [device](void* p) { device->FreeDevice(p); });
+      stream_ = device_->NewStream();
+    } else if (device_->needs_copy()) {
       // Staging buffers are only held from read to copy completion.
       staging_pool_ = BufferPool::Create(
           "pinned staging", layout_.buffer_bytes(), options_.max_workers + 2,
@@ -590,6 +620,7 @@ class Loader::Impl {
     const auto rows = sampler_.BatchOf(*order, ready.batch);
     ready.indices.assign(rows.begin(), rows.end());
     const auto stopping = [this] { return Stopping(); };
+    if (resident_ != nullptr) return Gather(std::move(ready), stopping);
 
     int64_t t0 = NowNs();
     BufferPool::Handle host = (staging_pool_ ? staging_pool_ : batch_pool_)->Acquire(stopping);
@@ -663,6 +694,49 @@ class Loader::Impl {
     return ready;
   }
 
+  // The device tier's batch: the rows already lie in device memory, so the worker only
+  // enqueues the batch's gather (its indices, a kernel per field) on the copy stream.
+  // Issuing counts as copy time.
+  template <typename Stopping>
+  ReadyBatch Gather(ReadyBatch ready, const Stopping& stopping) {
+    const auto rows = static_cast<int64_t>(ready.indices.size());
+    ready.timing.epoch = ready.epoch;
+    ready.timing.batch = ready.batch;
+    ready.timing.rows = rows;
+    const int64_t t0 = NowNs();
+    BufferPool::Handle target = batch_pool_->Acquire(stopping);
+    if (!target) return ready;
+    const int64_t t1 = NowNs();
+    ready.timing.buffer_wait_ns = t1 - t0;
+    buffer_wait_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
+    const BatchView view = layout_.View(target.data(), rows);
+    std::vector<GatherField> fields(view.fields.size());
+    for (size_t f = 0; f < fields.size(); ++f) {
+      fields[f] = {view.fields[f], resident_->fields[f], schema_->fields[f].SampleBytes()};
+    }
+    {
+      std::lock_guard lock(stream_mu_);
+      try {
+        stream_->GatherRows(fields, ready.indices);
+      } catch (...) {
+        // An earlier field's gather may still write the buffer: hold it until the stream
+        // gets past it (best effort; the error is what matters).
+        try {
+          target.ReleaseAfter(stream_->Record());
+        } catch (...) {
+        }
+        throw;
+      }
+      ready.event = stream_->Record();
+    }
+    const int64_t issue_ns = NowNs() - t1;
+    ready.timing.copy_ns = issue_ns;
+    copy_ns_.fetch_add(issue_ns, std::memory_order_relaxed);
+    ready.buffer = std::move(target);
+    ready.ready_ns = NowNs();
+    return ready;
+  }
+
   std::unique_ptr<Batch> MakeBatch(ReadyBatch ready) {
     auto parts = std::make_unique<Batch::Parts>();
     parts->schema = schema_;
@@ -688,6 +762,9 @@ class Loader::Impl {
   std::shared_ptr<Device> device_;
   std::shared_ptr<std::atomic<int>> held_;
   std::shared_ptr<GpuBusyTracker> gpu_busy_;
+  // The source's rows in device_'s memory (the device cache tier): batches are gathered
+  // there. Null: batches are read on the host.
+  const DeviceResidentRows* resident_ = nullptr;
   std::shared_ptr<BufferPool> staging_pool_;  // only when the device needs a copy
   std::shared_ptr<BufferPool> batch_pool_;
   std::mutex stream_mu_;

@@ -86,6 +86,7 @@ class CastTransform : public Transform {
     }
   }
   std::string name() const override { return fmt::format("cast({}->{})", field_, DTypeName(to_)); }
+  bool deterministic() const override { return true; }
   Schema OutputSchema(const Schema& input) const override {
     FloatingField(input, field_, "cast");
     Schema out = input;
@@ -139,6 +140,7 @@ class NormalizeTransform : public Transform {
                   fmt::format("normalize of '{}': std must be positive, got {}", field_, std));
     }
   }
+  bool deterministic() const override { return true; }
   std::string name() const override {
     return fmt::format("normalize({}, mean={}, std={})", field_, mean_, 1.0f / inv_std_);
   }

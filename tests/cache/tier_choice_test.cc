@@ -47,15 +47,60 @@ TEST(TierChoiceTest, AutoLeavesInMemorySourcesAlone) {
   EXPECT_EQ(ChooseTier(in).tier, "none");
 }
 
-TEST(TierChoiceTest, AutoOnCudaSaysWhyTheDeviceTierIsSkipped) {
+TEST(TierChoiceTest, AutoOnCudaPicksTheDeviceWhenTheDataSetFits) {
   TierInputs in = Inputs(kGB);
   in.cuda = true;
   in.device_budget = 4 * kGB;
   const TierChoice c = ChooseTier(in);
+  EXPECT_EQ(c.tier, "device");
+  EXPECT_EQ(c.reason, "1.0 GB fits the device budget 4.0 GB");
+}
+
+TEST(TierChoiceTest, AutoOnCudaFallsToShmSayingWhy) {
+  TierInputs in = Inputs(5 * kGB);
+  in.cuda = true;
+  in.device_budget = 4 * kGB;
+  TierChoice c = ChooseTier(in);
   EXPECT_EQ(c.tier, "shm");
-  EXPECT_NE(c.reason.find("fits the device budget 4.0 GB but the device tier is not built"),
+  EXPECT_EQ(c.reason, "5.0 GB exceeds the device budget 4.0 GB; 5.0 GB fits the RAM budget 10.0 GB");
+  in = Inputs(kGB);
+  in.cuda = true;
+  in.device_budget = 4 * kGB;
+  in.device_refusal = "the transform specaugment(mel) is random";
+  c = ChooseTier(in);
+  EXPECT_EQ(c.tier, "shm");
+  EXPECT_NE(c.reason.find("not the device tier: the transform specaugment(mel) is random; "),
             std::string::npos)
       << c.reason;
+}
+
+TEST(TierChoiceTest, ExplicitDeviceNamesBytesAndBudgetOrTheRefusal) {
+  TierInputs in = Inputs(5 * kGB);
+  in.requested = "device";
+  in.cuda = true;
+  in.device_name = "cuda:0";
+  in.device_budget = 4 * kGB;
+  const auto message = [&] {
+    try {
+      ChooseTier(in);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message().find("5.0 GB exceeds the device budget 4.0 GB (5000000000 bytes > "
+                           "4000000000 bytes) on cuda:0"),
+            std::string::npos)
+      << message();
+  in.bytes = kGB;
+  EXPECT_EQ(ChooseTier(in).tier, "device");
+  in.device_refusal = "the transform specaugment(mel) is random";
+  EXPECT_NE(message().find("specaugment(mel) is random"), std::string::npos) << message();
+  in.device_refusal.clear();
+  in.cuda = false;
+  in.device_name = "cpu";
+  EXPECT_NE(message().find("the loader's device is cpu"), std::string::npos) << message();
 }
 
 TEST(TierChoiceTest, ExplicitTiersOverBudgetOrUnknownAreErrors) {
@@ -73,13 +118,6 @@ TEST(TierChoiceTest, ExplicitTiersOverBudgetOrUnknownAreErrors) {
   in = Inputs(kGB);
   in.requested = "disk";
   EXPECT_THROW(ChooseTier(in), Error);
-  in.requested = "device";
-  try {
-    ChooseTier(in);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-  }
   in.requested = "shm";
   in.shareable = false;
   EXPECT_THROW(ChooseTier(in), Error);

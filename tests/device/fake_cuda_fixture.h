@@ -35,6 +35,7 @@ class FakeCudaTest : public ::testing::Test {
     EXPECT_EQ(fake_cuda_live_streams(), 0);
     EXPECT_EQ(fake_cuda_live_events(), 0);
     EXPECT_EQ(fake_cuda_primary_ctx_refs(0), 0);
+    EXPECT_EQ(fake_cuda_live_modules(), 0);
     fake_cuda_reset();
   }
 

@@ -27,6 +27,7 @@ void fake_cuda_reset(void) {
   s.copies_started = 0;
   s.copies_completed = 0;
   s.pageable_copies = 0;
+  s.launches_completed = 0;
   // A sticky error belongs to the test that injected it.
   if (s.default_stream) {
     s.default_stream->error_seq = 0;
@@ -128,6 +129,18 @@ int64_t fake_cuda_copies_completed(void) {
   State& s = GetState();
   Lock lock(s.mu);
   return s.copies_completed;
+}
+
+int64_t fake_cuda_launches_completed(void) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  return s.launches_completed;
+}
+
+int fake_cuda_live_modules(void) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  return static_cast<int>(s.modules.size());
 }
 
 int64_t fake_cuda_pageable_copies(void) {

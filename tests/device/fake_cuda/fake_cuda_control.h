@@ -51,7 +51,9 @@ int fake_cuda_live_events(void);
 int fake_cuda_primary_ctx_refs(int ordinal);
 int64_t fake_cuda_copies_completed(void);
 int64_t fake_cuda_pageable_copies(void);  // copies whose source was not pinned memory
-// Copies enqueued (on any stream) but not finished whose destination overlaps
+int64_t fake_cuda_launches_completed(void);  // kernels (host twins) run by streams
+int fake_cuda_live_modules(void);           // loaded and not unloaded
+// Copies and kernel launches enqueued (on any stream) but not finished that write
 // [ptr, ptr + bytes).
 int fake_cuda_pending_writes(const void* ptr, size_t bytes);
 // Enqueues on `stream` an operation that, when the stream reaches it, stores into *out the

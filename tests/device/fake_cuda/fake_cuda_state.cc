@@ -59,6 +59,24 @@ void Run(State& s, Stream& stream, std::unique_lock<std::mutex>& lock) {
       op.host_fn(op.host_data);
       lock.lock();
       break;
+    case Op::Kind::kLaunch: {
+      const int64_t delay = s.config.copy_delay_us;
+      if (delay > 0) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::microseconds(delay));
+        lock.lock();
+      }
+      // Runs with the lock held: no free can pull memory from under the twin.
+      if (stream.error_seq == 0) {
+        const CUresult result = op.twin->run(s, op.params.data());
+        if (result != kSuccess) {
+          stream.error_seq = op.seq;
+          stream.error = result;
+        }
+      }
+      ++s.launches_completed;
+      break;
+    }
     case Op::Kind::kProbe:
       // This probe is the front of its own stream: only other streams' copies can count.
       *op.probe_out = UnfinishedCopies(s, op.dst, op.bytes, false);
@@ -168,6 +186,10 @@ int UnfinishedCopies(const State& s, const void* ptr, size_t bytes, bool reads_t
   int count = 0;
   for (const auto& stream : s.workers) {
     for (const Op& op : stream->queue) {
+      if (op.kind == Op::Kind::kLaunch) {
+        if (op.twin->touches(op.params.data(), ptr, bytes, reads_too)) ++count;
+        continue;
+      }
       if (op.kind != Op::Kind::kCopy) continue;
       if (Overlaps(op.dst, op.bytes, ptr, bytes) ||
           (reads_too && Overlaps(op.src, op.bytes, ptr, bytes))) {

@@ -29,7 +29,10 @@ inline constexpr CUresult kNotInitialized = 3;
 inline constexpr CUresult kInvalidDevice = 101;
 inline constexpr CUresult kInvalidContext = 201;
 inline constexpr CUresult kInvalidHandle = 400;
+inline constexpr CUresult kNotFound = 500;
 inline constexpr CUresult kNotReady = 600;
+inline constexpr CUresult kIllegalAddress = 700;
+inline constexpr CUresult kMisalignedAddress = 716;
 
 inline constexpr int kMaxDevices = 16;
 
@@ -39,9 +42,34 @@ struct Context {
 };
 
 struct Stream;
+struct State;
+
+// The host twin of a kernel in gpufeed's PTX, found by the kernel's name: what a launch runs
+// on the stream's thread. `run` gets the packed parameters (checked to be `param_bytes`)
+// and returns kSuccess or the sticky error a real launch would leave (illegal address).
+// REQUIRES for run: State::mu held.
+struct KernelTwin {
+  const char* name;
+  size_t param_bytes;
+  CUresult (*run)(State& s, const unsigned char* params);
+  // Whether a launch with `params` writes (or, when `reads_too`, also reads) bytes in
+  // [ptr, ptr + bytes): so a free or a probe sees unfinished launches as it sees copies.
+  bool (*touches)(const unsigned char* params, const void* ptr, size_t bytes, bool reads_too);
+};
+// The twin called `name`, or null.
+const KernelTwin* FindKernelTwin(const char* name);
+
+struct Module {
+  std::vector<std::string> entries;  // `.entry` names in the image
+};
+
+struct Function {
+  Module* module = nullptr;
+  const KernelTwin* twin = nullptr;
+};
 
 struct Op {
-  enum class Kind { kCopy, kWait, kProbe, kSleep, kHostFunc };
+  enum class Kind { kCopy, kWait, kProbe, kSleep, kHostFunc, kLaunch };
   Kind kind = Kind::kCopy;
   uint64_t seq = 0;  // 1-based position on its stream
   // kCopy (and the probed range for kProbe)
@@ -59,6 +87,9 @@ struct Op {
   // kHostFunc (cuLaunchHostFunc)
   void (*host_fn)(void*) = nullptr;
   void* host_data = nullptr;
+  // kLaunch
+  const KernelTwin* twin = nullptr;
+  std::vector<unsigned char> params;
 };
 
 struct Stream {
@@ -115,6 +146,9 @@ struct State {
   std::vector<std::shared_ptr<Stream>> workers;  // streams whose thread is not joined yet
   std::shared_ptr<Stream> default_stream;
   std::map<Event*, std::unique_ptr<Event>> events;
+  std::map<Module*, std::unique_ptr<Module>> modules;
+  std::map<Function*, std::unique_ptr<Function>> functions;
+  int64_t launches_completed = 0;
   std::deque<std::string> failures;  // deque: c_str() stays valid as it grows
   int64_t copies_started = 0;        // for fail_copy_nth
   int64_t copies_completed = 0;
@@ -136,8 +170,8 @@ Stream* FindStream(State& s, void* handle, const char* call);
 Event* FindEvent(State& s, void* handle, const char* call);
 // The live allocation holding [ptr, ptr + bytes) of the given kind, or null.
 const Allocation* FindAllocation(const State& s, const void* ptr, size_t bytes, bool device);
-// Unfinished copies (on any stream) writing, or when `reads_too` also reading, bytes in
-// [ptr, ptr + bytes).
+// Unfinished copies and kernel launches (on any stream) writing, or when `reads_too` also
+// reading, bytes in [ptr, ptr + bytes).
 int UnfinishedCopies(const State& s, const void* ptr, size_t bytes, bool reads_too);
 uint64_t Enqueue(State& s, Stream& stream, Op op);
 std::shared_ptr<Stream> StartStream(State& s, bool is_default);

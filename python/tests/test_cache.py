@@ -1,0 +1,62 @@
+"""Loader(cache=...): the RAM and shared-memory tiers give the source's values, the chosen
+tier and its reason are visible in loader.cache_info, and a bad tier name is a ValueError
+naming the choices."""
+
+import os
+
+import numpy as np
+import pytest
+
+import gpufeed
+from conftest import collect
+
+
+@pytest.mark.parametrize("tier", ["ram", "shm"])
+def test_cached_batches_hold_the_source_rows(tmp_path, numpy_dir, arrays, tier):
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    loader = gpufeed.Loader(numpy_dir, batch_size=16, seed=2, device="cpu", cache=tier,
+                            preload=(tier == "ram"), shm_dir=shm_dir)
+    assert loader.cache_info["tier"] == tier
+    assert "fits the RAM budget" in loader.cache_info["reason"]
+    assert loader.cache_info["bytes"] == sum(a.nbytes for a in arrays.values())
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        seen = []
+        for indices, fields in collect(loader):
+            seen.append(indices)
+            for name in arrays:
+                np.testing.assert_array_equal(fields[name], arrays[name][indices])
+        assert sorted(np.concatenate(seen)) == list(range(len(arrays["label"])))
+    if tier == "shm":
+        assert loader.cache_info["path"].startswith(str(shm_dir))
+        assert os.path.exists(loader.cache_info["path"])
+        assert loader.cache_info["built"]
+    loader.close()
+
+
+def test_auto_on_the_cpu_picks_a_host_tier_and_says_why(tmp_path, numpy_dir):
+    loader = gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="auto",
+                            shm_dir=tmp_path)
+    assert loader.cache_info["tier"] in ("shm", "ram")
+    assert loader.cache_info["reason"]
+    loader.close()
+
+
+def test_no_cache_by_default(numpy_dir):
+    loader = gpufeed.Loader(numpy_dir, batch_size=16, device="cpu")
+    assert loader.cache_info == {"tier": "none", "reason": "caching is off"}
+    loader.close()
+
+
+def test_a_bad_tier_name_is_a_value_error_naming_the_choices(numpy_dir):
+    with pytest.raises(ValueError) as error:
+        gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="disk")
+    message = str(error.value)
+    for choice in ("none", "auto", "ram", "shm", "device", "'disk'"):
+        assert choice in message
+
+
+def test_device_tier_on_the_cpu_is_refused(numpy_dir):
+    with pytest.raises(ValueError, match="loader's device is cpu"):
+        gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="device")
