@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 
 import torch
 
@@ -239,6 +240,14 @@ class Loader:
                                          int(window))
         result = json.loads(report)
         result["text"] = text
+        return result
+
+    def report(self, monitor=None, window=64, file=None):
+        """Prints the doctor's diagnosis (diagnose()["text"]) to `file` (default stderr, so
+        it stays apart from a training script's own output) and returns the diagnose() dict.
+        Call it after a few dozen batches, e.g. at the end of an epoch."""
+        result = self.diagnose(monitor=monitor, window=window)
+        print(result["text"], file=sys.stderr if file is None else file, flush=True)
         return result
 
     @property

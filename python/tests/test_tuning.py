@@ -1,5 +1,7 @@
 """Online parallelism, the autotuner's log, and the doctor's verdict from Python."""
 
+import io
+
 import pytest
 
 import gpufeed
@@ -37,6 +39,10 @@ def test_diagnose_reports_a_verdict_with_its_numbers():
     report = loader.diagnose()
     assert report["verdict"] == "input-bound", report["text"]
     assert report["text"] and report["headline"]
+    out = io.StringIO()
+    printed = loader.report(file=out)
+    assert printed["verdict"] == "input-bound"
+    assert out.getvalue().startswith(printed["text"]) and "input-bound" in out.getvalue()
     with gpufeed.Monitor(interval=0.1) as monitor:
         report = loader.diagnose(monitor=monitor)
     assert report["verdict"] in {"healthy", "input-bound", "copy-bound", "host-bound",
