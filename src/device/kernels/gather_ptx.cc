@@ -12,7 +12,7 @@ const char kGatherPtx[] = R"gpufeed_ptx(
 // Based on NVVM 7.0.1
 //
 
-.version 9.0
+.version 7.0
 .target sm_75
 .address_size 64
 
