@@ -124,7 +124,15 @@ class Device {
   // the work enqueued on it: the GPU ran out of work there. False when busy or unknown.
   // Never blocks, never throws.
   virtual bool StreamDrained(uintptr_t /*stream*/) { return false; }
+  // Readies what DeviceStream::GatherRows needs (on CUDA: the gather kernels, JIT-compiled
+  // by the driver from gpufeed's PTX), so a device that cannot run them says so before a
+  // data set is uploaded to it. Throws Error(kDevice). Nothing to do on the host.
+  virtual void PrepareGather() {}
 };
+
+// Whether two Device objects are the same device: the same object, or CUDA devices of the
+// same ordinal (they share its primary context, so memory from one is valid on the other).
+bool SameDevice(const Device& a, const Device& b);
 
 // The host device: 64-byte aligned heap memory, copies are memcpy, events are done at once.
 std::shared_ptr<Device> HostDevice();

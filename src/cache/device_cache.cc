@@ -25,7 +25,15 @@ class UploadLane {
  public:
   UploadLane(Device& device, size_t staging_bytes) : device_(device) {
     stream_ = device.NewStream();
-    for (auto& buffer : staging_) buffer = static_cast<std::byte*>(device.AllocHost(staging_bytes));
+    try {
+      for (auto& buffer : staging_) {
+        buffer = static_cast<std::byte*>(device.AllocHost(staging_bytes));
+      }
+    } catch (...) {
+      // No destructor runs for a constructor that throws: free the first buffer here.
+      FreeStaging();
+      throw;
+    }
   }
   ~UploadLane() {
     if (stream_) {
@@ -35,9 +43,7 @@ class UploadLane {
         // The failure was (or will be) reported by Finish or the chunk that caused it.
       }
     }
-    for (std::byte* buffer : staging_) {
-      if (buffer != nullptr) device_.FreeHost(buffer);
-    }
+    FreeStaging();
   }
   UploadLane(const UploadLane&) = delete;
   UploadLane& operator=(const UploadLane&) = delete;
@@ -57,6 +63,13 @@ class UploadLane {
   std::unique_ptr<SourceWorkerState> state;
 
  private:
+  void FreeStaging() noexcept {
+    for (std::byte*& buffer : staging_) {
+      if (buffer != nullptr) device_.FreeHost(buffer);
+      buffer = nullptr;
+    }
+  }
+
   Device& device_;
   std::unique_ptr<DeviceStream> stream_;
   std::byte* staging_[2] = {nullptr, nullptr};

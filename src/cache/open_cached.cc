@@ -81,21 +81,33 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   }
   in.shareable = Shareable(*source);
   in.shm_free = FreeBytes(options.shm_dir);
-  const TierChoice choice = ChooseTier(in);
+  TierChoice choice = ChooseTier(in);
 
   CacheInfo result;
-  result.tier = choice.tier;
-  result.reason = choice.reason;
   result.bytes = in.bytes;
   result.loader_transforms = options.transforms;
   std::shared_ptr<Source> cached = source;
   if (choice.tier == "device") {
-    auto device = DeviceCachedSource::Upload(
-        source, options.device, options.transforms,
-        {.threads = std::min(threads, 4), .verbose = options.verbose});
-    result.loader_transforms.clear();
-    cached = device;
-  } else if (choice.tier == "ram") {
+    try {
+      // The kernels first: a GPU whose driver cannot load them should not get the data set.
+      options.device->PrepareGather();
+      auto device = DeviceCachedSource::Upload(
+          source, options.device, options.transforms,
+          {.threads = std::min(threads, 4), .verbose = options.verbose});
+      result.loader_transforms.clear();
+      result.bytes = in.device_bytes != 0 ? in.device_bytes : in.bytes;
+      cached = device;
+    } catch (const Error& e) {
+      // Asked for "device", the error is the answer. Under "auto" the device tier was a
+      // choice, not a promise: the next tier serves, and the reason says what failed.
+      if (options.tier != "auto" || e.code() != ErrorCode::kDevice) throw;
+      in.device_refusal = fmt::format("the device tier failed ({})", e.what());
+      choice = ChooseTier(in);
+    }
+  }
+  result.tier = choice.tier;
+  result.reason = choice.reason;
+  if (choice.tier == "ram") {
     auto ram = std::make_shared<RamCachedSource>(source);
     if (options.preload) ram->Preload(threads, options.verbose);
     cached = ram;

@@ -182,4 +182,9 @@ std::shared_ptr<CudaDevice> OpenCudaDevice(const CudaDeviceOptions& options) {
   return std::make_shared<CudaDevice>(CudaContext::RetainPrimary(driver, ordinal));
 }
 
+void CudaDevice::PrepareGather() {
+  CurrentContextScope scope(*context_);
+  context_->gather_kernels();
+}
+
 }  // namespace gpufeed::cuda

@@ -85,6 +85,12 @@ class HostDeviceImpl : public Device {
 
 }  // namespace
 
+bool SameDevice(const Device& a, const Device& b) {
+  if (&a == &b) return true;
+  return a.type() == DeviceType::kCuda && b.type() == DeviceType::kCuda &&
+         a.ordinal() == b.ordinal();
+}
+
 std::shared_ptr<Device> HostDevice() {
   static const std::shared_ptr<Device> device = std::make_shared<HostDeviceImpl>();
   return device;

@@ -57,7 +57,10 @@ const DeviceResidentRows* ResidentRowsFor(
     const Source& source, const std::shared_ptr<Device>& device,
     const std::vector<std::shared_ptr<Transform>>& transforms) {
   const DeviceResidentRows* rows = source.device_rows();
-  if (rows == nullptr || rows->device != device || !device->needs_copy()) return nullptr;
+  if (rows == nullptr || rows->device == nullptr || !SameDevice(*rows->device, *device) ||
+      !device->needs_copy()) {
+    return nullptr;
+  }
   GPUFEED_ASSERT(rows->fields.size() == source.schema().fields.size(), "one array per field");
   if (!transforms.empty()) {
     std::string names;

@@ -182,6 +182,19 @@ TEST_F(DeviceCacheTest, FailuresMidUploadLeakNothing) {
   fake_cuda_set_pinned_limit(1000);
   EXPECT_THROW(OpenCached(base_, o), Error);
   EXPECT_EQ(fake_cuda_outstanding_allocations(), 0);
+  // Pinned memory for one lane's first staging buffer (~4 KB) but not its second, or for
+  // one lane but not the next: whichever allocation fails, nothing stays allocated.
+  for (const uint64_t limit : {3000, 5000, 7000, 9000, 11000, 13000, 17000}) {
+    SCOPED_TRACE(limit);
+    fake_cuda_set_pinned_limit(limit);
+    try {
+      DeviceCachedSource::Upload(base_, device_, {},
+                                 {.threads = 2, .verbose = false, .chunk_bytes = 4096});
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kDevice);
+    }
+    EXPECT_EQ(fake_cuda_outstanding_allocations(), 0);
+  }
   fake_cuda_set_pinned_limit(0);
   // A copy fails on its stream after several were queued.
   fake_cuda_fail_copy(3, 700, 1);
@@ -275,6 +288,62 @@ TEST_F(DeviceCacheTest, ALoaderOnAnotherDeviceReadsTheSameSamplesOnTheHost) {
   }
   EXPECT_EQ(batches, 10);
   EXPECT_EQ(device_->stats().gathers, 0);
+}
+
+TEST_F(DeviceCacheTest, AnotherDeviceObjectOfTheSameGpuGathersThere) {
+  auto cached = OpenCached(base_, Options("device"));
+  // A second handle on cuda:0 (the same primary context): the rows are on its device too.
+  std::shared_ptr<cuda::CudaDevice> same_gpu = cuda::OpenCudaDevice();
+  LoaderOptions o = LoaderOpts(100);
+  o.device = same_gpu;
+  {
+    Loader loader(cached, o);
+    int batches = 0;
+    while (auto batch = loader.Next()) {
+      batch->Synchronize();
+      ASSERT_TRUE(Matches(*batch, *base_));
+      ++batches;
+    }
+    EXPECT_EQ(batches, 10);
+    EXPECT_EQ(loader.stats().read_ns, 0);  // gathered, not read on the host
+  }
+  EXPECT_GE(same_gpu->stats().gathers, 10);
+}
+
+TEST_F(DeviceCacheTest, KernelsTheDriverCannotLoadStopTheDeviceTierBeforeTheUpload) {
+  fake_cuda_set_module_load_result(222);  // CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+  try {
+    OpenCached(base_, Options("device"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDevice);
+    EXPECT_THAT(e.what(), HasSubstr("CUDA_ERROR_UNSUPPORTED_PTX_VERSION"));
+  }
+  EXPECT_EQ(fake_cuda_device_bytes_in_use(), 0u);  // nothing was uploaded
+  // Under auto the next tier serves, and the reason says what the device tier hit.
+  CacheInfo info;
+  auto cached = OpenCached(base_, Options("auto"), &info);
+  EXPECT_NE(info.tier, "device");
+  EXPECT_THAT(info.reason, HasSubstr("the device tier failed"));
+  EXPECT_THAT(info.reason, HasSubstr("UNSUPPORTED_PTX_VERSION"));
+  EXPECT_EQ(cached->device_rows(), nullptr);
+  Loader loader(cached, LoaderOpts(100));
+  while (auto batch = loader.Next()) {
+    batch->Synchronize();
+    ASSERT_TRUE(Matches(*batch, *base_));
+  }
+}
+
+TEST_F(DeviceCacheTest, AutoFallsBackWhenTheUploadRunsOutOfDeviceMemory) {
+  // The budget says it fits; the device disagrees (another process took the memory).
+  fake_cuda_set_device_memory(32 * 1000 + 100);
+  CacheOptions o = Options("auto");
+  o.device_budget_bytes = 1 << 20;
+  CacheInfo info;
+  auto cached = OpenCached(base_, o, &info);
+  EXPECT_NE(info.tier, "device");
+  EXPECT_THAT(info.reason, HasSubstr("CUDA_ERROR_OUT_OF_MEMORY"));
+  EXPECT_EQ(fake_cuda_device_bytes_in_use(), 0u);
 }
 
 TEST_F(DeviceCacheTest, TheConsumerStreamRunsOnlyAfterTheBatchsGathers) {

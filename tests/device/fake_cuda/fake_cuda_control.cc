@@ -53,6 +53,12 @@ void fake_cuda_set_device_memory(uint64_t total_bytes) {
   s.config.device_memory = total_bytes;
 }
 
+void fake_cuda_set_module_load_result(int result) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  s.config.module_load_result = result;
+}
+
 void fake_cuda_set_pinned_limit(uint64_t bytes) {
   State& s = GetState();
   Lock lock(s.mu);

@@ -28,6 +28,8 @@ void fake_cuda_reset(void);
 // --- configuration -------------------------------------------------------------------------
 void fake_cuda_set_device_count(int count);              // default 1
 void fake_cuda_set_init_result(int result);              // cuInit's answer; default 0
+// cuModuleLoadData's answer (222: a driver older than the PTX); default 0: it loads.
+void fake_cuda_set_module_load_result(int result);
 void fake_cuda_set_device_memory(uint64_t total_bytes);  // per device; default 1 GiB
 void fake_cuda_set_pinned_limit(uint64_t bytes);         // default: unlimited (0)
 void fake_cuda_set_copy_delay_us(int64_t microseconds);  // before each copy runs; default 0

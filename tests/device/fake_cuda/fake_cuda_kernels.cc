@@ -133,6 +133,7 @@ CUresult cuModuleLoadData(void** module, const void* image) {
   Lock lock(s.mu);
   if (CUresult r = fc::RequireContext(s, "cuModuleLoadData"); r != fc::kSuccess) return r;
   if (module == nullptr || image == nullptr) return fc::kInvalidValue;
+  if (s.config.module_load_result != fc::kSuccess) return s.config.module_load_result;
   auto loaded = std::make_unique<Module>();
   loaded->entries = EntryNames(static_cast<const char*>(image));
   // A PTX without kernels is not what gpufeed ships: a real driver would reject garbage.

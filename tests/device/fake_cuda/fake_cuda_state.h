@@ -124,6 +124,7 @@ struct Allocation {
 struct Config {
   int device_count = 1;
   CUresult init_result = kSuccess;
+  CUresult module_load_result = kSuccess;  // cuModuleLoadData's answer when not success
   uint64_t device_memory = uint64_t{1} << 30;
   uint64_t pinned_limit = 0;  // 0 = unlimited
   int64_t copy_delay_us = 0;
