@@ -18,6 +18,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda_bench_device.h"
 #include "device/cuda_device.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
@@ -81,19 +82,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const auto device = gpufeed::OpenDevice(spec);
-    auto* cuda = dynamic_cast<gpufeed::cuda::CudaDevice*>(device.get());
-    if (cuda == nullptr) {
-      std::fprintf(stderr, "cache_device_gather: device '%s' is not a CUDA device\n", spec.c_str());
-      return 2;
-    }
-    std::printf("device: %s (%s), driver %s\n", cuda->name().c_str(), cuda->product_name().c_str(),
-                cuda->driver().library().c_str());
-    if (cuda->driver().is_fake()) {
-      std::printf(
-          "NOTE: the driver is gpufeed's fake libcuda (a test double: the gather kernel's host "
-          "twin on one thread per stream); these figures say nothing about a GPU\n");
-    }
+    const auto cuda = gpufeed::bench::OpenBenchCudaDevice(
+        spec, "cache_device_gather", "the gather kernel's host twin on one thread per stream");
+    if (cuda == nullptr) return 2;
+    const std::shared_ptr<gpufeed::Device> device = cuda;
     const int64_t floats = std::max<int64_t>(1, row_bytes / 4);
     const gpufeed::Schema schema = gpufeed::ParseSchema(fmt::format("x:float32[{}]", floats));
     const size_t row = schema.SampleBytes();

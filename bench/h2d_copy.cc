@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "cuda_bench_device.h"
 #include "device/cuda_device.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
@@ -106,19 +107,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const auto device = gpufeed::OpenDevice(spec);
-    auto* cuda = dynamic_cast<gpufeed::cuda::CudaDevice*>(device.get());
-    if (cuda == nullptr) {
-      std::fprintf(stderr, "h2d_copy: device '%s' is not a CUDA device\n", spec.c_str());
-      return 2;
-    }
-    std::printf("device: %s (%s), driver %s\n", cuda->name().c_str(), cuda->product_name().c_str(),
-                cuda->driver().library().c_str());
-    if (cuda->driver().is_fake()) {
-      std::printf(
-          "NOTE: the driver is gpufeed's fake libcuda (a test double: host memcpy on "
-          "one thread per stream); these figures say nothing about a GPU\n");
-    }
+    const auto cuda = gpufeed::bench::OpenBenchCudaDevice(spec, "h2d_copy",
+                                                          "host memcpy on one thread per stream");
+    if (cuda == nullptr) return 2;
+    const std::shared_ptr<gpufeed::Device> device = cuda;
     const int64_t rows = std::max<int64_t>(1, (int64_t{batch_mib} << 20) / kRowBytes);
     const size_t bytes = static_cast<size_t>(rows * kRowBytes);
     std::printf("batch: %lld rows x %lld bytes = %.1f MiB, %d batches per side, %d workers\n",
