@@ -149,6 +149,24 @@ TEST_F(CudaGatherTest, AnOutOfRangeRowIsAStickyIllegalAddress) {
   device_->FreeDevice(dst);
 }
 
+TEST_F(CudaGatherTest, ARowPastItsArrayIsCaughtEvenWhereAnotherAllocationFollows) {
+  // Row 10 of a 10-row array lands wherever the allocator put the next block; the fake
+  // judges it against src's own allocation, not "some live allocation".
+  auto* src = static_cast<std::byte*>(device_->AllocDevice(10 * 8));
+  auto* next = static_cast<std::byte*>(device_->AllocDevice(1 << 16));
+  auto* dst = static_cast<std::byte*>(device_->AllocDevice(2 * 8));
+  {
+    auto stream = device_->NewStream();
+    const std::vector<int64_t> rows = {9, 10};
+    stream->GatherRows(dst, src, 8, rows);
+    EXPECT_THROW(stream->Synchronize(), Error);
+  }
+  expected_failures_ = 1;
+  for (void* p : {static_cast<void*>(src), static_cast<void*>(next), static_cast<void*>(dst)}) {
+    device_->FreeDevice(p);
+  }
+}
+
 TEST_F(CudaGatherTest, TheFakeChecksLaunchesAsADriverDoes) {
   const CudaDriver& driver = device_->driver();
   CurrentContextScope scope(*device_->context());

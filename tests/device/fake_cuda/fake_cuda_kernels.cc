@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <string>
 
 #include "fake_cuda/fake_cuda_state.h"
@@ -59,11 +60,20 @@ CUresult GatherTwin(State& s, const unsigned char* params, const char* name) {
   if (fc::FindAllocation(s, rows_ptr, count * sizeof(int64_t), true) == nullptr) {
     return Illegal(s, name, "rows", rows, count * sizeof(int64_t));
   }
+  // Rows are read from the one allocation `src` points into: a row index past the array
+  // that happens to land in another allocation (the next field's array, a batch buffer) is
+  // as wrong as one in unmapped memory, though a real GPU would not fault on it.
+  if (fc::FindAllocation(s, src_ptr, 1, true) == nullptr) return Illegal(s, name, "src", src, 1);
+  auto base = std::prev(s.allocations.upper_bound(src));
+  const uint64_t src_end = base->first + base->second.bytes;
   for (uint64_t i = 0; i < count; ++i) {
-    const unsigned char* from = src_ptr + static_cast<uint64_t>(rows_ptr[i]) * row_bytes;
-    if (rows_ptr[i] < 0 || fc::FindAllocation(s, from, row_bytes, true) == nullptr) {
-      return Illegal(s, name, "a source row", reinterpret_cast<uint64_t>(from), row_bytes);
+    const int64_t row = rows_ptr[i];
+    if (row < 0 ||
+        static_cast<uint64_t>(row) >= (src_end - src) / std::max<uint64_t>(1, row_bytes)) {
+      return Illegal(s, name, "a source row (index out of the src array)",
+                     row < 0 ? src : src + static_cast<uint64_t>(row) * row_bytes, row_bytes);
     }
+    const unsigned char* from = src_ptr + static_cast<uint64_t>(row) * row_bytes;
     std::memcpy(const_cast<unsigned char*>(dst_ptr) + i * row_bytes, from, row_bytes);
   }
   return fc::kSuccess;
