@@ -124,6 +124,10 @@ class Device {
   // the work enqueued on it: the GPU ran out of work there. False when busy or unknown.
   // Never blocks, never throws.
   virtual bool StreamDrained(uintptr_t /*stream*/) { return false; }
+  // True when `stream` is capturing a CUDA graph (or its capture was invalidated), or when
+  // that cannot be told: querying such a stream, or recording a timing event on it, would
+  // break the user's capture. False on devices without graphs. Never blocks, never throws.
+  virtual bool StreamCapturing(uintptr_t /*stream*/) { return false; }
 };
 
 // The host device: 64-byte aligned heap memory, copies are memcpy, events are done at once.
