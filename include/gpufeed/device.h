@@ -128,6 +128,10 @@ class Device {
   // by the driver from gpufeed's PTX), so a device that cannot run them says so before a
   // data set is uploaded to it. Throws Error(kDevice). Nothing to do on the host.
   virtual void PrepareGather() {}
+  // True when `stream` is capturing a CUDA graph (or its capture was invalidated), or when
+  // that cannot be told: querying such a stream, or recording a timing event on it, would
+  // break the user's capture. False on devices without graphs. Never blocks, never throws.
+  virtual bool StreamCapturing(uintptr_t /*stream*/) { return false; }
 };
 
 // Whether two Device objects are the same device: the same object, or CUDA devices of the

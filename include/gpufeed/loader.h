@@ -162,6 +162,9 @@ class Batch {
   FieldView field(int index) const;
   // The event after the batch's copy (null on the host): no consumer may read the batch
   // before it. WaitOn makes a consumer CUDA stream wait for it; Synchronize blocks the host.
+  // WaitOn also names the stream the loader times the GPU's step on (LoaderStats::gpu_*): it
+  // records a timing event on `stream` at the loader's next Next() call, and when this batch
+  // is dropped, so the stream must stay alive until both.
   const std::shared_ptr<DeviceEvent>& ready_event() const { return ready_; }
   void WaitOn(uintptr_t stream) const;
   void Synchronize() const;

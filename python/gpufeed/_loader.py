@@ -170,6 +170,9 @@ class Loader:
         return _EpochIterator(self._impl, self._make_batch)
 
     def _make_batch(self, handle):
+        # torch's current stream waits for the batch's copy; the loader also records timing
+        # events on it at the next batch and when the batch is dropped, so a stream of the
+        # user's own (torch.cuda.Stream) must stay alive until then.
         stream = _tensors.consumer_stream(self._device_type, self._device_index)
         batch = Batch(zip(self._names, map(_tensors.from_capsule, handle.capsules(stream))))
         for position, dtype in self._views:

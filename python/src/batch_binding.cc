@@ -90,7 +90,12 @@ void BindBatch(py::module_& m) {
             WaitForConsumer(*a.batch(), stream);
             return ExportField(a.batch(), a.index());
           },
-          py::arg("stream") = py::none());
+          py::arg("stream") = py::none(),
+          "A DLPack capsule of the field. `stream` (the consumer's CUDA stream; None or 1 = "
+          "the legacy default stream, 2 = per-thread default) is made to wait for the batch's "
+          "copy. The loader also times the GPU's work on that stream: it records an event on it "
+          "at the next call for a batch and when the batch is dropped, so the stream must stay "
+          "alive until both.");
 
   py::class_<BatchHandle>(m, "BatchHandle", "A delivered batch, shared by its tensors.")
       .def_property_readonly("epoch", [](const BatchHandle& h) { return h.batch()->epoch(); })

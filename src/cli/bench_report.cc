@@ -48,10 +48,10 @@ std::string FormatBenchReport(const BenchResult& r) {
   }
   if (s.gpu_steps > 0) {
     out += fmt::format(
-        "gpu events  busy {:.1f}% of the GPU's time, waited {:.2f} ms per step for the next "
+        "gpu events  busy {} of the GPU's time, waited {:.2f} ms per step for the next "
         "batch ({} steps timed on the consumer stream)\n",
-        100.0 * s.GpuBusyFraction(), 1e-6 * static_cast<double>(s.gpu_idle_ns) / s.gpu_steps,
-        s.gpu_steps);
+        s.GpuBusyFraction() >= 0 ? fmt::format("{:.1f}%", 100.0 * s.GpuBusyFraction()) : "n/a",
+        1e-6 * static_cast<double>(s.gpu_idle_ns) / s.gpu_steps, s.gpu_steps);
   }
   out += fmt::format(
       "workers     read {:.0f}%  transform {:.0f}%  copy {:.0f}%  waiting for a buffer {:.0f}% "

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -43,21 +45,41 @@ int64_t StatusBytes(const char* key) {
 // The simulated step's kernel on a CUDA stream: a host function the stream runs in its
 // order, sleeping the step's length. The stream is busy for it as for a real kernel, after
 // the batch's copy, so the loader's events time it; a real GPU runs it on a driver thread.
-void SleepOnTheStream(void* ms) {
-  std::this_thread::sleep_for(
-      std::chrono::duration<double, std::milli>(*static_cast<const double*>(ms)));
+// It adds the time it actually slept (a loaded machine oversleeps) for the busy figure.
+struct SimulatedStep {
+  double ms = 0;
+  std::atomic<int64_t> slept_ns{0};
+};
+
+void SleepOnTheStream(void* data) {
+  auto* step = static_cast<SimulatedStep*>(data);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step->ms));
+  step->slept_ns.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count(),
+      std::memory_order_relaxed);
 }
 
-// Enqueues the kernel on the legacy default stream (torch's default) and waits for it, as a
-// loop that reads its loss (loss.item()) each step does.
-void RunSimulatedKernel(const cuda::CudaDevice& device, const double& ms) {
+// Enqueues the kernel on the legacy default stream (torch's default) without waiting for it:
+// the next batch's WaitOn orders the next step after it, and the host runs ahead as a
+// training loop does between its synchronizations.
+void EnqueueSimulatedKernel(const cuda::CudaDevice& device, SimulatedStep& step) {
   const cuda::CudaDriver& driver = device.driver();
   cuda::CurrentContextScope scope(*device.context());
-  device.context()->Check(
-      driver.LaunchHostFunc(nullptr, &SleepOnTheStream, const_cast<double*>(&ms)),
-      "cuLaunchHostFunc");
-  device.context()->Check(driver.StreamSynchronize(nullptr), "cuStreamSynchronize");
+  device.context()->Check(driver.LaunchHostFunc(nullptr, &SleepOnTheStream, &step),
+                          "cuLaunchHostFunc");
 }
+
+void SynchronizeDefaultStream(const cuda::CudaDevice& device) {
+  cuda::CurrentContextScope scope(*device.context());
+  device.context()->Check(device.driver().StreamSynchronize(nullptr), "cuStreamSynchronize");
+}
+
+// Steps the bench keeps queued on the GPU before it waits for the oldest, as a loop that
+// reads its loss (loss.item()) every few steps would: the stream does not run dry at each
+// Next(), so the doctor sees a GPU fed by the loader, not one waiting for the host.
+constexpr size_t kStepsInFlight = 2;
 
 }  // namespace
 
@@ -119,6 +141,21 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   const auto step = std::chrono::duration<double, std::milli>(config.step_ms);
   const auto* cuda_device = dynamic_cast<const cuda::CudaDevice*>(loader.options().device.get());
   double step_s = 0;
+  SimulatedStep gpu_step;
+  gpu_step.ms = config.step_ms;
+  std::deque<std::shared_ptr<DeviceEvent>> steps_in_flight;  // CUDA: each step's end
+  // Queued steps point at gpu_step: on every way out (an error in Next() included) the
+  // stream finishes them before it goes.
+  struct FinishSteps {
+    const cuda::CudaDevice* device;
+    ~FinishSteps() {
+      if (device == nullptr) return;
+      try {
+        SynchronizeDefaultStream(*device);
+      } catch (...) {
+      }
+    }
+  } finish_steps{config.step_ms > 0 ? cuda_device : nullptr};
   int64_t peak_anon = StatusBytes("RssAnon");
   const auto start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point first_batch{};
@@ -137,8 +174,12 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
         // On CUDA the step is work on the default stream after the batch's copy, which the
         // loader times with events (LoaderStats::GpuBusyFraction).
         batch->WaitOn(0);
-        RunSimulatedKernel(*cuda_device, config.step_ms);
-        step_s += config.step_ms * 1e-3;
+        EnqueueSimulatedKernel(*cuda_device, gpu_step);
+        steps_in_flight.push_back(loader.options().device->RecordOn(0));
+        if (steps_in_flight.size() > kStepsInFlight) {
+          steps_in_flight.front()->Wait();
+          steps_in_flight.pop_front();
+        }
       } else if (config.step_ms > 0) {
         // A GPU step leaves the CPU free: sleep, as the host thread would wait on the GPU.
         const auto t0 = std::chrono::steady_clock::now();
@@ -160,6 +201,12 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
       if (on_progress) on_progress(progress);
     }
   }
+  if (cuda_device != nullptr && !steps_in_flight.empty()) {
+    SynchronizeDefaultStream(*cuda_device);  // the last steps belong to the run
+    steps_in_flight.clear();
+  }
+  // The time the simulated GPU actually worked, not the nominal step times.
+  if (cuda_device != nullptr) step_s += 1e-9 * static_cast<double>(gpu_step.slept_ns.load());
   const auto end = std::chrono::steady_clock::now();
 #ifdef GPUFEED_HAVE_DOCTOR
   if (monitor) {

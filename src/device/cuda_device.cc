@@ -122,6 +122,21 @@ bool CudaDevice::StreamDrained(uintptr_t stream) {
   }
 }
 
+bool CudaDevice::StreamCapturing(uintptr_t stream) {
+  // A driver without cuStreamIsCapturing (before CUDA 10) has no graphs to break.
+  if (driver().StreamIsCapturing == nullptr) return false;
+  try {
+    CurrentContextScope scope(*context_);
+    int status = kStreamCaptureStatusNone;
+    if (driver().StreamIsCapturing(reinterpret_cast<CUstream>(stream), &status) != kSuccess) {
+      return true;  // cannot tell: leave the stream alone
+    }
+    return status != kStreamCaptureStatusNone;
+  } catch (...) {
+    return true;
+  }
+}
+
 std::string CudaDevice::product_name() const {
   char buffer[256] = {};
   if (driver().DeviceGetName(buffer, sizeof(buffer) - 1, context_->device()) != kSuccess) {

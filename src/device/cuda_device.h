@@ -57,6 +57,7 @@ class CudaDevice : public Device {
   std::unique_ptr<TimingEvent> NewTimingEvent() override;
   bool StreamDrained(uintptr_t stream) override;
   void PrepareGather() override;
+  bool StreamCapturing(uintptr_t stream) override;
 
   // The GPU's product name ("NVIDIA H100 80GB HBM3").
   std::string product_name() const;

@@ -54,6 +54,7 @@ inline constexpr unsigned int kStreamNonBlocking = 0x1;      // no implicit sync
 inline constexpr unsigned int kEventDefault = 0x0;           // timing enabled
 inline constexpr unsigned int kEventDisableTiming = 0x2;     // the cheapest event: sync only
 inline constexpr unsigned int kEventWaitDefault = 0x0;
+inline constexpr int kStreamCaptureStatusNone = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
 // cuLaunchKernel's `extra` keys: the packed parameter buffer and its size.
 inline void* const kLaunchParamEnd = nullptr;
 inline void* const kLaunchParamBufferPointer = reinterpret_cast<void*>(0x01);
@@ -109,9 +110,13 @@ inline void* const kLaunchParamBufferSize = reinterpret_cast<void*>(0x02);
 // tried when "symbol" is missing. cuda.h 12.8+ maps cuEventElapsedTime to `_v2` (same C
 // signature); drivers before 12.8 (r570) export only the unversioned one, so it is the
 // fallback rather than a reason to refuse the driver (notes section 1.6).
+// cuStreamIsCapturing (CUDA 10+, no versioned name) tells a stream capturing a CUDA graph,
+// which must not be queried; without it the loader does not look.
 #define GPUFEED_CUDA_DRIVER_OPTIONAL_SYMBOLS(X)                                     \
   X(EventElapsedTime, "cuEventElapsedTime_v2", cuEventElapsedTime,                  \
-    CUresult(float*, CUevent, CUevent), "cuEventElapsedTime")
+    CUresult(float*, CUevent, CUevent), "cuEventElapsedTime")                       \
+  X(StreamIsCapturing, "cuStreamIsCapturing", cuStreamIsCapturing,                  \
+    CUresult(CUstream, int*), "cuStreamIsCapturing")
 
 class CudaDriver {
  public:

@@ -15,6 +15,7 @@ constexpr double kCpuSaturated = 0.90;    // of the usable cores
 constexpr double kGpuIdle = 0.50;         // below this GPU utilization the GPU idles
 constexpr double kMemoryFull = 0.95;      // of RAM or of the cgroup limit
 constexpr double kRamBudget = 0.50;       // of available RAM, for a cache
+constexpr int64_t kMinEventSteps = 8;     // fewer timed steps than this are an anecdote
 
 double Ms(double ns) { return ns * 1e-6; }
 std::string Gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
@@ -24,8 +25,9 @@ struct Totals {
   double n = 0, rows = 0;
   double wait = 0, step = 0, read = 0, transform = 0, copy = 0, buffer_wait = 0;
   // Over the batches with both event figures: the GPU's busy and idle time, and the loop's
-  // wait in Next() for those same batches.
-  double gpu_busy = 0, gpu_idle = 0, gpu_loop_wait = 0;
+  // wait in Next() for those same batches; and, step by step, the GPU's wait beyond the loop's
+  // (the copy's lag: one long wait in Next() must not cancel the lag of other steps).
+  double gpu_busy = 0, gpu_idle = 0, gpu_loop_wait = 0, gpu_copy_lag = 0;
 };
 
 Totals Sum(const std::vector<BatchTiming>& batches) {
@@ -43,6 +45,8 @@ Totals Sum(const std::vector<BatchTiming>& batches) {
       t.gpu_busy += static_cast<double>(b.gpu_busy_ns);
       t.gpu_idle += static_cast<double>(b.gpu_idle_ns);
       t.gpu_loop_wait += static_cast<double>(b.consumer_wait_ns);
+      t.gpu_copy_lag +=
+          static_cast<double>(std::max<int64_t>(0, b.gpu_idle_ns - b.consumer_wait_ns));
     }
   }
   return t;
@@ -126,7 +130,19 @@ Diagnosis ApplyRules(const DoctorInput& in) {
   }
   // The GPU's busy share: events on the training stream when the loop named it (exact about
   // waits for data), else NVML or a simulated step. Either way the text says which.
-  const bool events = in.gpu_busy_events && in.gpu_event_steps > 0;
+  // Events over a step or two say little (the first steps, a restart): they must cover enough
+  // of the window, else NVML decides.
+  const int64_t min_event_steps =
+      std::max<int64_t>(kMinEventSteps, static_cast<int64_t>(in.batches.size()) / 2);
+  const bool events = in.gpu_busy_events && in.gpu_event_steps >= min_event_steps;
+  if (in.gpu_busy_events && !events) {
+    d.evidence.push_back(fmt::format(
+        "events on the training stream timed only {} of {} steps (at least {} needed): too few "
+        "to judge by; {}",
+        in.gpu_event_steps, static_cast<int>(t.n), min_event_steps,
+        in.gpu_utilization ? fmt::format("{} utilization decides", in.gpu_utilization_source)
+                           : std::string("no other GPU reading")));
+  }
   const std::optional<double> gpu_busy = events ? in.gpu_busy_events : in.gpu_utilization;
   if (gpu_busy) {
     d.gpu_busy_fraction = *gpu_busy;
@@ -298,7 +314,7 @@ Diagnosis ApplyRules(const DoctorInput& in) {
   // The GPU's wait beyond the loop's own wait in Next() is the copy's lag.
   const double copy_lag_share =
       t.gpu_busy + t.gpu_idle > 0
-          ? std::max(0.0, t.gpu_idle - t.gpu_loop_wait) / (t.gpu_busy + t.gpu_idle)
+          ? t.gpu_copy_lag / (t.gpu_busy + t.gpu_idle)
           : (events ? std::max(0.0, 1 - *in.gpu_busy_events - d.consumer_wait_fraction) : 0);
   if (events && in.device_copy && copy_lag_share >= kWaitInputBound) {
     d.verdict = Verdict::kCopyBound;
@@ -318,20 +334,22 @@ Diagnosis ApplyRules(const DoctorInput& in) {
   }
 
   // 4. Does the GPU work? The events rule out waits for data; a GPU idle inside the steps
-  // (waiting for the host to launch, or synchronizing) shows only in NVML's reading.
+  // (waiting for the host to launch, or synchronizing) shows only in NVML's reading. The
+  // events count that wait for the host as busy, so a low event share is a wait for batches
+  // and never makes the loop host-bound: only NVML's idle reading does.
   const bool nvml_idle = in.gpu_utilization && *in.gpu_utilization < kGpuIdle;
-  if ((gpu_busy && *gpu_busy < kGpuIdle) || nvml_idle) {
+  if (nvml_idle) {
     d.verdict = Verdict::kHostBound;
-    d.gpu_busy_fraction = nvml_idle ? *in.gpu_utilization : *gpu_busy;
-    d.gpu_measure = nvml_idle ? in.gpu_utilization_source : d.gpu_measure;
+    d.gpu_busy_fraction = *in.gpu_utilization;
+    d.gpu_measure = in.gpu_utilization_source;
     const std::string busy_text =
-        nvml_idle && events
-            ? fmt::format("the GPU never waited long for data (busy {} between batches, {}) yet "
-                          "ran kernels only {} of the time ({} utilization)",
-                          Pct(*in.gpu_busy_events), gpu_how, Pct(*in.gpu_utilization),
-                          in.gpu_utilization_source)
-            : fmt::format("the GPU was busy {} ({})", Pct(d.gpu_busy_fraction),
-                          nvml_idle ? in.gpu_utilization_source + " utilization" : gpu_how);
+        events ? fmt::format(
+                     "the GPU never waited long for data (busy {} between batches, {}) yet "
+                     "ran kernels only {} of the time ({} utilization)",
+                     Pct(*in.gpu_busy_events), gpu_how, Pct(*in.gpu_utilization),
+                     in.gpu_utilization_source)
+               : fmt::format("the GPU was busy {} ({} utilization)", Pct(d.gpu_busy_fraction),
+                             in.gpu_utilization_source);
     d.headline = fmt::format(
         "host-bound training loop: {} while the loop waited only {} of its time for data; the "
         "host side of each {:.1f} ms step is the bottleneck",

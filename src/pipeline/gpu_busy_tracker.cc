@@ -33,6 +33,7 @@ TimingEvent* GpuBusyTracker::TakeEvent() {
 
 void GpuBusyTracker::Disable() {
   disabled_ = true;
+  pending_idle_step_ = -1;
   marks_.clear();  // their events may never complete; the figures would be partial anyway
 }
 
@@ -43,20 +44,36 @@ bool GpuBusyTracker::EndStep() {
     return false;
   }
   step_ended_ = true;
-  // Before the end event: a recorded event is itself work the stream has not done yet.
-  const bool drained = device_->StreamDrained(step_stream_);
-  if (drained) ++totals_.drained_steps;
-  TimingEvent* event = TakeEvent();
-  if (event == nullptr) return drained;
   try {
-    event->Record(step_stream_);
-  } catch (...) {
-    free_.push_back(event);
-    Disable();
+    // Querying a capturing stream would invalidate the consumer's CUDA graph capture: the
+    // step stays without an end event, so it gets no busy figure.
+    if (device_->StreamCapturing(step_stream_)) return false;
+    // Before the end event: a recorded event is itself work the stream has not done yet.
+    const bool drained = device_->StreamDrained(step_stream_);
+    if (drained) ++totals_.drained_steps;
+    TimingEvent* event = TakeEvent();
+    if (event == nullptr) return drained;
+    if (!RecordOrSkip(event, step_stream_)) return drained;
+    marks_.push_back(Mark{false, step_, step_epoch_, step_batch_, step_stream_, event});
     return drained;
+  } catch (...) {
+    Disable();  // measuring never breaks the consumer's loop
+    return false;
   }
-  marks_.push_back(Mark{false, step_, step_epoch_, step_batch_, step_stream_, event});
-  return drained;
+}
+
+bool GpuBusyTracker::RecordOrSkip(TimingEvent* event, uintptr_t stream) {
+  try {
+    event->Record(stream);
+    record_failures_ = 0;
+    return true;
+  } catch (...) {
+    // One failure (a stream of another context, say) costs this step's figure; only a
+    // driver that keeps refusing turns measuring off.
+    free_.push_back(event);
+    if (++record_failures_ >= kMaxRecordFailures) Disable();
+    return false;
+  }
 }
 
 int64_t GpuBusyTracker::BeginStep(int64_t epoch, int64_t batch) {
@@ -72,23 +89,30 @@ int64_t GpuBusyTracker::BeginStep(int64_t epoch, int64_t batch) {
 void GpuBusyTracker::MarkStart(int64_t step, uintptr_t stream) {
   std::lock_guard lock(mu_);
   if (disabled_ || step != step_ || step_started_ || step_ended_ || step_batch_ < 0) return;
-  TimingEvent* event = TakeEvent();
-  if (event == nullptr) return;
   try {
-    event->Record(stream);
+    if (device_->StreamCapturing(stream)) return;  // recorded into the user's graph: skip
+    TimingEvent* event = TakeEvent();
+    if (event == nullptr) return;
+    if (!RecordOrSkip(event, stream)) return;
+    marks_.push_back(Mark{true, step_, step_epoch_, step_batch_, stream, event});
+    step_started_ = true;
+    step_stream_ = stream;
+    ++totals_.marked_steps;
   } catch (...) {
-    free_.push_back(event);
     Disable();
-    return;
   }
-  marks_.push_back(Mark{true, step_, step_epoch_, step_batch_, stream, event});
-  step_started_ = true;
-  step_stream_ = stream;
-  ++totals_.marked_steps;
 }
 
 void GpuBusyTracker::Harvest(const std::function<void(const GpuStepFigure&)>& on_figure) {
   std::lock_guard lock(mu_);
+  try {
+    HarvestLocked(on_figure);
+  } catch (...) {
+    Disable();  // a driver error or a failed allocation: figures stop, the loop goes on
+  }
+}
+
+void GpuBusyTracker::HarvestLocked(const std::function<void(const GpuStepFigure&)>& on_figure) {
   // The newest mark stays: its event opens the next interval.
   while (marks_.size() >= 2) {
     const Mark& a = marks_[0];
@@ -100,7 +124,7 @@ void GpuBusyTracker::Harvest(const std::function<void(const GpuStepFigure&)>& on
     if (same_stream && (busy || idle)) {
       if (const auto ms = b.event->MillisecondsSince(*a.event)) {
         const int64_t ns = std::max<int64_t>(0, std::llround(*ms * 1e6));
-        GpuStepFigure figure{b.epoch, b.batch, -1, -1};
+        GpuStepFigure figure{b.step, b.epoch, b.batch, -1, -1};
         if (idle) {
           figure.idle_ns = ns;
           pending_idle_step_ = b.step;

@@ -30,8 +30,11 @@
 // Events come from a ring of at most `max_events` reusable timing events, made as needed and
 // never freed before the tracker: a GPU that lags further behind than the ring leaves the
 // newest steps unmeasured rather than costing an allocation. Completed events are harvested
-// lazily with non-blocking queries; nothing here ever waits for the GPU. A driver error
-// stops the measuring for good and never reaches the consumer.
+// lazily with non-blocking queries; nothing here ever waits for the GPU. No error here ever
+// reaches the consumer: a failed record skips its step, kMaxRecordFailures in a row (or any
+// other driver error or failed allocation) stop the measuring for good. A stream that is
+// capturing a CUDA graph is neither queried nor recorded on (either would break the capture):
+// its steps go unmeasured.
 //
 // Thread-safety: thread-safe (one mutex). EndStep and BeginStep are called by the loader's
 // consumer thread, MarkStart by whatever thread calls Batch::WaitOn, Harvest and Totals by
@@ -51,6 +54,7 @@ namespace gpufeed {
 
 // One harvested figure of one step; the other field is -1.
 struct GpuStepFigure {
+  int64_t step = -1;  // the tracker's step id (BeginStep's): unique, increasing
   int64_t epoch = 0;
   int64_t batch = 0;
   int64_t busy_ns = -1;
@@ -68,6 +72,7 @@ struct GpuBusyTotals {
 class GpuBusyTracker {
  public:
   static constexpr int kDefaultMaxEvents = 64;
+  static constexpr int kMaxRecordFailures = 8;  // in a row: then measuring stops
 
   explicit GpuBusyTracker(std::shared_ptr<Device> device, int max_events = kDefaultMaxEvents);
   ~GpuBusyTracker();
@@ -80,6 +85,9 @@ class GpuBusyTracker {
   // Next() handed out batch (epoch, batch), or (-1, -1) for the end of an epoch: a new step
   // begins. Returns its id, for MarkStart.
   int64_t BeginStep(int64_t epoch, int64_t batch);
+  // The loader restarted (SetEpoch, Restore): the open step is dropped unmeasured, so neither
+  // its busy figure nor the next step's idle figure covers the restart.
+  void DropStep() { BeginStep(-1, -1); }
   // The consumer made `stream` wait for step `step`'s batch: records the step's start event,
   // once, when `step` is the current step.
   void MarkStart(int64_t step, uintptr_t stream);
@@ -101,6 +109,10 @@ class GpuBusyTracker {
 
   TimingEvent* TakeEvent();  // REQUIRES: mu_ held. Null when the ring is spent or disabled.
   void Disable();            // REQUIRES: mu_ held.
+  // Records `event` on `stream`; on failure hands the event back and returns false.
+  // REQUIRES: mu_ held.
+  bool RecordOrSkip(TimingEvent* event, uintptr_t stream);
+  void HarvestLocked(const std::function<void(const GpuStepFigure&)>& on_figure);  // mu_ held
 
   std::shared_ptr<Device> device_;
   const int max_events_;
@@ -117,6 +129,7 @@ class GpuBusyTracker {
   uintptr_t step_stream_ = 0;
   int64_t pending_idle_step_ = -1;  // the step whose idle figure came, waiting for its busy one
   int64_t pending_idle_ns_ = 0;
+  int record_failures_ = 0;  // in a row
   GpuBusyTotals totals_;
 };
 

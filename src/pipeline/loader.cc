@@ -296,6 +296,7 @@ class Loader::Impl {
     held_->fetch_add(1);
     batch->parts_->gpu_busy = gpu_busy_;
     batch->parts_->step = gpu_busy_->BeginStep(batch->epoch_, batch->index_);
+    pending_gpu_step_ = batch->parts_->step;
     {
       std::lock_guard lock(mu_);  // stats() reads it under mu_ from any thread
       last_return_ns_ = NowNs();
@@ -401,15 +402,16 @@ class Loader::Impl {
     HarvestGpuFigures();
     std::lock_guard lock(timings_mu_);
     const size_t take = std::min(n, timings_.size());
-    std::vector<BatchTiming> out(timings_.end() - static_cast<std::ptrdiff_t>(take),
-                                 timings_.end());
-    if (!gpu_figures_.empty()) {
-      for (BatchTiming& t : out) {
-        auto it = gpu_figures_.find({t.epoch, t.batch});
-        if (it == gpu_figures_.end()) continue;
-        t.gpu_busy_ns = it->second.first;
-        t.gpu_idle_ns = it->second.second;
+    std::vector<BatchTiming> out;
+    out.reserve(take);
+    for (auto it = timings_.end() - static_cast<std::ptrdiff_t>(take); it != timings_.end(); ++it) {
+      BatchTiming t = it->timing;
+      auto figure = gpu_figures_.find(it->gpu_step);
+      if (figure != gpu_figures_.end()) {
+        t.gpu_busy_ns = figure->second.first;
+        t.gpu_idle_ns = figure->second.second;
       }
+      out.push_back(t);
     }
     return out;
   }
@@ -470,9 +472,10 @@ class Loader::Impl {
   void HarvestGpuFigures() const {
     gpu_busy_->Harvest([this](const GpuStepFigure& f) {
       std::lock_guard lock(timings_mu_);
-      auto& slot = gpu_figures_.try_emplace({f.epoch, f.batch}, -1, -1).first->second;
+      auto& slot = gpu_figures_.try_emplace(f.step, -1, -1).first->second;
       if (f.busy_ns >= 0) slot.first = f.busy_ns;
       if (f.idle_ns >= 0) slot.second = f.idle_ns;
+      // Step ids only grow: the first key is the oldest figure.
       if (gpu_figures_.size() > kTimingsKept) gpu_figures_.erase(gpu_figures_.begin());
     });
   }
@@ -487,7 +490,7 @@ class Loader::Impl {
     {
       std::lock_guard lock(timings_mu_);
       if (timings_.size() == kTimingsKept) timings_.pop_front();
-      timings_.push_back(t);
+      timings_.push_back({t, pending_gpu_step_});
     }
     if (!tuner_) return;
     if (auto change = tuner_->Observe(t)) {
@@ -555,6 +558,9 @@ class Loader::Impl {
 
   void Restart(int64_t epoch, int64_t batch) {
     Stop();
+    // The step open now ends at the restart, not at the next Next(): what runs in between
+    // (a validation loop, a checkpoint) is neither its GPU work nor a wait for the next batch.
+    gpu_busy_->DropStep();
     Start(epoch, batch);
   }
 
@@ -802,10 +808,16 @@ class Loader::Impl {
 
   std::unique_ptr<Autotuner> tuner_;           // consumer thread only
   std::optional<BatchTiming> pending_timing_;  // consumer thread only: step not known yet
+  int64_t pending_gpu_step_ = -1;              // consumer thread only: pending_timing_'s step
   mutable std::mutex timings_mu_;
-  std::deque<BatchTiming> timings_;
-  // (epoch, batch) -> (gpu_busy_ns, gpu_idle_ns), -1 where not measured yet.
-  mutable std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>> gpu_figures_;
+  struct KeptTiming {
+    BatchTiming timing;
+    int64_t gpu_step = -1;  // the GpuBusyTracker step it was, to find its GPU figures
+  };
+  std::deque<KeptTiming> timings_;
+  // GpuBusyTracker step -> (gpu_busy_ns, gpu_idle_ns), -1 where not measured yet. Keyed by
+  // step, not (epoch, batch): after SetEpoch/Restore the same batch runs again.
+  mutable std::map<int64_t, std::pair<int64_t, int64_t>> gpu_figures_;
   std::vector<std::string> tuning_log_;
 
   std::unique_ptr<ThreadPool> pool_;

@@ -44,8 +44,10 @@ std::string LoaderStats::ToJson() const {
       {"gpu_idle_s", seconds(gpu_idle_ns)},
       {"gpu_drained_steps", gpu_drained_steps},
   };
-  // null, not a number, when nothing was measured: no stream was named.
-  j["gpu_busy_fraction"] = gpu_steps > 0 ? nlohmann::json(GpuBusyFraction()) : nlohmann::json();
+  // null, not a number, when nothing was measured: no stream was named, or the measured steps
+  // add up to no time at all.
+  const double gpu_busy = GpuBusyFraction();
+  j["gpu_busy_fraction"] = gpu_busy >= 0 ? nlohmann::json(gpu_busy) : nlohmann::json();
   return j.dump();
 }
 

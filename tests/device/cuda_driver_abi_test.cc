@@ -100,6 +100,7 @@ static_assert(kStreamNonBlocking == CU_STREAM_NON_BLOCKING);
 static_assert(kEventDisableTiming == CU_EVENT_DISABLE_TIMING);
 static_assert(kEventDefault == CU_EVENT_DEFAULT);
 static_assert(kEventWaitDefault == CU_EVENT_WAIT_DEFAULT);
+static_assert(kStreamCaptureStatusNone == CU_STREAM_CAPTURE_STATUS_NONE);
 
 // The fallback names agree with the toolkit's enum for the codes they name.
 static_assert(CUDA_ERROR_ILLEGAL_ADDRESS == 700 && CUDA_ERROR_SYSTEM_DRIVER_MISMATCH == 803);

@@ -2,6 +2,7 @@
 // which library was tried and why it failed, and error names even without a driver.
 #include "device/cuda_driver.h"
 
+#include <dlfcn.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -35,6 +36,38 @@ TEST_F(CudaDriverTest, GetLoadsTheLibraryTheEnvironmentNames) {
   int version = 0;
   EXPECT_EQ(driver.DriverGetVersion(&version), kSuccess);
   EXPECT_GT(version, 11000);
+}
+
+// Drivers before 12.8 export only cuEventElapsedTime: the table falls back to it, and it
+// times events as the `_v2` one does.
+TEST_F(CudaDriverTest, WithoutTheV2SymbolEventsAreTimedThroughTheUnversionedOne) {
+  const CudaDriver& driver = CudaDriver::Load(GPUFEED_FAKE_CUDA_NO_V2);
+  ASSERT_NE(driver.EventElapsedTime, nullptr);
+  void* handle = dlopen(GPUFEED_FAKE_CUDA_NO_V2, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  ASSERT_NE(handle, nullptr);
+  EXPECT_EQ(dlsym(handle, "cuEventElapsedTime_v2"), nullptr);
+  EXPECT_EQ(reinterpret_cast<void*>(driver.EventElapsedTime), dlsym(handle, "cuEventElapsedTime"));
+  dlclose(handle);
+  ASSERT_EQ(driver.Init(0), kSuccess);
+  CUdevice device = 0;
+  ASSERT_EQ(driver.DeviceGet(&device, 0), kSuccess);
+  CUcontext context = nullptr;
+  ASSERT_EQ(driver.DevicePrimaryCtxRetain(&context, device), kSuccess);
+  ASSERT_EQ(driver.CtxSetCurrent(context), kSuccess);
+  CUevent start = nullptr;
+  CUevent end = nullptr;
+  ASSERT_EQ(driver.EventCreate(&start, kEventDefault), kSuccess);
+  ASSERT_EQ(driver.EventCreate(&end, kEventDefault), kSuccess);
+  ASSERT_EQ(driver.EventRecord(start, nullptr), kSuccess);
+  ASSERT_EQ(driver.EventRecord(end, nullptr), kSuccess);
+  ASSERT_EQ(driver.EventSynchronize(end), kSuccess);
+  float ms = -1;
+  EXPECT_EQ(driver.EventElapsedTime(&ms, start, end), kSuccess);
+  EXPECT_GE(ms, 0);
+  EXPECT_EQ(driver.EventDestroy(start), kSuccess);
+  EXPECT_EQ(driver.EventDestroy(end), kSuccess);
+  EXPECT_EQ(driver.CtxSetCurrent(nullptr), kSuccess);
+  EXPECT_EQ(driver.DevicePrimaryCtxRelease(device), kSuccess);
 }
 
 TEST_F(CudaDriverTest, DefaultLibraryIsTheDriverSoname) {

@@ -221,6 +221,106 @@ TEST_F(CudaLoaderTest, EventsOnTheConsumerStreamMeasureTheGpuBusyShareOfEachStep
   EXPECT_EQ(driver.StreamDestroy(consumer), kSuccess);
 }
 
+// SetEpoch back to an epoch already run (a validation pass in between): the step open at the
+// restart is dropped, not stretched over the pause, and the rerun batches keep their own
+// figures instead of taking over the first run's (same epoch and batch numbers).
+TEST_F(CudaLoaderTest, ARestartDropsTheOpenStepAndRerunBatchesKeepTheirOwnFigures) {
+  const CudaDriver& driver = device_->driver();
+  CUstream consumer = nullptr;
+  {
+    CurrentContextScope scope(*device_->context());
+    ASSERT_EQ(driver.StreamCreate(&consumer, kStreamNonBlocking), kSuccess);
+  }
+  {
+    auto loader = MakeLoader(64 * 8, 8, 2, 2);
+    constexpr int kSteps = 4;
+    const auto run = [&](unsigned step_us) {
+      for (int i = 0; i < kSteps; ++i) {
+        auto batch = loader->Next();
+        ASSERT_TRUE(batch);
+        batch->WaitOn(reinterpret_cast<uintptr_t>(consumer));
+        ASSERT_EQ(fake_cuda_stream_sleep(consumer, step_us), 0);
+        ASSERT_EQ(driver.StreamSynchronize(consumer), kSuccess);
+      }
+    };
+    run(5'000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // "validation"
+    loader->SetEpoch(0);  // batch 4 of epoch 0 is next: a restart at batch 0
+    run(30'000);
+    ASSERT_TRUE(loader->Next());  // ends the last step
+    ASSERT_EQ(driver.StreamSynchronize(consumer), kSuccess);
+    // The step open at the restart (batch 3 of the first run) keeps no timing.
+    const std::vector<BatchTiming> timings = loader->RecentBatches(2 * kSteps);
+    ASSERT_EQ(timings.size(), 2u * kSteps - 1);
+    int measured_first = 0;
+    int measured_second = 0;
+    int64_t busy_in_timings = 0;
+    for (int i = 0; i < 2 * kSteps - 1; ++i) {
+      const BatchTiming& t = timings[static_cast<size_t>(i)];
+      const bool first_run = i < kSteps - 1;
+      EXPECT_EQ(t.batch, first_run ? i : i - (kSteps - 1));
+      EXPECT_LT(t.gpu_idle_ns, 80'000'000) << "step " << i << " idle spans the pause";
+      if (t.gpu_busy_ns < 0) continue;
+      busy_in_timings += t.gpu_busy_ns;
+      if (first_run) {
+        ++measured_first;
+        EXPECT_LT(t.gpu_busy_ns, 25'000'000) << "step " << i << " has the rerun's figure";
+      } else {
+        ++measured_second;
+        EXPECT_GE(t.gpu_busy_ns, 30'000'000) << "step " << i;
+      }
+    }
+    // Every step in the totals is one of those timings: none spans the pause.
+    EXPECT_LE(loader->stats().gpu_busy_ns, busy_in_timings) << loader->stats().ToJson();
+    EXPECT_GE(measured_first, kSteps - 2);
+    EXPECT_GE(measured_second, kSteps - 1);
+  }
+  CurrentContextScope scope(*device_->context());
+  EXPECT_EQ(driver.StreamDestroy(consumer), kSuccess);
+}
+
+// A loop that captures a CUDA graph on its stream for a few steps: the loader neither queries
+// the stream nor records timing events on it then (either would break the capture; the fake
+// counts both as failures), and measures again once the capture is over.
+TEST_F(CudaLoaderTest, StepsOnACapturingStreamAreLeftUnmeasured) {
+  const CudaDriver& driver = device_->driver();
+  ASSERT_NE(driver.StreamIsCapturing, nullptr);
+  CUstream consumer = nullptr;
+  {
+    CurrentContextScope scope(*device_->context());
+    ASSERT_EQ(driver.StreamCreate(&consumer, kStreamNonBlocking), kSuccess);
+  }
+  {
+    auto loader = MakeLoader(64 * 8, 8, 2, 2);
+    for (int i = 0; i < 12; ++i) {
+      const bool capturing = i >= 3 && i < 7;
+      ASSERT_EQ(fake_cuda_set_capturing(consumer, capturing ? 1 : 0), 0);
+      auto batch = loader->Next();
+      ASSERT_TRUE(batch);
+      batch->WaitOn(reinterpret_cast<uintptr_t>(consumer));
+      ASSERT_EQ(fake_cuda_stream_sleep(consumer, 2'000), 0);
+      if (!capturing) {
+        ASSERT_EQ(driver.StreamSynchronize(consumer), kSuccess);
+      }
+    }
+    ASSERT_EQ(fake_cuda_set_capturing(consumer, 0), 0);
+    ASSERT_TRUE(loader->Next());
+    ASSERT_EQ(driver.StreamSynchronize(consumer), kSuccess);
+    EXPECT_EQ(fake_cuda_failures(), 0) << testing::FakeFailures();
+    const std::vector<BatchTiming> timings = loader->RecentBatches(12);
+    ASSERT_EQ(timings.size(), 12u);
+    for (int i = 3; i < 7; ++i) {
+      EXPECT_EQ(timings[static_cast<size_t>(i)].gpu_busy_ns, -1) << "step " << i;
+    }
+    for (int i = 8; i < 12; ++i) {  // step 7's start came after a step without an end
+      EXPECT_GE(timings[static_cast<size_t>(i)].gpu_busy_ns, 2'000'000) << "step " << i;
+      EXPECT_GE(timings[static_cast<size_t>(i)].gpu_idle_ns, 0) << "step " << i;
+    }
+  }
+  CurrentContextScope scope(*device_->context());
+  EXPECT_EQ(driver.StreamDestroy(consumer), kSuccess);
+}
+
 TEST_F(CudaLoaderTest, AConsumerThatNamesNoStreamGetsNoEventFigures) {
   auto loader = MakeLoader(64 * 8, 8, 2, 2);
   for (int i = 0; i < 20; ++i) {

@@ -230,5 +230,43 @@ TEST(DoctorRules, NoDataWaitOnTheEventsButAnIdleNvmlIsHostBound) {
   EXPECT_TRUE(drained) << d.ToText();
 }
 
+TEST(DoctorRules, EventsOverTooFewStepsGiveWayToNvmlAndTheTextSaysSo) {
+  DoctorInput in = WithEvents(Recorded(0.1, 10, 5), 2, 8);  // one step's events: 20% busy
+  in.gpu_event_steps = 1;
+  in.gpu_utilization = 0.93;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kHealthy) << d.ToText();
+  EXPECT_EQ(d.gpu_measure, "NVML");
+  EXPECT_NEAR(d.gpu_busy_fraction, 0.93, 1e-9);
+  bool said = false;
+  for (const auto& e : d.evidence) {
+    said |= e.find("timed only 1 of 32 steps (at least 16 needed)") != std::string::npos;
+  }
+  EXPECT_TRUE(said) << d.ToText();
+}
+
+TEST(DoctorRules, ALowEventShareIsNeverHostBound) {
+  // The GPU waited 70% of its time for batches: events count a wait for the host as busy, so
+  // this is no host-side bottleneck, whatever else it is.
+  DoctorInput in = WithEvents(Recorded(0.1, 10, 5), 3, 7);
+  in.device_copy = false;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_NE(d.verdict, Verdict::kHostBound) << d.ToText();
+}
+
+TEST(DoctorRules, OneLongWaitInNextDoesNotCancelTheCopyLagOfTheOtherSteps) {
+  // 31 steps: the GPU waits 1.5 ms for a batch the loop had after 0.1 ms (1.4 ms of copy lag
+  // each). One step: the loop waits 25 ms in Next() while the GPU still works (no GPU wait).
+  // Summed over the window the long wait would hide the lag; step by step it is 14%.
+  DoctorInput in = WithEvents(Recorded(0.1, 10, 5), 8.5, 1.5);
+  BatchTiming& odd = in.batches.back();
+  odd.consumer_wait_ns = 25'000'000;
+  odd.gpu_busy_ns = 10'000'000;
+  odd.gpu_idle_ns = 0;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_LT(d.consumer_wait_fraction, 0.10);
+  EXPECT_EQ(d.verdict, Verdict::kCopyBound) << d.ToText();
+}
+
 }  // namespace
 }  // namespace gpufeed

@@ -22,7 +22,10 @@ struct Timeline {
   std::vector<Entry> entries;
   int events_made = 0;
   bool refuse_records = false;
+  bool throw_on_query = false;  // IsDone and StreamDrained throw, as a broken device might
   std::map<uintptr_t, bool> drained;
+  std::map<uintptr_t, bool> capturing;
+  int queries = 0;  // StreamDrained calls
 
   void Complete(size_t index, double ms) {
     entries.at(index).done = true;
@@ -38,7 +41,10 @@ class ScriptedEvent : public TimingEvent {
     index_ = timeline_.entries.size();
     timeline_.entries.push_back({stream, false, 0});
   }
-  bool IsDone() override { return timeline_.entries.at(index_).done; }
+  bool IsDone() override {
+    if (timeline_.throw_on_query) throw std::runtime_error("query failed");
+    return timeline_.entries.at(index_).done;
+  }
   std::optional<double> MillisecondsSince(TimingEvent& earlier) override {
     auto& start = static_cast<ScriptedEvent&>(earlier);
     const auto& a = timeline_.entries.at(start.index_);
@@ -75,7 +81,12 @@ class ScriptedDevice : public Device {
     ++timeline_.events_made;
     return std::make_unique<ScriptedEvent>(timeline_);
   }
-  bool StreamDrained(uintptr_t stream) override { return timeline_.drained[stream]; }
+  bool StreamDrained(uintptr_t stream) override {
+    if (timeline_.throw_on_query) throw std::runtime_error("query failed");
+    ++timeline_.queries;
+    return timeline_.drained[stream];
+  }
+  bool StreamCapturing(uintptr_t stream) override { return timeline_.capturing[stream]; }
 
  private:
   Timeline& timeline_;
@@ -231,12 +242,74 @@ TEST(GpuBusyTracker, ADeviceThatCannotTimeOrADriverErrorTurnsMeasuringOff) {
     GpuBusyTracker tracker(std::make_shared<ScriptedDevice>(gpu));
     Step(tracker, 0, 0);
     gpu.refuse_records = true;
-    EXPECT_NO_THROW(Step(tracker, 0, 1));
+    for (int b = 1; b <= GpuBusyTracker::kMaxRecordFailures; ++b) {
+      EXPECT_NO_THROW(Step(tracker, 0, b));
+    }
     gpu.refuse_records = false;
-    Step(tracker, 0, 2);
-    EXPECT_EQ(gpu.entries.size(), 1u);  // off for good after the failure
+    Step(tracker, 0, 100);
+    EXPECT_EQ(gpu.entries.size(), 1u);  // off for good after failures in a row
     EXPECT_EQ(tracker.Totals().marked_steps, 1);
   }
+}
+
+// A record refused once (a stream of another context) skips that step; the run goes on.
+TEST(GpuBusyTracker, OneRefusedRecordSkipsItsStepOnly) {
+  Timeline gpu;
+  GpuBusyTracker tracker(std::make_shared<ScriptedDevice>(gpu));
+  Step(tracker, 0, 0);  // entry 0: start 0
+  gpu.refuse_records = true;
+  EXPECT_NO_THROW(tracker.EndStep());  // end 0 refused
+  gpu.refuse_records = false;
+  tracker.MarkStart(tracker.BeginStep(0, 1), kStream);  // entry 1: start 1
+  Step(tracker, 0, 2);                                  // 2: end 1, 3: start 2
+  Step(tracker, 0, 3);                                  // 4: end 2, 5: start 3
+  ASSERT_EQ(gpu.entries.size(), 6u);
+  const double ms[] = {0, 1, 11, 12, 22, 23};
+  for (size_t i = 0; i < 6; ++i) gpu.Complete(i, ms[i]);
+  HarvestAll(tracker);
+  const GpuBusyTotals t = tracker.Totals();
+  EXPECT_EQ(t.steps, 1);  // step 2: idle 1 ms, busy 10 ms; step 1 has no idle figure
+  EXPECT_EQ(t.busy_ns, 10'000'000);
+  EXPECT_EQ(t.idle_ns, 1'000'000);
+  EXPECT_EQ(t.marked_steps, 4);
+}
+
+// Whatever a device or its events throw, the consumer's loop never sees it.
+TEST(GpuBusyTracker, NothingTheDeviceThrowsReachesTheLoop) {
+  for (const bool in_harvest : {false, true}) {
+    Timeline gpu;
+    GpuBusyTracker tracker(std::make_shared<ScriptedDevice>(gpu));
+    Step(tracker, 0, 0);
+    Step(tracker, 0, 1);
+    gpu.Complete(0, 0);
+    gpu.Complete(1, 1);
+    gpu.throw_on_query = true;
+    if (in_harvest) {
+      EXPECT_NO_THROW(HarvestAll(tracker));
+      EXPECT_NO_THROW(tracker.EndStep());
+    } else {
+      EXPECT_NO_THROW(tracker.EndStep());
+      EXPECT_NO_THROW(HarvestAll(tracker));
+    }
+    EXPECT_NO_THROW(tracker.MarkStart(tracker.BeginStep(0, 2), kStream));
+    EXPECT_EQ(tracker.Totals().marked_steps, 2);  // measuring stopped
+  }
+}
+
+// Steps on a stream capturing a CUDA graph are neither queried nor recorded on.
+TEST(GpuBusyTracker, ACapturingStreamIsLeftAlone) {
+  Timeline gpu;
+  GpuBusyTracker tracker(std::make_shared<ScriptedDevice>(gpu));
+  Step(tracker, 0, 0);
+  gpu.capturing[kStream] = true;
+  gpu.drained[kStream] = true;
+  EXPECT_FALSE(tracker.EndStep());  // not queried: not counted as drained
+  tracker.MarkStart(tracker.BeginStep(0, 1), kStream);
+  EXPECT_FALSE(tracker.EndStep());
+  EXPECT_EQ(gpu.entries.size(), 1u);
+  EXPECT_EQ(gpu.queries, 0);
+  EXPECT_EQ(tracker.Totals().drained_steps, 0);
+  EXPECT_EQ(tracker.Totals().marked_steps, 1);
 }
 
 }  // namespace

@@ -295,6 +295,16 @@ TEST(Loader, StatsCountWhatWasDelivered) {
   EXPECT_TRUE(j.contains("consumer_wait_fraction"));
 }
 
+TEST(Loader, GpuBusyFractionIsNullWheneverItIsNoShare) {
+  LoaderStats s;
+  s.gpu_steps = 3;  // steps timed, yet no time measured (a clock too coarse)
+  EXPECT_LT(s.GpuBusyFraction(), 0);
+  EXPECT_TRUE(nlohmann::json::parse(s.ToJson()).at("gpu_busy_fraction").is_null());
+  s.gpu_busy_ns = 3;
+  s.gpu_idle_ns = 1;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(s.ToJson()).at("gpu_busy_fraction").get<double>(), 0.75);
+}
+
 TEST(Loader, EmptyEpochEndsAtOnce) {
   Data data(5);
   LoaderOptions o = Opts(10);

@@ -273,8 +273,22 @@ CUresult cuStreamQuery(void* stream) {
   Lock lock(s.mu);
   Stream* target = fc::FindStream(s, stream, "cuStreamQuery");
   if (target == nullptr) return fc::kInvalidHandle;
+  if (target->capturing) {
+    fc::RecordFailure(s, "cuStreamQuery on a capturing stream (invalidates the capture)");
+    return fc::kStreamCaptureUnsupported;
+  }
   if (target->completed < target->enqueued) return fc::kNotReady;
   if (target->error_seq != 0) return target->error;
+  return fc::kSuccess;
+}
+
+CUresult cuStreamIsCapturing(void* stream, int* status) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (status == nullptr) return fc::kInvalidValue;
+  Stream* target = fc::FindStream(s, stream, "cuStreamIsCapturing");
+  if (target == nullptr) return fc::kInvalidHandle;
+  *status = target->capturing ? 1 : 0;  // CU_STREAM_CAPTURE_STATUS_ACTIVE : _NONE
   return fc::kSuccess;
 }
 
@@ -330,6 +344,11 @@ CUresult cuEventRecord(void* event, void* stream) {
   Event* e = fc::FindEvent(s, event, "cuEventRecord");
   Stream* target = fc::FindStream(s, stream, "cuEventRecord");
   if (e == nullptr || target == nullptr) return fc::kInvalidHandle;
+  if (target->capturing && e->timing) {
+    fc::RecordFailure(s,
+                      "cuEventRecord of a timing event on a capturing stream (it becomes a "
+                      "node of the user's graph)");
+  }
   // Captures the stream's work at this moment.
   e->stream = target == s.default_stream.get() ? s.default_stream : s.live_streams.at(target);
   e->seq = target->enqueued;
@@ -339,7 +358,13 @@ CUresult cuEventRecord(void* event, void* stream) {
 
 // cuda.h (12.8+) maps cuEventElapsedTime here. As the real one: INVALID_HANDLE for an event
 // never recorded or made with DISABLE_TIMING, NOT_READY while either is pending.
+// Built with FAKE_CUDA_NO_V2 (fake_cuda_no_v2), it exports the name drivers before 12.8 have
+// instead, so the driver table's fallback is tested.
+#ifdef FAKE_CUDA_NO_V2
+CUresult cuEventElapsedTime(float* ms, void* start, void* end) {
+#else
 CUresult cuEventElapsedTime_v2(float* ms, void* start, void* end) {
+#endif
   State& s = GetState();
   Lock lock(s.mu);
   if (ms == nullptr) return fc::kInvalidValue;

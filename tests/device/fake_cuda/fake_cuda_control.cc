@@ -188,6 +188,15 @@ int fake_cuda_stream_sleep(void* stream, int64_t microseconds) {
   return fc::kSuccess;
 }
 
+int fake_cuda_set_capturing(void* stream, int capturing) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  fc::Stream* target = fc::FindStream(s, stream, "fake_cuda_set_capturing");
+  if (target == nullptr) return fc::kInvalidValue;
+  target->capturing = capturing != 0;
+  return fc::kSuccess;
+}
+
 void fake_cuda_synchronize_all(void) {
   State& s = GetState();
   Lock lock(s.mu);

@@ -65,6 +65,11 @@ int fake_cuda_stream_probe(void* stream, const void* ptr, size_t bytes, int* out
 // Enqueues on `stream` an operation that keeps it busy for `microseconds` (a consumer's
 // kernel): work enqueued after it starts that much later. 0 on success.
 int fake_cuda_stream_sleep(void* stream, int64_t microseconds);
+// Puts `stream` in (1) or out of (0) a CUDA graph capture, as cuStreamBeginCapture and
+// cuStreamEndCapture would: cuStreamIsCapturing reports it, and, as on a real driver,
+// cuStreamQuery on it fails (and would invalidate the capture); recording a timing event on
+// it, which would put gpufeed's event into the user's graph, counts as a failure too.
+int fake_cuda_set_capturing(void* stream, int capturing);
 // Blocks until every stream has run everything enqueued so far.
 void fake_cuda_synchronize_all(void);
 

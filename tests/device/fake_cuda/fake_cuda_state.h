@@ -31,6 +31,7 @@ inline constexpr CUresult kInvalidContext = 201;
 inline constexpr CUresult kInvalidHandle = 400;
 inline constexpr CUresult kNotFound = 500;
 inline constexpr CUresult kNotReady = 600;
+inline constexpr CUresult kStreamCaptureUnsupported = 900;
 inline constexpr CUresult kIllegalAddress = 700;
 inline constexpr CUresult kMisalignedAddress = 716;
 
@@ -96,6 +97,7 @@ struct Stream {
   bool is_default = false;
   bool destroyed = false;  // by cuStreamDestroy: the worker drains the queue and exits
   bool finished = false;   // the worker has exited
+  bool capturing = false;  // fake_cuda_set_capturing: a CUDA graph capture is under way
   std::deque<Op> queue;    // the front is running while `running`
   bool running = false;
   uint64_t enqueued = 0;
