@@ -44,7 +44,7 @@ struct DoctorInput {
   int64_t dataset_samples = 0;
   bool device_copy = false;  // batches are copied to a GPU
   bool transforms = false;   // host transforms run in the workers
-  std::string cache = "none";
+  std::string cache = "none";  // the loader's cache tier: none|ram|shm|device
   // The machine (the monitor, /proc, cgroup v2). Unknown readings stay empty.
   int cpu_count = 1;
   std::optional<double> cpu_limit_cores;      // cgroup cpu.max

@@ -61,6 +61,10 @@ class Source {
   // a device's memory, where a loader on that device gathers them (Read still works).
   virtual const DeviceResidentRows* device_rows() const { return nullptr; }
 
+  // The cache tier serving this source: "none", or "ram", "shm", "device" for the caches'
+  // sources (the doctor's advice depends on it).
+  virtual std::string cache_tier() const { return "none"; }
+
   // Reads samples `indices` into `out`: row i of every field receives sample indices[i].
   // `state` is this worker's state from NewWorkerState() (may be null when that returned
   // null). REQUIRES: out.rows == indices.size(); every index in [0, size()).

@@ -44,6 +44,7 @@ class DeviceCachedSource : public Source {
   const Schema& schema() const override { return schema_; }
   int64_t size() const override { return base_->size(); }
   std::string Describe() const override;
+  std::string cache_tier() const override { return "device"; }
   std::string Identity() const override;
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override;
   void Read(std::span<const int64_t> indices, const BatchView& out,

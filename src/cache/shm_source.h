@@ -28,6 +28,7 @@ class ShmCachedSource : public Source {
   const Schema& schema() const override { return base_->schema(); }
   int64_t size() const override { return base_->size(); }
   std::string Describe() const override;
+  std::string cache_tier() const override { return "shm"; }
   std::string Identity() const override { return base_->Identity(); }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override;
   void Read(std::span<const int64_t> indices, const BatchView& out,

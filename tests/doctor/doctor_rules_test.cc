@@ -86,6 +86,17 @@ TEST(DoctorRules, CopyDominatingADataWaitIsCopyBound) {
   EXPECT_THAT(d.advice[0], HasSubstr("float16"));
 }
 
+TEST(DoctorRules, CopyBoundOnTheDeviceCacheAdvisesACastBeforeTheUploadNotTheDeviceTier) {
+  DoctorInput in = Recorded(20, 10, 8, 0, 40);
+  in.device_copy = true;
+  in.cache = "device";
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kCopyBound);
+  ASSERT_EQ(d.advice.size(), 1u);
+  EXPECT_THAT(d.advice[0], HasSubstr("CacheOptions::transforms"));
+  for (const auto& a : d.advice) EXPECT_THAT(a, Not(HasSubstr("cache='device'")));
+}
+
 TEST(DoctorRules, IdleGpuWithoutDataWaitIsHostBoundAndSuggestsABatch) {
   DoctorInput in = Recorded(0.1, 10, 5);
   in.gpu_utilization = 0.2;
