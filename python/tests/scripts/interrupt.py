@@ -6,10 +6,16 @@ usage: interrupt.py close|exit
 """
 
 import os
+import signal
 import sys
 import time
 
 import gpufeed
+
+# A process started in the background by a non-interactive shell (as CI runners do) inherits
+# SIGINT ignored, and Python then installs no handler: Ctrl-C would never reach the loop.
+# This test is about what gpufeed does on KeyboardInterrupt, so it asks for Python's handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def threads():
