@@ -35,17 +35,8 @@ Schema TestSchema() { return ParseSchema("y:float32[8],x:float32[6],b:uint8[3],l
 // The rows `indices` of `source`, field by field, read on the host.
 std::vector<std::vector<std::byte>> HostRows(const Source& source,
                                              std::span<const int64_t> indices) {
-  const Schema& schema = source.schema();
-  std::vector<std::vector<std::byte>> fields(schema.fields.size());
-  BatchView view;
-  view.rows = static_cast<int64_t>(indices.size());
-  for (size_t f = 0; f < fields.size(); ++f) {
-    fields[f].resize(schema.fields[f].SampleBytes() * indices.size());
-    view.fields.push_back(fields[f].data());
-  }
   auto state = source.NewWorkerState();
-  source.Read(indices, view, state.get());
-  return fields;
+  return testing::ReadRows(source, {indices.begin(), indices.end()}, state.get());
 }
 
 // True when every byte of every field equals what `reference` reads for the batch's

@@ -6,7 +6,6 @@
 #include <fstream>
 
 #include "gpufeed/error.h"
-#include "sources/scratch_dir.h"
 
 namespace gpufeed {
 namespace {
@@ -123,18 +122,6 @@ TEST(TierChoiceTest, ExplicitTiersOverBudgetOrUnknownAreErrors) {
   EXPECT_THROW(ChooseTier(in), Error);
   in.requested = "none";
   EXPECT_EQ(ChooseTier(in).tier, "none");
-}
-
-TEST(TierChoiceTest, AvailableRamIsLoweredToTheCgroupHeadroom) {
-  testing::ScratchDir root;
-  root.Write("proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable:    8000000 kB\n");
-  root.Write("proc/self/cgroup", "0::/job\n");
-  root.Write("sys/fs/cgroup/cgroup.controllers", "cpu memory\n");
-  root.Write("sys/fs/cgroup/job/memory.max", "3000000000\n");
-  root.Write("sys/fs/cgroup/job/memory.current", "1000000000\n");
-  EXPECT_EQ(AvailableRamBytes(root.path()), uint64_t{2000000000});
-  root.Write("sys/fs/cgroup/job/memory.max", "max\n");
-  EXPECT_EQ(AvailableRamBytes(root.path()), uint64_t{8000000} * 1024);
 }
 
 }  // namespace
