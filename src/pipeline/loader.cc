@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
-#include <fstream>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
