@@ -7,6 +7,9 @@ JOBS ?= $(shell nproc)
 PYTHON ?= /usr/bin/python3
 BUILD ?= build
 CMAKE_FLAGS ?=
+# ccache, when installed, makes rebuilds (and the three build trees' shared sources) cheap.
+CCACHE := $(shell command -v ccache 2>/dev/null)
+LAUNCHER := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
 .PHONY: demo test setup build test-cpp test-asan test-tsan test-python clean
 
@@ -20,7 +23,7 @@ setup:
 
 build: setup
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
-	  -DPython3_EXECUTABLE=$(PYTHON) $(CMAKE_FLAGS)
+	  -DPython3_EXECUTABLE=$(PYTHON) $(LAUNCHER) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
 test-cpp: build
@@ -29,14 +32,14 @@ test-cpp: build
 # AddressSanitizer + UndefinedBehaviorSanitizer over every C++ suite.
 test-asan: setup
 	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DGPUFEED_SANITIZE=address,undefined \
-	  -DGPUFEED_BUILD_PYTHON=OFF -DGPUFEED_BUILD_BENCH=OFF
+	  -DGPUFEED_BUILD_PYTHON=OFF -DGPUFEED_BUILD_BENCH=OFF $(LAUNCHER)
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ctest -j $(JOBS) --output-on-failure
 
 # ThreadSanitizer over the suites labelled "tsan" (everything with threads).
 test-tsan: setup
 	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DGPUFEED_SANITIZE=thread \
-	  -DGPUFEED_BUILD_PYTHON=OFF -DGPUFEED_BUILD_BENCH=OFF
+	  -DGPUFEED_BUILD_PYTHON=OFF -DGPUFEED_BUILD_BENCH=OFF $(LAUNCHER)
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target gpufeed_tsan_tests
 	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j $(JOBS) -L tsan --output-on-failure
 
