@@ -14,6 +14,7 @@
 
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
+#include "core/system_memory.h"
 #include "gpufeed/sources.h"
 
 namespace {
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
   int64_t batch_size = 8192;
   double step_ms = 10;
   int batches = 16;
-  int max_workers = static_cast<int>(std::thread::hardware_concurrency());
+  int max_workers = gpufeed::UsableCpus();
   app.add_option("data", path, "A NumPy folder or an HDF5 file")->required();
   app.add_option("--batch-size", batch_size)->capture_default_str();
   app.add_option("--step-ms", step_ms, "Simulated GPU step per batch")->capture_default_str();

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(row) * batch_size / (1 << 20));
 
     gpufeed::CacheOptions cache;
-    cache.tier = "device";
+    cache.tier = gpufeed::CacheTier::kDevice;
     cache.device = device;
     cache.verbose = false;
     gpufeed::CacheInfo info;

@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   gpufeed::CacheInfo info;
   const auto preload_start = Clock::now();
   auto cached =
-      gpufeed::OpenCached(base, {.tier = "ram", .preload = true, .threads = workers}, &info);
+      gpufeed::OpenCached(base, {.tier = gpufeed::CacheTier::kRam, .preload = true, .threads = workers}, &info);
   const double preload_s = std::chrono::duration<double>(Clock::now() - preload_start).count();
   fmt::print("data set: {} ({:.0f} MB), RAM cache preloaded in {:.2f} s\n", base->Describe(),
              static_cast<double>(info.bytes) / 1e6, preload_s);

@@ -61,7 +61,7 @@ struct ChildArgs {
 int RunChild(const ChildArgs& a) {
   gpufeed::CacheInfo info;
   auto source = gpufeed::OpenCached(gpufeed::OpenPath(a.path, {}),
-                                    {.tier = a.tier, .shm_dir = a.shm_dir, .verbose = false},
+                                    {.tier = gpufeed::ParseCacheTier(a.tier), .shm_dir = a.shm_dir, .verbose = false},
                                     &info);
   gpufeed::LoaderOptions options;
   options.batch_size = 512;
@@ -77,7 +77,7 @@ int RunChild(const ChildArgs& a) {
     }
     epoch_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  std::ofstream(a.result) << fmt::format("{} {} {:.6f} {:.6f} {:.6f} {}\n", info.tier,
+  std::ofstream(a.result) << fmt::format("{} {} {:.6f} {:.6f} {:.6f} {}\n", gpufeed::CacheTierName(info.tier),
                                          info.built ? 1 : 0, info.open_seconds, first_batch_s,
                                          epoch_s, info.bytes);
   if (a.barrier) {

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     std::shared_ptr<gpufeed::Source> source = gpufeed::OpenDatabase(uri);
     const double load_s = Seconds(load_start);
     if (cache != "none") {
-      source = gpufeed::OpenCached(source, {.tier = cache, .verbose = false});
+      source = gpufeed::OpenCached(source, {.tier = gpufeed::ParseCacheTier(cache), .verbose = false});
     }
     gpufeed::Loader loader(source, {.batch_size = batch, .shuffle = true, .workers = workers});
     std::vector<double> rates;

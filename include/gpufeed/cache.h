@@ -1,8 +1,14 @@
 // Caches: a Source decorator that keeps a whole data set close to the GPU, so later epochs
 // (and other processes) read memory instead of files.
 //
-//   auto source = gpufeed::OpenCached(gpufeed::OpenNumpy("train"), {.tier = "auto"});
+//   auto source = gpufeed::OpenCached(gpufeed::OpenNumpy("train"), {.tier = CacheTier::kAuto});
 //   gpufeed::Loader loader(source, {.batch_size = 8192});
+//
+// or, with the device and the transforms the cache must agree with, in one call (what the
+// CLI and the Python package do):
+//
+//   auto [loader, info] = gpufeed::OpenCachedLoader(gpufeed::OpenNumpy("train"),
+//       {.loader = {.batch_size = 8192}, .device = "cuda", .cache = {.tier = CacheTier::kAuto}});
 //
 // Tiers:
 //   ram    one contiguous array per field in this process, filled on first touch (or
@@ -22,7 +28,7 @@
 //   auto   device when it fits the device budget (CUDA only, no random transforms), else shm
 //          when the data set fits the RAM budget (ram where the source cannot be shared
 //          across processes), else none.
-// The choice and its reason are printed once on stderr.
+// The choice and its reason are logged once (core/log.h: a "gpufeed: " line on stderr).
 //
 // Thread-safety: OpenCached may be called from any thread, and from many processes at once
 // over the same shared-memory folder (they coordinate with flock). The returned Source is
@@ -35,13 +41,17 @@
 #include <vector>
 
 #include "gpufeed/device.h"
+#include "gpufeed/loader.h"
 #include "gpufeed/source.h"
 #include "gpufeed/transforms.h"
 
 namespace gpufeed {
 
 struct CacheOptions {
-  std::string tier = "auto";  // Default: "auto". One of auto|none|ram|shm|device.
+  // Default: none. Caching is asked for, never assumed: every tier spends RAM, /dev/shm or
+  // GPU memory (and the shm tier leaves a file behind for other processes), which nobody
+  // should find spent without having said so. kAuto picks within the budgets below.
+  CacheTier tier = CacheTier::kNone;
   // Default: false = fill on first touch. True: read the whole data set now, in parallel
   // (the shm tier always builds the whole file before publishing it).
   bool preload = false;
@@ -58,12 +68,12 @@ struct CacheOptions {
   // the returned source's schema is the transformed one) and is refused when one is random.
   std::vector<std::shared_ptr<Transform>> transforms = {};
   int threads = 0;      // Default: 0 = hardware threads: preload and shm build parallelism
-  bool verbose = true;  // Default: true: print the choice, waits and progress on stderr
+  bool verbose = true;  // Default: true: log the choice, waits and progress (stderr)
 };
 
 // What OpenCached chose and why.
 struct CacheInfo {
-  std::string tier;     // "none", "ram", "shm", "device" (what serves the samples)
+  CacheTier tier = CacheTier::kNone;  // what serves the samples (never kAuto)
   std::string reason;   // "0.8 GB fits the RAM budget 11.2 GB"
   std::string path;     // the shm file; empty for other tiers
   std::string key;      // the shm key (16 hex digits); empty for other tiers
@@ -85,9 +95,38 @@ struct CacheInfo {
 // transforms); Error(kDevice) when the device upload runs out of memory (nothing stays
 // allocated); and whatever the base source throws while a preload, shm build or upload
 // reads it. An shm build that fails for lack of space (ENOSPC) or an
-// I/O error warns on stderr and returns the uncached source.
+// I/O error logs a warning and returns the uncached source.
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options = {},
                                    CacheInfo* info = nullptr);
+
+// Everything a loader over a (possibly) cached source is assembled from, as the CLI and the
+// Python package take it from a person: the one table of the defaults they share. Fields
+// left alone keep the defaults written here and in LoaderOptions / CacheOptions.
+struct CachedLoaderOptions {
+  // Default: LoaderOptions' own. Its `device` and `transforms` are set from the two fields
+  // below.
+  LoaderOptions loader = {};
+  // Default: "auto" = the GPU when there is one (CUDA_VISIBLE_DEVICES / LOCAL_RANK pick
+  // which), else the host. gpufeed exists to feed a GPU: a person who has one should not
+  // have to say so, and without one "auto" is the host. Else "cpu", "cuda", "cuda:N".
+  std::string device = "auto";
+  // Default: none. Host transform specs (ParseTransform): "cast:mel:float16", ...
+  std::vector<std::string> transforms = {};
+  // Default: CacheOptions' own (tier none). Its `device` and `transforms` are the loader's.
+  CacheOptions cache = {};
+};
+
+// A loader and what its cache chose.
+struct CachedLoader {
+  std::unique_ptr<Loader> loader;
+  CacheInfo cache;  // tier none, reason "caching is off", when no cache was asked for
+};
+
+// Opens the device, parses the transforms, caches `source` as `options.cache` says (the
+// device tier may run the deterministic transforms once before its upload: the loader then
+// runs only CacheInfo::loader_transforms) and builds the loader over the result. Throws what
+// OpenDevice, ParseTransform, OpenCached and the Loader constructor throw.
+CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOptions options);
 
 // The shm key of a source: 16 hex digits of a hash of its Identity() and the format version.
 std::string CacheKey(const Source& source);

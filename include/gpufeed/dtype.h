@@ -33,7 +33,6 @@ std::string_view DTypeName(DType dtype);
 // Inverse of DTypeName; nullopt for an unknown name.
 std::optional<DType> ParseDType(std::string_view name);
 bool IsFloating(DType dtype);
-bool IsSignedInteger(DType dtype);
 
 // Half-precision conversions (round to nearest even), used by the cast transforms.
 uint16_t FloatToHalf(float value);

@@ -48,38 +48,4 @@ std::shared_ptr<const FileSystem> DefaultFileSystem();
 // naming `what` and the path when the file ends first, Error(kIo) when a read fails.
 void ReadFully(const File& file, uint64_t offset, void* buf, size_t n, const std::string& what);
 
-// The faults a FaultInjectingFileSystem injects. (At namespace scope because g++ rejects a
-// nested struct with member initializers as a default argument of its enclosing class.)
-struct FaultRules {
-  // Fail every ReadAt with EIO once this many ReadAt calls have succeeded (-1: never),
-  // counted from construction or the last SetRules.
-  int64_t eio_after_reads = -1;
-  // Return at most this many bytes per ReadAt (0: no limit), to exercise retry loops.
-  size_t max_bytes_per_read = 0;
-  // Sleep this long in every ReadAt, to simulate a slow disk.
-  int64_t delay_us = 0;
-};
-
-// A FileSystem that wraps another and injects faults, for tests. Thread-safe; the rules may
-// be changed while readers run. Its files never map (Map() is nullptr), so every read sees the
-// faults.
-class FaultInjectingFileSystem : public FileSystem {
- public:
-  using Rules = FaultRules;
-
-  explicit FaultInjectingFileSystem(std::shared_ptr<const FileSystem> base, Rules rules = {});
-  ~FaultInjectingFileSystem() override;
-
-  std::unique_ptr<File> Open(const std::string& path) const override;
-  void SetRules(const Rules& rules);
-  Rules rules() const;
-  // ReadAt calls seen so far, over all files.
-  int64_t reads() const;
-
- private:
-  struct State;
-  std::shared_ptr<State> state_;
-  std::shared_ptr<const FileSystem> base_;
-};
-
 }  // namespace gpufeed

@@ -10,11 +10,22 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpufeed/schema.h"
 
 namespace gpufeed {
+
+// Where a data set is kept (gpufeed/cache.h): kAuto asks OpenCached to choose; a source
+// reports one of the other four. Spelled as text ("auto", "none", "ram", "shm", "device")
+// only where a person types or reads it: the CLI, Python, messages.
+enum class CacheTier { kAuto, kNone, kRam, kShm, kDevice };
+
+// "auto", "none", "ram", "shm", "device".
+std::string_view CacheTierName(CacheTier tier);
+// The tier named `text`. Throws Error(kInvalidArgument) listing the names for anything else.
+CacheTier ParseCacheTier(std::string_view text);
 
 // Where a batch's rows go: one pointer per field of the source's schema (same order), each
 // to `rows` contiguous samples of that field's SampleBytes().
@@ -63,7 +74,11 @@ class Source {
 
   // The cache tier serving this source: "none", or "ram", "shm", "device" for the caches'
   // sources (the doctor's advice depends on it).
-  virtual std::string cache_tier() const { return "none"; }
+  virtual std::string cache_tier() const { return std::string(CacheTierName(CacheTier::kNone)); }
+  // Default: true. False when Identity() means nothing in another process (arrays in this
+  // process's memory, known by their addresses): such a source is never cached in shared
+  // memory, where another process would take the key for its own data.
+  virtual bool shareable_across_processes() const { return true; }
 
   // Reads samples `indices` into `out`: row i of every field receives sample indices[i].
   // `state` is this worker's state from NewWorkerState() (may be null when that returned

@@ -38,6 +38,7 @@ from gpufeed._gpufeed import (
     Unsupported,
 )
 from gpufeed._loader import Batch, Loader
+from gpufeed._monitor import Monitor
 from gpufeed._progress import tqdm
 from gpufeed._sources import memory, open, synthetic
 
@@ -52,16 +53,12 @@ __all__ = [
     "Loader",
     "NotFound",
     "Source",
+    "Monitor",
     "Unsupported",
     "memory",
     "open",
     "synthetic",
     "tqdm",
 ]
-
-if _gpufeed.HAS_MONITOR:
-    from gpufeed._monitor import Monitor  # noqa: F401
-
-    __all__.append("Monitor")
 
 __version__ = "0.1.0"

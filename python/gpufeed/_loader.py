@@ -55,9 +55,6 @@ class _EpochIterator:
         return self._make(handle)
 
 
-_CACHE_TIERS = ("none", "auto", "ram", "shm", "device")
-
-
 def _device_spec(device):
     spec = str(device)  # accepts torch.device("cuda", 1) as well as "cuda:1"
     if spec == "cuda" and isinstance(device, torch.device) and device.index is not None:
@@ -65,9 +62,7 @@ def _device_spec(device):
     return spec
 
 
-def _optional_int(value, name, default):
-    if value is None:
-        return default
+def _int(value, name):
     if isinstance(value, bool) or int(value) != value:
         raise _gpufeed.InvalidArgument(f"{name} must be an integer, got {value!r}")
     return int(value)
@@ -105,49 +100,49 @@ class Loader:
     shm_dir:    where cache="shm" keeps its file (default /dev/shm).
     max_outstanding: batches the training loop may still hold when it asks for the next
                 one; beyond that the loader raises instead of recycling a buffer in use.
-                Default 3: the one in the loop variable, one kept (say, for logging), one
-                spare. Each one costs a batch buffer (on the device for device="cuda").
+                Default (LoaderOptions::max_outstanding): the one in the loop variable, one
+                kept (say, for logging), one spare. Each one costs a batch buffer (on the
+                device for device="cuda").
+
+    Every option left None keeps its C++ default (gpufeed/loader.h and gpufeed/cache.h).
 
     Iterating yields the rest of the current epoch, then stops; the next loop runs the next
     epoch (set_epoch() picks one). Batch tensors stay valid for as long as they are held.
     Use one loader from one thread at a time.
     """
 
-    def __init__(self, source, fields=None, batch_size=None, *, shuffle=True, seed=0,
-                 drop_last=False, workers=None, prefetch=None, device="auto", transforms=(),
-                 rank=None, world_size=None, max_outstanding=3, shuffle_block=0,
-                 shuffle_window=4, autotune=False, max_workers=None, max_prefetch=None,
-                 cache="none", preload=False, shm_dir="/dev/shm"):
+    def __init__(self, source, fields=None, batch_size=None, *, shuffle=None, seed=None,
+                 drop_last=None, workers=None, prefetch=None, device=None, transforms=(),
+                 rank=None, world_size=None, max_outstanding=None, shuffle_block=None,
+                 shuffle_window=None, autotune=None, max_workers=None, max_prefetch=None,
+                 cache=None, preload=None, shm_dir=None):
+        # None leaves an option unset: its default is the C++ one (gpufeed/loader.h,
+        # gpufeed/cache.h), written there once.
         if batch_size is None:
             raise _gpufeed.InvalidArgument("batch_size is required (samples per batch)")
         if isinstance(transforms, str):
             transforms = [transforms]
-        if cache not in _CACHE_TIERS:
-            raise ValueError(f"cache must be one of {', '.join(map(repr, _CACHE_TIERS))}, "
-                             f"got {cache!r}")
+        given = {"batch_size": _int(batch_size, "batch_size"),
+                 "transforms": [str(t) for t in transforms]}
+        for name, value in (("seed", seed), ("rank", rank), ("world_size", world_size),
+                            ("workers", workers), ("prefetch", prefetch),
+                            ("max_outstanding", max_outstanding),
+                            ("shuffle_block", shuffle_block), ("shuffle_window", shuffle_window),
+                            ("max_workers", max_workers), ("max_prefetch", max_prefetch)):
+            if value is not None:
+                given[name] = _int(value, name)
+        for name, value in (("shuffle", shuffle), ("drop_last", drop_last),
+                            ("autotune", autotune), ("preload", preload)):
+            if value is not None:
+                given[name] = bool(value)
+        for name, value in (("cache", cache), ("shm_dir", shm_dir)):
+            if value is not None:
+                given[name] = str(value)
+        if device is not None:
+            given["device"] = _device_spec(device)
+        options = _gpufeed._LoaderOptions(**given)
         self._source = _sources.as_source(source, fields)
-        self._impl = _gpufeed._Loader(
-            self._source,
-            batch_size=_optional_int(batch_size, "batch_size", 0),
-            shuffle=bool(shuffle),
-            seed=_optional_int(seed, "seed", 0),
-            drop_last=bool(drop_last),
-            rank=_optional_int(rank, "rank", -1),
-            world_size=_optional_int(world_size, "world_size", -1),
-            workers=_optional_int(workers, "workers", 0),
-            prefetch=_optional_int(prefetch, "prefetch", 0),
-            max_outstanding=_optional_int(max_outstanding, "max_outstanding", 3),
-            device=_device_spec(device),
-            transforms=[str(t) for t in transforms],
-            shuffle_block=_optional_int(shuffle_block, "shuffle_block", 0),
-            shuffle_window=_optional_int(shuffle_window, "shuffle_window", 4),
-            autotune=bool(autotune),
-            max_workers=_optional_int(max_workers, "max_workers", 0),
-            max_prefetch=_optional_int(max_prefetch, "max_prefetch", 0),
-            cache=cache,
-            preload=bool(preload),
-            shm_dir=str(shm_dir),
-        )
+        self._impl = _gpufeed._Loader(self._source, options)
         self.cache_info = json.loads(self._impl.cache_json)
         self._batch_size = int(batch_size)
         self.schema = [(name, dtype, tuple(shape)) for name, dtype, shape in self._impl.schema]
@@ -237,8 +232,6 @@ class Loader:
         wait and what to change, with the numbers behind it. A running gpufeed.Monitor adds
         CPU, RAM and GPU figures. Returns a dict (verdict, stage, headline, evidence,
         advice, ...) whose "text" is the report a person reads."""
-        if not _gpufeed.HAS_DOCTOR:
-            raise _gpufeed.Unsupported("this build of gpufeed has no doctor")
         report, text = _gpufeed.diagnose(self._impl, None if monitor is None else monitor._impl,
                                          int(window))
         result = json.loads(report)

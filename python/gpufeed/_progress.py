@@ -2,8 +2,6 @@
 
 import time
 
-from gpufeed import _gpufeed
-
 
 def _postfix(loader, last, now, monitor):
     stats = loader.stats()
@@ -30,7 +28,7 @@ def tqdm(loader, *, interval=0.5, monitor=None, **kwargs):
     kwargs.setdefault("unit", "batch")
     kwargs.setdefault("desc", f"epoch {state['epoch']}")
     own_monitor = None
-    if monitor is None and _gpufeed.HAS_MONITOR:
+    if monitor is None:
         from gpufeed._monitor import Monitor
 
         own_monitor = monitor = Monitor(interval=max(interval, 0.1)).start()

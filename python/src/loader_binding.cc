@@ -4,90 +4,106 @@
 
 #include <chrono>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <shared_mutex>
 #include <string>
 #include <vector>
 
 #include "bindings.h"
+#include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
 #include "py_loader.h"
-#ifdef GPUFEED_PYTHON_CACHE
-#include <nlohmann/json.hpp>
-
-#include "gpufeed/cache.h"
-#endif
 
 namespace gpufeed::python {
+namespace {
+
+// A LoaderOptions member as a read-write attribute of _LoaderOptions.
+template <typename T>
+void LoaderField(py::class_<CachedLoaderOptions>& c, const char* name, T LoaderOptions::*member) {
+  c.def_property(
+      name, [member](const CachedLoaderOptions& o) { return o.loader.*member; },
+      [member](CachedLoaderOptions& o, T value) { o.loader.*member = value; });
+}
+
+// The options object gpufeed.Loader fills: every attribute starts at the C++ default (the
+// `// Default:` lines of LoaderOptions, CacheOptions and CachedLoaderOptions), and Python
+// sets only what its caller gave, so no default is written twice.
+void BindLoaderOptions(py::module_& m) {
+  py::class_<CachedLoaderOptions> c(m, "_LoaderOptions",
+                                    "Options of _Loader; unset attributes keep the C++ defaults.");
+  c.def(py::init([](const py::kwargs& given) {
+    auto options = std::make_unique<CachedLoaderOptions>();
+    py::object self = py::cast(options.get(), py::return_value_policy::reference);
+    for (const auto& [name, value] : given) {
+      const std::string key = py::str(name);
+      if (!py::hasattr(self, key.c_str())) {
+        throw Error(ErrorCode::kInvalidArgument, fmt::format("unknown loader option '{}'", key));
+      }
+      self.attr(key.c_str()) = value;
+    }
+    return options;
+  }));
+  LoaderField(c, "batch_size", &LoaderOptions::batch_size);
+  LoaderField(c, "shuffle", &LoaderOptions::shuffle);
+  LoaderField(c, "seed", &LoaderOptions::seed);
+  LoaderField(c, "drop_last", &LoaderOptions::drop_last);
+  LoaderField(c, "rank", &LoaderOptions::rank);
+  LoaderField(c, "world_size", &LoaderOptions::world_size);
+  LoaderField(c, "shuffle_block", &LoaderOptions::shuffle_block);
+  LoaderField(c, "shuffle_window", &LoaderOptions::shuffle_window);
+  LoaderField(c, "workers", &LoaderOptions::workers);
+  LoaderField(c, "prefetch", &LoaderOptions::prefetch);
+  LoaderField(c, "max_outstanding", &LoaderOptions::max_outstanding);
+  LoaderField(c, "autotune", &LoaderOptions::autotune);
+  LoaderField(c, "max_workers", &LoaderOptions::max_workers);
+  LoaderField(c, "max_prefetch", &LoaderOptions::max_prefetch);
+  LoaderField(c, "start_epoch", &LoaderOptions::start_epoch);
+  c.def_readwrite("device", &CachedLoaderOptions::device);
+  c.def_readwrite("transforms", &CachedLoaderOptions::transforms);
+  c.def_property(
+      "cache",
+      [](const CachedLoaderOptions& o) { return std::string(CacheTierName(o.cache.tier)); },
+      [](CachedLoaderOptions& o, const std::string& tier) { o.cache.tier = ParseCacheTier(tier); });
+  c.def_property(
+      "preload", [](const CachedLoaderOptions& o) { return o.cache.preload; },
+      [](CachedLoaderOptions& o, bool preload) { o.cache.preload = preload; });
+  c.def_property(
+      "shm_dir", [](const CachedLoaderOptions& o) { return o.cache.shm_dir; },
+      [](CachedLoaderOptions& o, const std::string& dir) { o.cache.shm_dir = dir; });
+}
+
+std::string CacheJson(const CacheInfo& info) {
+  return nlohmann::json{{"tier", CacheTierName(info.tier)},
+                        {"reason", info.reason},
+                        {"path", info.path},
+                        {"key", info.key},
+                        {"bytes", info.bytes},
+                        {"built", info.built},
+                        {"open_seconds", info.open_seconds}}
+      .dump();
+}
+
+}  // namespace
 
 void BindLoader(py::module_& m) {
+  BindLoaderOptions(m);
   py::class_<PyLoader>(m, "_Loader", "The C++ loader; use gpufeed.Loader.")
-      .def(py::init([](std::shared_ptr<Source> source, int64_t batch_size, bool shuffle,
-                       uint64_t seed, bool drop_last, int rank, int world_size, int workers,
-                       int prefetch, int max_outstanding, const std::string& device,
-                       const std::vector<std::string>& transforms, int64_t shuffle_block,
-                       int shuffle_window, int64_t start_epoch, bool autotune, int max_workers,
-                       int max_prefetch, const std::string& cache, bool preload,
-                       const std::string& shm_dir) {
-             LoaderOptions options;
-             options.batch_size = batch_size;
-             options.shuffle = shuffle;
-             options.seed = seed;
-             options.drop_last = drop_last;
-             options.rank = rank;
-             options.world_size = world_size;
-             options.workers = workers;
-             options.prefetch = prefetch;
-             options.max_outstanding = max_outstanding;
-             options.shuffle_block = shuffle_block;
-             options.shuffle_window = shuffle_window;
-             options.start_epoch = start_epoch;
-             options.autotune = autotune;
-             options.max_workers = max_workers;
-             options.max_prefetch = max_prefetch;
-             for (const auto& spec : transforms) options.transforms.push_back(ParseTransform(spec));
-             options.device = OpenDevice(device);
-             std::string cache_json;
-             if (cache != "none") {
-#ifdef GPUFEED_PYTHON_CACHE
-               CacheOptions cache_options;
-               cache_options.tier = cache;
-               cache_options.preload = preload;
-               cache_options.shm_dir = shm_dir;
-               cache_options.device = options.device;
-               cache_options.transforms = options.transforms;
-               CacheInfo info;
-               {
-                 // A preload, shm build or upload reads the whole source: let Python run.
-                 py::gil_scoped_release release;
-                 source = OpenCached(std::move(source), cache_options, &info);
-               }
-               options.transforms = info.loader_transforms;
-               cache_json = nlohmann::json{{"tier", info.tier},
-                                           {"reason", info.reason},
-                                           {"path", info.path},
-                                           {"key", info.key},
-                                           {"bytes", info.bytes},
-                                           {"built", info.built},
-                                           {"open_seconds", info.open_seconds}}
-                                .dump();
-#else
-               throw Error(ErrorCode::kUnsupported, "this build of gpufeed has no cache part");
-#endif
+      .def(py::init([](std::shared_ptr<Source> source, const CachedLoaderOptions& options) {
+             CachedLoader opened;
+             {
+               // Opening a device, a preload, an shm build or upload and the loader's start
+               // may each take a while: let Python run.
+               py::gil_scoped_release release;
+               opened = OpenCachedLoader(std::move(source), options);
              }
-             auto loader = std::make_unique<PyLoader>(std::move(source), std::move(options));
-             if (!cache_json.empty()) loader->cache_json = std::move(cache_json);
+             auto loader = std::make_unique<PyLoader>(std::move(opened.loader));
+             if (options.cache.tier != CacheTier::kNone)
+               loader->cache_json = CacheJson(opened.cache);
              return loader;
            }),
-           py::arg("source"), py::arg("batch_size"), py::arg("shuffle") = true, py::arg("seed") = 0,
-           py::arg("drop_last") = false, py::arg("rank") = -1, py::arg("world_size") = -1,
-           py::arg("workers") = 0, py::arg("prefetch") = 0, py::arg("max_outstanding") = 2,
-           py::arg("device") = "auto", py::arg("transforms") = std::vector<std::string>{},
-           py::arg("shuffle_block") = 0, py::arg("shuffle_window") = 4, py::arg("start_epoch") = 0,
-           py::arg("autotune") = false, py::arg("max_workers") = 0, py::arg("max_prefetch") = 0,
-           py::arg("cache") = "none", py::arg("preload") = false,
-           py::arg("shm_dir") = "/dev/shm")
+           py::arg("source"), py::arg("options"))
       .def_property_readonly("cache_json", [](const PyLoader& l) { return l.cache_json; })
       .def("next", &PyLoader::Next,
            "The next BatchHandle of the current epoch, or None once it is over (the call after "

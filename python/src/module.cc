@@ -8,16 +8,6 @@ PYBIND11_MODULE(_gpufeed, m) {
   gpufeed::python::BindSources(m);
   gpufeed::python::BindBatch(m);
   gpufeed::python::BindLoader(m);
-#ifdef GPUFEED_PYTHON_MONITOR
   gpufeed::python::BindMonitor(m);
-  m.attr("HAS_MONITOR") = true;
-#else
-  m.attr("HAS_MONITOR") = false;
-#endif
-#ifdef GPUFEED_PYTHON_DOCTOR
   gpufeed::python::BindDoctor(m);
-  m.attr("HAS_DOCTOR") = true;
-#else
-  m.attr("HAS_DOCTOR") = false;
-#endif
 }

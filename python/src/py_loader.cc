@@ -6,10 +6,7 @@
 
 namespace gpufeed::python {
 
-PyLoader::PyLoader(std::shared_ptr<Source> source, LoaderOptions options) {
-  py::gil_scoped_release release;
-  loader_ = std::make_unique<Loader>(std::move(source), std::move(options));
-}
+PyLoader::PyLoader(std::unique_ptr<Loader> loader) : loader_(std::move(loader)) {}
 
 PyLoader::~PyLoader() {
   // The workers never take the GIL, so joining them while holding it cannot deadlock.

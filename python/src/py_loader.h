@@ -25,7 +25,7 @@ namespace py = pybind11;
 
 class PyLoader {
  public:
-  PyLoader(std::shared_ptr<Source> source, LoaderOptions options);
+  explicit PyLoader(std::unique_ptr<Loader> loader);
   ~PyLoader();
 
   // The next BatchHandle, or None at the end of the epoch.

@@ -1,13 +1,10 @@
-"""gpufeed.Monitor, where the monitor part is built."""
+"""gpufeed.Monitor."""
 
 import time
 
 import pytest
 
 import gpufeed
-from gpufeed import _gpufeed
-
-pytestmark = pytest.mark.skipif(not _gpufeed.HAS_MONITOR, reason="no monitor in this build")
 
 
 def test_monitor_samples_the_host_and_says_why_gpu_fields_are_missing(tmp_path):

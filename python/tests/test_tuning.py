@@ -5,7 +5,6 @@ import io
 import pytest
 
 import gpufeed
-from gpufeed import _gpufeed
 
 
 def test_set_parallelism_and_autotune_options():
@@ -27,7 +26,6 @@ def test_set_parallelism_and_autotune_options():
     assert 1 <= tuned.workers <= 2
 
 
-@pytest.mark.skipif(not _gpufeed.HAS_DOCTOR, reason="no doctor in this build")
 def test_diagnose_reports_a_verdict_with_its_numbers():
     # Big samples from one worker and an empty loop: the loop waits for reads.
     source = gpufeed.synthetic("x:float32[65536]", samples=32 * 20)

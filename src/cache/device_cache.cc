@@ -10,7 +10,8 @@
 #include <mutex>
 #include <numeric>
 
-#include "core/system_memory.h"
+#include "core/format.h"
+#include "core/progress.h"
 #include "core/thread_pool.h"
 #include "gpufeed/error.h"
 #include "pipeline/batch_layout.h"
@@ -96,7 +97,7 @@ class ReadScratch : public SourceWorkerState {
 
 DeviceCachedSource::DeviceCachedSource(std::shared_ptr<Source> base, std::shared_ptr<Device> device,
                                        std::vector<std::shared_ptr<Transform>> transforms)
-    : base_(std::move(base)),
+    : CachedSource(std::move(base), CacheTier::kDevice),
       transforms_(std::move(transforms)),
       schema_(TransformedSchema(base_->schema(), transforms_)) {
   rows_.device = std::move(device);
@@ -145,11 +146,14 @@ void DeviceCachedSource::UploadAll(const DeviceUploadOptions& options) {
     lanes.push_back(std::make_unique<UploadLane>(device, layout.buffer_bytes()));
   }
   std::atomic<bool> failed{false};
-  std::atomic<int64_t> done{0};
-  std::mutex print_mu;
-  int printed = 0;
   const uint64_t total_bytes =
       std::accumulate(array_bytes_.begin(), array_bytes_.end(), uint64_t{0});
+  TenthsProgress progress(options.verbose, static_cast<uint64_t>(samples),
+                          [&](int percent, uint64_t, double s) {
+                            return fmt::format("cache: uploading {} to {}: {}% of {} ({:.0f} s)",
+                                               base_->Describe(), device.name(), percent,
+                                               FormatBytes(total_bytes), s);
+                          });
   ThreadPool pool(threads);
   pool.ParallelFor(chunks, [&](int64_t task, int thread) {
     if (failed.load()) return;  // the first error is what the caller hears
@@ -173,18 +177,7 @@ void DeviceCachedSource::UploadAll(const DeviceUploadOptions& options) {
             view.fields[f], static_cast<size_t>(rows) * row_bytes);
       }
       lane.Issued();
-      const int64_t d = done.fetch_add(rows) + rows;
-      if (!options.verbose) return;
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const int tenth = static_cast<int>(d * 10 / samples);
-      std::lock_guard lock(print_mu);
-      if (s >= 2.0 && tenth > printed && tenth < 10) {
-        printed = tenth;
-        std::fprintf(stderr, "gpufeed: cache: uploading %s to %s: %d%% of %s (%.0f s)\n",
-                     base_->Describe().c_str(), device.name().c_str(), tenth * 10,
-                     FormatBytes(total_bytes).c_str(), s);
-      }
+      progress.Add(static_cast<uint64_t>(rows));
     } catch (...) {
       failed = true;
       throw;
@@ -200,7 +193,12 @@ std::string DeviceCachedSource::Describe() const {
 
 std::string DeviceCachedSource::Identity() const {
   std::string identity = base_->Identity();
+// g++ 12 warns -Wrestrict on `"literal" + std::string` inside libstdc++ (a false positive,
+// GCC bug 105329); silenced for this line only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wrestrict"
   for (const auto& t : transforms_) identity += "|" + t->name();
+#pragma GCC diagnostic pop
   return identity;
 }
 

@@ -16,19 +16,19 @@
 #include <vector>
 
 #include "gpufeed/device.h"
-#include "gpufeed/source.h"
+#include "cache/cached_source.h"
 #include "gpufeed/transforms.h"
 
 namespace gpufeed {
 
 struct DeviceUploadOptions {
   int threads = 1;       // Default: 1. Reader threads (and streams) of the upload; >= 1
-  bool verbose = false;  // Default: false. Progress on stderr when the upload takes > 2 s
+  bool verbose = false;  // Default: false. Progress logged when the upload takes > 2 s
   // Default: 8 MiB. Rows per staging chunk: this many bytes of samples, at least one row.
   size_t chunk_bytes = size_t{8} << 20;
 };
 
-class DeviceCachedSource : public Source {
+class DeviceCachedSource : public CachedSource {
  public:
   // Uploads every sample of `base`, transformed by `transforms`, to `device`. REQUIRES: every
   // transform is deterministic (Transform::deterministic()). Throws Error(kDevice) naming the
@@ -41,10 +41,9 @@ class DeviceCachedSource : public Source {
   DeviceCachedSource(const DeviceCachedSource&) = delete;
   DeviceCachedSource& operator=(const DeviceCachedSource&) = delete;
 
+  // The transformed schema, and the base's identity with the transforms: the rows differ.
   const Schema& schema() const override { return schema_; }
-  int64_t size() const override { return base_->size(); }
   std::string Describe() const override;
-  std::string cache_tier() const override { return "device"; }
   std::string Identity() const override;
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override;
   void Read(std::span<const int64_t> indices, const BatchView& out,
@@ -59,7 +58,6 @@ class DeviceCachedSource : public Source {
                      std::vector<std::shared_ptr<Transform>> transforms);
   void UploadAll(const DeviceUploadOptions& options);
 
-  std::shared_ptr<Source> base_;
   std::vector<std::shared_ptr<Transform>> transforms_;
   Schema schema_;  // after the transforms
   DeviceResidentRows rows_;

@@ -3,15 +3,16 @@
 #include <sys/statvfs.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <thread>
 
 #include "cache/device_cache.h"
 #include "cache/ram_cache.h"
 #include "cache/shm_format.h"
 #include "cache/shm_open.h"
 #include "cache/tier_choice.h"
+#include "core/log.h"
+#include "core/system_memory.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 
@@ -24,17 +25,14 @@ uint64_t FreeBytes(const std::string& dir) {
   return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
 }
 
-// Arrays in a process's memory are identified by their addresses, which mean nothing (or
-// something else) in another process.
-bool Shareable(const Source& source) { return source.Identity().rfind("memory", 0) != 0; }
-
 // Why device-resident rows cannot feed a loader running `transforms`; empty when they can.
 std::string DeviceRefusal(const std::vector<std::shared_ptr<Transform>>& transforms) {
   for (const auto& t : transforms) {
     if (!t->deterministic()) {
-      return fmt::format("the transform {} is random (a new draw every batch, on the host), "
-                         "and device-resident rows never pass through the host",
-                         t->name());
+      return fmt::format(
+          "the transform {} is random (a new draw every batch, on the host), "
+          "and device-resident rows never pass through the host",
+          t->name());
     }
   }
   return {};
@@ -43,14 +41,13 @@ std::string DeviceRefusal(const std::vector<std::shared_ptr<Transform>>& transfo
 }  // namespace
 
 std::string CacheInfo::ToString() const {
-  if (path.empty()) return fmt::format("{} ({})", tier, reason);
-  return fmt::format("{} ({}; {})", tier, reason, path);
+  if (path.empty()) return fmt::format("{} ({})", CacheTierName(tier), reason);
+  return fmt::format("{} ({}; {})", CacheTierName(tier), reason, path);
 }
 
 std::string CacheKey(const Source& source) {
-  const std::string text =
-      fmt::format("gpufeed-cache-v{}|{}|{}", kShmFormatVersion, source.Identity(),
-                  source.schema().ToString());
+  const std::string text = fmt::format("gpufeed-cache-v{}|{}|{}", kShmFormatVersion,
+                                       source.Identity(), source.schema().ToString());
   return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
 }
 
@@ -58,14 +55,11 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
                                    CacheInfo* info) {
   if (source == nullptr) throw Error(ErrorCode::kInvalidArgument, "OpenCached: source is null");
   const auto start = std::chrono::steady_clock::now();
-  const int threads = options.threads > 0
-                          ? options.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = options.threads > 0 ? options.threads : UsableCpus();
   TierInputs in;
   in.requested = options.tier;
   in.bytes = source->schema().SampleBytes() * static_cast<uint64_t>(source->size());
-  in.ram_budget = options.ram_budget_bytes != 0 ? options.ram_budget_bytes
-                                                : AvailableRamBytes() / 2;
+  in.ram_budget = options.ram_budget_bytes != 0 ? options.ram_budget_bytes : RamBudgetBytes();
   in.cuda = options.device != nullptr && options.device->type() == DeviceType::kCuda;
   in.device_name = options.device != nullptr ? options.device->name() : "not given";
   in.device_refusal = DeviceRefusal(options.transforms);
@@ -74,12 +68,12 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
     for (const auto& t : options.transforms) uploaded = t->OutputSchema(uploaded);
     in.device_bytes = uploaded.SampleBytes() * static_cast<uint64_t>(source->size());
   }
-  if (in.cuda && (options.tier == "auto" || options.tier == "device")) {
+  if (in.cuda && (options.tier == CacheTier::kAuto || options.tier == CacheTier::kDevice)) {
     in.device_budget = options.device_budget_bytes != 0
                            ? options.device_budget_bytes
                            : options.device->MemoryInfo().free_bytes / 5 * 2;
   }
-  in.shareable = Shareable(*source);
+  in.shareable = source->shareable_across_processes();
   in.shm_free = FreeBytes(options.shm_dir);
   TierChoice choice = ChooseTier(in);
 
@@ -87,31 +81,31 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   result.bytes = in.bytes;
   result.loader_transforms = options.transforms;
   std::shared_ptr<Source> cached = source;
-  if (choice.tier == "device") {
+  if (choice.tier == CacheTier::kDevice) {
     try {
       // The kernels first: a GPU whose driver cannot load them should not get the data set.
       options.device->PrepareGather();
-      auto device = DeviceCachedSource::Upload(
-          source, options.device, options.transforms,
-          {.threads = std::min(threads, 4), .verbose = options.verbose});
+      auto device =
+          DeviceCachedSource::Upload(source, options.device, options.transforms,
+                                     {.threads = std::min(threads, 4), .verbose = options.verbose});
       result.loader_transforms.clear();
       result.bytes = in.device_bytes != 0 ? in.device_bytes : in.bytes;
       cached = device;
     } catch (const Error& e) {
       // Asked for "device", the error is the answer. Under "auto" the device tier was a
       // choice, not a promise: the next tier serves, and the reason says what failed.
-      if (options.tier != "auto" || e.code() != ErrorCode::kDevice) throw;
+      if (options.tier != CacheTier::kAuto || e.code() != ErrorCode::kDevice) throw;
       in.device_refusal = fmt::format("the device tier failed ({})", e.what());
       choice = ChooseTier(in);
     }
   }
   result.tier = choice.tier;
   result.reason = choice.reason;
-  if (choice.tier == "ram") {
+  if (choice.tier == CacheTier::kRam) {
     auto ram = std::make_shared<RamCachedSource>(source);
     if (options.preload) ram->Preload(threads, options.verbose);
     cached = ram;
-  } else if (choice.tier == "shm") {
+  } else if (choice.tier == CacheTier::kShm) {
     ShmOpenResult shm = OpenShmCache(
         source, {.dir = options.shm_dir, .threads = threads, .verbose = options.verbose});
     result.key = shm.key;
@@ -120,15 +114,32 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
       result.path = shm.path;
       cached = shm.source;
     } else {
-      result.tier = "none";
+      result.tier = CacheTier::kNone;
       result.reason = fmt::format("the shared-memory cache could not be built: {}", shm.failure);
     }
   }
   result.open_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (options.verbose) std::fprintf(stderr, "gpufeed: cache: %s\n", result.ToString().c_str());
+  if (options.verbose) Log(LogLevel::kInfo, "cache: " + result.ToString());
   if (info != nullptr) *info = std::move(result);
   return cached;
+}
+
+CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOptions options) {
+  LoaderOptions& loader = options.loader;
+  loader.device = OpenDevice(options.device);
+  loader.transforms.clear();
+  for (const auto& spec : options.transforms) loader.transforms.push_back(ParseTransform(spec));
+  CachedLoader out;
+  out.cache.reason = "caching is off";
+  if (options.cache.tier != CacheTier::kNone) {
+    options.cache.device = loader.device;
+    options.cache.transforms = loader.transforms;
+    source = OpenCached(std::move(source), options.cache, &out.cache);
+    loader.transforms = out.cache.loader_transforms;  // the device tier ran the deterministic ones
+  }
+  out.loader = std::make_unique<Loader>(std::move(source), std::move(loader));
+  return out;
 }
 
 }  // namespace gpufeed

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/progress.h"
 #include "core/thread_pool.h"
 #include "gpufeed/error.h"
 
@@ -38,7 +39,8 @@ struct RamWorkerState : SourceWorkerState {
 
 }  // namespace
 
-RamCachedSource::RamCachedSource(std::shared_ptr<Source> base) : base_(std::move(base)) {
+RamCachedSource::RamCachedSource(std::shared_ptr<Source> base)
+    : CachedSource(std::move(base), CacheTier::kRam) {
   const int64_t samples = base_->size();
   for (const FieldSpec& field : base_->schema().fields) {
     const size_t row = field.SampleBytes();
@@ -157,10 +159,11 @@ void RamCachedSource::Preload(int threads, bool verbose) {
   const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((size_t{4} << 20) / sample_bytes));
   const int64_t tasks = (samples + chunk - 1) / chunk;
   std::vector<std::unique_ptr<SourceWorkerState>> states(threads);
-  const auto start = std::chrono::steady_clock::now();
-  std::atomic<int64_t> done{0};
-  std::mutex print_mu;
-  int printed = 0;
+  TenthsProgress progress(verbose, static_cast<uint64_t>(samples), [&](int percent, uint64_t,
+                                                                        double s) {
+    return fmt::format("cache: preloading {} into RAM: {}% ({:.0f} s)", base_->Describe(),
+                       percent, s);
+  });
   ThreadPool pool(threads);
   pool.ParallelFor(tasks, [&](int64_t task, int thread) {
     const int64_t begin = task * chunk;
@@ -193,16 +196,7 @@ void RamCachedSource::Preload(int threads, bool verbose) {
       }
     }
     flush(end);
-    const int64_t d = done.fetch_add(end - begin) + (end - begin);
-    if (!verbose) return;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const int tenth = static_cast<int>(d * 10 / std::max<int64_t>(1, samples));
-    std::lock_guard lock(print_mu);
-    if (s >= 2.0 && tenth > printed && tenth < 10) {
-      printed = tenth;
-      std::fprintf(stderr, "gpufeed: cache: preloading %s into RAM: %d%% (%.0f s)\n",
-                   base_->Describe().c_str(), tenth * 10, s);
-    }
+    progress.Add(static_cast<uint64_t>(end - begin));
   });
 }
 

@@ -15,27 +15,23 @@
 #include <string>
 #include <vector>
 
-#include "gpufeed/source.h"
+#include "cache/cached_source.h"
 
 namespace gpufeed {
 
-class RamCachedSource : public Source {
+class RamCachedSource : public CachedSource {
  public:
   // Reserves the arrays (pages are committed as they are written). Throws Error(kIo) when
   // the memory cannot be reserved.
   explicit RamCachedSource(std::shared_ptr<Source> base);
   ~RamCachedSource() override;
 
-  const Schema& schema() const override { return base_->schema(); }
-  int64_t size() const override { return base_->size(); }
   std::string Describe() const override;
-  std::string cache_tier() const override { return "ram"; }
-  std::string Identity() const override { return base_->Identity(); }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override;
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override;
 
-  // Reads every sample not filled yet, on `threads` threads; progress on stderr when
+  // Reads every sample not filled yet, on `threads` threads; progress logged when
   // `verbose` and it takes longer than 2 s. Rethrows the base source's first error.
   void Preload(int threads, bool verbose);
   int64_t filled_samples() const { return filled_.load(std::memory_order_relaxed); }
@@ -47,7 +43,6 @@ class RamCachedSource : public Source {
     return arrays_[field] + static_cast<size_t>(index) * row_bytes_[field];
   }
 
-  std::shared_ptr<Source> base_;
   std::vector<size_t> row_bytes_;
   std::vector<std::byte*> arrays_;
   std::vector<size_t> array_bytes_;

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/format.h"
+#include "core/progress.h"
 #include "core/thread_pool.h"
 #include "gpufeed/error.h"
 
@@ -57,35 +59,6 @@ class FileWriter {
   std::atomic<int64_t> written_{0};
 };
 
-// Prints "building 40%" lines for builds that last, at most every 10%.
-class BuildProgress {
- public:
-  BuildProgress(bool verbose, const std::string& path, uint64_t bytes)
-      : verbose_(verbose), path_(path), bytes_(bytes), start_(std::chrono::steady_clock::now()) {}
-
-  void Add(uint64_t bytes) {
-    const uint64_t done = done_.fetch_add(bytes) + bytes;
-    if (!verbose_ || bytes_ == 0) return;
-    const int tenth = static_cast<int>(done * 10 / bytes_);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    std::lock_guard lock(mu_);
-    if (s < 2.0 || tenth <= printed_ || tenth >= 10) return;
-    printed_ = tenth;
-    std::fprintf(stderr, "gpufeed: cache: building %s: %d%% (%.1f of %.1f GB, %.0f s)\n",
-                 path_.c_str(), tenth * 10, static_cast<double>(done) / 1e9,
-                 static_cast<double>(bytes_) / 1e9, s);
-  }
-
- private:
-  bool verbose_;
-  std::string path_;
-  uint64_t bytes_;
-  std::chrono::steady_clock::time_point start_;
-  std::atomic<uint64_t> done_{0};
-  std::mutex mu_;
-  int printed_ = 0;
-};
-
 ShmBuildResult Fail(ShmBuildStatus status, std::string message) {
   ShmBuildResult r;
   r.status = status;
@@ -100,7 +73,7 @@ ShmBuildResult FailErrno(int err, const std::string& what, const std::string& pa
 
 // Writes every sample; returns 0 or the first write errno. Base-source errors propagate.
 int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer, int threads,
-                 BuildProgress& progress) {
+                 TenthsProgress& progress) {
   const Schema& schema = base.schema();
   const int64_t chunk = ChunkSamples(schema.SampleBytes());
   const int64_t tasks = (layout.samples + chunk - 1) / chunk;
@@ -184,9 +157,9 @@ ShmBuildResult BuildShmFile(const Source& base, const std::string& tmp_path,
     const uint64_t avail = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
     if (avail < layout.total_bytes) {
       return Fail(ShmBuildStatus::kNoSpace,
-                  fmt::format("{} has {:.2f} GB free, the cache needs {:.2f} GB", dir,
-                              static_cast<double>(avail) / 1e9,
-                              static_cast<double>(layout.total_bytes) / 1e9));
+                  fmt::format("{} has {} free, the cache needs {}", dir,
+                              FormatBytes(static_cast<double>(avail)),
+                              FormatBytes(static_cast<double>(layout.total_bytes))));
     }
   }
 
@@ -202,7 +175,12 @@ ShmBuildResult BuildShmFile(const Source& base, const std::string& tmp_path,
     return FailErrno(err, "cannot size", tmp_path);
   }
   FileWriter writer(fd, options.faults.enospc_after_bytes);
-  BuildProgress progress(options.verbose, final_path, layout.data_bytes);
+  TenthsProgress progress(
+      options.verbose, layout.data_bytes, [&](int percent, uint64_t done, double s) {
+        return fmt::format("cache: building {}: {}% ({} of {}, {:.0f} s)", final_path, percent,
+                           FormatBytes(static_cast<double>(done)),
+                           FormatBytes(static_cast<double>(layout.data_bytes)), s);
+      });
   try {
     if (const int err = WriteSamples(base, layout, writer, options.threads, progress); err != 0) {
       discard();

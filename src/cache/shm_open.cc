@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cache/shm_source.h"
+#include "core/log.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 
@@ -31,8 +32,8 @@ class BuildLock {
     fchmod(fd_, 0666);  // every user's processes share the cache; umask must not stop them
     if (flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
     if (verbose) {
-      std::fprintf(stderr, "gpufeed: cache: waiting for another process to build %s\n",
-                   cache_path.c_str());
+      Log(LogLevel::kInfo,
+          fmt::format("cache: waiting for another process to build {}", cache_path));
     }
     while (flock(fd_, LOCK_EX) != 0) {
       if (errno != EINTR) {
@@ -110,10 +111,9 @@ int RemoveLeftovers(const std::string& dir, const std::string& key, bool verbose
     const std::string name = entry.path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
     if (verbose) {
-      std::fprintf(stderr,
-                   "gpufeed: cache: %s was left half-built by process %s, which is gone; "
-                   "removing it and rebuilding\n",
-                   entry.path().c_str(), name.substr(prefix.size()).c_str());
+      Log(LogLevel::kInfo, fmt::format("cache: {} was left half-built by process {}, which is "
+                                       "gone; removing it and rebuilding",
+                                       entry.path().string(), name.substr(prefix.size())));
     }
     std::filesystem::remove(entry.path(), ec);
     ++removed;
@@ -146,8 +146,7 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
   }
   if (!invalid.empty()) {
     if (options.verbose) {
-      std::fprintf(stderr, "gpufeed: cache: removing %s (%s); rebuilding\n", result.path.c_str(),
-                   invalid.c_str());
+      Log(LogLevel::kInfo, fmt::format("cache: removing {} ({}); rebuilding", result.path, invalid));
     }
     unlink(result.path.c_str());
   }
@@ -160,10 +159,10 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
   if (built.status != ShmBuildStatus::kPublished) {
     result.failure = built.message;
     if (options.verbose) {
-      std::fprintf(stderr,
-                   "gpufeed: cache: WARNING: cannot build the shared-memory cache (%s); reading "
-                   "from the source without a cache\n",
-                   built.message.c_str());
+      Log(LogLevel::kWarning,
+          fmt::format("cache: WARNING: cannot build the shared-memory cache ({}); reading from "
+                      "the source without a cache",
+                      built.message));
     }
     return result;
   }

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/log.h"
+#include "core/row_gather.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -25,7 +27,8 @@ struct ShmWorkerState : SourceWorkerState {
 
 ShmCachedSource::ShmCachedSource(std::shared_ptr<Source> base, int fd, std::string path,
                                  ShmHeader header, bool verified)
-    : base_(std::move(base)), fd_(fd), path_(std::move(path)), header_(std::move(header)) {
+    : CachedSource(std::move(base), CacheTier::kShm),
+      fd_(fd), path_(std::move(path)), header_(std::move(header)) {
   const uint64_t total = header_.layout.total_bytes;
   void* p = mmap(nullptr, total, PROT_READ, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) {
@@ -86,10 +89,10 @@ bool ShmCachedSource::Verify(uint64_t begin, uint64_t end) const {
     const uint64_t n = std::min(kShmBlockBytes, header_.layout.data_bytes - at);
     if (HashShmBlock(data_ + at, n) != header_.block_hashes[b]) {
       if (!damaged_.exchange(true, std::memory_order_acq_rel)) {
-        std::fprintf(stderr,
-                     "gpufeed: cache: WARNING: block %llu of %s fails its checksum; reading from "
-                     "the source instead (remove it with `gpufeed cache rm`)\n",
-                     static_cast<unsigned long long>(b), path_.c_str());
+        Log(LogLevel::kWarning,
+            fmt::format("cache: WARNING: block {} of {} fails its checksum; reading from the "
+                        "source instead (remove it with `gpufeed cache rm`)",
+                        b, path_));
       }
       return false;
     }
@@ -128,10 +131,7 @@ void ShmCachedSource::Read(std::span<const int64_t> indices, const BatchView& ou
   for (size_t f = 0; f < layout.row_bytes.size(); ++f) {
     const size_t row = layout.row_bytes[f];
     const std::byte* field = data_ + layout.field_offsets[f];
-    std::byte* dst = out.fields[f];
-    for (size_t i = 0; i < indices.size(); ++i) {
-      std::memcpy(dst + i * row, field + static_cast<uint64_t>(indices[i]) * row, row);
-    }
+    GatherRows(field, row, indices, out.fields[f]);
   }
 }
 

@@ -12,11 +12,11 @@
 #include <string>
 
 #include "cache/shm_format.h"
-#include "gpufeed/source.h"
+#include "cache/cached_source.h"
 
 namespace gpufeed {
 
-class ShmCachedSource : public Source {
+class ShmCachedSource : public CachedSource {
  public:
   // Takes ownership of `fd` (open on the published file, `header` decoded from it) and maps it.
   // `verified` marks every block as verified already (the builder hashed what it wrote).
@@ -25,11 +25,7 @@ class ShmCachedSource : public Source {
                   bool verified);
   ~ShmCachedSource() override;
 
-  const Schema& schema() const override { return base_->schema(); }
-  int64_t size() const override { return base_->size(); }
   std::string Describe() const override;
-  std::string cache_tier() const override { return "shm"; }
-  std::string Identity() const override { return base_->Identity(); }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override;
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override;
@@ -45,7 +41,6 @@ class ShmCachedSource : public Source {
   // False when a block of [begin, end) of the data region fails its hash.
   bool Verify(uint64_t begin, uint64_t end) const;
 
-  std::shared_ptr<Source> base_;
   int fd_ = -1;
   std::string path_;
   ShmHeader header_;

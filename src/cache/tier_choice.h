@@ -6,12 +6,12 @@
 #include <optional>
 #include <string>
 
-#include "core/system_memory.h"  // AvailableRamBytes, FormatBytes
+#include "gpufeed/source.h"  // CacheTier
 
 namespace gpufeed {
 
 struct TierInputs {
-  std::string requested = "auto";  // auto|none|ram|shm|device
+  CacheTier requested = CacheTier::kAuto;
   uint64_t bytes = 0;              // the data set
   // What the device tier would hold (after the transforms it applies before the upload);
   // 0 = `bytes`.
@@ -28,11 +28,11 @@ struct TierInputs {
 };
 
 struct TierChoice {
-  std::string tier;    // none|ram|shm|device
+  CacheTier tier = CacheTier::kNone;  // never kAuto
   std::string reason;  // "0.8 GB fits the RAM budget 11.2 GB"
 };
 
-// Throws Error(kInvalidArgument) for an unknown tier, an explicit ram/shm that exceeds the
+// Throws Error(kInvalidArgument) for an explicit ram/shm that exceeds the
 // RAM budget or an explicit device that exceeds the device budget (the message says both
 // sizes and how to change them), and an explicit device the loader cannot use (not CUDA, or
 // the refusal's reason).

@@ -10,9 +10,6 @@
 #include "cli/progress_line.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
-#ifdef GPUFEED_HAVE_CACHE
-#include "gpufeed/cache.h"
-#endif
 
 namespace gpufeed::cli {
 namespace {
@@ -22,14 +19,11 @@ struct BenchArgs {
   std::string synthetic;
   int64_t samples = 100000;
   std::vector<std::string> fields;
-  std::vector<std::string> transforms;
-  std::string device = "cpu";
   bool no_shuffle = false;
   bool block_shuffle = false;
   bool json = false;
   bool quiet = false;
-  std::string cache = "none";
-  bool preload = false;
+  std::string cache{CacheTierName(CachedLoaderOptions{}.cache.tier)};
   BenchConfig config;
 };
 
@@ -42,31 +36,12 @@ int RunBenchCommand(BenchArgs& args) {
   std::shared_ptr<Source> source =
       args.synthetic.empty()
           ? OpenPath(args.path, args.fields)
-          : OpenSynthetic(ParseSchema(args.synthetic), args.samples, args.config.loader.seed);
-  LoaderOptions& o = args.config.loader;
-  o.shuffle = !args.no_shuffle;
-  if (args.block_shuffle) o.shuffle_block = -1;  // the source's own block (HDF5 chunk)
-  o.device = OpenDevice(args.device);
-  for (const auto& t : args.transforms) o.transforms.push_back(ParseTransform(t));
-#ifdef GPUFEED_HAVE_CACHE
-  std::string cache_text;
-  if (args.cache != "none") {
-    CacheOptions cache;
-    cache.tier = args.cache;
-    cache.preload = args.preload;
-    cache.device = o.device;
-    cache.verbose = !args.json;
-    cache.transforms = o.transforms;
-    CacheInfo info;
-    source = OpenCached(source, cache, &info);
-    cache_text = info.ToString();
-    o.transforms = info.loader_transforms;  // the device tier ran the deterministic ones
-  }
-#else
-  if (args.cache != "none") {
-    throw Error(ErrorCode::kUnsupported, "this build of gpufeed has no cache part");
-  }
-#endif
+          : OpenSynthetic(ParseSchema(args.synthetic), args.samples, args.config.open.loader.seed);
+  CachedLoaderOptions& o = args.config.open;
+  o.loader.shuffle = !args.no_shuffle;
+  if (args.block_shuffle) o.loader.shuffle_block = -1;  // the source's own block (HDF5 chunk)
+  o.cache.tier = ParseCacheTier(args.cache);
+  o.cache.verbose = !args.json;
   if (args.config.epochs <= 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("--epochs must be positive, got {}", args.config.epochs));
@@ -77,16 +52,13 @@ int RunBenchCommand(BenchArgs& args) {
   }
   args.config.monitor = !args.json && !args.quiet;
   ProgressLine line(!args.json && !args.quiet);
-  const BenchResult result = RunBench(source, args.config, [&](const BenchProgress& p) {
-    line.Update(FormatProgress(p));
-  });
+  const BenchResult result = RunBench(
+      source, args.config, [&](const BenchProgress& p) { line.Update(FormatProgress(p)); });
   line.Finish();
   if (args.json) {
     fmt::print("{}\n", result.ToJson());
   } else {
-#ifdef GPUFEED_HAVE_CACHE
-    if (!cache_text.empty()) fmt::print("cache       {}\n", cache_text);
-#endif
+    if (!result.cache.empty()) fmt::print("cache       {}\n", result.cache);
     fmt::print("{}", FormatBenchReport(result));
   }
   return 0;
@@ -96,7 +68,7 @@ int RunBenchCommand(BenchArgs& args) {
 
 void RegisterBenchCommand(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
-  args->config.loader.batch_size = 8192;
+  args->config.open.loader.batch_size = 8192;
   CLI::App* cmd = app.add_subcommand(
       "bench",
       "Measure the loader on a data set: samples/s, MB/s, consumer wait, per-stage times, and\n"
@@ -110,12 +82,12 @@ void RegisterBenchCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--fields", args->fields, "Fields to read (default: all)")->delimiter(',');
-  cmd->add_option("-b,--batch-size", args->config.loader.batch_size, "Samples per batch")
+  cmd->add_option("-b,--batch-size", args->config.open.loader.batch_size, "Samples per batch")
       ->capture_default_str();
-  cmd->add_option("-w,--workers", args->config.loader.workers,
+  cmd->add_option("-w,--workers", args->config.open.loader.workers,
                   "Worker threads (0: min(4, cores))")
       ->capture_default_str();
-  cmd->add_option("-p,--prefetch", args->config.loader.prefetch,
+  cmd->add_option("-p,--prefetch", args->config.open.loader.prefetch,
                   "Batches kept ready beyond the workers' (0: 2 x workers)")
       ->capture_default_str();
   cmd->add_option("-e,--epochs", args->config.epochs, "Epochs to run")->capture_default_str();
@@ -124,16 +96,17 @@ void RegisterBenchCommand(CLI::App& app) {
                   "default stream that events time) and report the fraction of wall time the "
                   "simulated GPU was busy")
       ->capture_default_str();
-  cmd->add_option("--seed", args->config.loader.seed, "Shuffle seed")->capture_default_str();
+  cmd->add_option("--seed", args->config.open.loader.seed, "Shuffle seed")->capture_default_str();
   cmd->add_flag("--no-shuffle", args->no_shuffle, "Read in order");
   cmd->add_flag("--block-shuffle", args->block_shuffle,
                 "Shuffle whole chunks, then samples within a window of chunks (for compressed "
                 "HDF5: each chunk is decoded once per window instead of once per sample)");
-  cmd->add_option("--shuffle-window", args->config.loader.shuffle_window,
+  cmd->add_option("--shuffle-window", args->config.open.loader.shuffle_window,
                   "Chunks per window with --block-shuffle")
       ->capture_default_str();
-  cmd->add_option("-d,--device", args->device, "cpu, auto, cuda or cuda:N")->capture_default_str();
-  cmd->add_option("-t,--transform", args->transforms,
+  cmd->add_option("-d,--device", args->config.open.device, "cpu, auto, cuda or cuda:N")
+      ->capture_default_str();
+  cmd->add_option("-t,--transform", args->config.open.transforms,
                   "A host transform, repeatable: cast:FIELD:float16, normalize:FIELD:MEAN:STD, "
                   "specaugment:FIELD");
   cmd->add_flag("--json", args->json,
@@ -144,14 +117,15 @@ void RegisterBenchCommand(CLI::App& app) {
                   "Cache the data set: none, ram, shm (shared by every process on the node), "
                   "device or auto (chosen within memory budgets)")
       ->capture_default_str();
-  cmd->add_flag("--preload", args->preload, "With --cache ram: read the whole set first");
+  cmd->add_flag("--preload", args->config.open.cache.preload,
+                "With --cache ram: read the whole set first");
   // --cache device keeps the set in GPU memory and gathers batches there (needs --device cuda).
   cmd->add_flag("--doctor", args->config.doctor,
                 "Diagnose the run: which stage makes the (simulated) GPU wait, and what to change");
-  cmd->add_flag("--autotune", args->config.loader.autotune,
+  cmd->add_flag("--autotune", args->config.open.loader.autotune,
                 "Tune workers and prefetch online from the given (or default) start; the changes "
                 "and final values are reported");
-  cmd->add_option("--max-workers", args->config.loader.max_workers,
+  cmd->add_option("--max-workers", args->config.open.loader.max_workers,
                   "With --autotune: the most workers to try (0: the CPU count)");
   cmd->callback([args] {
     const int code = RunReportingErrors([&] { return RunBenchCommand(*args); });

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include "cli/bench_run.h"
+#include "core/format.h"
 
 namespace gpufeed::cli {
 namespace {

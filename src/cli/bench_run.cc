@@ -17,10 +17,8 @@
 
 #include "core/thread_pool.h"
 #include "device/cuda_device.h"
-#ifdef GPUFEED_HAVE_DOCTOR
 #include "gpufeed/doctor.h"
 #include "gpufeed/monitor.h"
-#endif
 
 namespace gpufeed::cli {
 namespace {
@@ -122,14 +120,19 @@ double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int thread
 BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
                      const std::function<void(const BenchProgress&)>& on_progress) {
   BenchResult result;
-  result.source = source->Describe();
   result.epochs = config.epochs;
   result.step_ms = config.step_ms;
   const auto setup_start = std::chrono::steady_clock::now();
-  Loader loader(source, config.loader);
-  result.setup_s = Seconds(std::chrono::steady_clock::now() - setup_start);
+  CachedLoader opened = OpenCachedLoader(std::move(source), config.open);
+  Loader& loader = *opened.loader;
+  result.source = loader.source().Describe();
+  result.setup_s =
+      std::max(0.0, Seconds(std::chrono::steady_clock::now() - setup_start) -
+                        opened.cache.open_seconds);
+  if (opened.cache.tier != CacheTier::kNone || config.open.cache.tier != CacheTier::kNone) {
+    result.cache = opened.cache.ToString();
+  }
   result.device = loader.device().name();
-#ifdef GPUFEED_HAVE_DOCTOR
   std::unique_ptr<Monitor> monitor;
   if (config.monitor || config.doctor) {
     MonitorOptions mo;
@@ -137,7 +140,6 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
     monitor = std::make_unique<Monitor>(mo);
     monitor->Start();
   }
-#endif
   const auto step = std::chrono::duration<double, std::milli>(config.step_ms);
   const auto* cuda_device = dynamic_cast<const cuda::CudaDevice*>(loader.options().device.get());
   double step_s = 0;
@@ -193,11 +195,9 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
       progress.elapsed_s = Seconds(std::chrono::steady_clock::now() - start);
       progress.samples_per_s = progress.elapsed_s > 0 ? result.samples / progress.elapsed_s : 0;
       progress.consumer_wait_fraction = loader.stats().ConsumerWaitFraction();
-#ifdef GPUFEED_HAVE_DOCTOR
       if (monitor && config.monitor) {
         if (auto snapshot = monitor->Latest()) progress.status_line = FormatStatusLine(*snapshot);
       }
-#endif
       if (on_progress) on_progress(progress);
     }
   }
@@ -208,12 +208,10 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   // The time the simulated GPU actually worked, not the nominal step times.
   if (cuda_device != nullptr) step_s += 1e-9 * static_cast<double>(gpu_step.slept_ns.load());
   const auto end = std::chrono::steady_clock::now();
-#ifdef GPUFEED_HAVE_DOCTOR
   if (monitor) {
     monitor->Stop();
     result.monitor_summary = monitor->Summary().ToText();
   }
-#endif
   result.stats = loader.stats();
   result.bytes = result.stats.bytes;
   result.wall_s = Seconds(end - start);
@@ -227,7 +225,6 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
     if (config.step_ms > 0 && steady > 0) result.gpu_busy_fraction = std::min(1.0, step_s / steady);
     if (config.step_ms > 0) result.gpu_busy_fraction_with_startup = step_s / result.wall_s;
   }
-#ifdef GPUFEED_HAVE_DOCTOR
   if (config.doctor) {
     DoctorInput in = CollectDoctorInput(loader, monitor.get());
     // A simulated step keeps a simulated GPU busy: that is the utilization to judge by.
@@ -240,11 +237,10 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
     result.diagnosis_text = d.ToText();
     result.diagnosis_json = d.ToJson();
   }
-#endif
   result.peak_rss_bytes = StatusBytes("VmHWM");
   result.peak_anon_rss_bytes = peak_anon;
   const int64_t batch_bytes =
-      static_cast<int64_t>(loader.schema().SampleBytes()) * config.loader.batch_size;
+      static_cast<int64_t>(loader.schema().SampleBytes()) * loader.options().batch_size;
   result.bound_anon_rss_bytes =
       (result.stats.prefetch + result.stats.workers) * batch_bytes + (int64_t{100} << 20);
   if (config.measure_ceiling && result.bytes > 0) {
@@ -286,16 +282,6 @@ std::string BenchResult::ToJson() const {
   };
   if (!diagnosis_json.empty()) j["doctor"] = nlohmann::json::parse(diagnosis_json);
   return j.dump(2);
-}
-
-std::string FormatBytes(double bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int u = 0;
-  while (bytes >= 1000 && u < 4) {
-    bytes /= 1000;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
 }
 
 std::string FormatCount(double count) {

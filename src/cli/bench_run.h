@@ -9,12 +9,14 @@
 #include <memory>
 #include <string>
 
+#include "gpufeed/cache.h"
 #include "gpufeed/loader.h"
 
 namespace gpufeed::cli {
 
 struct BenchConfig {
-  LoaderOptions loader;  // batch_size, workers, prefetch, shuffle, device, transforms
+  // The loader, its device, transforms and cache, as OpenCachedLoader assembles them.
+  CachedLoaderOptions open;
   int epochs = 1;        // Default: 1
   // Default: 0 = no simulated step: a sleep on the host. On a CUDA device the step is work
   // on the legacy default stream instead (torch's default; a host function that sleeps,
@@ -47,7 +49,8 @@ struct BenchResult {
   double samples_per_s = 0;
   double bytes_per_s = 0;
   double time_to_first_batch_s = 0;  // from the first Next() call
-  double setup_s = 0;                 // constructing the loader: buffers allocated and touched
+  // Constructing the loader (buffers allocated and touched), not opening its cache.
+  double setup_s = 0;
   double ceiling_bytes_per_s = 0;   // memcpy of the same bytes, same threads
   double ceiling_samples_per_s = 0;
   double ratio_to_ceiling = 0;
@@ -63,6 +66,7 @@ struct BenchResult {
   int64_t bound_anon_rss_bytes = 0; // (prefetch + workers) * batch bytes + 100 MB
   std::string source;
   std::string device;
+  std::string cache;           // CacheInfo::ToString() when a cache was asked for
   std::string diagnosis_text;  // with BenchConfig::doctor
   std::string diagnosis_json;
   std::string monitor_summary;  // mean, p5, p95 per metric over the run
@@ -78,7 +82,6 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
 double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int threads);
 
 // Human formatting: "1.23 GB", "612,345".
-std::string FormatBytes(double bytes);
 std::string FormatCount(double count);
 
 }  // namespace gpufeed::cli

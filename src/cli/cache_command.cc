@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/exit_codes.h"
+#include "core/format.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
@@ -50,7 +51,7 @@ void PrintEntries(const std::vector<ShmCacheEntry>& entries) {
              "SOURCE");
   for (const auto& e : entries) {
     fmt::print("{:<16}  {:>9}  {:>8}  {:>5}  {:<10}  {}\n", e.key,
-               fmt::format("{:.1f} MB", static_cast<double>(e.bytes) / 1e6), Age(e.age_seconds),
+               FormatBytes(static_cast<double>(e.bytes)), Age(e.age_seconds),
                e.processes < 0 ? "?" : std::to_string(e.processes), State(e), e.description);
   }
 }
@@ -92,8 +93,8 @@ int RunRm(const CacheArgs& a) {
 int RunGc(const CacheArgs& a) {
   const auto removed = CollectShmGarbage(a.dir);
   for (const auto& e : removed) {
-    fmt::print("removed {} ({}, {:.1f} MB): {}\n", e.key, State(e),
-               static_cast<double>(e.bytes) / 1e6, e.description);
+    fmt::print("removed {} ({}, {}): {}\n", e.key, State(e),
+               FormatBytes(static_cast<double>(e.bytes)), e.description);
   }
   if (removed.empty()) fmt::print("nothing to collect in {}\n", a.dir);
   return 0;
@@ -102,8 +103,8 @@ int RunGc(const CacheArgs& a) {
 int RunBuild(const CacheArgs& a) {
   CacheInfo info;
   OpenCached(OpenPath(a.path, a.fields),
-             {.tier = "shm", .shm_dir = a.dir, .threads = a.threads, .verbose = true}, &info);
-  if (info.tier != "shm") return ExitCodeFor(ErrorCode::kIo);
+             {.tier = CacheTier::kShm, .shm_dir = a.dir, .threads = a.threads, .verbose = true}, &info);
+  if (info.tier != CacheTier::kShm) return ExitCodeFor(ErrorCode::kIo);
   fmt::print("{} {} in {:.2f} s: {}\n", info.built ? "built" : "found", info.key,
              info.open_seconds, info.path);
   return 0;

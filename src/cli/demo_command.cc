@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "cli/bench_run.h"
+#include "core/format.h"
 #include "cli/demo_data.h"
 #include "cli/exit_codes.h"
 #include "cli/progress_line.h"
@@ -21,7 +22,7 @@ struct DemoArgs {
   int64_t batch_size = 8192;
   double step_ms = 10;
   int workers = 0;
-  std::string device = "auto";
+  std::string device = CachedLoaderOptions{}.device;
 };
 
 int RunDemo(const DemoArgs& args) {
@@ -44,9 +45,9 @@ int RunDemo(const DemoArgs& args) {
   }
 
   BenchConfig config;
-  config.loader.batch_size = args.batch_size;
-  config.loader.workers = args.workers;
-  config.loader.device = OpenDevice(args.device);
+  config.open.loader.batch_size = args.batch_size;
+  config.open.loader.workers = args.workers;
+  config.open.device = args.device;
   config.epochs = args.epochs;
   config.step_ms = args.step_ms;
   config.doctor = true;

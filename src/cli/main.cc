@@ -1,18 +1,12 @@
-// The `gpufeed` command line: demo, bench, and the commands other parts register.
+// The `gpufeed` command line: demo, bench, inspect, watch and cache.
 #include <CLI/CLI.hpp>
 
 #include "cli/bench_command.h"
 #include "cli/demo_command.h"
 #include "cli/exit_codes.h"
-#ifdef GPUFEED_HAVE_INSPECT
 #include "cli/inspect_command.h"
-#endif
-#ifdef GPUFEED_HAVE_WATCH
 #include "cli/watch_command.h"
-#endif
-#ifdef GPUFEED_HAVE_CACHE_COMMAND
 #include "cli/cache_command.h"
-#endif
 
 int main(int argc, char** argv) {
   using namespace gpufeed;       // NOLINT: the commands' Register functions
@@ -27,15 +21,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "gpufeed 0.1.0");
   RegisterDemoCommand(app);
   RegisterBenchCommand(app);
-#ifdef GPUFEED_HAVE_INSPECT
   RegisterInspectCommand(app);
-#endif
-#ifdef GPUFEED_HAVE_WATCH
   RegisterWatchCommand(app);
-#endif
-#ifdef GPUFEED_HAVE_CACHE_COMMAND
   RegisterCacheCommand(app);
-#endif
   return RunReportingErrors([&] {
     try {
       app.parse(argc, argv);

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "core/proc_text.h"
+#include "core/text.h"
 
 namespace gpufeed {
 namespace {
@@ -20,12 +21,7 @@ bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 std::optional<uint64_t> ReadNumber(const std::string& path) {
   std::string text;
   if (!ReadTextFile(path, &text)) return std::nullopt;
-  uint64_t value = 0;
-  const char* end = text.data() + text.size();
-  while (end > text.data() && (end[-1] == '\n' || end[-1] == ' ')) --end;
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (ec != std::errc() || ptr != end) return std::nullopt;
-  return value;
+  return ParseNumber<uint64_t>(Trim(text));
 }
 
 std::optional<uint64_t> Limit(std::optional<uint64_t> value) {

@@ -59,11 +59,6 @@ bool IsFloating(DType dtype) {
          dtype == DType::kFloat64;
 }
 
-bool IsSignedInteger(DType dtype) {
-  return dtype == DType::kInt8 || dtype == DType::kInt16 || dtype == DType::kInt32 ||
-         dtype == DType::kInt64;
-}
-
 // IEEE 754 binary16 conversion with round-to-nearest-even, handling subnormals, infinities
 // and NaN. Written out because C++20 has no std::float16_t on g++ 12.
 uint16_t FloatToHalf(float value) {

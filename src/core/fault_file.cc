@@ -8,8 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "core/fault_file.h"
 #include "gpufeed/error.h"
-#include "gpufeed/file.h"
 
 namespace gpufeed {
 

@@ -1,4 +1,5 @@
 #include "core/proc_text.h"
+#include "core/text.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -23,10 +24,10 @@ std::string_view NextToken(std::string_view& text) {
 }
 
 template <typename T>
-bool ParseNumber(std::string_view token, T* value) {
-  if (token.empty()) return false;
-  auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), *value);
-  return ec == std::errc() && ptr == token.data() + token.size();
+bool ParseToken(std::string_view token, T* value) {
+  const std::optional<T> parsed = ParseNumber<T>(token);
+  if (parsed) *value = *parsed;
+  return parsed.has_value();
 }
 
 std::string_view LineAt(std::string_view text, size_t pos) {
@@ -72,7 +73,7 @@ std::optional<CpuTicks> ParseProcStatCpu(std::string_view text) {
   for (; parsed < 8; ++parsed) {
     std::string_view token = NextToken(line);
     if (token.empty()) break;
-    if (!ParseNumber(token, &fields[parsed])) return std::nullopt;
+    if (!ParseToken(token, &fields[parsed])) return std::nullopt;
   }
   if (parsed < 4) return std::nullopt;
   CpuTicks ticks;
@@ -97,7 +98,7 @@ std::optional<PidStat> ParsePidStat(std::string_view text) {
   }
   PidStat stat;
   std::string_view head = text.substr(0, open_paren);
-  if (!ParseNumber(NextToken(head), &stat.pid)) return std::nullopt;
+  if (!ParseToken(NextToken(head), &stat.pid)) return std::nullopt;
   // Field 3 (state) is the first after ')'; fields 14-17 are utime stime cutime cstime,
   // 22 starttime, 24 rss.
   std::string_view rest = text.substr(close_paren + 1);
@@ -108,10 +109,10 @@ std::optional<PidStat> ParsePidStat(std::string_view text) {
   }
   stat.state = fields[0][0];
   int64_t cutime = 0, cstime = 0;  // signed in the kernel's format
-  if (!ParseNumber(fields[1], &stat.ppid) || !ParseNumber(fields[11], &stat.utime) ||
-      !ParseNumber(fields[12], &stat.stime) || !ParseNumber(fields[13], &cutime) ||
-      !ParseNumber(fields[14], &cstime) || !ParseNumber(fields[19], &stat.start_time) ||
-      !ParseNumber(fields[21], &stat.rss_pages)) {
+  if (!ParseToken(fields[1], &stat.ppid) || !ParseToken(fields[11], &stat.utime) ||
+      !ParseToken(fields[12], &stat.stime) || !ParseToken(fields[13], &cutime) ||
+      !ParseToken(fields[14], &cstime) || !ParseToken(fields[19], &stat.start_time) ||
+      !ParseToken(fields[21], &stat.rss_pages)) {
     return std::nullopt;
   }
   stat.cutime = cutime > 0 ? static_cast<uint64_t>(cutime) : 0;
@@ -129,7 +130,7 @@ std::optional<uint64_t> ParseKeyedValue(std::string_view text, std::string_view 
     }
     std::string_view rest = line.substr(key.size() + 1);
     uint64_t value = 0;
-    if (!ParseNumber(NextToken(rest), &value)) return std::nullopt;
+    if (!ParseToken(NextToken(rest), &value)) return std::nullopt;
     std::string_view unit = NextToken(rest);
     if (unit == "kB") return value * 1024;
     if (!unit.empty()) return std::nullopt;
@@ -154,7 +155,7 @@ std::optional<uint64_t> ParseDiskstatsReadBytes(std::string_view text) {
     NextToken(line);  // reads completed
     NextToken(line);  // reads merged
     uint64_t sectors = 0;
-    if (name.empty() || !ParseNumber(NextToken(line), &sectors)) continue;
+    if (name.empty() || !ParseToken(NextToken(line), &sectors)) continue;
     for (std::string_view skip : {"loop", "ram", "zram", "dm-", "md", "sr", "fd"}) {
       if (name.substr(0, skip.size()) == skip) {
         name = {};

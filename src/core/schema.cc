@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "core/text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -52,12 +53,6 @@ std::string Schema::ToString() const {
 
 namespace {
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
 [[noreturn]] void BadSpec(std::string_view spec, std::string_view part, std::string_view why) {
   throw Error(ErrorCode::kInvalidArgument,
               fmt::format("bad schema '{}': in '{}': {} (expected e.g. "
@@ -83,9 +78,8 @@ FieldSpec ParseField(std::string_view spec, std::string_view part) {
   while (!dims.empty()) {
     const size_t comma = dims.find(',');
     const std::string_view dim = Trim(dims.substr(0, comma));
-    int64_t value = 0;
-    const auto [ptr, ec] = std::from_chars(dim.data(), dim.data() + dim.size(), value);
-    if (ec != std::errc() || ptr != dim.data() + dim.size() || value <= 0) {
+    const int64_t value = ParseNumber<int64_t>(dim).value_or(0);
+    if (value <= 0) {
       BadSpec(spec, part, fmt::format("dimension '{}' is not a positive integer", dim));
     }
     field.shape.push_back(value);

@@ -1,7 +1,5 @@
 #include "core/system_memory.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -11,18 +9,6 @@
 #include "core/proc_text.h"
 
 namespace gpufeed {
-
-std::string FormatBytes(uint64_t bytes) {
-  // One decimal where it carries information (below 10 of a unit, and always for GB).
-  const double b = static_cast<double>(bytes);
-  if (b >= 1e9) return fmt::format("{:.1f} GB", b / 1e9);
-  const auto scaled = [](double v, const char* unit) {
-    return v < 10 ? fmt::format("{:.1f} {}", v, unit) : fmt::format("{:.0f} {}", v, unit);
-  };
-  if (b >= 1e6) return scaled(b / 1e6, "MB");
-  if (b >= 1e3) return scaled(b / 1e3, "KB");
-  return fmt::format("{} B", bytes);
-}
 
 uint64_t AvailableRamBytes(const std::string& root) {
   uint64_t available = 0;
@@ -38,6 +24,12 @@ uint64_t AvailableRamBytes(const std::string& root) {
   }
   return available;
 }
+
+uint64_t RamBudgetBytes(uint64_t available) {
+  return static_cast<uint64_t>(kRamBudgetShare * static_cast<double>(available));
+}
+
+uint64_t RamBudgetBytes() { return RamBudgetBytes(AvailableRamBytes()); }
 
 int UsableCpus(const std::string& root) {
   int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -1,6 +1,6 @@
 // How much memory and how many CPUs the machine (within this process's cgroup) gives
-// gpufeed, and how gpufeed writes byte counts. One place, so the cache budgets, the loader's
-// worker count, `gpufeed inspect` and the doctor agree on what "available" means.
+// gpufeed. One place, so the cache budgets, the loader's worker count, `gpufeed inspect` and
+// the doctor agree on what "available" means.
 // Thread-safety: pure functions over /proc and /sys.
 #pragma once
 
@@ -17,7 +17,11 @@ uint64_t AvailableRamBytes(const std::string& root = "");
 // Online CPUs, or the cgroup's CPU quota rounded up where it is lower; at least 1.
 int UsableCpus(const std::string& root = "");
 
-// "0.8 GB", "120 MB", "64 KB" (powers of 1000).
-std::string FormatBytes(uint64_t bytes);
+// The share of available RAM a cache of the whole data set may take: half, leaving the other
+// half to the training process, the page cache and the other ranks on the node.
+inline constexpr double kRamBudgetShare = 0.5;
+// kRamBudgetShare of `available` (default: AvailableRamBytes(root)).
+uint64_t RamBudgetBytes(uint64_t available);
+uint64_t RamBudgetBytes();
 
 }  // namespace gpufeed

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "core/text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed::cuda {
@@ -19,14 +20,13 @@ int DefaultOrdinal() {
   const char* local_rank = std::getenv("LOCAL_RANK");
   if (local_rank == nullptr || *local_rank == '\0') return 0;
   const std::string_view text(local_rank);
-  int value = -1;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size() || value < 0) {
+  const std::optional<int> value = ParseNumber<int>(text);
+  if (!value || *value < 0) {
     throw Error(
         ErrorCode::kInvalidArgument,
         fmt::format("LOCAL_RANK='{}' is not a device ordinal (expected an integer >= 0)", text));
   }
-  return value;
+  return *value;
 }
 
 }  // namespace

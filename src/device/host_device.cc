@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/row_gather.h"
 #include "core/system_memory.h"
 #include "gpufeed/device.h"
 #include "gpufeed/error.h"
@@ -29,12 +30,8 @@ class HostStream : public DeviceStream {
   using DeviceStream::GatherRows;
   void GatherRows(std::span<const GatherField> fields, std::span<const int64_t> rows) override {
     for (const GatherField& field : fields) {
-      auto* out = static_cast<std::byte*>(field.dst);
-      const auto* in = static_cast<const std::byte*>(field.src);
-      for (const int64_t row : rows) {
-        std::memcpy(out, in + static_cast<size_t>(row) * field.row_bytes, field.row_bytes);
-        out += field.row_bytes;
-      }
+      gpufeed::GatherRows(static_cast<const std::byte*>(field.src), field.row_bytes, rows,
+                          static_cast<std::byte*>(field.dst));
     }
   }
   std::shared_ptr<DeviceEvent> Record() override { return std::make_shared<DoneEvent>(); }

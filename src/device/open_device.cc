@@ -6,6 +6,7 @@
 
 #include "device/cuda_device.h"
 #include "gpufeed/device.h"
+#include "core/log.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -27,7 +28,7 @@ std::shared_ptr<Device> OpenDevice(const std::string& spec) {
       // A bad LOCAL_RANK is the user's to fix, not a reason to train on the CPU.
       if (e.code() != ErrorCode::kDevice) throw;
       // One line: "auto" is the default in scripts that also run on laptops.
-      std::fprintf(stderr, "gpufeed: device auto -> cpu: %s\n", e.what());
+      Log(LogLevel::kInfo, fmt::format("device auto -> cpu: {}", e.what()));
       return HostDevice();
     }
   }

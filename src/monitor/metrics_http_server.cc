@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "core/text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -63,9 +64,9 @@ void ParseListenAddress(const std::string& address, std::string* host, int* port
     if (host->empty()) *host = kDefaultHost;
     port_text = address.substr(colon + 1);
   }
-  auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), *port);
-  if (port_text.empty() || ec != std::errc() || ptr != port_text.data() + port_text.size() ||
-      *port < 0 || *port > 65535) {
+  const std::optional<int> parsed = ParseNumber<int>(port_text);
+  if (parsed) *port = *parsed;
+  if (!parsed || *port < 0 || *port > 65535) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("bad Prometheus address '{}': the port must be 0-65535", address));
   }

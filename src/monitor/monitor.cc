@@ -1,5 +1,6 @@
 // Monitor (gpufeed/monitor.h): the sampler thread and what each sample feeds.
 #include "gpufeed/monitor.h"
+#include "monitor/status_line.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -8,16 +8,14 @@
 #include <unordered_map>
 
 #include "core/proc_text.h"
+#include "core/text.h"
 
 namespace gpufeed {
 namespace {
 
 std::optional<pid_t> ParsePid(const char* name) {
-  pid_t pid = 0;
-  const char* end = name;
-  while (*end != '\0') ++end;
-  auto [ptr, ec] = std::from_chars(name, end, pid);
-  if (ec != std::errc() || ptr != end || pid <= 0) return std::nullopt;
+  const std::optional<pid_t> pid = ParseNumber<pid_t>(name);
+  if (!pid || *pid <= 0) return std::nullopt;
   return pid;
 }
 
@@ -64,14 +62,6 @@ std::vector<pid_t> ProcessTreeReader::ChildrenFromTaskFiles(pid_t pid, bool* sup
     }
   }
   return children;
-}
-
-bool ProcessTreeReader::RootAlive() {
-  std::string text;
-  if (!ReadTextFile(fmt::format("{}/{}/stat", proc_root_, root_), &text)) return false;
-  auto stat = ParsePidStat(text);
-  if (!stat || stat->state == 'Z' || stat->state == 'X') return false;
-  return !root_start_time_ || *root_start_time_ == stat->start_time;
 }
 
 std::optional<ProcessTreeReading> ProcessTreeReader::Read(bool with_pss) {

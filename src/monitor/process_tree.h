@@ -33,9 +33,6 @@ class ProcessTreeReader {
   // Nullopt once the root is gone (exited, a zombie, or its pid reused by another process).
   std::optional<ProcessTreeReading> Read(bool with_pss);
 
-  // True when the root exists now (a zombie counts as gone).
-  bool RootAlive();
-
  private:
   std::vector<pid_t> ChildrenFromTaskFiles(pid_t pid, bool* supported);
   std::string proc_root_;

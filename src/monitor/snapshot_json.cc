@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/log.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -81,8 +82,8 @@ void JsonLinesWriter::Write(const MonitorSnapshot& snapshot) {
   line += '\n';
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
     failed_ = true;
-    std::fprintf(stderr, "gpufeed monitor: writing %s failed (%s); JSON lines stop here\n",
-                 path_.c_str(), std::strerror(errno));
+    Log(LogLevel::kWarning, fmt::format("monitor: writing {} failed ({}); JSON lines stop here",
+                                        path_, std::strerror(errno)));
   }
 }
 

@@ -1,8 +1,9 @@
-// FormatStatusLine and StatusLinePrinter (declared in gpufeed/monitor.h).
+// FormatStatusLine (gpufeed/monitor.h) and StatusLinePrinter (status_line.h).
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include "gpufeed/monitor.h"
+#include "monitor/status_line.h"
 
 namespace gpufeed {
 namespace {

@@ -7,15 +7,9 @@
 #include <cstdint>
 #include <utility>
 
-namespace gpufeed {
+#include "core/splitmix.h"  // Mix64
 
-// splitmix64 finalizer: a good 64-bit mix for deriving seeds.
-inline uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+namespace gpufeed {
 
 inline uint64_t MixSeed(uint64_t seed, uint64_t stream) { return Mix64(Mix64(seed) ^ stream); }
 

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string_view>
 
+#include "core/text.h"
 #include "gpufeed/error.h"
 #include "pipeline/random.h"
 
@@ -17,14 +18,12 @@ namespace {
 int EnvInt(const char* name, int fallback) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return fallback;
-  int out = 0;
-  const std::string_view text(value);
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  if (ec != std::errc() || ptr != text.data() + text.size()) {
+  const std::optional<int> out = ParseNumber<int>(value);
+  if (!out) {
     throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("environment variable {}='{}' is not an integer", name, text));
+                fmt::format("environment variable {}='{}' is not an integer", name, value));
   }
-  return out;
+  return *out;
 }
 
 }  // namespace

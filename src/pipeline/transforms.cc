@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "core/text.h"
 #include "gpufeed/error.h"
 #include "pipeline/random.h"
 
@@ -236,27 +237,14 @@ class SpecAugmentTransform : public Transform {
   SpecAugmentOptions options_;
 };
 
-std::vector<std::string_view> Split(std::string_view s, char sep) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  for (size_t i = 0; i <= s.size(); ++i) {
-    if (i == s.size() || s[i] == sep) {
-      parts.push_back(s.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  return parts;
-}
-
 template <typename T>
 T Number(std::string_view spec, std::string_view text) {
-  T value{};
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr != text.data() + text.size()) {
+  const std::optional<T> value = ParseNumber<T>(text);
+  if (!value) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("transform '{}': '{}' is not a number", spec, text));
   }
-  return value;
+  return *value;
 }
 
 }  // namespace

@@ -3,54 +3,13 @@
 #include <fmt/format.h>
 
 #include <cctype>
-#include <cstring>
 #include <functional>
 #include <string_view>
 
 #include "gpufeed/error.h"
+#include "sources/memory_source.h"
 
 namespace gpufeed {
-namespace {
-
-// Rows served from the loaded arrays, as OpenMemory serves caller arrays: memory has no
-// locality to win by sorting, so rows are copied in the order asked.
-class DatabaseSource final : public Source {
- public:
-  DatabaseSource(ColumnTable table, std::string what, std::string identity)
-      : table_(std::move(table)), what_(std::move(what)), identity_(std::move(identity)) {
-    schema_.fields = table_.fields;
-    for (const auto& f : table_.fields) row_bytes_.push_back(f.SampleBytes());
-  }
-
-  const Schema& schema() const override { return schema_; }
-  int64_t size() const override { return table_.rows; }
-  std::string Describe() const override {
-    return fmt::format("{} ({} fields, {} samples)", what_, table_.fields.size(), table_.rows);
-  }
-  std::string Identity() const override { return identity_; }
-
-  void Read(std::span<const int64_t> indices, const BatchView& out,
-            SourceWorkerState*) const override {
-    CheckReadRequest(*this, indices, out);
-    for (size_t f = 0; f < row_bytes_.size(); ++f) {
-      const size_t rb = row_bytes_[f];
-      const std::byte* src = table_.data[f].data();
-      std::byte* dst = out.fields[f];
-      for (size_t i = 0; i < indices.size(); ++i) {
-        std::memcpy(dst + i * rb, src + static_cast<size_t>(indices[i]) * rb, rb);
-      }
-    }
-  }
-
- private:
-  const ColumnTable table_;
-  const std::string what_;
-  const std::string identity_;
-  Schema schema_;
-  std::vector<size_t> row_bytes_;
-};
-
-}  // namespace
 
 void ColumnTable::Append(ColumnTable&& other) {
   GPUFEED_ASSERT(other.fields == fields, "appending a table with other fields");
@@ -85,7 +44,14 @@ std::shared_ptr<Source> NewDatabaseSource(ColumnTable table, std::string what,
   Schema schema{table.fields};
   identity =
       fmt::format("{}|{}|rows={}|content={:016x}", identity, schema.ToString(), table.rows, hash);
-  return std::make_shared<DatabaseSource>(std::move(table), std::move(what), std::move(identity));
+  // The loaded table is a memory source's arrays, owned by the source.
+  auto owned = std::make_shared<const ColumnTable>(std::move(table));
+  std::vector<MemoryField> fields;
+  for (size_t f = 0; f < owned->fields.size(); ++f) {
+    fields.push_back(
+        {.spec = owned->fields[f], .data = owned->data[f].data(), .samples = owned->rows});
+  }
+  return NewNamedMemorySource(std::move(fields), owned, std::move(what), std::move(identity));
 }
 
 std::string ShortQuery(const std::string& query, size_t max_chars) {

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "gpufeed/database.h"
+#include "core/text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -31,15 +32,11 @@ std::string PercentDecode(std::string_view text, std::string_view parameter) {
   return out;
 }
 
-std::vector<std::string> SplitCommas(const std::string& text) {
+// The non-empty parts between commas.
+std::vector<std::string> SplitCommas(std::string_view text) {
   std::vector<std::string> parts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    std::string part = text.substr(start, comma - start);
-    if (!part.empty()) parts.push_back(std::move(part));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
+  for (const std::string_view part : Split(text, ',')) {
+    if (!part.empty()) parts.emplace_back(part);
   }
   return parts;
 }
@@ -65,13 +62,12 @@ std::string TakeOptions(std::string_view params, DatabaseOptions& options) {
     } else if (name == "key") {
       options.key = value;
     } else if (name == "connections") {
-      int n = 0;
-      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (ec != std::errc() || end != value.data() + value.size()) {
+      const std::optional<int> n = ParseNumber<int>(value);
+      if (!n) {
         throw Error(ErrorCode::kInvalidArgument,
                     fmt::format("database URI: connections={} is not a number", value));
       }
-      options.connections = n;
+      options.connections = *n;
     } else if (name == "cursor") {
       if (value != "0" && value != "1") {
         throw Error(ErrorCode::kInvalidArgument,
@@ -81,7 +77,12 @@ std::string TakeOptions(std::string_view params, DatabaseOptions& options) {
     } else if (name == "fields") {
       options.fields = ParseSchema(value).fields;
     } else {
+// g++ 12 warns -Wrestrict on `"literal" + std::string` inside libstdc++ (a false positive,
+// GCC bug 105329); silenced for this line only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wrestrict"
       rest += (rest.empty() ? "" : "&") + std::string(pair);
+#pragma GCC diagnostic pop
     }
   }
   return rest;

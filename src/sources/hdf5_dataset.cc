@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "core/log.h"
 #include "gpufeed/error.h"
 #include "sources/hdf5_chunk_index.h"
 #include "sources/hdf5_library.h"
@@ -188,10 +189,9 @@ void BuildChunkIndex(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t space, co
   } else {
     ds.index_method = "libhdf5 H5Dget_chunk_info";
     if (n > kSlowIndexWarning) {
-      std::fprintf(stderr,
-                   "gpufeed: %s: listing %llu chunks through libhdf5 (not a v1 B-tree index); "
-                   "this open may take minutes\n",
-                   what.c_str(), static_cast<unsigned long long>(n));
+      Log(LogLevel::kWarning, fmt::format("{}: listing {} chunks through libhdf5 (not a v1 "
+                                          "B-tree index); this open may take minutes",
+                                          what, n));
     }
     raw = ListChunksByIndex(dset, space, n, rank, what);
     for (auto& c : raw) c.address += userblock;

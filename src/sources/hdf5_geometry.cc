@@ -69,9 +69,4 @@ Hdf5ChunkGeometry::Hdf5ChunkGeometry(const std::vector<int64_t>& dims,
   }
 }
 
-bool Hdf5ChunkGeometry::whole_slab(size_t column) const {
-  const auto& r = runs_[column];
-  return r.size() == 1 && r[0].src == 0 && r[0].len == slab_bytes_;
-}
-
 }  // namespace gpufeed

@@ -35,9 +35,6 @@ class Hdf5ChunkGeometry {
   // Bytes of one sample's slab in a chunk: the chunk shape without axis 0.
   size_t slab_bytes() const { return slab_bytes_; }
   const std::vector<Hdf5CopyRun>& runs(size_t column) const { return runs_[column]; }
-  // True when a column's piece of a sample is the whole slab in one run read straight into
-  // the output row (chunk covers the sample exactly along every axis but 0).
-  bool whole_slab(size_t column) const;
 
  private:
   int64_t samples_per_chunk_ = 1;

@@ -1,5 +1,6 @@
 #include "sources/hdf5_inspect.h"
 
+#include "core/format.h"
 #include "core/system_memory.h"
 
 #include <fmt/format.h>

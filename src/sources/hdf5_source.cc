@@ -8,6 +8,7 @@
 #include <numeric>
 #include <set>
 
+#include "core/log.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "sources/hdf5_dataset.h"
@@ -216,10 +217,10 @@ std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths, std::vector<std
                                 path, datasets[0], part.samples, datasets[f], ds.samples));
       }
       if (ds.storage == Hdf5Storage::kLibrary) {
-        std::fprintf(stderr,
-                     "gpufeed: warning: %s: dataset %s uses %s, which gpufeed does not read "
-                     "itself: reading it through libhdf5 under its global lock (slow)\n",
-                     path.c_str(), datasets[f].c_str(), ds.library_reason.c_str());
+        Log(LogLevel::kWarning,
+            fmt::format("warning: {}: dataset {} uses {}, which gpufeed does not read itself: "
+                        "reading it through libhdf5 under its global lock (slow)",
+                        path, datasets[f], ds.library_reason));
       }
       const auto tag = static_cast<uint32_t>(p * datasets.size() + f);
       part.readers.push_back(std::make_unique<Hdf5DatasetReader>(std::move(ds), part.file.get(),

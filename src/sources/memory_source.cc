@@ -1,20 +1,25 @@
 // The memory source: rows copied straight from arrays the caller already holds (NumPy arrays,
 // torch tensors), with no copy at open time.
+#include "sources/memory_source.h"
+
 #include <fmt/format.h>
 
-#include <cstring>
 #include <set>
 
+#include "core/row_gather.h"
 #include "gpufeed/error.h"
-#include "gpufeed/sources.h"
 
 namespace gpufeed {
 namespace {
 
 class MemorySource final : public Source {
  public:
-  MemorySource(std::vector<MemoryField> fields, std::shared_ptr<const void> owner)
-      : fields_(std::move(fields)), owner_(std::move(owner)) {
+  MemorySource(std::vector<MemoryField> fields, std::shared_ptr<const void> owner, std::string what,
+               std::string identity)
+      : fields_(std::move(fields)),
+        owner_(std::move(owner)),
+        what_(std::move(what)),
+        identity_(std::move(identity)) {
     for (const auto& f : fields_) {
       schema_.fields.push_back(f.spec);
       row_bytes_.push_back(f.spec.SampleBytes());
@@ -25,11 +30,14 @@ class MemorySource final : public Source {
   const Schema& schema() const override { return schema_; }
   int64_t size() const override { return samples_; }
   std::string Describe() const override {
-    return fmt::format("memory ({} fields, {} samples)", fields_.size(), samples_);
+    return fmt::format("{} ({} fields, {} samples)", what_, fields_.size(), samples_);
   }
-  // The addresses identify the arrays for as long as `owner` keeps them alive; a cache keyed
-  // on them must not outlive this source.
+  // Without an identity of its own, the addresses identify the arrays for as long as
+  // `owner` keeps them alive: a cache keyed on them must not outlive this source, and they
+  // mean something else in another process.
+  bool shareable_across_processes() const override { return !identity_.empty(); }
   std::string Identity() const override {
+    if (!identity_.empty()) return identity_;
     std::string id = "memory";
     for (const auto& f : fields_) {
       id += fmt::format("|{}@{}:{}", f.spec.ToString(), f.data, f.samples);
@@ -42,18 +50,16 @@ class MemorySource final : public Source {
             SourceWorkerState*) const override {
     CheckReadRequest(*this, indices, out);
     for (size_t f = 0; f < fields_.size(); ++f) {
-      const size_t rb = row_bytes_[f];
-      const auto* src = static_cast<const std::byte*>(fields_[f].data);
-      std::byte* dst = out.fields[f];
-      for (size_t i = 0; i < indices.size(); ++i) {
-        std::memcpy(dst + i * rb, src + static_cast<size_t>(indices[i]) * rb, rb);
-      }
+      GatherRows(static_cast<const std::byte*>(fields_[f].data), row_bytes_[f], indices,
+                 out.fields[f]);
     }
   }
 
  private:
   const std::vector<MemoryField> fields_;
   const std::shared_ptr<const void> owner_;
+  const std::string what_;
+  const std::string identity_;  // empty: the arrays' addresses
   Schema schema_;
   std::vector<size_t> row_bytes_;
   int64_t samples_ = 0;
@@ -96,7 +102,15 @@ std::shared_ptr<Source> OpenMemory(std::vector<MemoryField> fields,
                       fields.front().spec.name, fields.front().samples, f.spec.name, f.samples));
     }
   }
-  return std::make_shared<MemorySource>(std::move(fields), std::move(owner));
+  return std::make_shared<MemorySource>(std::move(fields), std::move(owner), "memory", "");
+}
+
+std::shared_ptr<Source> NewNamedMemorySource(std::vector<MemoryField> fields,
+                                             std::shared_ptr<const void> owner, std::string what,
+                                             std::string identity) {
+  GPUFEED_ASSERT(!fields.empty() && !identity.empty(), "a named memory source needs both");
+  return std::make_shared<MemorySource>(std::move(fields), std::move(owner), std::move(what),
+                                        std::move(identity));
 }
 
 }  // namespace gpufeed

@@ -6,15 +6,11 @@
 #include <cstring>
 #include <regex>
 
+#include "core/text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
 namespace {
-
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 // SQLSTATE classes (https://www.postgresql.org/docs/current/errcodes-appendix.html).
 ErrorCode CodeForSqlState(std::string_view state, bool connection_ok) {
@@ -39,7 +35,7 @@ PgTarget PgTarget::Parse(const std::string& conninfo) {
   PQconninfoOption* options = PQconninfoParse(conninfo.c_str(), &error);
   if (options == nullptr) {
     // libpq quotes the part it could not parse, which may be the password: drop quoted text.
-    std::string why = error != nullptr ? Trim(error) : "out of memory";
+    std::string why = error != nullptr ? std::string(Trim(error)) : "out of memory";
     PQfreemem(error);
     why = std::regex_replace(why, std::regex("\"[^\"]*\""), "\"...\"");
     throw Error(ErrorCode::kInvalidArgument,
@@ -84,7 +80,7 @@ PgConnection::PgConnection(const PgTarget& target) : target_(&target) {
     throw Error(ErrorCode::kIo, fmt::format("{}: out of memory connecting", target.description));
   }
   if (PQstatus(conn_) != CONNECTION_OK) {
-    const std::string why = target.Scrub(Trim(PQerrorMessage(conn_)));
+    const std::string why = target.Scrub(std::string(Trim(PQerrorMessage(conn_))));
     PQfinish(conn_);
     conn_ = nullptr;
     // libpq reports refused credentials only in words; everything else is reachability.

@@ -14,6 +14,8 @@
 
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
+#include "core/text.h"
+#include "core/thread_pool.h"
 #include "sources/database_table.h"
 #include "sources/postgres_connection.h"
 #include "sources/postgres_copy.h"
@@ -65,7 +67,12 @@ std::string BuildQuery(const DatabaseOptions& options, const PgConnection& conn)
 
 std::map<uint32_t, std::string> TypeNames(PgConnection& conn, const std::set<uint32_t>& oids) {
   std::string list;
+// g++ 12 warns -Wrestrict on `"literal" + std::string` inside libstdc++ (a false positive,
+// GCC bug 105329); silenced for this line only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wrestrict"
   for (uint32_t oid : oids) list += (list.empty() ? "" : ",") + std::to_string(oid);
+#pragma GCC diagnostic pop
   PgResult r = conn.Exec(
       fmt::format("SELECT oid::int8, format_type(oid, NULL) FROM pg_type WHERE oid IN ({})", list),
       PGRES_TUPLES_OK, "naming the column types");
@@ -344,9 +351,18 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
   if (PQgetisnull(bounds.get(), 0, 0)) {
     return NewDatabaseSource(ColumnTable{}, context, identity);  // no rows: says so
   }
-  const auto ranges = SplitKeyRange(std::stoll(PQgetvalue(bounds.get(), 0, 0)),
-                                    std::stoll(PQgetvalue(bounds.get(), 0, 1)),
-                                    options.connections > 0 ? options.connections : 4);
+  const auto bound = [&](int column) {
+    const std::optional<int64_t> value = ParseNumber<int64_t>(PQgetvalue(bounds.get(), 0, column));
+    if (!value) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: the server's {} of key '{}' is not an int8: '{}'", context,
+                              column == 0 ? "min" : "max", options.key,
+                              PQgetvalue(bounds.get(), 0, column)));
+    }
+    return *value;
+  };
+  const auto ranges =
+      SplitKeyRange(bound(0), bound(1), options.connections > 0 ? options.connections : 4);
 
   std::vector<ColumnTable> parts(ranges.size());
   std::vector<std::string> suffixes(ranges.size());
@@ -373,10 +389,12 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
     suffixes[i] = fmt::format(" of the rows with {} in [{}, {}]", options.key, ranges[i].first,
                               ranges[i].last);
   }
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < ranges.size(); ++i) threads.emplace_back(load, i);
-  load(0);
-  for (auto& t : threads) t.join();
+  {
+    // One connection per range, all at once: each COPY waits on the server, not on a CPU.
+    ThreadPool pool(static_cast<int>(ranges.size()));
+    pool.ParallelFor(static_cast<int64_t>(ranges.size()),
+                     [&](int64_t i, int) { load(static_cast<size_t>(i)); });
+  }
   if (first_error) std::rethrow_exception(first_error);
 
   ColumnTable table;

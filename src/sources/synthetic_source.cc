@@ -15,29 +15,23 @@
 #include <cstring>
 #include <set>
 
+#include "core/splitmix.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 
 namespace gpufeed {
 namespace {
 
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
 constexpr uint64_t kSampleStep = 0xd1b54a32d192ed03ull;
 
-inline uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 inline uint64_t FieldKey(uint64_t seed, int field) {
-  return Mix(seed ^ (static_cast<uint64_t>(field) + 1) * kGolden);
+  return SplitMixFinalize(seed ^ (static_cast<uint64_t>(field) + 1) * kSplitMixGamma);
 }
 inline uint64_t RowKey(uint64_t field_key, int64_t sample) {
-  return Mix(field_key + static_cast<uint64_t>(sample) * kSampleStep);
+  return SplitMixFinalize(field_key + static_cast<uint64_t>(sample) * kSampleStep);
 }
 inline uint64_t WordHash(uint64_t row_key, int64_t word) {
-  return Mix(row_key + (static_cast<uint64_t>(word) + 1) * kGolden);
+  return SplitMixFinalize(row_key + (static_cast<uint64_t>(word) + 1) * kSplitMixGamma);
 }
 
 // Bits of hash each element of `dtype` consumes.

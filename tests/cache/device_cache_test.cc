@@ -67,7 +67,7 @@ class DeviceCacheTest : public testing::FakeCudaTest {
 
   CacheOptions Options(const std::string& tier) {
     CacheOptions o;
-    o.tier = tier;
+    o.tier = ParseCacheTier(tier);
     o.device = device_;
     o.verbose = false;
     o.shm_dir = shm_dir_.path();
@@ -93,7 +93,7 @@ TEST_F(DeviceCacheTest, EverySampleOfSeveralEpochsEqualsTheSource) {
   fake_cuda_set_copy_delay_us(100);  // copies and kernels complete late
   CacheInfo info;
   auto cached = OpenCached(base_, Options("device"), &info);
-  EXPECT_EQ(info.tier, "device");
+  EXPECT_EQ(info.tier, CacheTier::kDevice);
   EXPECT_THAT(info.reason, HasSubstr("fits the device budget"));
   ASSERT_NE(cached->device_rows(), nullptr);
   EXPECT_EQ(cached->cache_tier(), "device");  // what the doctor's advice goes by
@@ -129,10 +129,10 @@ TEST_F(DeviceCacheTest, AutoFallsToShmOverTheDeviceBudgetAndExplicitDeviceSaysWh
   o.device_budget_bytes = bytes - 1;
   CacheInfo info;
   auto cached = OpenCached(base_, o, &info);
-  EXPECT_EQ(info.tier, "shm");
+  EXPECT_EQ(info.tier, CacheTier::kShm);
   EXPECT_THAT(info.reason, HasSubstr("exceeds the device budget"));
   EXPECT_EQ(cached->device_rows(), nullptr);
-  o.tier = "device";
+  o.tier = CacheTier::kDevice;
   try {
     OpenCached(base_, o);
     FAIL() << "expected an error";
@@ -145,10 +145,10 @@ TEST_F(DeviceCacheTest, AutoFallsToShmOverTheDeviceBudgetAndExplicitDeviceSaysWh
   o.device_budget_bytes = bytes;
   EXPECT_NE(OpenCached(base_, o)->device_rows(), nullptr);
   // The default budget: 40% of free device memory (1 GiB on the fake) fits 67 KB.
-  o.tier = "auto";
+  o.tier = CacheTier::kAuto;
   o.device_budget_bytes = 0;
   OpenCached(base_, o, &info);
-  EXPECT_EQ(info.tier, "device");
+  EXPECT_EQ(info.tier, CacheTier::kDevice);
 }
 
 TEST_F(DeviceCacheTest, OutOfDeviceMemoryDuringTheUploadIsAnErrorAndLeaksNothing) {
@@ -217,10 +217,10 @@ TEST_F(DeviceCacheTest, RandomTransformsRefuseTheDeviceTier) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_THAT(e.what(), HasSubstr("is random"));
   }
-  o.tier = "auto";
+  o.tier = CacheTier::kAuto;
   CacheInfo info;
   OpenCached(base_, o, &info);
-  EXPECT_EQ(info.tier, "shm");
+  EXPECT_EQ(info.tier, CacheTier::kShm);
   EXPECT_THAT(info.reason, HasSubstr("not the device tier: the transform specaugment"));
   ASSERT_EQ(info.loader_transforms.size(), 1u);  // the loader still runs it
 }
@@ -234,7 +234,7 @@ TEST_F(DeviceCacheTest, DeterministicTransformsRunBeforeTheUpload) {
   // The budget counts the uploaded float16 rows (300 x (64 + 8) bytes), not the float32 ones.
   o.device_budget_bytes = 300 * (64 + 8);
   auto cached = OpenCached(base_, o, &info);
-  EXPECT_EQ(info.tier, "device");
+  EXPECT_EQ(info.tier, CacheTier::kDevice);
   EXPECT_TRUE(info.loader_transforms.empty());
   EXPECT_EQ(cached->schema().fields[0].dtype, DType::kFloat16);
   // The host path of the cached source transforms the same way; the reference for it is a
@@ -315,7 +315,7 @@ TEST_F(DeviceCacheTest, KernelsTheDriverCannotLoadStopTheDeviceTierBeforeTheUplo
   // Under auto the next tier serves, and the reason says what the device tier hit.
   CacheInfo info;
   auto cached = OpenCached(base_, Options("auto"), &info);
-  EXPECT_NE(info.tier, "device");
+  EXPECT_NE(info.tier, CacheTier::kDevice);
   EXPECT_THAT(info.reason, HasSubstr("the device tier failed"));
   EXPECT_THAT(info.reason, HasSubstr("UNSUPPORTED_PTX_VERSION"));
   EXPECT_EQ(cached->device_rows(), nullptr);
@@ -333,7 +333,7 @@ TEST_F(DeviceCacheTest, AutoFallsBackWhenTheUploadRunsOutOfDeviceMemory) {
   o.device_budget_bytes = 1 << 20;
   CacheInfo info;
   auto cached = OpenCached(base_, o, &info);
-  EXPECT_NE(info.tier, "device");
+  EXPECT_NE(info.tier, CacheTier::kDevice);
   EXPECT_THAT(info.reason, HasSubstr("CUDA_ERROR_OUT_OF_MEMORY"));
   EXPECT_EQ(fake_cuda_device_bytes_in_use(), 0u);
 }
@@ -355,7 +355,9 @@ TEST_F(DeviceCacheTest, TheConsumerStreamRunsOnlyAfterTheBatchsGathers) {
       ASSERT_NE(batch, nullptr);
       const FieldView y = batch->field("y");
       // Control: the default stream, which did not wait, sees the gather still pending.
-      if (i == 0) ASSERT_EQ(fake_cuda_stream_probe(nullptr, y.data, y.bytes(), &unordered), 0);
+      if (i == 0) {
+        ASSERT_EQ(fake_cuda_stream_probe(nullptr, y.data, y.bytes(), &unordered), 0);
+      }
       batch->WaitOn(reinterpret_cast<uintptr_t>(consumer));
       int ordered = -1;
       ASSERT_EQ(fake_cuda_stream_probe(consumer, y.data, y.bytes(), &ordered), 0);

@@ -124,8 +124,8 @@ TEST(RamCacheTest, OutOfRangeIndexIsAnError) {
 TEST(RamCacheTest, OpenCachedRamWithPreloadAndInfo) {
   auto base = std::make_shared<InstrumentedSource>(Synthetic(300));
   CacheInfo info;
-  auto cached = OpenCached(base, {.tier = "ram", .preload = true, .verbose = false}, &info);
-  EXPECT_EQ(info.tier, "ram");
+  auto cached = OpenCached(base, {.tier = CacheTier::kRam, .preload = true, .verbose = false}, &info);
+  EXPECT_EQ(info.tier, CacheTier::kRam);
   EXPECT_EQ(info.bytes, uint64_t{300} * cached->schema().SampleBytes());
   EXPECT_EQ(base->samples_read.load(), 300);
   EXPECT_EQ(cached->Identity(), base->Identity());
@@ -135,12 +135,12 @@ TEST(RamCacheTest, OpenCachedRamWithPreloadAndInfo) {
 
 TEST(RamCacheTest, OpenCachedNoneAndMemorySourcesReturnTheSourceItself) {
   auto base = Synthetic(10);
-  EXPECT_EQ(OpenCached(base, {.tier = "none", .verbose = false}), base);
+  EXPECT_EQ(OpenCached(base, {.tier = CacheTier::kNone, .verbose = false}), base);
   static const float data[4] = {1, 2, 3, 4};
   auto memory = OpenMemory({{.spec = {"x", DType::kFloat32, {}}, .data = data, .samples = 4}});
   CacheInfo info;
   EXPECT_EQ(OpenCached(memory, {.verbose = false}, &info), memory);
-  EXPECT_EQ(info.tier, "none");
+  EXPECT_EQ(info.tier, CacheTier::kNone);
 }
 
 }  // namespace

@@ -140,10 +140,10 @@ TEST(ShmCacheTest, OpenCachedStreamsWhenTheShmFolderIsFull) {
   CacheInfo info;
   std::shared_ptr<Source> cached;
   ::testing::internal::CaptureStderr();
-  EXPECT_NO_THROW(cached = OpenCached(base, {.tier = "shm", .shm_dir = mnt}, &info));
+  EXPECT_NO_THROW(cached = OpenCached(base, {.tier = CacheTier::kShm, .shm_dir = mnt}, &info));
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(cached, base);  // streaming, from the source itself
-  EXPECT_EQ(info.tier, "none");
+  EXPECT_EQ(info.tier, CacheTier::kNone);
   EXPECT_NE(err.find("WARNING: cannot build the shared-memory cache"), std::string::npos) << err;
   EXPECT_NE(err.find("free"), std::string::npos) << err;
   const auto names = Names(mnt);
@@ -224,8 +224,8 @@ TEST(ShmCacheTest, TheSourceChangedOnDiskIsADifferentCache) {
   WriteNpy(data.Path("x.npy"), x, 100, values.data());
   CacheInfo old_info;
   auto old_cached = OpenCached(OpenNumpy(data.path()),
-                               {.tier = "shm", .shm_dir = shm.path(), .verbose = false}, &old_info);
-  EXPECT_EQ(old_info.tier, "shm");
+                               {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &old_info);
+  EXPECT_EQ(old_info.tier, CacheTier::kShm);
   EXPECT_TRUE(old_info.built);
 
   for (auto& v : values) v = -v - 1;
@@ -235,7 +235,7 @@ TEST(ShmCacheTest, TheSourceChangedOnDiskIsADifferentCache) {
   fs::last_write_time(data.Path("x.npy"), t + std::chrono::seconds(1));
   CacheInfo new_info;
   auto new_cached = OpenCached(OpenNumpy(data.path()),
-                               {.tier = "shm", .shm_dir = shm.path(), .verbose = false}, &new_info);
+                               {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &new_info);
   EXPECT_NE(new_info.key, old_info.key);
   EXPECT_TRUE(new_info.built);
   const auto got = ReadRows(*new_cached, {0, 99});

@@ -22,13 +22,13 @@ TierInputs Inputs(uint64_t bytes) {
 
 TEST(TierChoiceTest, AutoPicksShmWhenTheDataSetFitsTheRamBudget) {
   const TierChoice c = ChooseTier(Inputs(800000000));
-  EXPECT_EQ(c.tier, "shm");
+  EXPECT_EQ(c.tier, CacheTier::kShm);
   EXPECT_EQ(c.reason, "800 MB fits the RAM budget 10.0 GB");
 }
 
 TEST(TierChoiceTest, AutoStreamsWhenTheDataSetExceedsTheRamBudget) {
   const TierChoice c = ChooseTier(Inputs(11 * kGB));
-  EXPECT_EQ(c.tier, "none");
+  EXPECT_EQ(c.tier, CacheTier::kNone);
   EXPECT_NE(c.reason.find("11.0 GB exceeds the RAM budget 10.0 GB"), std::string::npos) << c.reason;
 }
 
@@ -36,14 +36,14 @@ TEST(TierChoiceTest, AutoUsesRamWhenSharedMemoryIsShort) {
   TierInputs in = Inputs(2 * kGB);
   in.shm_free = kGB;
   const TierChoice c = ChooseTier(in);
-  EXPECT_EQ(c.tier, "ram");
+  EXPECT_EQ(c.tier, CacheTier::kRam);
   EXPECT_NE(c.reason.find("only 1.0 GB free"), std::string::npos) << c.reason;
 }
 
 TEST(TierChoiceTest, AutoLeavesInMemorySourcesAlone) {
   TierInputs in = Inputs(kGB);
   in.shareable = false;
-  EXPECT_EQ(ChooseTier(in).tier, "none");
+  EXPECT_EQ(ChooseTier(in).tier, CacheTier::kNone);
 }
 
 TEST(TierChoiceTest, AutoOnCudaPicksTheDeviceWhenTheDataSetFits) {
@@ -51,7 +51,7 @@ TEST(TierChoiceTest, AutoOnCudaPicksTheDeviceWhenTheDataSetFits) {
   in.cuda = true;
   in.device_budget = 4 * kGB;
   const TierChoice c = ChooseTier(in);
-  EXPECT_EQ(c.tier, "device");
+  EXPECT_EQ(c.tier, CacheTier::kDevice);
   EXPECT_EQ(c.reason, "1.0 GB fits the device budget 4.0 GB");
 }
 
@@ -60,14 +60,14 @@ TEST(TierChoiceTest, AutoOnCudaFallsToShmSayingWhy) {
   in.cuda = true;
   in.device_budget = 4 * kGB;
   TierChoice c = ChooseTier(in);
-  EXPECT_EQ(c.tier, "shm");
+  EXPECT_EQ(c.tier, CacheTier::kShm);
   EXPECT_EQ(c.reason, "5.0 GB exceeds the device budget 4.0 GB; 5.0 GB fits the RAM budget 10.0 GB");
   in = Inputs(kGB);
   in.cuda = true;
   in.device_budget = 4 * kGB;
   in.device_refusal = "the transform specaugment(mel) is random";
   c = ChooseTier(in);
-  EXPECT_EQ(c.tier, "shm");
+  EXPECT_EQ(c.tier, CacheTier::kShm);
   EXPECT_NE(c.reason.find("not the device tier: the transform specaugment(mel) is random; "),
             std::string::npos)
       << c.reason;
@@ -75,7 +75,7 @@ TEST(TierChoiceTest, AutoOnCudaFallsToShmSayingWhy) {
 
 TEST(TierChoiceTest, ExplicitDeviceNamesBytesAndBudgetOrTheRefusal) {
   TierInputs in = Inputs(5 * kGB);
-  in.requested = "device";
+  in.requested = CacheTier::kDevice;
   in.cuda = true;
   in.device_name = "cuda:0";
   in.device_budget = 4 * kGB;
@@ -93,7 +93,7 @@ TEST(TierChoiceTest, ExplicitDeviceNamesBytesAndBudgetOrTheRefusal) {
             std::string::npos)
       << message();
   in.bytes = kGB;
-  EXPECT_EQ(ChooseTier(in).tier, "device");
+  EXPECT_EQ(ChooseTier(in).tier, CacheTier::kDevice);
   in.device_refusal = "the transform specaugment(mel) is random";
   EXPECT_NE(message().find("specaugment(mel) is random"), std::string::npos) << message();
   in.device_refusal.clear();
@@ -105,7 +105,7 @@ TEST(TierChoiceTest, ExplicitDeviceNamesBytesAndBudgetOrTheRefusal) {
 TEST(TierChoiceTest, ExplicitTiersOverBudgetOrUnknownAreErrors) {
   TierInputs in = Inputs(11 * kGB);
   for (const char* tier : {"ram", "shm"}) {
-    in.requested = tier;
+    in.requested = ParseCacheTier(tier);
     try {
       ChooseTier(in);
       FAIL() << tier;
@@ -115,13 +115,13 @@ TEST(TierChoiceTest, ExplicitTiersOverBudgetOrUnknownAreErrors) {
     }
   }
   in = Inputs(kGB);
-  in.requested = "disk";
-  EXPECT_THROW(ChooseTier(in), Error);
-  in.requested = "shm";
+  // An unknown tier has no CacheTier: its name is refused where text becomes one.
+  EXPECT_THROW(ParseCacheTier("disk"), Error);
+  in.requested = CacheTier::kShm;
   in.shareable = false;
   EXPECT_THROW(ChooseTier(in), Error);
-  in.requested = "none";
-  EXPECT_EQ(ChooseTier(in).tier, "none");
+  in.requested = CacheTier::kNone;
+  EXPECT_EQ(ChooseTier(in).tier, CacheTier::kNone);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/fault_file.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "core/fault_file.h"
 #include "device/cuda_device.h"
 #include "fake_cuda_fixture.h"
 #include "gpufeed/doctor.h"

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gpufeed/monitor.h"
+#include "monitor/status_line.h"
 
 namespace gpufeed {
 namespace {

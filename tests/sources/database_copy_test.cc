@@ -58,13 +58,18 @@ void PutRow(std::string& s, int32_t id, int elements, bool null_id = false) {
 }
 
 std::vector<PgColumn> Columns() {
-  return {{.name = "id", .type_oid = 23, .type_name = "integer", .dtype = DType::kInt32},
+  return {{.name = "id",
+           .type_oid = 23,
+           .type_name = "integer",
+           .dtype = DType::kInt32,
+           .declared_shape = std::nullopt},
           {.name = "v",
            .type_oid = 1021,
            .type_name = "real[]",
            .dtype = DType::kFloat32,
            .is_array = true,
-           .element_oid = 700}};
+           .element_oid = 700,
+           .declared_shape = std::nullopt}};
 }
 
 TEST(PgCopyParserTest, ParsesTheSameTableWhateverTheSplit) {

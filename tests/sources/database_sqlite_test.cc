@@ -97,12 +97,12 @@ TEST_F(SqliteSourceTest, FeedsTheSharedMemoryCacheKeyedOnTheFileAndQuery) {
   const std::vector<FieldSpec> fields{{"v", DType::kFloat32, {35}}};
   CacheInfo first, second;
   const auto a = OpenCached(Open(query, fields),
-                            {.tier = "shm", .shm_dir = shm.path(), .verbose = false}, &first);
+                            {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &first);
   // A second load of the same file and query (another process, in practice) maps the copy
   // the first one published instead of building its own.
   const auto b = OpenCached(Open(query, fields),
-                            {.tier = "shm", .shm_dir = shm.path(), .verbose = false}, &second);
-  EXPECT_EQ(first.tier, "shm");
+                            {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &second);
+  EXPECT_EQ(first.tier, CacheTier::kShm);
   EXPECT_TRUE(first.built);
   EXPECT_FALSE(second.built);
   EXPECT_EQ(first.key, second.key);
@@ -120,7 +120,7 @@ TEST_F(SqliteSourceTest, FeedsTheSharedMemoryCacheKeyedOnTheFileAndQuery) {
   }
   // Another query is other data: another key.
   const auto c = OpenCached(Open("SELECT id, v FROM t WHERE id < 100 ORDER BY id", fields),
-                            {.tier = "shm", .shm_dir = shm.path(), .verbose = false}, &second);
+                            {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &second);
   EXPECT_NE(first.key, second.key);
 }
 

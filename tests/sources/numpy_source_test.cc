@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "core/fault_file.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "sources/npy_test_util.h"

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "core/fault_file.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "sources/npy_test_util.h"

@@ -46,8 +46,8 @@ for s in streams:
 
 rows, width = 16, 256
 source = _gpufeed.synthetic(f"x:float32[{width}]", 64, 1)
-loader = _gpufeed._Loader(source, batch_size=rows, shuffle=False, device="cuda:0", workers=1,
-                          prefetch=1)
+loader = _gpufeed._Loader(source, _gpufeed._LoaderOptions(
+    batch_size=rows, shuffle=False, device="cuda:0", workers=1, prefetch=1))
 assert loader.device == "cuda:0"
 
 # A consumer stream named in __dlpack__ waits for the batch's copy.

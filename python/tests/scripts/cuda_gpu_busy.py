@@ -41,23 +41,21 @@ def run(loader, steps, name_stream):
 
 steps = 20
 source = _gpufeed.synthetic("x:float32[64]", 64 * 8, 1)
-loader = _gpufeed._Loader(source, batch_size=8, shuffle=False, device="cuda:0", workers=2,
-                          prefetch=2)
+loader = _gpufeed._Loader(source, _gpufeed._LoaderOptions(
+    batch_size=8, shuffle=False, device="cuda:0", workers=2, prefetch=2))
 stats = run(loader, steps, True)
 assert stats["gpu_event_steps"] >= steps - 2, stats
 assert stats["gpu_busy_fraction"] > 0.9, stats
-report = None
-if _gpufeed.HAS_DOCTOR:
-    report = json.loads(_gpufeed.diagnose(loader)[0])
-    assert report["gpu_measure"] == "events", report
-    assert report["gpu_busy_fraction"] > 0.9, report
-    assert report["verdict"] != "input-bound", report
+report = json.loads(_gpufeed.diagnose(loader)[0])
+assert report["gpu_measure"] == "events", report
+assert report["gpu_busy_fraction"] > 0.9, report
+assert report["verdict"] != "input-bound", report
 loader.close()
 del loader
 
 # stream=-1 (the consumer synchronizes itself): no stream named, nothing measured.
-quiet = _gpufeed._Loader(source, batch_size=8, shuffle=False, device="cuda:0", workers=2,
-                         prefetch=2)
+quiet = _gpufeed._Loader(source, _gpufeed._LoaderOptions(
+    batch_size=8, shuffle=False, device="cuda:0", workers=2, prefetch=2))
 quiet_stats = run(quiet, 8, False)
 assert quiet_stats["gpu_event_steps"] == 0 and quiet_stats["gpu_busy_fraction"] is None, quiet_stats
 quiet.close()
