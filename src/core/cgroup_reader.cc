@@ -31,12 +31,7 @@ std::optional<uint64_t> Limit(std::optional<uint64_t> value) {
 
 // `key value` lines (cpu.stat).
 std::optional<uint64_t> StatValue(const std::string& text, std::string_view key) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    pos = end + 1;
+  for (const std::string_view line : Split(text, '\n')) {
     if (line.size() > key.size() && line.substr(0, key.size()) == key && line[key.size()] == ' ') {
       uint64_t value = 0;
       auto rest = line.substr(key.size() + 1);
@@ -66,12 +61,7 @@ CgroupReader::CgroupReader(const std::string& proc_cgroup_file, const std::strin
   } else if (Exists(cgroup_root + "/unified/cgroup.controllers")) {
     v2_root = cgroup_root + "/unified";
   }
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    pos = end + 1;
+  for (const std::string_view line : Split(text, '\n')) {
     size_t first = line.find(':');
     size_t second = first == std::string_view::npos ? first : line.find(':', first + 1);
     if (second == std::string_view::npos) continue;
