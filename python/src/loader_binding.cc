@@ -99,8 +99,9 @@ void BindLoader(py::module_& m) {
                opened = OpenCachedLoader(std::move(source), options);
              }
              auto loader = std::make_unique<PyLoader>(std::move(opened.loader));
-             if (options.cache.tier != CacheTier::kNone)
-               loader->cache_json = CacheJson(opened.cache);
+             if (options.cache.tier != CacheTier::kNone) {
+               loader->cache_json = CacheJson(opened.cache);  // else "caching is off"
+             }
              return loader;
            }),
            py::arg("source"), py::arg("options"))
