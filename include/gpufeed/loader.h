@@ -170,7 +170,7 @@ class Batch {
   void Synchronize() const;
 
  private:
-  friend class Loader;
+  friend class BatchBuilder;  // makes them
   struct Parts;
   explicit Batch(std::unique_ptr<Parts> parts);
 
