@@ -31,8 +31,7 @@ Batch::~Batch() {
 FieldView Batch::field(int index) const {
   GPUFEED_ASSERT(index >= 0 && index < static_cast<int>(fields_.size()), "field index");
   const FieldSpec& spec = schema_->fields[static_cast<size_t>(index)];
-  return FieldView{&spec, fields_[static_cast<size_t>(index)], rows_, parts_->device->type(),
-                   parts_->device->ordinal()};
+  return FieldView{&spec, fields_[static_cast<size_t>(index)], rows_, parts_->device->id()};
 }
 
 FieldView Batch::field(std::string_view name) const {
