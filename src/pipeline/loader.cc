@@ -99,6 +99,55 @@ const Source& CheckSource(const std::shared_ptr<Source>& source) {
   return *source;
 }
 
+// Throws Error(kInvalidArgument) unless `state` was saved by a loader like this one and names a
+// batch of an epoch.
+void CheckRestorable(const LoaderState& state, const LoaderOptions& options,
+                     const Sampler& sampler) {
+  const auto mismatch = [](std::string_view what, auto saved, auto now) {
+    return Error(ErrorCode::kInvalidArgument,
+                 fmt::format("cannot restore loader state: it was saved with {} {}, this "
+                             "loader has {}",
+                             what, saved, now));
+  };
+  if (state.seed != options.seed) throw mismatch("seed", state.seed, options.seed);
+  if (state.rank != sampler.rank()) throw mismatch("rank", state.rank, sampler.rank());
+  if (state.world_size != sampler.world_size()) {
+    throw mismatch("world_size", state.world_size, sampler.world_size());
+  }
+  if (state.batch_size != options.batch_size) {
+    throw mismatch("batch_size", state.batch_size, options.batch_size);
+  }
+  if (state.epoch < 0 || state.batch < 0 || state.batch > sampler.batches_per_epoch()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("cannot restore loader state: batch {} of epoch {} is outside an "
+                            "epoch of {} batches",
+                            state.batch, state.epoch, sampler.batches_per_epoch()));
+  }
+}
+
+// The sample order of the epochs in use, made once per epoch and shared by the workers.
+// Thread-safety: thread-safe.
+class EpochOrders {
+ public:
+  explicit EpochOrders(const Sampler& sampler) : sampler_(sampler) {}
+
+  std::shared_ptr<const std::vector<int64_t>> Of(int64_t epoch) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    auto it = orders_.find(epoch);
+    if (it != orders_.end()) return it->second;
+    // Keep only the epochs in use: the consumer's and the one the workers run ahead into.
+    while (orders_.size() >= 2) orders_.erase(orders_.begin());
+    auto order = std::make_shared<const std::vector<int64_t>>(sampler_.EpochOrder(epoch));
+    orders_.emplace(epoch, order);
+    return order;
+  }
+
+ private:
+  const Sampler& sampler_;
+  Mutex mu_;
+  std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders_ GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 class Loader::Impl {
@@ -206,26 +255,7 @@ class Loader::Impl {
   }
 
   void Restore(const LoaderState& state) {
-    const auto mismatch = [](std::string_view what, auto saved, auto now) {
-      return Error(ErrorCode::kInvalidArgument,
-                   fmt::format("cannot restore loader state: it was saved with {} {}, this "
-                               "loader has {}",
-                               what, saved, now));
-    };
-    if (state.seed != options_.seed) throw mismatch("seed", state.seed, options_.seed);
-    if (state.rank != sampler_.rank()) throw mismatch("rank", state.rank, sampler_.rank());
-    if (state.world_size != sampler_.world_size()) {
-      throw mismatch("world_size", state.world_size, sampler_.world_size());
-    }
-    if (state.batch_size != options_.batch_size) {
-      throw mismatch("batch_size", state.batch_size, options_.batch_size);
-    }
-    if (state.epoch < 0 || state.batch < 0 || state.batch > sampler_.batches_per_epoch()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("cannot restore loader state: batch {} of epoch {} is outside an "
-                              "epoch of {} batches",
-                              state.batch, state.epoch, sampler_.batches_per_epoch()));
-    }
+    CheckRestorable(state, options_, sampler_);
     Restart(state.epoch, state.batch);
   }
 
@@ -322,7 +352,7 @@ class Loader::Impl {
     while (const std::optional<int64_t> seq = queue_.Claim(worker)) {
       try {
         const auto [epoch, batch] = Position(*seq);
-        const auto order = OrderOf(epoch);
+        const auto order = orders_.Of(epoch);
         BuiltBatch built =
             builder_.Build(epoch, batch, sampler_.BatchOf(*order, batch), worker, stopping);
         if (!built.buffer) return;  // stopped while waiting for a buffer
@@ -343,17 +373,6 @@ class Loader::Impl {
     return {run_epoch_ + absolute / per_epoch, absolute % per_epoch};
   }
 
-  std::shared_ptr<const std::vector<int64_t>> OrderOf(int64_t epoch) EXCLUDES(orders_mu_) {
-    MutexLock lock(&orders_mu_);
-    auto it = orders_.find(epoch);
-    if (it != orders_.end()) return it->second;
-    // Keep only the epochs in use: the consumer's and the one the workers run ahead into.
-    while (orders_.size() >= 2) orders_.erase(orders_.begin());
-    auto order = std::make_shared<const std::vector<int64_t>>(sampler_.EpochOrder(epoch));
-    orders_.emplace(epoch, order);
-    return order;
-  }
-
   const std::shared_ptr<Source> source_;
   LoaderOptions options_;  // resolved in the constructor, then only read
   const Sampler sampler_;
@@ -362,6 +381,7 @@ class Loader::Impl {
   const std::shared_ptr<GpuBusyTracker> gpu_busy_;
   LoaderMetrics metrics_;
   ReorderQueue<BuiltBatch> queue_;
+  EpochOrders orders_{sampler_};
   std::unique_ptr<Autotuner> tuner_;  // consumer thread only
 
   // Where the current run of workers started: written by Start before it starts them, then
@@ -374,9 +394,6 @@ class Loader::Impl {
   mutable Mutex position_mu_;  // where the consumer stands; epoch() reads it from any thread
   int64_t consumer_epoch_ GUARDED_BY(position_mu_) = 0;
   int64_t consumer_batch_ GUARDED_BY(position_mu_) = 0;
-
-  Mutex orders_mu_;  // the epochs' sample orders, shared by the workers
-  std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders_ GUARDED_BY(orders_mu_);
 };
 
 Loader::Loader(std::shared_ptr<Source> source, LoaderOptions options)
