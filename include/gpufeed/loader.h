@@ -36,6 +36,7 @@ struct LoaderOptions {
   bool shuffle = true;        // Default: true
   uint64_t seed = 0;          // Default: 0
   bool drop_last = false;     // Default: false
+  bool pad = true;            // Default: true: shards of equal length (see SamplerOptions)
   int rank = -1;              // Default: -1 = $RANK, else 0
   int world_size = -1;        // Default: -1 = $WORLD_SIZE, else 1
   int64_t shuffle_block = 0;  // Default: 0 = full shuffle; < 0 = the source's PreferredBlock()

@@ -38,6 +38,7 @@ SamplerOptions ToSamplerOptions(const LoaderOptions& o, const Source& source) {
   s.shuffle = o.shuffle;
   s.seed = o.seed;
   s.drop_last = o.drop_last;
+  s.pad = o.pad;
   s.rank = o.rank;
   s.world_size = o.world_size;
   s.shuffle_block = o.shuffle_block < 0 ? std::max<int64_t>(1, source.PreferredBlock())
