@@ -36,6 +36,7 @@ struct LoaderOptions {
   bool shuffle = true;        // Default: true
   uint64_t seed = 0;          // Default: 0
   bool drop_last = false;     // Default: false
+  bool pad = true;            // Default: true: shards of equal length (see SamplerOptions)
   int rank = -1;              // Default: -1 = $RANK, else 0
   int world_size = -1;        // Default: -1 = $WORLD_SIZE, else 1
   int64_t shuffle_block = 0;  // Default: 0 = full shuffle; < 0 = the source's PreferredBlock()
@@ -59,8 +60,7 @@ struct FieldView {
   const FieldSpec* spec = nullptr;
   void* data = nullptr;
   int64_t rows = 0;
-  DeviceType device_type = DeviceType::kCpu;
-  int device_ordinal = 0;
+  DeviceId device;
 
   size_t bytes() const { return static_cast<size_t>(rows) * spec->SampleBytes(); }
   template <typename T>
@@ -170,7 +170,7 @@ class Batch {
   void Synchronize() const;
 
  private:
-  friend class Loader;
+  friend class BatchBuilder;  // makes them
   struct Parts;
   explicit Batch(std::unique_ptr<Parts> parts);
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
@@ -242,6 +243,37 @@ TEST(Loader, NonsenseOptionsAreClearErrors) {
   o.workers = -1;
   EXPECT_THROW(Loader(data.Open(), o), Error);
   EXPECT_THROW(Loader(nullptr, Opts(2)), Error);
+}
+
+// Without drop_last every rank runs the same number of steps of the same sizes (DDP pairs
+// each rank's all-reduce with the others'); pad = false gives each sample exactly once.
+TEST(Loader, ShardsArePaddedSoEveryRankRunsTheSameSteps) {
+  for (const auto& [samples, batch, world] :
+       {std::tuple<int64_t, int64_t, int>{129, 64, 2}, {3, 64, 4}, {10, 4, 3}}) {
+    Data data(samples);
+    std::vector<std::vector<size_t>> sizes;
+    std::set<int64_t> seen;
+    for (int rank = 0; rank < world; ++rank) {
+      LoaderOptions o = Opts(batch);
+      o.rank = rank;
+      o.world_size = world;
+      Loader loader(data.Open(), o);
+      sizes.emplace_back();
+      for (auto& b : Epoch(loader)) {
+        sizes.back().push_back(b.size());
+        seen.insert(b.begin(), b.end());
+      }
+    }
+    for (int rank = 1; rank < world; ++rank) EXPECT_EQ(sizes[rank], sizes[0]) << "rank " << rank;
+    EXPECT_EQ(seen.size(), static_cast<size_t>(samples));
+    LoaderOptions unpadded = Opts(batch);
+    unpadded.rank = world - 1;
+    unpadded.world_size = world;
+    unpadded.pad = false;
+    if (samples % world != 0) {
+      EXPECT_EQ(Loader(data.Open(), unpadded).samples_per_epoch(), samples / world);
+    }
+  }
 }
 
 TEST(Loader, DropLastAndShardingPerRank) {
