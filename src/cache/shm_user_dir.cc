@@ -141,9 +141,17 @@ void ShmUserDir::LoadSecret() {
   const std::string tmp = fmt::format("{}.tmp-{}", kSecretName, getpid());
   unlinkat(fd_, tmp.c_str(), 0);
   fd = openat(fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0 || !WriteAll(fd, secret_.data(), secret_.size()) || close(fd) != 0 ||
-      renameat(fd_, tmp.c_str(), fd_, kSecretName) != 0) {
-    const int err = errno;
+  bool ok = fd >= 0 && WriteAll(fd, secret_.data(), secret_.size());
+  int err = ok ? 0 : errno;
+  if (fd >= 0 && close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok && renameat(fd_, tmp.c_str(), fd_, kSecretName) != 0) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
     unlinkat(fd_, tmp.c_str(), 0);
     throw Error(ErrorCode::kIo, fmt::format("cannot write the cache secret {}: {}",
                                             PathOf(kSecretName), std::strerror(err)));
