@@ -119,7 +119,9 @@ std::vector<std::byte> EncodeShmHeader(const ShmHeader& header, ShmKey key) {
   }
   for (uint64_t v : layout.field_offsets) Put<uint64_t>(out, (at += 8) - 8, v);
   for (uint64_t v : layout.row_bytes) Put<uint64_t>(out, (at += 8) - 8, v);
-  std::memcpy(out.data() + at, header.block_hashes.data(), 8 * header.block_hashes.size());
+  if (!header.block_hashes.empty()) {
+    std::memcpy(out.data() + at, header.block_hashes.data(), 8 * header.block_hashes.size());
+  }
   GPUFEED_ASSERT(at + 8 * header.block_hashes.size() <= out.size(), "header overflows its plan");
   Put<uint64_t>(out, kHeaderHashAt, HeaderHash(out, key));
   return out;
@@ -195,7 +197,9 @@ ShmHeader DecodeShmHeader(std::span<const std::byte> bytes, uint64_t file_size,
   for (size_t f = 0; f < fields; ++f) layout.row_bytes.push_back(Get<uint64_t>(bytes, at + 8 * f));
   at += 8 * fields;
   h.block_hashes.resize(layout.blocks);
-  std::memcpy(h.block_hashes.data(), bytes.data() + at, 8 * layout.blocks);
+  if (layout.blocks > 0) {  // no memcpy from or to a null pointer, even of 0 bytes
+    std::memcpy(h.block_hashes.data(), bytes.data() + at, 8 * layout.blocks);
+  }
   for (size_t f = 0; f < fields; ++f) {
     const uint64_t rows = static_cast<uint64_t>(layout.samples);
     if (layout.row_bytes[f] != 0 && rows > (layout.data_bytes / layout.row_bytes[f])) {
