@@ -65,8 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (bool map : {true, false}) {
     try {
       auto fs = std::make_shared<MemoryFileSystem>(bytes, map);
-      auto source = gpufeed::OpenNumpy(
-          Folder(), {.fields = {"x"}, .file_system = fs, .use_mmap = map});
+      auto source =
+          gpufeed::OpenNumpy(Folder(), {.fields = {"x"}, .file_system = fs, .use_mmap = map});
       const int64_t n = source->size();
       if (n <= 0) continue;
       const size_t row = source->schema().SampleBytes();

@@ -56,8 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     gpufeed::ColumnTable table = parser.Take();
     // What the parser hands on must be consistent: rows x the field's bytes per column.
     for (size_t f = 0; f < table.fields.size(); ++f) {
-      if (table.data[f].size() !=
-          static_cast<size_t>(table.rows) * table.fields[f].SampleBytes()) {
+      if (table.data[f].size() != static_cast<size_t>(table.rows) * table.fields[f].SampleBytes()) {
         __builtin_trap();
       }
     }

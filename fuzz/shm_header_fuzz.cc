@@ -42,7 +42,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Accepted: every row of every field must lie inside the data region.
     for (size_t f = 0; f < h.layout.row_bytes.size(); ++f) {
       if (h.layout.samples > 0 &&
-          h.layout.RowBegin(f, h.layout.samples - 1) + h.layout.row_bytes[f] > h.layout.data_bytes) {
+          h.layout.RowBegin(f, h.layout.samples - 1) + h.layout.row_bytes[f] >
+              h.layout.data_bytes) {
         __builtin_trap();
       }
     }

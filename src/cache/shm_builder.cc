@@ -192,8 +192,8 @@ ShmBuildResult BuildShmFile(const Source& base, const ShmUserDir& dir, const std
   }
 
   // Only this user may read the samples (and see the source's path in the header).
-  const int fd = openat(dir.fd(), tmp_name.c_str(),
-                        O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int fd =
+      openat(dir.fd(), tmp_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return FailErrno(errno, "cannot create", tmp_path);
   auto discard = [&] {
     close(fd);

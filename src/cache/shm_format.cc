@@ -80,8 +80,8 @@ ShmLayout PlanShmLayout(const Schema& schema, int64_t samples, const std::string
     layout.field_offsets.push_back(offset);
     const uint64_t row = field.SampleBytes();
     layout.row_bytes.push_back(row);
-    const uint64_t bytes = MulOrThrow(row, static_cast<uint64_t>(samples),
-                                      "the cache's field '" + field.name + "'");
+    const uint64_t bytes =
+        MulOrThrow(row, static_cast<uint64_t>(samples), "the cache's field '" + field.name + "'");
     const uint64_t end = AddOrThrow(offset, bytes, "the cache's data");
     (void)AddOrThrow(end, kShmAlign, "the cache's data");  // RoundUp below cannot wrap
     offset = RoundUp(end, kShmAlign);
@@ -221,8 +221,7 @@ void CheckShmHeaderFor(const ShmHeader& header, const Schema& schema, int64_t sa
     // Equal keys with different identities: a hash collision, or a tampered file.
     Corrupt(path, "it was built for a different source");
   }
-  const ShmLayout want =
-      PlanShmLayout(schema, samples, identity, schema_text, header.description);
+  const ShmLayout want = PlanShmLayout(schema, samples, identity, schema_text, header.description);
   const ShmLayout& have = header.layout;
   if (have.row_bytes.size() != want.row_bytes.size()) {
     Corrupt(path, fmt::format("its field table has {} fields, the source's schema {}",

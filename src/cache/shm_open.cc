@@ -54,8 +54,8 @@ class BuildLock {
     std::string why;
     fd_ = dir.OpenFile(name, O_RDWR | O_CREAT, &why);
     if (fd_ < 0) {
-      throw Error(ErrorCode::kIo, fmt::format("the cache lock {} is refused: {}",
-                                              dir.PathOf(name), why));
+      throw Error(ErrorCode::kIo,
+                  fmt::format("the cache lock {} is refused: {}", dir.PathOf(name), why));
     }
     if (flock(fd_, LOCK_EX | LOCK_NB) == 0) {
       held_ = true;
@@ -66,8 +66,8 @@ class BuildLock {
       std::fprintf(stderr, "gpufeed: cache: waiting for %s, which is building %s\n",
                    holder_.c_str(), cache_path.c_str());
     }
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration<double>(std::max(0.0, timeout_s));
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
     while (true) {
       if (flock(fd_, LOCK_EX | LOCK_NB) == 0) {
         held_ = true;
@@ -181,8 +181,8 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
   result.path = dir->PathOf(name);
   BuildLock lock(*dir, name + ".lock", options.verbose, result.path, options.lock_timeout_s);
   if (!lock.held()) {
-    result.failure = fmt::format("{} held the cache lock {}.lock for more than {} s",
-                                 lock.holder(), result.path, options.lock_timeout_s);
+    result.failure = fmt::format("{} held the cache lock {}.lock for more than {} s", lock.holder(),
+                                 result.path, options.lock_timeout_s);
     if (options.verbose) {
       std::fprintf(stderr, "gpufeed: cache: WARNING: %s; reading from the source without a cache\n",
                    result.failure.c_str());

@@ -68,8 +68,8 @@ std::shared_ptr<const ShmUserDir> ShmUserDir::Open(const std::string& root, bool
   }
   const std::string path = ShmUserDirPath(root);
   if (create && mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-    throw Error(ErrorCode::kIo, fmt::format("cannot make the cache folder {}: {}", path,
-                                            std::strerror(errno)));
+    throw Error(ErrorCode::kIo,
+                fmt::format("cannot make the cache folder {}: {}", path, std::strerror(errno)));
   }
   const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
@@ -80,8 +80,9 @@ std::shared_ptr<const ShmUserDir> ShmUserDir::Open(const std::string& root, bool
     throw Error(ErrorCode::kIo,
                 fmt::format("cache folder {} cannot be opened ({}); it is not a folder of yours "
                             "(a symlink or file planted by another user?): remove it",
-                            path, err == ELOOP || err == ENOTDIR ? "a symlink or not a folder"
-                                                                 : std::strerror(err)));
+                            path,
+                            err == ELOOP || err == ENOTDIR ? "a symlink or not a folder"
+                                                           : std::strerror(err)));
   }
   struct stat st {};
   std::string why = fstat(fd, &st) != 0 ? std::strerror(errno) : Untrusted(st, /*want_dir=*/true);

@@ -110,7 +110,8 @@ int RunBuild(const CacheArgs& a) {
 }
 
 void Run(CLI::App* cmd, int (*body)(const CacheArgs&), std::shared_ptr<CacheArgs> args) {
-  cmd->add_option("--dir", args->dir, "The shared-memory root (caches are in its gpufeed-user-UID)")->capture_default_str();
+  cmd->add_option("--dir", args->dir, "The shared-memory root (caches are in its gpufeed-user-UID)")
+      ->capture_default_str();
   cmd->callback([body, args] {
     const int code = RunReportingErrors([&] { return body(*args); });
     if (code != 0) throw CLI::RuntimeError(code);

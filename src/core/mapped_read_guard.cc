@@ -71,9 +71,10 @@ void Leave() {
 
 void ThrowChangedSize(const std::string& path) {
   throw Error(ErrorCode::kIo,
-              path + ": changed size while being read (the file was truncated or rewritten in "
-                     "place while gpufeed had it mapped; write a new file and rename it over the "
-                     "old one instead)");
+              path +
+                  ": changed size while being read (the file was truncated or rewritten in "
+                  "place while gpufeed had it mapped; write a new file and rename it over the "
+                  "old one instead)");
 }
 
 }  // namespace mapped_read_internal

@@ -5,7 +5,6 @@
 
 #include <cctype>
 #include <charconv>
-
 #include <limits>
 
 #include "core/checked_math.h"
@@ -34,9 +33,9 @@ int64_t FieldSpec::ElementsPerSample() const {
     }
     const auto next = CheckedMul(nonzero, static_cast<uint64_t>(d));
     if (!next || *next > kMaxCount) {
-      throw Error(ErrorCode::kCorruptData,
-                  fmt::format("field {}: the element count per sample overflows 63 bits",
-                              ToString()));
+      throw Error(
+          ErrorCode::kCorruptData,
+          fmt::format("field {}: the element count per sample overflows 63 bits", ToString()));
     }
     nonzero = *next;
   }

@@ -26,11 +26,11 @@ BatchLayout::BatchLayout(const Schema& source_schema,
     offsets_.push_back(offset);
     // Checked: a batch size times a sample size from a file must not wrap to a small buffer.
     const std::string what = "the batch buffer for field '" + stages_.back().fields[f].name + "'";
-    const uint64_t bytes = std::max<uint64_t>(
-        1, MulOrThrow(row_bytes, static_cast<uint64_t>(batch_size), what,
-                      ErrorCode::kInvalidArgument));
-    offset = AddOrThrow(offset, AddOrThrow(bytes, kFieldAlignment - 1, what,
-                                           ErrorCode::kInvalidArgument),
+    const uint64_t bytes =
+        std::max<uint64_t>(1, MulOrThrow(row_bytes, static_cast<uint64_t>(batch_size), what,
+                                         ErrorCode::kInvalidArgument));
+    offset = AddOrThrow(offset,
+                        AddOrThrow(bytes, kFieldAlignment - 1, what, ErrorCode::kInvalidArgument),
                         what, ErrorCode::kInvalidArgument);
     offset = offset / kFieldAlignment * kFieldAlignment;
   }

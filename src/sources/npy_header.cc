@@ -299,7 +299,8 @@ NpyHeader ReadNpyHeader(const File& file) {
   // The per-sample size through the schema's one checked product (a zero dimension must not
   // hide an overflowing rest: (0, 2^62, 2^62) is refused), then samples * that, checked, so a
   // corrupt shape cannot wrap around to a size that happens to match the file.
-  FieldSpec sample{.name = "", .dtype = header.dtype,
+  FieldSpec sample{.name = "",
+                   .dtype = header.dtype,
                    .shape = std::vector<int64_t>(header.shape.begin() + 1, header.shape.end())};
   uint64_t row_bytes = 0;
   try {

@@ -232,8 +232,8 @@ void PgCopyParser::DecodeArray(size_t c, const char* p, int32_t length) {
   const size_t size = DTypeSize(column.dtype);
   uint64_t elements = 0;
   if (ndim > 0) {
-    const auto product = CheckedProduct(std::span<const uint64_t>(
-        reinterpret_cast<const uint64_t*>(dims.data()), dims.size()));
+    const auto product = CheckedProduct(
+        std::span<const uint64_t>(reinterpret_cast<const uint64_t*>(dims.data()), dims.size()));
     if (!product) Fail(c, fmt::format("an array of shape {}: too many elements", ShapeText(dims)));
     elements = *product;
   }
@@ -250,9 +250,8 @@ void PgCopyParser::DecodeArray(size_t c, const char* p, int32_t length) {
   } else if (column.declared_shape) {
     const auto declared = static_cast<uint64_t>(spec.ElementsPerSample());
     if (elements != declared) {
-      Fail(c,
-           fmt::format("an array of shape {} ({} elements); the declared shape {} needs {}",
-                       ShapeText(dims), elements, ShapeText(spec.shape), declared));
+      Fail(c, fmt::format("an array of shape {} ({} elements); the declared shape {} needs {}",
+                          ShapeText(dims), elements, ShapeText(spec.shape), declared));
     }
   } else if (dims != dims_[c]) {
     Fail(c, fmt::format("a ragged array: shape {} where the first row has {}; every row needs "

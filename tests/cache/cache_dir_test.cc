@@ -4,11 +4,10 @@
 #include <filesystem>
 #include <map>
 
-#include "gpufeed/error.h"
-
 #include "cache/shm_open.h"
 #include "cache/shm_user_dir.h"
 #include "gpufeed/cache.h"
+#include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "sources/scratch_dir.h"
 

@@ -1,8 +1,8 @@
 #include "cache/shm_format.h"
 
-#include <cstring>
-
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "cache/shm_user_dir.h"
 #include "gpufeed/error.h"
@@ -72,8 +72,9 @@ TEST(ShmFormatTest, AFileOfAnotherSizeOrTruncatedHeaderIsCorrupt) {
     EXPECT_NE(std::string(e.what()).find("/dev/shm/gpufeed-x"), std::string::npos);
   }
   EXPECT_THROW(ShmHeaderBytes(std::span(bytes).first(20), h.layout.total_bytes, "f"), Error);
-  EXPECT_THROW(DecodeShmHeader(std::span(bytes).first(bytes.size() - 8), h.layout.total_bytes, "f", kKey),
-               Error);
+  EXPECT_THROW(
+      DecodeShmHeader(std::span(bytes).first(bytes.size() - 8), h.layout.total_bytes, "f", kKey),
+      Error);
 }
 
 TEST(ShmFormatTest, AHeaderChecksummedWithAnotherUsersKeyIsRefused) {
@@ -109,9 +110,9 @@ void ExpectRefusedFor(const ShmHeader& h, const Schema& schema, const std::strin
 TEST(ShmFormatTest, AFieldTableThatDisagreesWithTheSchemaIsRefused) {
   const Schema schema = ParseSchema("x:float32[3],y:int64[]");
   const ShmHeader good = Header();
-  EXPECT_NO_THROW(CheckShmHeaderFor(DecodeShmHeader(EncodeShmHeader(good, kKey),
-                                                    good.layout.total_bytes, "f", kKey),
-                                    schema, 100000, good.identity, "f"));
+  EXPECT_NO_THROW(CheckShmHeaderFor(
+      DecodeShmHeader(EncodeShmHeader(good, kKey), good.layout.total_bytes, "f", kKey), schema,
+      100000, good.identity, "f"));
   ShmHeader wide = good;
   wide.layout.row_bytes[0] = 16;  // the schema says 12
   ExpectRefusedFor(wide, schema, "field 'x' has 16 bytes per row");

@@ -27,8 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 using testing::InstrumentedSource;
 using testing::ReadAll;
 using testing::ReadRows;
@@ -210,9 +210,8 @@ bool CanSwitchUser() {
 
 // Runs `script` with sh as kOtherUid; returns its exit status.
 int AsOtherUser(const std::string& script) {
-  const std::string command =
-      fmt::format("setpriv --reuid={0} --regid={0} --clear-groups sh -c '{1}' 2>/dev/null",
-                  kOtherUid, script);
+  const std::string command = fmt::format(
+      "setpriv --reuid={0} --regid={0} --clear-groups sh -c '{1}' 2>/dev/null", kOtherUid, script);
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

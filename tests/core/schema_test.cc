@@ -84,11 +84,11 @@ TEST(Schema, SizesThatOverflowAreErrorsNeverWrappedNumbers) {
   Schema two{{{"a", DType::kUInt8, {int64_t{1} << 62}}, {"b", DType::kUInt8, {int64_t{3} << 61}}}};
   EXPECT_EQ(code_and_message([&] { (void)two.SampleBytes(); }, &message), ErrorCode::kCorruptData);
   // ParseSchema refuses them as a bad argument, naming the part.
-  for (const char* spec : {"x:float32[4611686018427387904,4]", "x:uint8[4611686018427387904],"
-                                                               "y:uint8[6917529027641081856]",
+  for (const char* spec : {"x:float32[4611686018427387904,4]",
+                           "x:uint8[4611686018427387904],"
+                           "y:uint8[6917529027641081856]",
                            "x:int64[99999999999,99999999999]"}) {
-    EXPECT_EQ(code_and_message([&] { ParseSchema(spec); }, &message),
-              ErrorCode::kInvalidArgument)
+    EXPECT_EQ(code_and_message([&] { ParseSchema(spec); }, &message), ErrorCode::kInvalidArgument)
         << spec;
     EXPECT_THAT(message, HasSubstr("overflow")) << spec;
   }

@@ -5,8 +5,8 @@
 #include <cstring>
 
 #include "gpufeed/error.h"
-#include "sources/npy_test_util.h"
 #include "sources/database_uri.h"
+#include "sources/npy_test_util.h"
 #include "sources/postgres_copy.h"
 
 namespace gpufeed {
@@ -220,9 +220,9 @@ TEST(PgCopyParserTest, AnHonestArrayStillParses) {
 
 // Issue 14, item 10: "%-1" decoded to byte 0xFF (from_chars takes a sign).
 TEST(DatabaseUriTest, BadPercentEscapesAreRejected) {
-  for (const char* uri : {"sqlite:/tmp/a%-1.db", "sqlite:/tmp/a%+1.db", "sqlite:/tmp/a% 1.db",
-                          "sqlite:/tmp/a%4", "sqlite:/tmp/a%zz.db",
-                          "sqlite:/tmp/a.db?query=SELECT%-1"}) {
+  for (const char* uri :
+       {"sqlite:/tmp/a%-1.db", "sqlite:/tmp/a%+1.db", "sqlite:/tmp/a% 1.db", "sqlite:/tmp/a%4",
+        "sqlite:/tmp/a%zz.db", "sqlite:/tmp/a.db?query=SELECT%-1"}) {
     std::string message;
     EXPECT_EQ(ErrorCodeOf([&] { ParseDatabaseUri(uri, {}); }, &message),
               ErrorCode::kInvalidArgument)
@@ -234,12 +234,11 @@ TEST(DatabaseUriTest, BadPercentEscapesAreRejected) {
 
 TEST(DatabaseUriTest, FieldsWhoseSizeOverflowsAreRejected) {
   std::string message;
-  EXPECT_EQ(ErrorCodeOf(
-                [&] {
-                  ParseDatabaseUri("sqlite:/a.db?fields=x:float32[4611686018427387904,4]", {});
-                },
-                &message),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(
+      ErrorCodeOf(
+          [&] { ParseDatabaseUri("sqlite:/a.db?fields=x:float32[4611686018427387904,4]", {}); },
+          &message),
+      ErrorCode::kInvalidArgument);
   EXPECT_THAT(message, HasSubstr("overflow"));
 }
 

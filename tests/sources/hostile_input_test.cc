@@ -18,8 +18,8 @@ namespace gpufeed {
 namespace {
 
 using ::testing::AllOf;
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 using testing::RawNpy;
 using testing::ScratchDir;
 
@@ -73,12 +73,13 @@ TEST(HostileNpyTest, AMappedFileTruncatedWhileReadIsAnIoErrorOnTheReadingThread)
   // The fault happens on a worker thread; the error is thrown there.
   std::string message;
   ErrorCode code = ErrorCode::kCancelled;
-  std::thread worker([&] { code = ErrorCodeOf([&] { source->Read({&last, 1}, view, nullptr); },
-                                              &message); });
+  std::thread worker([&] {
+    code = ErrorCodeOf([&] { source->Read({&last, 1}, view, nullptr); }, &message);
+  });
   worker.join();
   EXPECT_EQ(code, ErrorCode::kIo);
-  EXPECT_THAT(message, AllOf(HasSubstr(dir.Path("x.npy")),
-                             HasSubstr("changed size while being read")));
+  EXPECT_THAT(message,
+              AllOf(HasSubstr(dir.Path("x.npy")), HasSubstr("changed size while being read")));
   // The guard is reusable: the same read on this thread fails the same way, and a row still
   // inside the file's first page reads (as the zeros past its new end).
   EXPECT_EQ(ErrorCodeOf([&] { source->Read({&last, 1}, view, nullptr); }), ErrorCode::kIo);
