@@ -148,7 +148,10 @@ struct ShmCacheEntry {
 };
 
 // Published caches, tmp files of builds (half_built when no builder holds the lock) and
-// unreadable files named gpufeed-* in `dir`, by key.
+// unreadable or refused files named gpufeed-* in the calling user's cache folder under `dir`
+// (<dir>/gpufeed-user-<uid>), by key. Nothing is followed or blocked on: a FIFO or symlink
+// under a cache's name is listed as refused. Throws Error(kIo) when that folder is not the
+// user's own (planted by another user).
 std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir = "/dev/shm");
 // Removes the cache `key` (its file, lock and leftovers). Processes mapping it keep their
 // copy until they unmap it. Returns false when there was nothing to remove.

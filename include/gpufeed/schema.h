@@ -19,8 +19,12 @@ struct FieldSpec {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;  // per sample; empty for a scalar
 
+  // The product of `shape` and that times the dtype's size, each checked: a negative
+  // dimension, or a count or byte size past INT64_MAX (torch's limit for a tensor), throws
+  // Error(kCorruptData) naming the field. Shapes come from files and headers, so they are
+  // untrusted until one of these has accepted them.
   int64_t ElementsPerSample() const;
-  size_t SampleBytes() const { return static_cast<size_t>(ElementsPerSample()) * DTypeSize(dtype); }
+  size_t SampleBytes() const;
   // "mel: float32[1,64,32]"
   std::string ToString() const;
   bool operator==(const FieldSpec&) const = default;
@@ -33,6 +37,7 @@ struct Schema {
   int IndexOf(std::string_view name) const;
   // REQUIRES: a field named `name` exists; throws Error(kNotFound) naming the fields otherwise.
   const FieldSpec& Field(std::string_view name) const;
+  // The sum of the fields' SampleBytes(), checked like them.
   size_t SampleBytes() const;
   std::string ToString() const;
   bool operator==(const Schema&) const = default;

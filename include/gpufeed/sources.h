@@ -27,9 +27,10 @@ struct NumpyOptions {
 // axis 0. dtypes: bool, int8..int64, uint8..uint64, float16/32/64. The header is parsed
 // strictly. Throws Error naming the file for a missing folder or field, a truncated file, an
 // unsupported dtype or order, or fields with different sample counts. The folder is listed
-// with std::filesystem; every byte is read through `options.file_system`. Files must not shrink
-// while open: a mapped file that shrinks raises SIGBUS (use_mmap = false reads with pread and
-// reports Error(kCorruptData) naming the sample instead).
+// with std::filesystem; every byte is read through `options.file_system`. A mapped file that
+// shrinks while open is an Error(kIo) naming it ("changed size while being read") on the
+// reading thread (use_mmap = false reads with pread and reports Error(kCorruptData) naming the
+// sample instead).
 std::shared_ptr<Source> OpenNumpy(const std::string& dir, NumpyOptions options = {});
 
 // Writes one `.npy` file (the header and `bytes` of C-order data). Used by the demo and tests.

@@ -3,17 +3,16 @@
 #include <fmt/format.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <regex>
-#include <sstream>
 
+#include "cache/flock_holders.h"
 #include "cache/shm_format.h"
+#include "cache/shm_user_dir.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 
@@ -28,26 +27,14 @@ bool IsKey(const std::string& s) {
 
 // Processes holding a flock on the file (`st`): one per open file description that maps it.
 int CountFlocks(const struct stat& st) {
-  std::ifstream in("/proc/locks");
-  if (!in) return -1;
-  const std::string id =
-      fmt::format("{:02x}:{:02x}:{}", major(st.st_dev), minor(st.st_dev), st.st_ino);
-  int n = 0;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream words(line);
-    std::string number, kind, mode, access, pid, inode;
-    words >> number >> kind;
-    if (kind == "->") continue;  // a waiter, not a holder
-    words >> mode >> access >> pid >> inode;
-    if (kind == "FLOCK" && inode == id) ++n;
-  }
-  return n;
+  const auto holders = FlockHolders(st.st_dev, st.st_ino);
+  return holders ? static_cast<int>(holders->size()) : -1;
 }
 
 // True when no process holds the key's build lock (so a tmp file of it is a dead builder's).
-bool NoBuilder(const std::string& lock_path) {
-  const int fd = open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+bool NoBuilder(const ShmUserDir& dir, const std::string& lock_name) {
+  std::string why;
+  const int fd = dir.OpenFile(lock_name, O_RDWR, &why);
   if (fd < 0) return true;
   const bool free = flock(fd, LOCK_EX | LOCK_NB) == 0;
   close(fd);
@@ -68,16 +55,21 @@ bool IdentityStale(const std::string& identity) {
   return false;
 }
 
-ShmCacheEntry ReadPublished(const std::string& path, const std::string& key) {
+ShmCacheEntry ReadPublished(const ShmUserDir& dir, const std::string& name,
+                            const std::string& key) {
   ShmCacheEntry e;
   e.key = key;
+  const std::string path = dir.PathOf(name);
   e.path = path;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK and the checks of OpenFile: a FIFO or a symlink planted under a cache's name
+  // is listed as refused, never opened for reading (which would block) or followed.
+  std::string why;
+  const int fd = dir.OpenFile(name, O_RDONLY, &why);
   struct stat st {};
   if (fd < 0 || fstat(fd, &st) != 0) {
     if (fd >= 0) close(fd);
     e.valid = false;
-    e.description = "(cannot be opened)";
+    e.description = fmt::format("(refused: {})", why);
     return e;
   }
   e.bytes = static_cast<uint64_t>(st.st_size);
@@ -91,7 +83,7 @@ ShmCacheEntry ReadPublished(const std::string& path, const std::string& key) {
     if (pread(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
       throw Error(ErrorCode::kCorruptData, "header cannot be read");
     }
-    const ShmHeader h = DecodeShmHeader(bytes, e.bytes, path);
+    const ShmHeader h = DecodeShmHeader(bytes, e.bytes, path, dir.secret());
     e.description = h.description;
     e.identity = h.identity;
     const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -107,12 +99,28 @@ ShmCacheEntry ReadPublished(const std::string& path, const std::string& key) {
   return e;
 }
 
+// The user's cache folder under `root`, or null when it does not exist yet.
+std::shared_ptr<const ShmUserDir> OpenUserDir(const std::string& root) {
+  if (!fs::exists(fs::symlink_status(ShmUserDirPath(root)))) {
+    struct stat st {};
+    if (stat(root.c_str(), &st) != 0) {
+      throw Error(ErrorCode::kNotFound,
+                  fmt::format("shared-memory cache folder {} does not exist", root));
+    }
+    return nullptr;
+  }
+  return ShmUserDir::Open(root, /*create=*/false);
+}
+
 }  // namespace
 
-std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir) {
+std::vector<ShmCacheEntry> ListShmCaches(const std::string& root) {
   std::map<std::string, ShmCacheEntry> found;  // by file name: sorted output
+  const auto user_dir = OpenUserDir(root);
+  if (!user_dir) return {};
+  const ShmUserDir& dir = *user_dir;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+  for (const auto& entry : fs::directory_iterator(dir.path(), ec)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind("gpufeed-", 0) != 0) continue;
     const std::string rest = name.substr(8);
@@ -120,13 +128,16 @@ std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir) {
     if (!IsKey(key)) continue;
     const std::string path = entry.path().string();
     if (rest.size() == 16) {
-      found[name] = ReadPublished(path, key);
+      found[name] = ReadPublished(dir, name, key);
     } else if (rest.rfind(".tmp-", 16) == 16) {
       ShmCacheEntry e;
       e.key = key;
       e.path = path;
-      e.bytes = static_cast<uint64_t>(entry.file_size(ec));
-      e.half_built = NoBuilder(fmt::format("{}/gpufeed-{}.lock", dir, key));
+      struct stat st {};
+      e.bytes = fstatat(dir.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0
+                    ? static_cast<uint64_t>(st.st_size)
+                    : 0;
+      e.half_built = NoBuilder(dir, fmt::format("gpufeed-{}.lock", key));
       e.valid = false;
       e.description = e.half_built
                           ? fmt::format("(left half-built by process {})", rest.substr(21))
@@ -139,16 +150,18 @@ std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir) {
   return out;
 }
 
-bool RemoveShmCache(const std::string& key, const std::string& dir) {
+bool RemoveShmCache(const std::string& key, const std::string& root) {
   if (!IsKey(key)) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("'{}' is not a cache key (16 hex digits, see `gpufeed cache ls`)", key));
   }
   bool removed = false;
   std::error_code ec;
-  const std::string lock = fmt::format("{}/gpufeed-{}.lock", dir, key);
-  const bool no_builder = NoBuilder(lock);
-  for (const auto& e : ListShmCaches(dir)) {
+  const auto user_dir = OpenUserDir(root);
+  if (!user_dir) return false;
+  const std::string lock = user_dir->PathOf(fmt::format("gpufeed-{}.lock", key));
+  const bool no_builder = NoBuilder(*user_dir, fmt::format("gpufeed-{}.lock", key));
+  for (const auto& e : ListShmCaches(root)) {
     if (e.key != key || (!e.half_built && !e.valid && e.path.find(".tmp-") != std::string::npos)) {
       continue;  // another key, or a build in progress
     }
@@ -160,10 +173,13 @@ bool RemoveShmCache(const std::string& key, const std::string& dir) {
   return removed;
 }
 
-std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir) {
+std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& root) {
   std::vector<ShmCacheEntry> removed;
   std::error_code ec;
-  for (auto& e : ListShmCaches(dir)) {
+  const auto user_dir = OpenUserDir(root);
+  if (!user_dir) return removed;
+  const std::string dir = user_dir->path();
+  for (auto& e : ListShmCaches(root)) {
     const bool building = !e.half_built && e.path.find(".tmp-") != std::string::npos;
     if (building || (e.valid && !e.stale)) continue;
     if (fs::remove(e.path, ec)) removed.push_back(std::move(e));
@@ -176,7 +192,7 @@ std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir) {
       continue;
     }
     const std::string published = fmt::format("{}/{}", dir, name.substr(0, 24));
-    if (!fs::exists(published, ec) && NoBuilder(entry.path().string())) {
+    if (!fs::exists(fs::symlink_status(published, ec)) && NoBuilder(*user_dir, name)) {
       fs::remove(entry.path(), ec);
     }
   }

@@ -137,8 +137,10 @@ std::vector<uint64_t> HashBlocks(int fd, const ShmLayout& layout, int threads) {
 
 }  // namespace
 
-ShmBuildResult BuildShmFile(const Source& base, const std::string& tmp_path,
-                            const std::string& final_path, const ShmBuildOptions& options) {
+ShmBuildResult BuildShmFile(const Source& base, const ShmUserDir& dir, const std::string& tmp_name,
+                            const std::string& final_name, const ShmBuildOptions& options) {
+  const std::string tmp_path = dir.PathOf(tmp_name);
+  const std::string final_path = dir.PathOf(final_name);
   GPUFEED_ASSERT(options.threads > 0, "threads > 0");
   ShmHeader header;
   header.identity = base.Identity();
@@ -151,23 +153,24 @@ ShmBuildResult BuildShmFile(const Source& base, const std::string& tmp_path,
                                 header.description);
   const ShmLayout& layout = header.layout;
 
-  const std::string dir = final_path.substr(0, final_path.find_last_of('/') + 1);
   struct statvfs fs {};
-  if (statvfs(dir.empty() ? "." : dir.c_str(), &fs) == 0) {
+  if (fstatvfs(dir.fd(), &fs) == 0) {
     const uint64_t avail = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
     if (avail < layout.total_bytes) {
       return Fail(ShmBuildStatus::kNoSpace,
-                  fmt::format("{} has {} free, the cache needs {}", dir,
+                  fmt::format("{} has {} free, the cache needs {}", dir.path(),
                               FormatBytes(static_cast<double>(avail)),
                               FormatBytes(static_cast<double>(layout.total_bytes))));
     }
   }
 
-  const int fd = open(tmp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // Only this user may read the samples (and see the source's path in the header).
+  const int fd =
+      openat(dir.fd(), tmp_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return FailErrno(errno, "cannot create", tmp_path);
   auto discard = [&] {
     close(fd);
-    unlink(tmp_path.c_str());
+    unlinkat(dir.fd(), tmp_name.c_str(), 0);
   };
   if (ftruncate(fd, static_cast<off_t>(layout.total_bytes)) != 0) {
     const int err = errno;
@@ -191,13 +194,13 @@ ShmBuildResult BuildShmFile(const Source& base, const std::string& tmp_path,
     discard();
     throw;
   }
-  const std::vector<std::byte> bytes = EncodeShmHeader(header);
+  const std::vector<std::byte> bytes = EncodeShmHeader(header, dir.secret());
   if (const int err = writer.Write(bytes.data(), bytes.size(), 0); err != 0) {
     discard();
     return FailErrno(err, "cannot write the header of", tmp_path);
   }
   // Readers find the file complete or not at all: rename is atomic within the folder.
-  if (rename(tmp_path.c_str(), final_path.c_str()) != 0) {
+  if (renameat(dir.fd(), tmp_name.c_str(), dir.fd(), final_name.c_str()) != 0) {
     const int err = errno;
     discard();
     return FailErrno(err, "cannot publish", final_path);

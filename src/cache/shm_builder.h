@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cache/shm_format.h"
+#include "cache/shm_user_dir.h"
 #include "gpufeed/source.h"
 
 namespace gpufeed {
@@ -39,9 +40,10 @@ struct ShmBuildResult {
   std::string message = {};  // why it failed
 };
 
-// Builds the cache of `base` at `tmp_path` and publishes it as `final_path`. On failure the tmp
-// file is removed. Rethrows what the base source throws (after removing the tmp file).
-ShmBuildResult BuildShmFile(const Source& base, const std::string& tmp_path,
-                            const std::string& final_path, const ShmBuildOptions& options);
+// Builds the cache of `base` as `tmp_name` in `dir` (created O_EXCL | O_NOFOLLOW, 0600) and
+// publishes it as `final_name` there, its header keyed with the user's secret. On failure the
+// tmp file is removed. Rethrows what the base source throws (after removing the tmp file).
+ShmBuildResult BuildShmFile(const Source& base, const ShmUserDir& dir, const std::string& tmp_name,
+                            const std::string& final_name, const ShmBuildOptions& options);
 
 }  // namespace gpufeed

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "core/checked_math.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -47,10 +48,14 @@ uint64_t VariableBytes(size_t fields, uint64_t blocks, size_t texts) {
   return kShmFixedHeaderBytes + texts + 16 * fields + 8 * blocks;
 }
 
-uint64_t HeaderHash(std::span<const std::byte> bytes) {
+// XXH3 keyed with the user's secret. Not a cryptographic MAC; it does not need to be one:
+// the secret and every keyed value live in files only their user can read (0600 in a 0700
+// folder), so another user never sees a keyed hash to attack, and cannot compute one.
+uint64_t HeaderHash(std::span<const std::byte> bytes, ShmKey key) {
+  GPUFEED_ASSERT(key.size() >= XXH3_SECRET_SIZE_MIN, "the header key is too short");
   // The hash field counts as zero: hash around it.
   XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
+  XXH3_64bits_reset_withSecret(state, key.data(), key.size());
   XXH3_64bits_update(state, bytes.data(), kHeaderHashAt);
   const uint64_t zero = 0;
   XXH3_64bits_update(state, &zero, sizeof(zero));
@@ -73,8 +78,13 @@ ShmLayout PlanShmLayout(const Schema& schema, int64_t samples, const std::string
   uint64_t offset = 0;
   for (const FieldSpec& field : schema.fields) {
     layout.field_offsets.push_back(offset);
-    layout.row_bytes.push_back(field.SampleBytes());
-    offset = RoundUp(offset + field.SampleBytes() * static_cast<uint64_t>(samples), kShmAlign);
+    const uint64_t row = field.SampleBytes();
+    layout.row_bytes.push_back(row);
+    const uint64_t bytes =
+        MulOrThrow(row, static_cast<uint64_t>(samples), "the cache's field '" + field.name + "'");
+    const uint64_t end = AddOrThrow(offset, bytes, "the cache's data");
+    (void)AddOrThrow(end, kShmAlign, "the cache's data");  // RoundUp below cannot wrap
+    offset = RoundUp(end, kShmAlign);
   }
   layout.data_bytes = offset;
   layout.blocks = (offset + kShmBlockBytes - 1) / kShmBlockBytes;
@@ -85,7 +95,7 @@ ShmLayout PlanShmLayout(const Schema& schema, int64_t samples, const std::string
   return layout;
 }
 
-std::vector<std::byte> EncodeShmHeader(const ShmHeader& header) {
+std::vector<std::byte> EncodeShmHeader(const ShmHeader& header, ShmKey key) {
   const ShmLayout& layout = header.layout;
   GPUFEED_ASSERT(header.block_hashes.size() == layout.blocks, "one hash per block");
   std::vector<std::byte> out(layout.header_bytes, std::byte{0});
@@ -109,9 +119,11 @@ std::vector<std::byte> EncodeShmHeader(const ShmHeader& header) {
   }
   for (uint64_t v : layout.field_offsets) Put<uint64_t>(out, (at += 8) - 8, v);
   for (uint64_t v : layout.row_bytes) Put<uint64_t>(out, (at += 8) - 8, v);
-  std::memcpy(out.data() + at, header.block_hashes.data(), 8 * header.block_hashes.size());
+  if (!header.block_hashes.empty()) {
+    std::memcpy(out.data() + at, header.block_hashes.data(), 8 * header.block_hashes.size());
+  }
   GPUFEED_ASSERT(at + 8 * header.block_hashes.size() <= out.size(), "header overflows its plan");
-  Put<uint64_t>(out, kHeaderHashAt, HeaderHash(out));
+  Put<uint64_t>(out, kHeaderHashAt, HeaderHash(out, key));
   return out;
 }
 
@@ -139,14 +151,19 @@ uint64_t ShmHeaderBytes(std::span<const std::byte> fixed, uint64_t file_size,
   return header_bytes;
 }
 
+uint64_t ShmHeaderChecksum(std::span<const std::byte> bytes, ShmKey key) {
+  GPUFEED_ASSERT(bytes.size() >= kShmFixedHeaderBytes, "a whole fixed header");
+  return HeaderHash(bytes, key);
+}
+
 ShmHeader DecodeShmHeader(std::span<const std::byte> bytes, uint64_t file_size,
-                          const std::string& path) {
+                          const std::string& path, ShmKey key) {
   const uint64_t header_bytes = ShmHeaderBytes(bytes, file_size, path);
   if (bytes.size() != header_bytes) {
     Corrupt(path, fmt::format("header has {} bytes, expected {}", bytes.size(), header_bytes));
   }
-  if (HeaderHash(bytes) != Get<uint64_t>(bytes, kHeaderHashAt)) {
-    Corrupt(path, "header checksum mismatch");
+  if (HeaderHash(bytes, key) != Get<uint64_t>(bytes, kHeaderHashAt)) {
+    Corrupt(path, "header checksum mismatch (damaged, or not written by this user)");
   }
   ShmHeader h;
   ShmLayout& layout = h.layout;
@@ -180,7 +197,9 @@ ShmHeader DecodeShmHeader(std::span<const std::byte> bytes, uint64_t file_size,
   for (size_t f = 0; f < fields; ++f) layout.row_bytes.push_back(Get<uint64_t>(bytes, at + 8 * f));
   at += 8 * fields;
   h.block_hashes.resize(layout.blocks);
-  std::memcpy(h.block_hashes.data(), bytes.data() + at, 8 * layout.blocks);
+  if (layout.blocks > 0) {  // no memcpy from or to a null pointer, even of 0 bytes
+    std::memcpy(h.block_hashes.data(), bytes.data() + at, 8 * layout.blocks);
+  }
   for (size_t f = 0; f < fields; ++f) {
     const uint64_t rows = static_cast<uint64_t>(layout.samples);
     if (layout.row_bytes[f] != 0 && rows > (layout.data_bytes / layout.row_bytes[f])) {
@@ -192,6 +211,38 @@ ShmHeader DecodeShmHeader(std::span<const std::byte> bytes, uint64_t file_size,
     }
   }
   return h;
+}
+
+void CheckShmHeaderFor(const ShmHeader& header, const Schema& schema, int64_t samples,
+                       const std::string& identity, const std::string& path) {
+  const std::string schema_text = schema.ToString();
+  if (header.identity != identity || header.schema_text != schema_text ||
+      header.layout.samples != samples) {
+    // Equal keys with different identities: a hash collision, or a tampered file.
+    Corrupt(path, "it was built for a different source");
+  }
+  const ShmLayout want = PlanShmLayout(schema, samples, identity, schema_text, header.description);
+  const ShmLayout& have = header.layout;
+  if (have.row_bytes.size() != want.row_bytes.size()) {
+    Corrupt(path, fmt::format("its field table has {} fields, the source's schema {}",
+                              have.row_bytes.size(), want.row_bytes.size()));
+  }
+  for (size_t f = 0; f < want.row_bytes.size(); ++f) {
+    if (have.row_bytes[f] != want.row_bytes[f] || have.field_offsets[f] != want.field_offsets[f]) {
+      Corrupt(path, fmt::format("field '{}' has {} bytes per row at offset {} in its field "
+                                "table; the schema says {} at {}",
+                                schema.fields[f].name, have.row_bytes[f], have.field_offsets[f],
+                                want.row_bytes[f], want.field_offsets[f]));
+    }
+  }
+  if (have.header_bytes != want.header_bytes || have.data_bytes != want.data_bytes ||
+      have.blocks != want.blocks || have.total_bytes != want.total_bytes ||
+      header.block_hashes.size() != want.blocks) {
+    Corrupt(path, fmt::format("its sizes (header {}, data {}, {} blocks, file {}) differ from the "
+                              "schema's ({}, {}, {}, {})",
+                              have.header_bytes, have.data_bytes, have.blocks, have.total_bytes,
+                              want.header_bytes, want.data_bytes, want.blocks, want.total_bytes));
+  }
 }
 
 uint64_t HashShmBlock(const void* data, size_t bytes) { return XXH3_64bits(data, bytes); }

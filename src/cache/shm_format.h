@@ -4,9 +4,11 @@
 //   [field 0: samples x row bytes] pad 4 KiB [field 1 ...] ...
 //
 // The data region is cut into 16 KiB blocks, each with a 64-bit XXH3 hash in the header; the
-// header carries a hash of itself. A reader verifies the header when it opens the file and a
-// block the first time it reads from it, so a damaged file is caught without reading 800 MB
-// before the first batch.
+// header carries a hash of itself (the texts, the field table and the block hashes) keyed
+// with the user's secret (ShmUserDir), so a header another user wrote does not verify. A
+// reader checks the header and its field table against the source's schema when it opens
+// the file, and every block it copies from (see ShmCachedSource), so a damaged file is caught
+// without reading 800 MB before the first batch.
 // Thread-safety: values and pure functions.
 #pragma once
 
@@ -20,7 +22,7 @@
 
 namespace gpufeed {
 
-inline constexpr uint32_t kShmFormatVersion = 2;
+inline constexpr uint32_t kShmFormatVersion = 3;
 inline constexpr uint64_t kShmBlockBytes = uint64_t{16} << 10;
 inline constexpr uint64_t kShmAlign = 4096;
 // The fixed part of the header: read first, it says how long the rest is.
@@ -55,18 +57,34 @@ struct ShmHeader {
 ShmLayout PlanShmLayout(const Schema& schema, int64_t samples, const std::string& identity,
                         const std::string& schema_text, const std::string& description);
 
-// The header's bytes: exactly header.layout.header_bytes of them.
-std::vector<std::byte> EncodeShmHeader(const ShmHeader& header);
+// The key of the header checksum: the user's secret (at least 136 bytes, XXH3's minimum).
+using ShmKey = std::span<const std::byte>;
+
+// The header's bytes: exactly header.layout.header_bytes of them, checksummed with `key`.
+std::vector<std::byte> EncodeShmHeader(const ShmHeader& header, ShmKey key);
+
+// The keyed checksum of a whole header (its checksum field counted as zero).
+// REQUIRES: bytes.size() >= kShmFixedHeaderBytes.
+uint64_t ShmHeaderChecksum(std::span<const std::byte> bytes, ShmKey key);
+// Where the checksum lies in the fixed header.
+inline constexpr size_t kShmHeaderChecksumAt = 96;
 
 // Bytes the whole header takes, read from its fixed part (kShmFixedHeaderBytes bytes).
 // Throws Error(kCorruptData) naming `path` when the fixed part is not a gpufeed cache header of
 // this format version or contradicts `file_size`.
 uint64_t ShmHeaderBytes(std::span<const std::byte> fixed, uint64_t file_size,
                         const std::string& path);
-// Decodes and verifies a whole header (its hash, sizes, offsets against `file_size`). Throws
-// Error(kCorruptData) naming `path` and what is wrong.
+// Decodes and verifies a whole header (its keyed checksum, sizes, offsets against
+// `file_size`). Throws Error(kCorruptData) naming `path` and what is wrong.
 ShmHeader DecodeShmHeader(std::span<const std::byte> bytes, uint64_t file_size,
-                          const std::string& path);
+                          const std::string& path, ShmKey key);
+
+// Checks a decoded header against the source it is to serve: the identity, schema text and
+// sample count, and the whole layout (field count, row bytes, offsets, sizes) against the one
+// PlanShmLayout makes for `schema`, so no byte of the file decides where a read goes. Throws
+// Error(kCorruptData) naming `path` and the first difference.
+void CheckShmHeaderFor(const ShmHeader& header, const Schema& schema, int64_t samples,
+                       const std::string& identity, const std::string& path);
 
 // The block checksum (XXH3, 64 bits).
 uint64_t HashShmBlock(const void* data, size_t bytes);

@@ -7,49 +7,97 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
+#include "cache/flock_holders.h"
 #include "cache/shm_source.h"
 #include "core/log.h"
+#include "cache/shm_user_dir.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
 namespace {
 
-// Holds the key's build lock; released (and the descriptor closed) on destruction.
+// "process 1234 (python3)", or "another process" when /proc/locks does not say.
+std::string DescribeHolder(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return "another process";
+  const auto holders = FlockHolders(st.st_dev, st.st_ino);
+  if (!holders) return "another process";
+  for (const FlockHolder& h : *holders) {
+    if (!h.exclusive) continue;
+    std::string comm;
+    if (FILE* f = std::fopen(fmt::format("/proc/{}/comm", h.pid).c_str(), "r")) {
+      char buf[64] = {};
+      if (std::fgets(buf, sizeof(buf), f) != nullptr) comm = buf;
+      std::fclose(f);
+      while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+    }
+    return comm.empty() ? fmt::format("process {}", h.pid)
+                        : fmt::format("process {} ({})", h.pid, comm);
+  }
+  return "another process";
+}
+
+// Holds the key's build lock; released (and the descriptor closed) on destruction. The lock
+// file is checked like every file of the folder; the wait is bounded (a process that holds
+// the lock forever must not stall training forever).
 class BuildLock {
  public:
-  BuildLock(const std::string& path, bool verbose, const std::string& cache_path) {
-    fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  BuildLock(const ShmUserDir& dir, const std::string& name, bool verbose,
+            const std::string& cache_path, double timeout_s) {
+    std::string why;
+    fd_ = dir.OpenFile(name, O_RDWR | O_CREAT, &why);
     if (fd_ < 0) {
-      throw Error(ErrorCode::kIo, fmt::format("cannot open the cache lock {}: {}", path,
-                                              std::strerror(errno)));
+      throw Error(ErrorCode::kIo,
+                  fmt::format("the cache lock {} is refused: {}", dir.PathOf(name), why));
     }
-    fchmod(fd_, 0666);  // every user's processes share the cache; umask must not stop them
-    if (flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
+    if (flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+      held_ = true;
+      return;
+    }
+    holder_ = DescribeHolder(fd_);
     if (verbose) {
       Log(LogLevel::kInfo,
-          fmt::format("cache: waiting for another process to build {}", cache_path));
+          fmt::format("cache: waiting for {}, which is building {}", holder_, cache_path));
     }
-    while (flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(std::max(0.0, timeout_s));
+    while (true) {
+      if (flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+        held_ = true;
+        return;
+      }
+      if (errno != EWOULDBLOCK && errno != EINTR) {
         const int err = errno;
         close(fd_);
+        fd_ = -1;
         throw Error(ErrorCode::kIo,
-                    fmt::format("cannot lock {}: {}", path, std::strerror(err)));
+                    fmt::format("cannot lock {}: {}", dir.PathOf(name), std::strerror(err)));
       }
+      if (std::chrono::steady_clock::now() >= deadline) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  ~BuildLock() { close(fd_); }  // closing releases the flock
+  ~BuildLock() {
+    if (fd_ >= 0) close(fd_);  // closing releases the flock
+  }
   BuildLock(const BuildLock&) = delete;
   BuildLock& operator=(const BuildLock&) = delete;
 
+  bool held() const { return held_; }
+  const std::string& holder() const { return holder_; }
+
  private:
   int fd_ = -1;
+  bool held_ = false;
+  std::string holder_;
 };
 
 bool PreadFully(int fd, void* buf, size_t n, uint64_t offset) {
@@ -66,12 +114,14 @@ bool PreadFully(int fd, void* buf, size_t n, uint64_t offset) {
 }
 
 // Opens the published file when it is there and belongs to `base`. Null when absent; sets
-// `invalid` (and returns null) when it is there but unusable.
-std::shared_ptr<Source> OpenPublished(const std::shared_ptr<Source>& base, const std::string& path,
-                                      std::string* invalid) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+// `invalid` (and returns null) when something is there but unusable.
+std::shared_ptr<Source> OpenPublished(const std::shared_ptr<Source>& base, const ShmUserDir& dir,
+                                      const std::string& name, std::string* invalid) {
+  const std::string path = dir.PathOf(name);
+  std::string why;
+  const int fd = dir.OpenFile(name, O_RDONLY, &why);
   if (fd < 0) {
-    if (errno != ENOENT) *invalid = fmt::format("cannot open it: {}", std::strerror(errno));
+    if (why != "absent") *invalid = why;
     return nullptr;
   }
   try {
@@ -86,14 +136,9 @@ std::shared_ptr<Source> OpenPublished(const std::shared_ptr<Source>& base, const
     if (!PreadFully(fd, bytes.data(), bytes.size(), 0)) {
       throw Error(ErrorCode::kCorruptData, "header cannot be read");
     }
-    ShmHeader header = DecodeShmHeader(bytes, size, path);
-    if (header.identity != base->Identity() || header.schema_text != base->schema().ToString() ||
-        header.layout.samples != base->size()) {
-      // Equal keys with different identities: a hash collision, or a tampered file.
-      throw Error(ErrorCode::kCorruptData, "it was built for a different source");
-    }
-    return std::make_shared<ShmCachedSource>(base, fd, path, std::move(header),
-                                             /*verified=*/false);
+    ShmHeader header = DecodeShmHeader(bytes, size, path, dir.secret());
+    CheckShmHeaderFor(header, base->schema(), base->size(), base->Identity(), path);
+    return std::make_shared<ShmCachedSource>(base, fd, path, std::move(header));
   } catch (const Error& e) {
     close(fd);
     *invalid = e.what();
@@ -103,11 +148,11 @@ std::shared_ptr<Source> OpenPublished(const std::shared_ptr<Source>& base, const
 
 // Removes tmp files of earlier builders of `key`. Only called with the build lock held, so
 // their builders are dead. Returns the number removed.
-int RemoveLeftovers(const std::string& dir, const std::string& key, bool verbose) {
+int RemoveLeftovers(const ShmUserDir& dir, const std::string& key, bool verbose) {
   const std::string prefix = fmt::format("gpufeed-{}.tmp-", key);
   int removed = 0;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path(), ec)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
     if (verbose) {
@@ -115,7 +160,7 @@ int RemoveLeftovers(const std::string& dir, const std::string& key, bool verbose
                                        "gone; removing it and rebuilding",
                                        entry.path().string(), name.substr(prefix.size())));
     }
-    std::filesystem::remove(entry.path(), ec);
+    unlinkat(dir.fd(), name.c_str(), 0);
     ++removed;
   }
   return removed;
@@ -124,23 +169,30 @@ int RemoveLeftovers(const std::string& dir, const std::string& key, bool verbose
 }  // namespace
 
 std::string ShmCachePath(const std::string& dir, const std::string& key) {
-  return fmt::format("{}/gpufeed-{}", dir, key);
+  return fmt::format("{}/gpufeed-{}", ShmUserDirPath(dir), key);
 }
 
 ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& options) {
   GPUFEED_ASSERT(options.threads > 0, "threads > 0");
-  struct stat st {};
-  if (stat(options.dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw Error(ErrorCode::kNotFound,
-                fmt::format("shared-memory cache folder {} does not exist", options.dir));
-  }
+  const auto dir = ShmUserDir::Open(options.dir, /*create=*/true);
   ShmOpenResult result;
   result.key = CacheKey(*base);
-  result.path = ShmCachePath(options.dir, result.key);
-  BuildLock lock(result.path + ".lock", options.verbose, result.path);
+  const std::string name = "gpufeed-" + result.key;
+  result.path = dir->PathOf(name);
+  BuildLock lock(*dir, name + ".lock", options.verbose, result.path, options.lock_timeout_s);
+  if (!lock.held()) {
+    result.failure = fmt::format("{} held the cache lock {}.lock for more than {} s", lock.holder(),
+                                 result.path, options.lock_timeout_s);
+    if (options.verbose) {
+      Log(LogLevel::kWarning,
+          fmt::format("cache: WARNING: {}; reading from the source without a cache",
+                      result.failure));
+    }
+    return result;
+  }
 
   std::string invalid;
-  if (auto source = OpenPublished(base, result.path, &invalid)) {
+  if (auto source = OpenPublished(base, *dir, name, &invalid)) {
     result.source = std::move(source);
     return result;
   }
@@ -148,14 +200,14 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
     if (options.verbose) {
       Log(LogLevel::kInfo, fmt::format("cache: removing {} ({}); rebuilding", result.path, invalid));
     }
-    unlink(result.path.c_str());
+    unlinkat(dir->fd(), name.c_str(), 0);
   }
-  result.removed_leftover = RemoveLeftovers(options.dir, result.key, options.verbose) > 0;
+  result.removed_leftover = RemoveLeftovers(*dir, result.key, options.verbose) > 0;
 
-  const std::string tmp = fmt::format("{}.tmp-{}", result.path, getpid());
+  const std::string tmp = fmt::format("{}.tmp-{}", name, getpid());
   ShmBuildOptions build{.threads = options.threads, .verbose = options.verbose,
                         .faults = options.faults};
-  ShmBuildResult built = BuildShmFile(*base, tmp, result.path, build);
+  ShmBuildResult built = BuildShmFile(*base, *dir, tmp, name, build);
   if (built.status != ShmBuildStatus::kPublished) {
     result.failure = built.message;
     if (options.verbose) {
@@ -167,8 +219,8 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
     return result;
   }
   result.built = true;
-  result.source = std::make_shared<ShmCachedSource>(base, built.fd, result.path,
-                                                    std::move(built.header), /*verified=*/true);
+  result.source =
+      std::make_shared<ShmCachedSource>(base, built.fd, result.path, std::move(built.header));
   return result;
 }
 

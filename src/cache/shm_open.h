@@ -1,11 +1,16 @@
-// The shared-memory cache protocol across processes, for one key:
-//   1. open gpufeed-<key>.lock and take flock(LOCK_EX) (waiters block here; a builder's death
-//      releases the lock);
-//   2. the published gpufeed-<key> verifies (header, identity, schema) -> map it and serve;
-//      one that does not verify is removed;
+// The shared-memory cache protocol across one user's processes, for one key, all in the
+// user's own folder <dir>/gpufeed-user-<uid> (ShmUserDir: 0700, owner checked, nothing
+// followed):
+//   1. open gpufeed-<key>.lock (0600, checked like every file) and take flock(LOCK_EX)
+//      (waiters poll, saying which process holds it, for at most lock_timeout_s; then they
+//      read from the source uncached; a builder's death releases the lock);
+//   2. the published gpufeed-<key> verifies (a regular file of this user, the keyed header,
+//      its field table against the source's schema) -> map it and serve; anything else under
+//      that name (a damaged file, a FIFO, a symlink) is removed;
 //   3. else remove tmp files of builders that died (none can be alive: we hold the lock),
 //      build gpufeed-<key>.tmp-<pid>, rename it to gpufeed-<key>;
 //   4. release the lock.
+// Caches are never shared between users: each user builds their own copy.
 // Thread-safety: OpenShmCache may be called from many threads and processes at once.
 #pragma once
 
@@ -18,9 +23,11 @@
 namespace gpufeed {
 
 struct ShmOpenOptions {
-  std::string dir = "/dev/shm";  // Default: /dev/shm
+  std::string dir = "/dev/shm";  // Default: /dev/shm (the root; caches go in the user's folder)
   int threads = 1;               // Required: > 0 (build parallelism)
   bool verbose = true;           // Default: true: waits, rebuilds and failures on stderr
+  // How long to wait for another process's build; then the source is read uncached.
+  double lock_timeout_s = 1800;  // Default: 30 minutes
   ShmBuildFaults faults = {};    // Default: none (tests inject ENOSPC)
 };
 
@@ -35,11 +42,13 @@ struct ShmOpenResult {
   std::string failure = {};      // why source is null
 };
 
-// Throws Error(kNotFound) when `options.dir` does not exist, Error(kIo) when the lock file
-// cannot be made, and what the base source throws while the file is built.
+// Throws Error(kNotFound) when `options.dir` does not exist, Error(kIo) when the user's folder
+// or the lock file is refused (not this user's, a symlink, open to others) or cannot be made,
+// and what the base source throws while the file is built.
 ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& options);
 
-// "<dir>/gpufeed-<key>", its ".lock" and the ".tmp-" prefix of its builders' files.
+// "<dir>/gpufeed-user-<uid>/gpufeed-<key>"; its ".lock" and its builders' ".tmp-<pid>" files
+// lie beside it.
 std::string ShmCachePath(const std::string& dir, const std::string& key);
 
 }  // namespace gpufeed

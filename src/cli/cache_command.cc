@@ -111,7 +111,8 @@ int RunBuild(const CacheArgs& a) {
 }
 
 void Run(CLI::App* cmd, int (*body)(const CacheArgs&), std::shared_ptr<CacheArgs> args) {
-  cmd->add_option("--dir", args->dir, "The shared-memory folder")->capture_default_str();
+  cmd->add_option("--dir", args->dir, "The shared-memory root (caches are in its gpufeed-user-UID)")
+      ->capture_default_str();
   cmd->callback([body, args] {
     const int code = RunReportingErrors([&] { return body(*args); });
     if (code != 0) throw CLI::RuntimeError(code);
@@ -124,9 +125,9 @@ void RegisterCacheCommand(CLI::App& app) {
   auto args = std::make_shared<CacheArgs>();
   CLI::App* cache = app.add_subcommand(
       "cache",
-      "The node's shared-memory caches (/dev/shm/gpufeed-KEY): one copy of a data set that\n"
-      "every local process maps. `cache='shm'` or 'auto' makes them; these commands list,\n"
-      "remove and collect them.");
+      "Your shared-memory caches (/dev/shm/gpufeed-user-UID/gpufeed-KEY): one copy of a data\n"
+      "set that every local process of yours maps. `cache='shm'` or 'auto' makes them; these\n"
+      "commands list, remove and collect them. Other users' caches are not visible or used.");
   cache->require_subcommand(1);
 
   CLI::App* ls = cache->add_subcommand(

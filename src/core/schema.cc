@@ -5,16 +5,52 @@
 
 #include <cctype>
 #include <charconv>
+#include <limits>
 
+#include "core/checked_math.h"
 #include "core/text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
+namespace {
+
+constexpr uint64_t kMaxCount = std::numeric_limits<int64_t>::max();
+
+}  // namespace
 
 int64_t FieldSpec::ElementsPerSample() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  // Every dimension is checked first, then the product: a zero anywhere must not hide an
+  // overflowing rest, so (0, 2^62, 2^62) is refused as well as (2^62, 2^62, 0).
+  uint64_t nonzero = 1;
+  bool zero = false;
+  for (int64_t d : shape) {
+    if (d < 0) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("field {}: negative dimension {}", ToString(), d));
+    }
+    if (d == 0) {
+      zero = true;
+      continue;
+    }
+    const auto next = CheckedMul(nonzero, static_cast<uint64_t>(d));
+    if (!next || *next > kMaxCount) {
+      throw Error(
+          ErrorCode::kCorruptData,
+          fmt::format("field {}: the element count per sample overflows 63 bits", ToString()));
+    }
+    nonzero = *next;
+  }
+  return zero ? 0 : static_cast<int64_t>(nonzero);
+}
+
+size_t FieldSpec::SampleBytes() const {
+  const uint64_t elements = static_cast<uint64_t>(ElementsPerSample());
+  const auto bytes = CheckedMul(elements, DTypeSize(dtype));
+  if (!bytes || *bytes > kMaxCount) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("field {}: the bytes per sample overflow 63 bits", ToString()));
+  }
+  return static_cast<size_t>(*bytes);
 }
 
 std::string FieldSpec::ToString() const {
@@ -40,9 +76,16 @@ const FieldSpec& Schema::Field(std::string_view name) const {
 }
 
 size_t Schema::SampleBytes() const {
-  size_t bytes = 0;
-  for (const auto& f : fields) bytes += f.SampleBytes();
-  return bytes;
+  uint64_t bytes = 0;
+  for (const auto& f : fields) {
+    const auto sum = CheckedAdd(bytes, f.SampleBytes());
+    if (!sum || *sum > kMaxCount) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("schema {}: the bytes per sample overflow 63 bits", ToString()));
+    }
+    bytes = *sum;
+  }
+  return static_cast<size_t>(bytes);
 }
 
 std::string Schema::ToString() const {
@@ -86,6 +129,11 @@ FieldSpec ParseField(std::string_view spec, std::string_view part) {
     if (comma == std::string_view::npos) break;
     dims.remove_prefix(comma + 1);
   }
+  try {
+    (void)field.SampleBytes();
+  } catch (const Error& e) {
+    BadSpec(spec, part, e.what());
+  }
   return field;
 }
 
@@ -109,6 +157,11 @@ Schema ParseSchema(std::string_view spec) {
     }
   }
   if (schema.fields.empty()) BadSpec(spec, spec, "no fields");
+  try {
+    (void)schema.SampleBytes();
+  } catch (const Error& e) {
+    BadSpec(spec, spec, e.what());
+  }
   return schema;
 }
 

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 
+#include "core/checked_math.h"
+
 namespace gpufeed {
 namespace {
 
 constexpr size_t kFieldAlignment = 256;  // what CUDA's allocators give; fine for AVX too
-
-size_t AlignUp(size_t n) { return (n + kFieldAlignment - 1) / kFieldAlignment * kFieldAlignment; }
 
 }  // namespace
 
@@ -24,7 +24,15 @@ BatchLayout::BatchLayout(const Schema& source_schema,
     size_t row_bytes = 0;
     for (const auto& stage : stages_) row_bytes = std::max(row_bytes, stage.fields[f].SampleBytes());
     offsets_.push_back(offset);
-    offset += AlignUp(std::max<size_t>(1, row_bytes * static_cast<size_t>(batch_size)));
+    // Checked: a batch size times a sample size from a file must not wrap to a small buffer.
+    const std::string what = "the batch buffer for field '" + stages_.back().fields[f].name + "'";
+    const uint64_t bytes =
+        std::max<uint64_t>(1, MulOrThrow(row_bytes, static_cast<uint64_t>(batch_size), what,
+                                         ErrorCode::kInvalidArgument));
+    offset = AddOrThrow(offset,
+                        AddOrThrow(bytes, kFieldAlignment - 1, what, ErrorCode::kInvalidArgument),
+                        what, ErrorCode::kInvalidArgument);
+    offset = offset / kFieldAlignment * kFieldAlignment;
   }
   buffer_bytes_ = std::max<size_t>(offset, kFieldAlignment);
 }

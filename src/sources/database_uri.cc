@@ -1,6 +1,9 @@
 // OpenDatabase: the URI spelling of the database sources, for the CLI and Python.
+#include "sources/database_uri.h"
+
 #include <fmt/format.h>
 
+#include <cctype>
 #include <charconv>
 #include <string_view>
 
@@ -18,8 +21,10 @@ std::string PercentDecode(std::string_view text, std::string_view parameter) {
       out += text[i];
       continue;
     }
+    // Exactly two hex digits: from_chars alone would take "%-1" (a sign) as -1 = byte 0xFF.
     int value = 0;
-    if (i + 2 >= text.size() ||
+    if (i + 2 >= text.size() || !std::isxdigit(static_cast<unsigned char>(text[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(text[i + 2])) ||
         std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16).ptr !=
             text.data() + i + 3) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -99,11 +104,12 @@ bool IsDatabaseUri(const std::string& uri) {
          StartsWith(uri, "postgres:");
 }
 
-std::shared_ptr<Source> OpenDatabase(const std::string& uri, DatabaseOptions options) {
+DatabaseUriParts ParseDatabaseUri(const std::string& uri, DatabaseOptions options) {
   const size_t question = uri.find('?');
   const std::string base = uri.substr(0, question);
   const std::string params =
       question == std::string::npos ? std::string() : uri.substr(question + 1);
+  DatabaseUriParts parts;
   if (StartsWith(uri, "sqlite:")) {
     std::string path = base.substr(std::string_view("sqlite:").size());
     if (StartsWith(path, "//")) path = path.substr(2);  // sqlite:///abs/path -> /abs/path
@@ -117,15 +123,27 @@ std::shared_ptr<Source> OpenDatabase(const std::string& uri, DatabaseOptions opt
     if (path.empty()) {
       throw Error(ErrorCode::kInvalidArgument, "database URI sqlite: names no file");
     }
-    return OpenSqlite(PercentDecode(path, "path"), std::move(options));
-  }
-  if (StartsWith(uri, "postgresql:") || StartsWith(uri, "postgres:")) {
+    parts.kind = DatabaseUriParts::Kind::kSqlite;
+    parts.target = PercentDecode(path, "path");
+  } else if (StartsWith(uri, "postgresql:") || StartsWith(uri, "postgres:")) {
     const std::string rest = TakeOptions(params, options);
-    return OpenPostgres(rest.empty() ? base : base + "?" + rest, std::move(options));
+    parts.kind = DatabaseUriParts::Kind::kPostgres;
+    parts.target = rest.empty() ? base : base + "?" + rest;
+  } else {
+    // Not a URI of ours: say what it is without echoing it (it may hold a password).
+    throw Error(ErrorCode::kInvalidArgument,
+                "database URI: expected sqlite:PATH, postgresql://... or postgres://...");
   }
-  // Not a URI of ours: say what it is without echoing it (it may hold a password).
-  throw Error(ErrorCode::kInvalidArgument,
-              "database URI: expected sqlite:PATH, postgresql://... or postgres://...");
+  parts.options = std::move(options);
+  return parts;
+}
+
+std::shared_ptr<Source> OpenDatabase(const std::string& uri, DatabaseOptions options) {
+  DatabaseUriParts parts = ParseDatabaseUri(uri, std::move(options));
+  if (parts.kind == DatabaseUriParts::Kind::kSqlite) {
+    return OpenSqlite(parts.target, std::move(parts.options));
+  }
+  return OpenPostgres(parts.target, std::move(parts.options));
 }
 
 }  // namespace gpufeed

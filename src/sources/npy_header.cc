@@ -10,7 +10,9 @@
 #include <limits>
 #include <optional>
 
+#include "core/checked_math.h"
 #include "gpufeed/error.h"
+#include "gpufeed/schema.h"
 
 namespace gpufeed {
 namespace {
@@ -294,23 +296,37 @@ NpyHeader ReadNpyHeader(const File& file) {
   NpyHeader header = ParseNpyDict(dict, path);
   header.data_offset = preamble + header_len;
 
-  // shape * itemsize, checked for overflow: a corrupt shape must not wrap around to a size
-  // that happens to match.
-  uint64_t bytes = DTypeSize(header.dtype);
-  bool overflow = false;
-  for (int64_t d : header.shape) {
-    const auto ud = static_cast<uint64_t>(d);
-    if (ud != 0 && bytes > std::numeric_limits<uint64_t>::max() / ud) overflow = true;
-    bytes *= ud;
+  // The per-sample size through the schema's one checked product (a zero dimension must not
+  // hide an overflowing rest: (0, 2^62, 2^62) is refused), then samples * that, checked, so a
+  // corrupt shape cannot wrap around to a size that happens to match the file.
+  FieldSpec sample{.name = "",
+                   .dtype = header.dtype,
+                   .shape = std::vector<int64_t>(header.shape.begin() + 1, header.shape.end())};
+  uint64_t row_bytes = 0;
+  try {
+    row_bytes = sample.SampleBytes();
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: the header's shape ({}) is too large: {}", path,
+                            fmt::join(header.shape, ", "), e.what()));
   }
+  const auto rows = static_cast<uint64_t>(header.shape[0]);
+  if (row_bytes == 0 && rows > 0) {
+    // Zero-width rows hold no data, yet would make a loader plan and batch any number of
+    // samples (2^61 of them) out of an empty file.
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("{}: shape ({}) has samples of zero bytes; nothing to load", path,
+                            fmt::join(header.shape, ", ")));
+  }
+  const auto bytes = CheckedMul(rows, row_bytes);
   const uint64_t have = file_size - header.data_offset;
-  if (overflow || bytes != have) {
+  if (!bytes || *bytes != have) {
     throw Error(ErrorCode::kCorruptData,
                 fmt::format("{}: the header says shape ({}) of {} = {} data bytes, but the file "
                             "holds {} bytes after the header ({})",
                             path, fmt::join(header.shape, ", "), DTypeName(header.dtype),
-                            overflow ? std::string("more than 2^64") : std::to_string(bytes), have,
-                            have < bytes || overflow ? "truncated" : "extra bytes"));
+                            bytes ? std::to_string(*bytes) : std::string("more than 2^64"), have,
+                            !bytes || have < *bytes ? "truncated" : "extra bytes"));
   }
   return header;
 }

@@ -13,6 +13,7 @@
 #include <set>
 #include <system_error>
 
+#include "core/mapped_read_guard.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "sources/npy_header.h"
@@ -104,9 +105,13 @@ class NumpySource final : public Source {
   static void CopyMapped(const NumpyField& f, std::span<const int64_t> indices,
                          const std::vector<size_t>& order, std::byte* dst) {
     const size_t rb = f.row_bytes;
-    for (size_t pos : order) {
-      std::memcpy(dst + pos * rb, f.data + static_cast<size_t>(indices[pos]) * rb, rb);
-    }
+    // The file may be truncated under the mapping (np.save over it): a SIGBUS here becomes
+    // Error(kIo) naming the file.
+    GuardMappedRead(f.file->path(), [&] {
+      for (size_t pos : order) {
+        std::memcpy(dst + pos * rb, f.data + static_cast<size_t>(indices[pos]) * rb, rb);
+      }
+    });
   }
 
   void ReadRuns(const NumpyField& f, std::span<const int64_t> indices,

@@ -4,7 +4,11 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
+#include <new>
+#include <span>
+#include <stdexcept>
 
+#include "core/checked_math.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -99,13 +103,23 @@ void PgCopyParser::Fail(size_t column, const std::string& what) const {
 }
 
 void PgCopyParser::Feed(const char* data, size_t size) {
-  if (pending_.empty()) {
-    const size_t used = Parse(data, size);
-    pending_.assign(data + used, size - used);
-  } else {
-    pending_.append(data, size);
-    const size_t used = Parse(pending_.data(), pending_.size());
-    pending_.erase(0, used);
+  // Sizes are checked before allocating, so what still fails to allocate is a result too large
+  // for this machine's memory: a gpufeed error naming the query, never a bare std exception.
+  try {
+    if (pending_.empty()) {
+      const size_t used = Parse(data, size);
+      pending_.assign(data + used, size - used);
+    } else {
+      pending_.append(data, size);
+      const size_t used = Parse(pending_.data(), pending_.size());
+      pending_.erase(0, used);
+    }
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kIo, fmt::format("{}: out of memory after {} rows{}", context_,
+                                            table_.rows, row_suffix_));
+  } catch (const std::length_error&) {
+    throw Error(ErrorCode::kIo, fmt::format("{}: out of memory after {} rows{}", context_,
+                                            table_.rows, row_suffix_));
   }
 }
 
@@ -206,12 +220,26 @@ void PgCopyParser::DecodeArray(size_t c, const char* p, int32_t length) {
   if (element != column.element_oid) {
     Fail(c, fmt::format("array elements of type oid {}, expected {}", element, column.element_oid));
   }
+  // The dimensions are untrusted: each must be >= 0, their product must not overflow, and
+  // the bytes left in the value must hold that many elements (an int32 length and the element
+  // each) before anything is allocated: 73 bytes must not ask for 64 GiB.
   std::vector<int64_t> dims(static_cast<size_t>(ndim));
-  int64_t elements = ndim == 0 ? 0 : 1;
   for (int32_t d = 0; d < ndim; ++d) {
     dims[d] = ReadInt32(p);
     p += 8;  // the lower bound does not change the layout
-    elements *= dims[d];
+    if (dims[d] < 0) Fail(c, fmt::format("an array with a negative dimension {}", dims[d]));
+  }
+  const size_t size = DTypeSize(column.dtype);
+  uint64_t elements = 0;
+  if (ndim > 0) {
+    const auto product = CheckedProduct(
+        std::span<const uint64_t>(reinterpret_cast<const uint64_t*>(dims.data()), dims.size()));
+    if (!product) Fail(c, fmt::format("an array of shape {}: too many elements", ShapeText(dims)));
+    elements = *product;
+  }
+  const auto need = CheckedMul(elements, 4 + size);
+  if (!need || *need > static_cast<uint64_t>(end - p)) {
+    Fail(c, fmt::format("an array of shape {} in {} bytes: truncated", ShapeText(dims), length));
   }
   if (ndim == 0) dims = {0};  // an empty array: zero elements
   FieldSpec& spec = table_.fields[c];
@@ -220,21 +248,20 @@ void PgCopyParser::DecodeArray(size_t c, const char* p, int32_t length) {
     dims_[c] = dims;
     shape_known_[c] = true;
   } else if (column.declared_shape) {
-    if (elements != spec.ElementsPerSample()) {
-      Fail(c,
-           fmt::format("an array of shape {} ({} elements); the declared shape {} needs {}",
-                       ShapeText(dims), elements, ShapeText(spec.shape), spec.ElementsPerSample()));
+    const auto declared = static_cast<uint64_t>(spec.ElementsPerSample());
+    if (elements != declared) {
+      Fail(c, fmt::format("an array of shape {} ({} elements); the declared shape {} needs {}",
+                          ShapeText(dims), elements, ShapeText(spec.shape), declared));
     }
   } else if (dims != dims_[c]) {
     Fail(c, fmt::format("a ragged array: shape {} where the first row has {}; every row needs "
                         "the same shape",
                         ShapeText(dims), ShapeText(dims_[c])));
   }
-  const size_t size = DTypeSize(column.dtype);
   auto& out = table_.data[c];
   const size_t base = out.size();
   out.resize(base + static_cast<size_t>(elements) * size);
-  for (int64_t i = 0; i < elements; ++i) {
+  for (uint64_t i = 0; i < elements; ++i) {
     if (end - p < 4) Fail(c, "a truncated array");
     const int32_t n = ReadInt32(p);
     p += 4;

@@ -151,6 +151,19 @@ std::vector<PgColumn> DescribeColumns(PgConnection& conn, const std::string& que
           fmt::format("{}: declared field {} has a shape but column '{}' is a scalar {}",
                       conn.target().description, declared.ToString(), it->name, it->type_name));
     }
+    bool positive = true;
+    for (int64_t d : declared.shape) positive = positive && d > 0;
+    std::string bad_shape = positive ? "" : "a dimension that is not positive";
+    try {
+      (void)declared.SampleBytes();
+    } catch (const Error& e) {
+      bad_shape = e.what();
+    }
+    if (!bad_shape.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: declared field {}: {}", conn.target().description,
+                              declared.ToString(), bad_shape));
+    }
     if (it->is_array) it->declared_shape = declared.shape;
   }
   return columns;

@@ -4,10 +4,10 @@
 #include <filesystem>
 #include <map>
 
-#include "gpufeed/error.h"
-
 #include "cache/shm_open.h"
+#include "cache/shm_user_dir.h"
 #include "gpufeed/cache.h"
+#include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "sources/scratch_dir.h"
 
@@ -27,10 +27,11 @@ TEST(CacheDirTest, ListsCountsUsersRemovesAndCollects) {
   auto b = OpenShmCache(Synthetic(2), {.dir = dir.path(), .threads = 1, .verbose = false});
   auto a2 = OpenShmCache(Synthetic(1), {.dir = dir.path(), .threads = 1, .verbose = false});
   b.source.reset();
-  // A dead builder's leftover and a file that is not a cache.
-  dir.Write(fmt::format("gpufeed-{}.tmp-999999", "0123456789abcdef"), "partial");
-  dir.Write(fmt::format("gpufeed-{}", "fedcba9876543210"), "garbage");
-  dir.Write("unrelated", "x");
+  // A dead builder's leftover and a file that is not a cache, in the user's cache folder.
+  const std::string user = fs::path(ShmUserDirPath(dir.path())).filename().string();
+  dir.Write(fmt::format("{}/gpufeed-{}.tmp-999999", user, "0123456789abcdef"), "partial");
+  dir.Write(fmt::format("{}/gpufeed-{}", user, "fedcba9876543210"), "garbage");
+  dir.Write(user + "/unrelated", "x");
 
   auto list = ListShmCaches(dir.path());
   ASSERT_EQ(list.size(), 4u);
@@ -64,7 +65,7 @@ TEST(CacheDirTest, ListsCountsUsersRemovesAndCollects) {
   Synthetic(1)->Read({&index, 1}, {{reinterpret_cast<std::byte*>(want.data())}, 1}, nullptr);
   EXPECT_EQ(row, want);
   EXPECT_TRUE(ListShmCaches(dir.path()).empty());
-  EXPECT_TRUE(fs::exists(dir.path() + "/unrelated"));
+  EXPECT_TRUE(fs::exists(ShmUserDirPath(dir.path()) + "/unrelated"));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "cache/cache_test_util.h"
 #include "cache/shm_open.h"
 #include "cache/shm_source.h"
+#include "cache/shm_user_dir.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/sources.h"
 #include "sources/scratch_dir.h"
@@ -31,9 +32,12 @@ std::shared_ptr<Source> Synthetic(int64_t samples = 3000, uint64_t seed = 7) {
   return OpenSynthetic(ParseSchema("mel:float32[1,32,32],label:int64[]"), samples, seed);
 }
 
+// The cache files in the user's folder under the root `dir` (without the user's secret).
 std::vector<std::string> Names(const std::string& dir) {
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(ShmUserDirPath(dir))) {
+    if (e.path().filename() != "secret") names.push_back(e.path().filename().string());
+  }
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -48,7 +52,7 @@ TEST(ShmCacheTest, TheFirstOpenBuildsLaterOnesMapAndVerifyLazily) {
   ShmOpenResult first = OpenShmCache(base, Options(dir.path()));
   ASSERT_TRUE(first.source);
   EXPECT_TRUE(first.built);
-  EXPECT_EQ(first.path, dir.path() + "/gpufeed-" + CacheKey(*base));
+  EXPECT_EQ(first.path, ShmUserDirPath(dir.path()) + "/gpufeed-" + CacheKey(*base));
   EXPECT_EQ(base->samples_read.load(), 3000);
   const auto expected = ReadAll(*Synthetic());
   EXPECT_EQ(ReadAll(*first.source), expected);
@@ -182,7 +186,8 @@ TEST(ShmCacheTest, ABuilderKilledMidBuildIsDetectedAndTheCacheRebuilt) {
     OpenShmCache(slow, Options(dir.path(), 1));
     _exit(0);
   }
-  const std::string tmp = fmt::format("{}/gpufeed-{}.tmp-{}", dir.path(), key, child);
+  const std::string tmp =
+      fmt::format("{}/gpufeed-{}.tmp-{}", ShmUserDirPath(dir.path()), key, child);
   for (int i = 0; i < 500 && !fs::exists(tmp); ++i) usleep(10000);
   ASSERT_TRUE(fs::exists(tmp)) << "the builder never started";
   usleep(400000);  // at least one chunk written
@@ -191,7 +196,7 @@ TEST(ShmCacheTest, ABuilderKilledMidBuildIsDetectedAndTheCacheRebuilt) {
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status));
   ASSERT_TRUE(fs::exists(tmp));
-  ASSERT_FALSE(fs::exists(dir.path() + "/gpufeed-" + key));  // never published
+  ASSERT_FALSE(fs::exists(ShmCachePath(dir.path(), key)));  // never published
 
   auto listed = ListShmCaches(dir.path());
   ASSERT_EQ(listed.size(), 1u);

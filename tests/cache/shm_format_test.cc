@@ -2,10 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
+#include "cache/shm_user_dir.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
 namespace {
+
+// A user's secret (ShmUserDir makes a random one).
+const std::vector<std::byte> kKey(kShmSecretBytes, std::byte{0x42});
 
 ShmHeader Header() {
   ShmHeader h;
@@ -31,10 +37,10 @@ TEST(ShmFormatTest, LayoutAlignsFieldsAndCoversTheDataWithBlocks) {
 
 TEST(ShmFormatTest, RoundTrips) {
   const ShmHeader h = Header();
-  const auto bytes = EncodeShmHeader(h);
+  const auto bytes = EncodeShmHeader(h, kKey);
   ASSERT_EQ(bytes.size(), h.layout.header_bytes);
   EXPECT_EQ(ShmHeaderBytes(bytes, h.layout.total_bytes, "f"), h.layout.header_bytes);
-  const ShmHeader d = DecodeShmHeader(bytes, h.layout.total_bytes, "f");
+  const ShmHeader d = DecodeShmHeader(bytes, h.layout.total_bytes, "f", kKey);
   EXPECT_EQ(d.identity, h.identity);
   EXPECT_EQ(d.schema_text, h.schema_text);
   EXPECT_EQ(d.description, h.description);
@@ -47,27 +53,82 @@ TEST(ShmFormatTest, RoundTrips) {
 
 TEST(ShmFormatTest, EveryFlippedHeaderByteIsCaught) {
   const ShmHeader h = Header();
-  const auto good = EncodeShmHeader(h);
+  const auto good = EncodeShmHeader(h, kKey);
   for (size_t at = 0; at < good.size(); ++at) {
     auto bad = good;
     bad[at] ^= std::byte{0x20};
-    EXPECT_THROW(DecodeShmHeader(bad, h.layout.total_bytes, "f"), Error) << "byte " << at;
+    EXPECT_THROW(DecodeShmHeader(bad, h.layout.total_bytes, "f", kKey), Error) << "byte " << at;
   }
 }
 
 TEST(ShmFormatTest, AFileOfAnotherSizeOrTruncatedHeaderIsCorrupt) {
   const ShmHeader h = Header();
-  const auto bytes = EncodeShmHeader(h);
+  const auto bytes = EncodeShmHeader(h, kKey);
   try {
-    DecodeShmHeader(bytes, h.layout.total_bytes - 1, "/dev/shm/gpufeed-x");
+    DecodeShmHeader(bytes, h.layout.total_bytes - 1, "/dev/shm/gpufeed-x", kKey);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
     EXPECT_NE(std::string(e.what()).find("/dev/shm/gpufeed-x"), std::string::npos);
   }
   EXPECT_THROW(ShmHeaderBytes(std::span(bytes).first(20), h.layout.total_bytes, "f"), Error);
-  EXPECT_THROW(DecodeShmHeader(std::span(bytes).first(bytes.size() - 8), h.layout.total_bytes, "f"),
-               Error);
+  EXPECT_THROW(
+      DecodeShmHeader(std::span(bytes).first(bytes.size() - 8), h.layout.total_bytes, "f", kKey),
+      Error);
+}
+
+TEST(ShmFormatTest, AHeaderChecksummedWithAnotherUsersKeyIsRefused) {
+  const ShmHeader h = Header();
+  std::vector<std::byte> other(kShmSecretBytes, std::byte{0x43});
+  const auto forged = EncodeShmHeader(h, other);
+  try {
+    DecodeShmHeader(forged, h.layout.total_bytes, "/dev/shm/gpufeed-user-1/gpufeed-k", kKey);
+    FAIL() << "a header keyed for another user was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/dev/shm/gpufeed-user-1/gpufeed-k"), std::string::npos);
+  }
+}
+
+// A header whose field table (correctly checksummed: its writer had the key) disagrees with
+// the source's schema must be refused before any read: 72 bytes per row where the schema
+// says 64 would write past the batch buffer; an extra field would read past the view vector.
+void ExpectRefusedFor(const ShmHeader& h, const Schema& schema, const std::string& what) {
+  const auto bytes = EncodeShmHeader(h, kKey);
+  const ShmHeader decoded = DecodeShmHeader(bytes, h.layout.total_bytes, "cachefile", kKey);
+  try {
+    CheckShmHeaderFor(decoded, schema, 100000, h.identity, "cachefile");
+    FAIL() << "accepted: " << what;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_NE(std::string(e.what()).find("cachefile"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(ShmFormatTest, AFieldTableThatDisagreesWithTheSchemaIsRefused) {
+  const Schema schema = ParseSchema("x:float32[3],y:int64[]");
+  const ShmHeader good = Header();
+  EXPECT_NO_THROW(CheckShmHeaderFor(
+      DecodeShmHeader(EncodeShmHeader(good, kKey), good.layout.total_bytes, "f", kKey), schema,
+      100000, good.identity, "f"));
+  ShmHeader wide = good;
+  wide.layout.row_bytes[0] = 16;  // the schema says 12
+  ExpectRefusedFor(wide, schema, "field 'x' has 16 bytes per row");
+  ShmHeader moved = good;
+  moved.layout.field_offsets[1] -= 4096;  // overlaps field x: still inside the data region
+  ExpectRefusedFor(moved, schema, "field 'y' has 8 bytes per row at offset");
+  // One field more than the schema, in a header that is otherwise consistent.
+  const Schema three = ParseSchema("x:float32[3],y:int64[],z:int64[]");
+  ShmHeader extra = good;
+  extra.schema_text = schema.ToString();
+  extra.layout = PlanShmLayout(three, 100000, good.identity, extra.schema_text, good.description);
+  extra.block_hashes.assign(extra.layout.blocks, 1);
+  ExpectRefusedFor(extra, schema, "3 fields, the source's schema 2");
+  ShmHeader fewer = good;
+  fewer.layout.samples = 99999;
+  ExpectRefusedFor(fewer, schema, "built for a different source");
 }
 
 }  // namespace

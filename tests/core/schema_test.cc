@@ -8,6 +8,7 @@
 namespace gpufeed {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(Schema, ParsesFieldsShapesAndScalars) {
@@ -45,6 +46,51 @@ TEST(Schema, FieldLookupNamesTheFieldsPresent) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kNotFound);
     EXPECT_THAT(e.what(), HasSubstr("mel, label"));
+  }
+}
+
+// Issue 14, item 3: every shape product and byte count is checked; none wraps.
+TEST(Schema, SizesThatOverflowAreErrorsNeverWrappedNumbers) {
+  const auto code_and_message = [](auto&& f, std::string* message) {
+    try {
+      f();
+    } catch (const Error& e) {
+      *message = e.what();
+      return e.code();
+    }
+    return ErrorCode::kCancelled;
+  };
+  std::string message;
+  // A zero dimension must not hide the overflowing rest, in any order.
+  for (const auto& shape : {std::vector<int64_t>{0, int64_t{1} << 62, int64_t{1} << 62},
+                            std::vector<int64_t>{int64_t{1} << 62, int64_t{1} << 62, 0},
+                            std::vector<int64_t>{int64_t{1} << 32, int64_t{1} << 32}}) {
+    const FieldSpec f{"mel", DType::kFloat32, shape};
+    EXPECT_EQ(code_and_message([&] { (void)f.ElementsPerSample(); }, &message),
+              ErrorCode::kCorruptData);
+    EXPECT_THAT(message, AllOf(HasSubstr("mel"), HasSubstr("overflows")));
+    EXPECT_EQ(code_and_message([&] { (void)f.SampleBytes(); }, &message), ErrorCode::kCorruptData);
+  }
+  // 2^62 elements fit in 63 bits; 2^62 x 4 bytes do not.
+  const FieldSpec big{"x", DType::kFloat32, {int64_t{1} << 62}};
+  EXPECT_EQ(big.ElementsPerSample(), int64_t{1} << 62);
+  EXPECT_EQ(code_and_message([&] { (void)big.SampleBytes(); }, &message), ErrorCode::kCorruptData);
+  EXPECT_THAT(message, HasSubstr("bytes per sample overflow"));
+  const FieldSpec negative{"x", DType::kFloat32, {3, -1}};
+  EXPECT_EQ(code_and_message([&] { (void)negative.SampleBytes(); }, &message),
+            ErrorCode::kCorruptData);
+  EXPECT_THAT(message, HasSubstr("negative dimension -1"));
+  // The sum over fields is checked too.
+  Schema two{{{"a", DType::kUInt8, {int64_t{1} << 62}}, {"b", DType::kUInt8, {int64_t{3} << 61}}}};
+  EXPECT_EQ(code_and_message([&] { (void)two.SampleBytes(); }, &message), ErrorCode::kCorruptData);
+  // ParseSchema refuses them as a bad argument, naming the part.
+  for (const char* spec : {"x:float32[4611686018427387904,4]",
+                           "x:uint8[4611686018427387904],"
+                           "y:uint8[6917529027641081856]",
+                           "x:int64[99999999999,99999999999]"}) {
+    EXPECT_EQ(code_and_message([&] { ParseSchema(spec); }, &message), ErrorCode::kInvalidArgument)
+        << spec;
+    EXPECT_THAT(message, HasSubstr("overflow")) << spec;
   }
 }
 

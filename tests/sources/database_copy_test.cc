@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "gpufeed/error.h"
+#include "sources/database_uri.h"
 #include "sources/npy_test_util.h"
 #include "sources/postgres_copy.h"
 
@@ -140,6 +141,110 @@ TEST(PgCopyParserTest, MapsOnlyNumericTypes) {
   EXPECT_FALSE(is_array);
   EXPECT_EQ(PgTypeToDType(25, &is_array, &element), std::nullopt);    // text
   EXPECT_EQ(PgTypeToDType(1700, &is_array, &element), std::nullopt);  // numeric
+}
+
+// One tuple holding one real[] value: `ndim` dimensions of `dims`, then `elements` elements
+// actually present (a hostile stream says more than it holds).
+std::string ArrayStream(const std::vector<int32_t>& dims, int elements) {
+  std::string s = Header();
+  Put16(s, 1);
+  Put32(s, 12 + 8 * static_cast<int32_t>(dims.size()) + elements * 8);
+  Put32(s, static_cast<int32_t>(dims.size()));
+  Put32(s, 0);
+  Put32(s, 700);
+  for (int32_t d : dims) {
+    Put32(s, d);
+    Put32(s, 1);
+  }
+  for (int e = 0; e < elements; ++e) {
+    Put32(s, 4);
+    PutFloat(s, 1.0f);
+  }
+  Put16(s, -1);
+  return s;
+}
+
+std::vector<PgColumn> ArrayColumn(std::optional<std::vector<int64_t>> declared = std::nullopt) {
+  return {{.name = "v",
+           .type_oid = 1021,
+           .type_name = "real[]",
+           .dtype = DType::kFloat32,
+           .is_array = true,
+           .element_oid = 700,
+           .declared_shape = std::move(declared)}};
+}
+
+// Issue 14, item 6: every array header is checked before anything is allocated.
+TEST(PgCopyParserTest, HostileArrayHeadersAreCorruptDataBeforeAnyAllocation) {
+  struct Case {
+    std::vector<int32_t> dims;
+    int elements;
+    const char* says;
+  };
+  const Case cases[] = {
+      // 73 bytes that ask for 2^31 x 2^31 x ... elements (64 GiB and more).
+      {{65536, 65536}, 1, "truncated"},
+      {{2147483647}, 0, "truncated"},
+      // Negative dimensions (the schema would read float32[-1,-1]).
+      {{-1, -1}, 0, "negative dimension -1"},
+      {{-1}, 0, "negative dimension -1"},
+      // A product that wraps to 0 in 64 bits: 2^16 six times is 2^96.
+      {{65536, 65536, 65536, 65536, 65536, 65536}, 0, "too many elements"},
+  };
+  for (const Case& c : cases) {
+    const auto columns = ArrayColumn();
+    const std::string s = ArrayStream(c.dims, c.elements);
+    PgCopyParser parser(columns, "pg-test", "");
+    std::string message;
+    EXPECT_EQ(ErrorCodeOf([&] { parser.Feed(s.data(), s.size()); }, &message),
+              ErrorCode::kCorruptData)
+        << c.says;
+    EXPECT_THAT(message, AllOf(HasSubstr("pg-test"), HasSubstr("column 'v'"), HasSubstr(c.says)));
+  }
+  // A declared shape: the same checks come first.
+  const auto declared = ArrayColumn(std::vector<int64_t>{2, 3});
+  const std::string s = ArrayStream({-2, -3}, 0);
+  PgCopyParser parser(declared, "pg-test", "");
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf([&] { parser.Feed(s.data(), s.size()); }, &message),
+            ErrorCode::kCorruptData);
+  EXPECT_THAT(message, HasSubstr("negative dimension"));
+}
+
+TEST(PgCopyParserTest, AnHonestArrayStillParses) {
+  const auto columns = ArrayColumn();
+  const std::string s = ArrayStream({2, 3}, 6);
+  PgCopyParser parser(columns, "pg-test", "");
+  parser.Feed(s.data(), s.size());
+  parser.Finish();
+  ColumnTable table = parser.Take();
+  EXPECT_EQ(table.rows, 1);
+  EXPECT_EQ(table.fields[0].ToString(), "v: float32[2,3]");
+  EXPECT_EQ(table.data[0].size(), 24u);
+}
+
+// Issue 14, item 10: "%-1" decoded to byte 0xFF (from_chars takes a sign).
+TEST(DatabaseUriTest, BadPercentEscapesAreRejected) {
+  for (const char* uri :
+       {"sqlite:/tmp/a%-1.db", "sqlite:/tmp/a%+1.db", "sqlite:/tmp/a% 1.db", "sqlite:/tmp/a%4",
+        "sqlite:/tmp/a%zz.db", "sqlite:/tmp/a.db?query=SELECT%-1"}) {
+    std::string message;
+    EXPECT_EQ(ErrorCodeOf([&] { ParseDatabaseUri(uri, {}); }, &message),
+              ErrorCode::kInvalidArgument)
+        << uri;
+    EXPECT_THAT(message, HasSubstr("bad %-escape")) << uri;
+  }
+  EXPECT_EQ(ParseDatabaseUri("sqlite:/tmp/a%41%2f.db", {}).target, "/tmp/aA/.db");
+}
+
+TEST(DatabaseUriTest, FieldsWhoseSizeOverflowsAreRejected) {
+  std::string message;
+  EXPECT_EQ(
+      ErrorCodeOf(
+          [&] { ParseDatabaseUri("sqlite:/a.db?fields=x:float32[4611686018427387904,4]", {}); },
+          &message),
+      ErrorCode::kInvalidArgument);
+  EXPECT_THAT(message, HasSubstr("overflow"));
 }
 
 }  // namespace

@@ -1,0 +1,169 @@
+#include "cache/shm_user_dir.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+constexpr char kSecretName[] = "secret";
+
+// What is wrong with `st` as a file or folder of ours, or empty.
+std::string Untrusted(const struct stat& st, bool want_dir) {
+  if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+    return want_dir ? "not a directory" : "not a regular file";
+  }
+  if (st.st_uid != geteuid()) {
+    return fmt::format("owned by uid {}, not by this user (uid {})", st.st_uid, geteuid());
+  }
+  if ((st.st_mode & 077) != 0) {
+    return fmt::format("mode {:04o}: open to other users", st.st_mode & 07777);
+  }
+  return {};
+}
+
+bool ReadAll(int fd, void* buf, size_t n) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    const ssize_t r = read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool WriteAll(int fd, const void* buf, size_t n) {
+  const auto* p = static_cast<const char*>(buf);
+  while (n > 0) {
+    const ssize_t r = write(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string ShmUserDirPath(const std::string& root) {
+  return fmt::format("{}/gpufeed-user-{}", root, geteuid());
+}
+
+std::shared_ptr<const ShmUserDir> ShmUserDir::Open(const std::string& root, bool create) {
+  struct stat root_st {};
+  if (stat(root.c_str(), &root_st) != 0 || !S_ISDIR(root_st.st_mode)) {
+    throw Error(ErrorCode::kNotFound,
+                fmt::format("shared-memory cache folder {} does not exist", root));
+  }
+  const std::string path = ShmUserDirPath(root);
+  if (create && mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw Error(ErrorCode::kIo,
+                fmt::format("cannot make the cache folder {}: {}", path, std::strerror(errno)));
+  }
+  const int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      throw Error(ErrorCode::kNotFound, fmt::format("no cache folder {}", path));
+    }
+    throw Error(ErrorCode::kIo,
+                fmt::format("cache folder {} cannot be opened ({}); it is not a folder of yours "
+                            "(a symlink or file planted by another user?): remove it",
+                            path,
+                            err == ELOOP || err == ENOTDIR ? "a symlink or not a folder"
+                                                           : std::strerror(err)));
+  }
+  struct stat st {};
+  std::string why = fstat(fd, &st) != 0 ? std::strerror(errno) : Untrusted(st, /*want_dir=*/true);
+  if (!why.empty()) {
+    close(fd);
+    throw Error(ErrorCode::kIo, fmt::format("cache folder {} is refused: {}; a cache folder must "
+                                            "be this user's own with mode 0700: remove it",
+                                            path, why));
+  }
+  std::shared_ptr<ShmUserDir> dir(new ShmUserDir(path, fd));
+  dir->LoadSecret();
+  return dir;
+}
+
+ShmUserDir::~ShmUserDir() { close(fd_); }
+
+int ShmUserDir::OpenFile(const std::string& name, int flags, std::string* why) const {
+  const int fd = openat(fd_, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    *why = err == ENOENT  ? "absent"
+           : err == ELOOP ? "a symlink"
+                          : fmt::format("cannot open it: {}", std::strerror(err));
+    return -1;
+  }
+  struct stat st {};
+  *why = fstat(fd, &st) != 0 ? std::strerror(errno) : Untrusted(st, /*want_dir=*/false);
+  if (!why->empty()) {
+    close(fd);
+    return -1;
+  }
+  // Regular files ignore O_NONBLOCK for reads, but flock waits must block where asked.
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+void ShmUserDir::LoadSecret() {
+  std::string why;
+  int fd = OpenFile(kSecretName, O_RDONLY, &why);
+  struct stat st {};
+  if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size == static_cast<off_t>(kShmSecretBytes) &&
+      ReadAll(fd, secret_.data(), secret_.size())) {
+    close(fd);
+    return;
+  }
+  if (fd >= 0) close(fd);
+  // Absent, or damaged: a new secret under a tmp name, renamed into place (two processes
+  // making one at once: the last rename wins and the loser reloads it below).
+  for (size_t got = 0; got < secret_.size();) {
+    const ssize_t r = getrandom(secret_.data() + got, secret_.size() - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      throw Error(ErrorCode::kIo, fmt::format("getrandom failed: {}", std::strerror(errno)));
+    }
+    got += static_cast<size_t>(r);
+  }
+  const std::string tmp = fmt::format("{}.tmp-{}", kSecretName, getpid());
+  unlinkat(fd_, tmp.c_str(), 0);
+  fd = openat(fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  bool ok = fd >= 0 && WriteAll(fd, secret_.data(), secret_.size());
+  int err = ok ? 0 : errno;
+  if (fd >= 0 && close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok && renameat(fd_, tmp.c_str(), fd_, kSecretName) != 0) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
+    unlinkat(fd_, tmp.c_str(), 0);
+    throw Error(ErrorCode::kIo, fmt::format("cannot write the cache secret {}: {}",
+                                            PathOf(kSecretName), std::strerror(err)));
+  }
+  fd = OpenFile(kSecretName, O_RDONLY, &why);
+  if (fd < 0 || !ReadAll(fd, secret_.data(), secret_.size())) {
+    if (fd >= 0) close(fd);
+    throw Error(ErrorCode::kIo,
+                fmt::format("cannot read the cache secret {}: {}", PathOf(kSecretName), why));
+  }
+  close(fd);
+}
+
+}  // namespace gpufeed

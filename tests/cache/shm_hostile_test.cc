@@ -1,0 +1,272 @@
+// Issue 14, items 7, 8 and 9: the shared-memory cache against a hostile folder, a writer that
+// rewrites a verified file, a squatted lock, planted FIFOs and symlinks, a file truncated under
+// its mapping, and (when run as root) a second user planting things for the first.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "cache/cache_test_util.h"
+#include "cache/shm_format.h"
+#include "cache/shm_open.h"
+#include "cache/shm_source.h"
+#include "cache/shm_user_dir.h"
+#include "error_code_of.h"
+#include "gpufeed/cache.h"
+#include "gpufeed/sources.h"
+#include "sources/scratch_dir.h"
+
+namespace gpufeed {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
+using testing::InstrumentedSource;
+using testing::ReadAll;
+using testing::ReadRows;
+using testing::ScratchDir;
+
+// 600 samples of 1 KiB + 8 bytes: about 40 blocks.
+std::shared_ptr<Source> Synthetic() {
+  return OpenSynthetic(ParseSchema("mel:float32[256],label:int64[]"), 600, 11);
+}
+
+ShmOpenOptions Options(const std::string& root) {
+  return {.dir = root, .threads = 1, .verbose = false};
+}
+
+// Where row `index` of field `field` lies in the cache file of Synthetic().
+uint64_t FileOffsetOf(size_t field, int64_t index) {
+  auto base = Synthetic();
+  const ShmLayout layout = PlanShmLayout(base->schema(), base->size(), base->Identity(),
+                                         base->schema().ToString(), base->Describe());
+  return layout.header_bytes + layout.RowBegin(field, index);
+}
+
+void FlipByteAt(const std::string& path, uint64_t at) {
+  const int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << path;
+  char c = 0;
+  ASSERT_EQ(pread(fd, &c, 1, static_cast<off_t>(at)), 1);
+  c ^= 0x55;
+  ASSERT_EQ(pwrite(fd, &c, 1, static_cast<off_t>(at)), 1);
+  close(fd);
+}
+
+TEST(ShmHostileTest, FilesAreTheUsersOwnAndPrivate) {
+  ScratchDir root;
+  ShmOpenResult r = OpenShmCache(Synthetic(), Options(root.path()));
+  ASSERT_TRUE(r.source);
+  const std::string dir = ShmUserDirPath(root.path());
+  EXPECT_EQ(fs::path(r.path).parent_path().string(), dir);
+  struct stat st {};
+  ASSERT_EQ(lstat(dir.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  for (const std::string& file : {r.path, r.path + ".lock", dir + "/secret"}) {
+    ASSERT_EQ(lstat(file.c_str(), &st), 0) << file;
+    EXPECT_TRUE(S_ISREG(st.st_mode)) << file;
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << file;
+    EXPECT_EQ(st.st_uid, geteuid()) << file;
+  }
+}
+
+// The mapping is shared: bytes rewritten after a block was verified must not be served.
+TEST(ShmHostileTest, BytesRewrittenAfterVerificationAreNeverServed) {
+  ScratchDir root;
+  ASSERT_TRUE(OpenShmCache(Synthetic(), Options(root.path())).source);
+  auto base = std::make_shared<InstrumentedSource>(Synthetic());
+  ShmOpenResult r = OpenShmCache(base, Options(root.path()));
+  ASSERT_TRUE(r.source);
+  ASSERT_FALSE(r.built);
+  auto& shm = dynamic_cast<ShmCachedSource&>(*r.source);
+  const auto want = ReadRows(*Synthetic(), {5});
+  EXPECT_EQ(ReadRows(shm, {5}), want);  // verified, from the cache
+  EXPECT_EQ(base->samples_read.load(), 0);
+  EXPECT_GE(shm.verified_blocks(), 1u);
+  // A writer changes the verified row in place, through the file (the same pages as the map).
+  FlipByteAt(r.path, FileOffsetOf(0, 5) + 17);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(ReadRows(shm, {5}), want);  // the source's bytes, not the rewritten ones
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(shm.damaged());
+  EXPECT_GT(base->samples_read.load(), 0);
+  EXPECT_THAT(err, AllOf(HasSubstr(r.path), HasSubstr("fails its checksum")));
+}
+
+TEST(ShmHostileTest, AFifoUnderTheCachesNameIsRemovedNotOpenedForReading) {
+  ScratchDir root;
+  const std::string key = CacheKey(*Synthetic());
+  ShmUserDir::Open(root.path(), /*create=*/true);
+  const std::string path = ShmCachePath(root.path(), key);
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  // `gpufeed cache ls` lists it as refused, without blocking on it.
+  const auto listed = ListShmCaches(root.path());
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_FALSE(listed[0].valid);
+  EXPECT_THAT(listed[0].description, HasSubstr("not a regular file"));
+  // Opening the cache removes it and builds the real one.
+  ShmOpenResult r = OpenShmCache(Synthetic(), Options(root.path()));
+  ASSERT_TRUE(r.source);
+  EXPECT_TRUE(r.built);
+  EXPECT_EQ(ReadAll(*r.source), ReadAll(*Synthetic()));
+  struct stat st {};
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+}
+
+TEST(ShmHostileTest, ASymlinkUnderTheCachesNameOrTheLocksIsNeverFollowed) {
+  ScratchDir root;
+  ScratchDir elsewhere;
+  const std::string target = elsewhere.Write("target", "do not touch");
+  const std::string key = CacheKey(*Synthetic());
+  ShmUserDir::Open(root.path(), /*create=*/true);
+  const std::string path = ShmCachePath(root.path(), key);
+  ASSERT_EQ(symlink(target.c_str(), path.c_str()), 0);
+  ShmOpenResult r = OpenShmCache(Synthetic(), Options(root.path()));
+  ASSERT_TRUE(r.source);
+  EXPECT_TRUE(r.built);
+  struct stat st {};
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  // The lock as a symlink: refused, and the target's mode is not changed.
+  ScratchDir root2;
+  ShmUserDir::Open(root2.path(), /*create=*/true);
+  ASSERT_EQ(chmod(target.c_str(), 0600), 0);
+  const std::string lock = ShmCachePath(root2.path(), key) + ".lock";
+  ASSERT_EQ(symlink(target.c_str(), lock.c_str()), 0);
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf([&] { OpenShmCache(Synthetic(), Options(root2.path())); }, &message),
+            ErrorCode::kIo);
+  EXPECT_THAT(message, AllOf(HasSubstr(lock), HasSubstr("symlink")));
+  ASSERT_EQ(stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+}
+
+TEST(ShmHostileTest, AUserFolderOpenToOthersOrASymlinkIsRefused) {
+  ScratchDir root;
+  const std::string dir = ShmUserDirPath(root.path());
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);  // past the umask
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf([&] { OpenShmCache(Synthetic(), Options(root.path())); }, &message),
+            ErrorCode::kIo);
+  EXPECT_THAT(message, AllOf(HasSubstr(dir), HasSubstr("mode 0755")));
+  ASSERT_EQ(rmdir(dir.c_str()), 0);
+  ScratchDir elsewhere;
+  ASSERT_EQ(symlink(elsewhere.path().c_str(), dir.c_str()), 0);
+  EXPECT_EQ(ErrorCodeOf([&] { OpenShmCache(Synthetic(), Options(root.path())); }, &message),
+            ErrorCode::kIo);
+  EXPECT_THAT(message, AllOf(HasSubstr(dir), HasSubstr("symlink")));
+  EXPECT_TRUE(fs::is_empty(elsewhere.path()));
+  EXPECT_EQ(ErrorCodeOf([&] { ListShmCaches(root.path()); }), ErrorCode::kIo);
+}
+
+TEST(ShmHostileTest, ALockHeldTooLongIsWaitedForBoundedlyAndItsHolderNamed) {
+  ScratchDir root;
+  const std::string key = CacheKey(*Synthetic());
+  ShmUserDir::Open(root.path(), /*create=*/true);
+  const std::string lock = ShmCachePath(root.path(), key) + ".lock";
+  const int fd = open(lock.c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(flock(fd, LOCK_EX), 0);  // another open file description: it conflicts
+  ShmOpenOptions options = Options(root.path());
+  options.lock_timeout_s = 0.3;
+  ShmOpenResult r = OpenShmCache(Synthetic(), options);
+  EXPECT_EQ(r.source, nullptr);
+  EXPECT_THAT(r.failure, AllOf(HasSubstr(fmt::format("process {}", getpid())),
+                               HasSubstr("held the cache lock"), HasSubstr(lock)));
+  close(fd);
+  EXPECT_TRUE(OpenShmCache(Synthetic(), Options(root.path())).source);
+}
+
+TEST(ShmHostileTest, ACacheFileTruncatedUnderItsMappingIsAnIoError) {
+  ScratchDir root;
+  ASSERT_TRUE(OpenShmCache(Synthetic(), Options(root.path())).source);
+  ShmOpenResult r = OpenShmCache(Synthetic(), Options(root.path()));
+  ASSERT_TRUE(r.source);
+  ASSERT_FALSE(r.built);
+  EXPECT_EQ(ReadRows(*r.source, {599}), ReadRows(*Synthetic(), {599}));
+  ASSERT_EQ(truncate(r.path.c_str(), 4096), 0);
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf([&] { ReadRows(*r.source, {599}); }, &message), ErrorCode::kIo);
+  EXPECT_THAT(message, AllOf(HasSubstr(r.path), HasSubstr("changed size while being read")));
+}
+
+// Cross-user: a second uid (via setpriv, so only when run as root) plants things for the first.
+constexpr int kOtherUid = 54321;
+
+bool CanSwitchUser() {
+  return geteuid() == 0 && std::system("command -v setpriv >/dev/null 2>&1") == 0;
+}
+
+// Runs `script` with sh as kOtherUid; returns its exit status.
+int AsOtherUser(const std::string& script) {
+  const std::string command = fmt::format(
+      "setpriv --reuid={0} --regid={0} --clear-groups sh -c '{1}' 2>/dev/null", kOtherUid, script);
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A shared root like /dev/shm: world-writable and sticky, reachable by the other user.
+std::string SharedRoot(const ScratchDir& scratch) {
+  const std::string root = scratch.Path("shm");
+  fs::create_directories(root);
+  chmod(scratch.path().c_str(), 0755);
+  chmod(root.c_str(), 01777);
+  return root;
+}
+
+TEST(ShmCrossUserTest, AFolderOrSymlinkPlantedByAnotherUserIsRefused) {
+  if (!CanSwitchUser()) GTEST_SKIP() << "needs root and setpriv to act as a second user";
+  ScratchDir scratch;
+  const std::string root = SharedRoot(scratch);
+  const std::string dir = ShmUserDirPath(root);
+  // The other user makes the victim's folder first, open to all, hoping to be used.
+  ASSERT_EQ(AsOtherUser(fmt::format("mkdir -m 0700 {}", dir)), 0);
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf([&] { OpenShmCache(Synthetic(), Options(root)); }, &message),
+            ErrorCode::kIo);
+  EXPECT_THAT(message, AllOf(HasSubstr(dir), HasSubstr(fmt::format("uid {}", kOtherUid))));
+  EXPECT_EQ(ErrorCodeOf([&] { ListShmCaches(root); }), ErrorCode::kIo);
+  ASSERT_EQ(AsOtherUser(fmt::format("rmdir {0} && mkdir -m 0777 {1}/mine && ln -s {1}/mine {0}",
+                                    dir, root)),
+            0);
+  EXPECT_EQ(ErrorCodeOf([&] { OpenShmCache(Synthetic(), Options(root)); }, &message),
+            ErrorCode::kIo);
+  EXPECT_THAT(message, AllOf(HasSubstr(dir), HasSubstr("symlink")));
+  EXPECT_TRUE(fs::is_empty(root + "/mine"));  // nothing was written through the link
+}
+
+TEST(ShmCrossUserTest, AnotherUserCanNeitherReadNorPlantNorSquat) {
+  if (!CanSwitchUser()) GTEST_SKIP() << "needs root and setpriv to act as a second user";
+  ScratchDir scratch;
+  const std::string root = SharedRoot(scratch);
+  ShmOpenResult r = OpenShmCache(Synthetic(), Options(root));
+  ASSERT_TRUE(r.source);
+  // Reading the samples, planting a FIFO or a file under the cache's name, squatting the lock:
+  // all refused by the folder's mode.
+  EXPECT_NE(AsOtherUser(fmt::format("cat {} >/dev/null", r.path)), 0);
+  EXPECT_NE(AsOtherUser(fmt::format("ls {}", ShmUserDirPath(root))), 0);
+  EXPECT_NE(AsOtherUser(fmt::format("mkfifo {}.tmp-1", r.path)), 0);
+  EXPECT_NE(AsOtherUser(fmt::format("touch {}.lock", r.path)), 0);
+  // The old spelling's names in the shared root itself are not the victim's: planting them
+  // (a FIFO, a held lock) changes nothing.
+  const std::string old_name = fmt::format("{}/gpufeed-{}", root, r.key);
+  ASSERT_EQ(AsOtherUser(fmt::format("mkfifo {0} && touch {0}.lock", old_name)), 0);
+  ShmOpenResult again = OpenShmCache(Synthetic(), Options(root));
+  ASSERT_TRUE(again.source);
+  EXPECT_FALSE(again.built);
+  EXPECT_EQ(ReadAll(*again.source), ReadAll(*Synthetic()));
+}
+
+}  // namespace
+}  // namespace gpufeed
