@@ -3,6 +3,7 @@ find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(ZLIB REQUIRED)
 target_sources(gpufeed_sources PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_library.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hdf5_superblock.cc
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_chunk_index.cc
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_filters.cc
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_dataset.cc

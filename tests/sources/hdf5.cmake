@@ -6,8 +6,11 @@ gpufeed_add_test(sources_hdf5_test
     ${CMAKE_CURRENT_LIST_DIR}/hdf5_errors_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/hdf5_inspect_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/hdf5_chunk_cache_test.cc
+    ${CMAKE_CURRENT_LIST_DIR}/hdf5_hostile_test.cc
   LIBS gpufeed_sources
   LABELS tsan)
+target_compile_definitions(sources_hdf5_test PRIVATE
+  GPUFEED_HOSTILE_HDF5_SCRIPT="${CMAKE_CURRENT_LIST_DIR}/make_hostile_hdf5.py")
 
 # The source under the real Loader (pipeline), end to end.
 if(TARGET gpufeed_pipeline)
