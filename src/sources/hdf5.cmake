@@ -4,6 +4,7 @@ find_package(ZLIB REQUIRED)
 target_sources(gpufeed_sources PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_library.cc
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_superblock.cc
+  ${CMAKE_CURRENT_LIST_DIR}/hdf5_structure.cc
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_chunk_index.cc
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_filters.cc
   ${CMAKE_CURRENT_LIST_DIR}/hdf5_dataset.cc

@@ -163,8 +163,8 @@ class IndexReader {
                       fmt::format("{}: object header continuation lacks its signature", what_));
         }
         pos = 4;
+        end = end >= 4 ? end - 4 : 0;  // the checksum (chunk 0's follows its length)
       }
-      if (v2) end = end >= 4 ? end - 4 : 0;  // the checksum
       const size_t prefix = v2 ? (track_order ? 6 : 4) : 8;
       while (pos + prefix <= end) {
         const uint64_t type = v2 ? f.Uint(pos, 1) : f.Uint(pos, 2);

@@ -16,6 +16,7 @@
 #include "sources/hdf5_chunk_index.h"
 #include "sources/hdf5_geometry.h"
 #include "sources/hdf5_library.h"
+#include "sources/hdf5_structure.h"
 #include "sources/hdf5_superblock.h"
 
 namespace gpufeed {
@@ -380,8 +381,9 @@ int64_t Hdf5Dataset::ChunksPerSample() const {
 
 Hdf5Id OpenHdf5File(const File& file) {
   const std::string& path = file.path();
-  // gpufeed's own checks first: libhdf5 only opens a file whose superblock passed them.
-  CheckHdf5Superblock(file);
+  // gpufeed's own checks first: libhdf5 only opens a file whose superblock and objects
+  // passed them.
+  CheckHdf5Structure(file, CheckHdf5Superblock(file));
   Hdf5Lock lock;
   Hdf5Id id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!id.valid()) {

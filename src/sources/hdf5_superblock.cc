@@ -33,9 +33,9 @@ class SuperblockReader {
       sb.sizeof_addr = Byte(13);
       sb.sizeof_size = Byte(14);
       CheckWidths(sb);
-      for (size_t at : {size_t{16}, size_t{18}}) {
-        if (Uint(at, 2) == 0) Damaged("a group B-tree K of 0");
-      }
+      sb.group_leaf_k = static_cast<unsigned>(Uint(16, 2));
+      sb.group_internal_k = static_cast<unsigned>(Uint(18, 2));
+      if (sb.group_leaf_k == 0 || sb.group_internal_k == 0) Damaged("a group B-tree K of 0");
       pos = 24;
       if (sb.version == 1) {
         if (Uint(24, 2) == 0) Damaged("a chunk B-tree K of 0");
@@ -59,7 +59,10 @@ class SuperblockReader {
       const uint64_t extension = Uint(pos + a, a);
       sb.root_header_address = Uint(pos + 3 * a, a);
       CheckAddress(sb, extension, "superblock extension", true);
-      if (!Undefined(sb, extension)) CheckObjectHeader(sb, extension, "superblock extension");
+      if (!Undefined(sb, extension)) {
+        CheckObjectHeader(sb, extension, "superblock extension");
+        sb.extension_address = extension;
+      }
     }
     CheckAddress(sb, sb.root_header_address, "root group object header", false);
     CheckObjectHeader(sb, sb.root_header_address, "root group object header");

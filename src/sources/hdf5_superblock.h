@@ -24,6 +24,12 @@ struct Hdf5Superblock {
   unsigned sizeof_addr = 8;
   unsigned sizeof_size = 8;
   uint64_t root_header_address = 0;  // relative to the base address
+  // Superblock extension object header (version 2 and 3), relative; ~0 when there is none.
+  uint64_t extension_address = ~uint64_t{0};
+  // Symbol-table B-tree K values (versions 0 and 1 store them; later ones default to 4 and 16
+  // unless the extension says otherwise).
+  unsigned group_leaf_k = 4;
+  unsigned group_internal_k = 16;
 };
 
 // Reads and checks the superblock of `file` and the prefix of its root group's object header.

@@ -96,7 +96,7 @@ TEST_P(Hdf5HostileTest, InspectReportsItNamingTheFile) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Crafted, Hdf5HostileTest, ::testing::ValuesIn(kCases),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // Reads every sample of `s` in batches of 100.
 void ReadEverything(const Source& s) {
