@@ -45,6 +45,12 @@ const HostileCase kCases[] = {
     {"btree_duplicate", ErrorCode::kCorruptData, "] twice"},
     // Item 5: the root object header lies past the end of the file.
     {"root_past_eof", ErrorCode::kCorruptData, "root group object header"},
+    // Item 5: more symbols than a symbol node holds (libhdf5 overflows its node buffer).
+    {"symbol_node_overflow", ErrorCode::kCorruptData, "has 65535 entries, more than 2K = 8"},
+    // Item 5: a header message longer than its header.
+    {"message_overrun", ErrorCode::kCorruptData, "runs past its block"},
+    // Item 5: a local heap free list that loops (libhdf5 follows it forever).
+    {"heap_free_list_loop", ErrorCode::kCorruptData, "its free list loops"},
 };
 
 class Hdf5HostileTest : public ::testing::TestWithParam<HostileCase> {

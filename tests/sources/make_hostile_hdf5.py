@@ -144,6 +144,42 @@ def root_past_eof(path):
     open(path, 'wb').write(data)
 
 
+def small_earliest(path):
+    with h5py.File(path, 'w', libver='earliest') as f:
+        f['x'] = np.arange(10)
+    with h5py.File(path, 'r') as f:
+        header = h5py.h5o.get_info(f['x'].id).addr
+    return bytearray(open(path, 'rb').read()), header
+
+
+def symbol_node_overflow(path):
+    # Item 5: a symbol table node claiming 65535 entries where its node holds 2K = 8 (libhdf5
+    # decodes them all into a buffer sized for 2K).
+    data, _ = small_earliest(path)
+    at = data.find(b'SNOD')
+    struct.pack_into('<H', data, at + 6, 0xFFFF)
+    open(path, 'wb').write(data)
+
+
+def message_overrun(path):
+    # Item 5: the dataset's first header message claims more bytes than its header holds.
+    data, header = small_earliest(path)
+    struct.pack_into('<H', data, header + 16 + 2, 0xFFF8)  # v1 message: type(2), size(2)
+    open(path, 'wb').write(data)
+
+
+def heap_free_list_loop(path):
+    # Item 5: the root group's local heap free list points back at itself (libhdf5 follows it
+    # forever).
+    data, _ = small_earliest(path)
+    at = data.find(b'HEAP')
+    _, free, segment = struct.unpack_from('<QQQ', data, at + 8)
+    if free == 1:
+        raise SystemExit(f'{path}: the heap has no free block')
+    struct.pack_into('<Q', data, segment + free, free)
+    open(path, 'wb').write(data)
+
+
 CASES = {
     'grid_overflow': grid_overflow,
     'grid_huge': grid_huge,
@@ -153,6 +189,9 @@ CASES = {
     'btree_shared': btree_shared,
     'btree_duplicate': btree_duplicate,
     'root_past_eof': root_past_eof,
+    'symbol_node_overflow': symbol_node_overflow,
+    'message_overrun': message_overrun,
+    'heap_free_list_loop': heap_free_list_loop,
 }
 
 
