@@ -36,6 +36,7 @@ def seeds(out):
                                   f.create_dataset('b', data=[True, False, True])))
         make('many_chunks', lambda f: f.create_dataset('x', data=np.arange(200, dtype='u1'),
                                                        chunks=(1,)))
+        make('features', _features)
         # Compact layout (data inside the object header) through the low-level API: h5py
         # has no keyword for it.
         with h5py.File(os.path.join(out, f'compact_{libver}.h5'), 'w', libver=libver) as f:
@@ -44,6 +45,24 @@ def seeds(out):
             d = h5py.h5d.create(f.id, b'x', h5py.h5t.STD_U16LE, h5py.h5s.create_simple((6,)),
                                 dcpl=dcpl)
             d.write(h5py.h5s.ALL, h5py.h5s.ALL, np.arange(6, dtype='<u2'))
+
+
+def _features(f):
+    """What real files hold besides plain numeric datasets: attributes, links of every kind,
+    committed and unsupported types, groups with creation order, a resizable dataset."""
+    g = f.create_group('g', track_order=True)
+    for i in range(10):  # more than 8 links: dense storage in libver="latest" files
+        g.create_dataset(f'd{i}', data=np.arange(i + 1, dtype='i2'))
+    for i in range(10):
+        f.attrs[f'a{i}'] = i
+    f['soft'] = h5py.SoftLink('/g/d1')
+    f['external'] = h5py.ExternalLink('other.h5', '/x')
+    f['named_type'] = np.dtype('<f4')
+    f.create_dataset('typed', data=np.arange(3, dtype='<f4'), dtype=f['named_type'])
+    f['compound'] = np.zeros(2, dtype=[('a', '<i4'), ('b', '<f8')])
+    f.create_dataset('strings', data=['a', 'bc'], dtype=h5py.string_dtype())
+    f['scalar'] = 1.0
+    f.create_dataset('resizable', data=np.arange(6, dtype='u1'), maxshape=(None,), chunks=(4,))
 
 
 def main():
