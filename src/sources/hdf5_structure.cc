@@ -553,9 +553,20 @@ class StructureWalker {
     const uint64_t names = m.Uint(pos + o_, o_);
     if (flags & 0x02) m.Need(pos + 2 * o_, o_);
     if (Undefined(heap)) return;
+    if (links) {
+      // libhdf5 walks the links' fractal heap and v2 B-tree blindly (a crafted one crashes
+      // H5Ovisit2 in H5G__dense_iterate); gpufeed does not read them, so it does not hand
+      // them to libhdf5 either.
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{}: a group stores its links densely (a fractal heap: libver="
+                              "\"latest\" or track_order files with more than 8 links in a "
+                              "group), which gpufeed cannot check; rewrite the file with "
+                              "h5repack, or with h5py's default libver and track_order=False",
+                              file_.path()));
+    }
+    // Attributes: libhdf5 only reads the name index's header (to count them).
     CheckSignatureAt(heap, "FRHP", fmt::format("{} heap", what));
     CheckSignatureAt(names, "BTHD", fmt::format("{} name index", what));
-    if (links) ++summary_.dense_groups;
   }
 
   // ---- old-style groups -------------------------------------------------------------------

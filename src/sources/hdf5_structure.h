@@ -14,9 +14,11 @@
 // structure once and at most a few times the file's size in all, so a crafted file costs no
 // more than a valid one of its size.
 //
-// Not covered: groups that store their links densely (a fractal heap and a v2 B-tree, used by
-// libver="latest" files for groups of more than 8 links) are checked only for their
-// signatures; the objects under them are then left to libhdf5 (`dense_groups` counts them).
+// Refused (kUnsupported): groups that store their links densely (a fractal heap and a v2
+// B-tree, used by libver="latest" and track_order files for groups of more than 8 links):
+// gpufeed does not read those structures, and libhdf5 crashes on crafted ones. Dense
+// attribute storage is checked only for its signatures (libhdf5 reads just the B-tree header,
+// to count attributes).
 //
 // Thread-safety: pure function over a File (which is thread-safe).
 #pragma once
@@ -29,13 +31,13 @@
 namespace gpufeed {
 
 struct Hdf5StructureSummary {
-  uint64_t objects = 0;       // object headers checked
-  uint64_t dense_groups = 0;  // groups whose links gpufeed could not follow
+  uint64_t objects = 0;  // object headers checked
 };
 
 // Walks and checks the objects of `file` whose superblock `sb` passed CheckHdf5Superblock.
 // Throws Error(kCorruptData) naming the file, the structure and its offset when one is
-// damaged; kUnsupported for shared messages kept in a shared-message table.
+// damaged; kUnsupported for dense link storage and for shared messages kept in a
+// shared-message table.
 Hdf5StructureSummary CheckHdf5Structure(const File& file, const Hdf5Superblock& sb);
 
 }  // namespace gpufeed

@@ -51,6 +51,8 @@ const HostileCase kCases[] = {
     {"message_overrun", ErrorCode::kCorruptData, "runs past its block"},
     // Item 5: a local heap free list that loops (libhdf5 follows it forever).
     {"heap_free_list_loop", ErrorCode::kCorruptData, "its free list loops"},
+    // Item 5: dense link storage, which gpufeed does not check, is not handed to libhdf5.
+    {"dense_links", ErrorCode::kUnsupported, "stores its links densely"},
 };
 
 class Hdf5HostileTest : public ::testing::TestWithParam<HostileCase> {

@@ -180,6 +180,16 @@ def heap_free_list_loop(path):
     open(path, 'wb').write(data)
 
 
+def dense_links(path):
+    # Item 5: a group of 10 links in a libver="latest" file keeps them in a fractal heap,
+    # which gpufeed does not read and libhdf5 walks blindly: refused (not damaged, though).
+    with h5py.File(path, 'w', libver='latest') as f:
+        g = f.create_group('g')
+        for i in range(10):
+            g[f'd{i}'] = np.arange(3)
+        f['x'] = np.arange(3)
+
+
 CASES = {
     'grid_overflow': grid_overflow,
     'grid_huge': grid_huge,
@@ -192,6 +202,7 @@ CASES = {
     'symbol_node_overflow': symbol_node_overflow,
     'message_overrun': message_overrun,
     'heap_free_list_loop': heap_free_list_loop,
+    'dense_links': dense_links,
 }
 
 
