@@ -6,6 +6,7 @@ crafted regression files of tests/sources/make_hostile_hdf5.py. Run with Debian'
     make_corpus_hdf5.py OUT_DIR
 """
 import os
+import shutil
 import sys
 
 import h5py
@@ -71,6 +72,10 @@ def main():
     seeds(out)
     for name, make in make_hostile_hdf5.CASES.items():
         make(os.path.join(out, 'hostile_' + name + '.h5'))
+    # Inputs the fuzzer found, kept in git (small): corpus/hdf5_fuzz/.
+    kept = os.path.join(HERE, 'corpus', 'hdf5_fuzz')
+    for name in sorted(os.listdir(kept)) if os.path.isdir(kept) else []:
+        shutil.copy(os.path.join(kept, name), os.path.join(out, 'found_' + name))
     print(f'{len(os.listdir(out))} files in {out}')
 
 
