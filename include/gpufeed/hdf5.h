@@ -1,7 +1,8 @@
 // The HDF5 source: named datasets of one or more HDF5 files, samples along axis 0.
 //
 // Reads never take libhdf5's lock on the hot path: contiguous unfiltered datasets are read
-// at their file offset, chunked ones through a chunk index built once at open; raw chunks
+// (pread, never a memory map: a file truncated under a running loader is an Error(kIo), not
+// SIGBUS) at their file offset, chunked ones through a chunk index built once at open; raw chunks
 // are read through the file seam and decoded (deflate, byte shuffle, fletcher32) in the
 // calling worker, each chunk once per batch, with a bounded decoded-chunk cache per worker.
 // Datasets with any other filter (szip, scale-offset, n-bit, plugins) fall back to
@@ -25,9 +26,6 @@ namespace gpufeed {
 struct Hdf5Options {
   // Default: null = the POSIX file system. Every byte read after open goes through it.
   std::shared_ptr<const FileSystem> file_system;
-  // Read unfiltered data through the file's memory map where the file system offers one;
-  // ReadAt otherwise. Default: true.
-  bool use_mmap = true;
   // Decoded chunks each worker keeps between batches, in bytes. A chunk larger than this is
   // still decoded once per batch, just not kept. Default: 256 MiB.
   size_t chunk_cache_bytes = size_t{256} << 20;

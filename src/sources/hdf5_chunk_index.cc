@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <new>
+#include <stdexcept>
+#include <unordered_set>
 
+#include "core/checked_math.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -43,8 +47,24 @@ class Fields {
 
 class IndexReader {
  public:
-  IndexReader(const File& file, const Hdf5ObjectLocation& where, int rank, const std::string& what)
-      : file_(file), where_(where), rank_(rank), what_(what) {}
+  IndexReader(const File& file, const Hdf5ObjectLocation& where, int rank, uint64_t max_chunks,
+              const std::string& what)
+      : file_(file),
+        where_(where),
+        rank_(rank),
+        max_chunks_(max_chunks),
+        // A real tree has at most one leaf per chunk and fewer inner nodes than leaves.
+        max_nodes_(2 * std::min<uint64_t>(max_chunks, uint64_t{1} << 40) + kMaxTreeLevel + 1),
+        what_(what) {
+    for (unsigned width : {where.sizeof_addr, where.sizeof_size}) {
+      if (width != 2 && width != 4 && width != 8) {
+        throw Error(ErrorCode::kUnsupported,
+                    fmt::format("{}: the file's offsets or lengths are {} bytes wide (gpufeed "
+                                "reads 2, 4 or 8)",
+                                what, width));
+      }
+    }
+  }
 
   std::optional<std::vector<Hdf5RawChunk>> Read() {
     std::vector<uint8_t> layout;
@@ -67,6 +87,20 @@ class IndexReader {
     return chunks;
   }
 
+  // The absolute file offset `relative` + `plus` names, or a damaged-file error when the sum
+  // does not fit.
+  uint64_t Offset(uint64_t relative, uint64_t plus = 0) const {
+    const auto a = CheckedAdd(relative, plus);
+    const auto b = a ? CheckedAdd(where_.base_address, *a) : std::nullopt;
+    if (!b) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: metadata offset {} + {} lies past the end of the file ({} "
+                              "bytes)",
+                              what_, relative, plus, file_.Size()));
+    }
+    return *b - where_.base_address;
+  }
+
  private:
   bool IsUndefined(uint64_t addr) const {
     return where_.sizeof_addr >= 8 ? addr == ~uint64_t{0}
@@ -74,7 +108,7 @@ class IndexReader {
   }
 
   std::vector<uint8_t> ReadBytes(uint64_t relative, uint64_t n) {
-    const uint64_t absolute = where_.base_address + relative;
+    const uint64_t absolute = Offset(relative) + where_.base_address;
     if (n > (uint64_t{1} << 30) || absolute > file_.Size() || n > file_.Size() - absolute) {
       throw Error(ErrorCode::kCorruptData,
                   fmt::format("{}: metadata at offset {} ({} bytes) lies past the end of the "
@@ -94,6 +128,7 @@ class IndexReader {
       uint64_t address, length;
     };
     std::vector<Block> pending;
+    std::unordered_set<uint64_t> continuations;
     bool v2 = false;
     bool track_order = false;
     if (h.Signature(0, "OHDR")) {
@@ -106,9 +141,9 @@ class IndexReader {
       const size_t width = size_t{1} << (flags & 0x03);
       head = ReadBytes(where_.header_address, pos + width);
       const uint64_t chunk0 = Fields(head, what_).Uint(pos, width);
-      pending.push_back({where_.header_address + pos + width, chunk0});
+      pending.push_back({Offset(where_.header_address, pos + width), chunk0});
     } else if (h.Uint(0, 1) == 1) {
-      pending.push_back({where_.header_address + 16, h.Uint(8, 4)});
+      pending.push_back({Offset(where_.header_address, 16), h.Uint(8, 4)});
     } else {
       throw Error(ErrorCode::kCorruptData,
                   fmt::format("{}: object header version {} is unknown", what_, h.Uint(0, 1)));
@@ -128,8 +163,8 @@ class IndexReader {
                       fmt::format("{}: object header continuation lacks its signature", what_));
         }
         pos = 4;
+        end = end >= 4 ? end - 4 : 0;  // the checksum (chunk 0's follows its length)
       }
-      if (v2) end = end >= 4 ? end - 4 : 0;  // the checksum
       const size_t prefix = v2 ? (track_order ? 6 : 4) : 8;
       while (pos + prefix <= end) {
         const uint64_t type = v2 ? f.Uint(pos, 1) : f.Uint(pos, 2);
@@ -143,6 +178,12 @@ class IndexReader {
         if (type == kContinuationMessage) {
           const uint64_t addr = f.Uint(data, where_.sizeof_addr);
           const uint64_t len = f.Uint(data + where_.sizeof_addr, where_.sizeof_size);
+          if (!continuations.insert(addr).second) {
+            throw Error(ErrorCode::kCorruptData,
+                        fmt::format("{}: object header continuation at offset {} is reached "
+                                    "twice",
+                                    what_, addr));
+          }
           pending.push_back({addr, len});
         }
         pos = data + size;
@@ -152,6 +193,21 @@ class IndexReader {
   }
 
   void Walk(uint64_t node_address, int expected_level, std::vector<Hdf5RawChunk>& out) {
+    // Levels descend by one per call (checked below), so recursion is at most
+    // kMaxTreeLevel deep; the visited set makes a shared subtree or a cycle an error instead
+    // of a walk that multiplies at every level.
+    if (!visited_.insert(node_address).second) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: chunk index node at offset {} is reached twice (a damaged "
+                              "B-tree)",
+                              what_, where_.base_address + node_address));
+    }
+    if (visited_.size() > max_nodes_) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: the chunk index has more than {} nodes for a grid of {} "
+                              "chunks (a damaged B-tree)",
+                              what_, max_nodes_, max_chunks_));
+    }
     const size_t a = where_.sizeof_addr;
     const size_t header = 8 + 2 * a;
     std::vector<uint8_t> head = ReadBytes(node_address, header);
@@ -170,7 +226,8 @@ class IndexReader {
                               where_.base_address + node_address, level, expected_level));
     }
     const size_t key = 8 + 8 * (static_cast<size_t>(rank_) + 1);
-    const std::vector<uint8_t> body = ReadBytes(node_address + header, entries * (key + a) + key);
+    const std::vector<uint8_t> body =
+        ReadBytes(Offset(node_address, header), entries * (key + a) + key);
     Fields f(body, what_);
     for (uint64_t i = 0; i < entries; ++i) {
       const size_t k = i * (key + a);
@@ -179,12 +236,18 @@ class IndexReader {
         Walk(child, level - 1, out);
         continue;
       }
+      if (out.size() >= max_chunks_) {
+        throw Error(ErrorCode::kCorruptData,
+                    fmt::format("{}: the chunk index lists more chunks than the {} positions of "
+                                "the chunk grid (a damaged B-tree)",
+                                what_, max_chunks_));
+      }
       Hdf5RawChunk chunk;
       chunk.size = f.Uint(k, 4);
       chunk.filter_mask = static_cast<uint32_t>(f.Uint(k + 4, 4));
       chunk.coords.resize(rank_);
       for (int d = 0; d < rank_; ++d) chunk.coords[d] = f.Uint(k + 8 + 8 * d, 8);
-      chunk.address = where_.base_address + child;
+      chunk.address = Offset(child) + where_.base_address;
       out.push_back(std::move(chunk));
     }
   }
@@ -192,15 +255,30 @@ class IndexReader {
   const File& file_;
   const Hdf5ObjectLocation where_;
   const int rank_;
+  const uint64_t max_chunks_;
+  const uint64_t max_nodes_;
   const std::string& what_;
+  std::unordered_set<uint64_t> visited_;  // B-tree nodes, by relative address
 };
 
 }  // namespace
 
 std::optional<std::vector<Hdf5RawChunk>> ReadV1BTreeChunkIndex(const File& file,
                                                                const Hdf5ObjectLocation& where,
-                                                               int rank, const std::string& what) {
-  return IndexReader(file, where, rank, what).Read();
+                                                               int rank, uint64_t max_chunks,
+                                                               const std::string& what) {
+  try {
+    return IndexReader(file, where, rank, max_chunks, what).Read();
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: the chunk index asks for more memory than there is (a damaged "
+                            "B-tree?)",
+                            what));
+  } catch (const std::length_error&) {
+    throw Error(
+        ErrorCode::kCorruptData,
+        fmt::format("{}: the chunk index asks for an impossible size (a damaged B-tree?)", what));
+  }
 }
 
 }  // namespace gpufeed

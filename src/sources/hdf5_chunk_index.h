@@ -36,10 +36,15 @@ struct Hdf5ObjectLocation {
 
 // The chunks of the dataset whose object header is at `where`, when its layout message is a
 // version-3 chunked layout (a v1 B-tree index); nullopt for any other layout version. `rank`
-// is the dataset's rank. Throws Error(kCorruptData) naming `what` (file and dataset) when the
-// header or the tree is damaged or points past the end of the file.
+// is the dataset's rank; `max_chunks` the positions of its chunk grid, which bounds the walk.
+// Every node is read once (a node reached twice, a level that does not descend by one, or more
+// chunks or nodes than the grid allows is a damaged tree), so a crafted tree costs at most its
+// own size. Throws Error(kCorruptData) naming `what` (file and dataset) when the header or the
+// tree is damaged or points past the end of the file; kUnsupported for offsets or lengths wider
+// than 8 bytes. Never lets std::bad_alloc or std::length_error escape.
 std::optional<std::vector<Hdf5RawChunk>> ReadV1BTreeChunkIndex(const File& file,
                                                                const Hdf5ObjectLocation& where,
-                                                               int rank, const std::string& what);
+                                                               int rank, uint64_t max_chunks,
+                                                               const std::string& what);
 
 }  // namespace gpufeed

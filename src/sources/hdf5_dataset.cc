@@ -8,11 +8,17 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <span>
 
+#include "core/checked_math.h"
 #include "core/log.h"
 #include "gpufeed/error.h"
 #include "sources/hdf5_chunk_index.h"
+#include "sources/hdf5_geometry.h"
 #include "sources/hdf5_library.h"
+#include "sources/hdf5_structure.h"
+#include "sources/hdf5_superblock.h"
 
 namespace gpufeed {
 namespace {
@@ -20,6 +26,20 @@ namespace {
 // The `libhdf5` by-index listing is quadratic in 1.10.8; below this many chunks it is still
 // only milliseconds, and the v1 B-tree reader covers the large h5py default files.
 constexpr uint64_t kSlowIndexWarning = 20000;
+// The chunk table holds one entry (24 bytes) per grid position, written or not. A file indexes
+// at most one stored chunk per few dozen bytes, so a grid far larger than the file is a damaged
+// shape (or a nearly empty sparse dataset, which gpufeed does not read): refused before the
+// table is allocated.
+constexpr uint64_t kMinChunkTableCap = uint64_t{1} << 20;
+constexpr uint64_t kFileBytesPerGridEntry = 32;
+// HDF5 caps a chunk below 4 GiB (its sizes are 32-bit in the index).
+constexpr uint64_t kMaxChunkBytes = 0xffffffffu;
+// Copy runs of one sample over all its chunks: a chunk shape that slices a sample into more
+// pieces than this is refused rather than planned (each run costs 24 bytes).
+constexpr uint64_t kMaxCopyRuns = uint64_t{1} << 22;
+// zlib inflates at most 1032 times its input; a stored chunk claiming more decodes to garbage
+// only after allocating the full chunk, so it is refused at open.
+constexpr uint64_t kMaxInflateRatio = 1032;
 
 std::string ClassName(H5T_class_t c) {
   switch (c) {
@@ -139,7 +159,36 @@ std::vector<Hdf5RawChunk> ListChunksByIndex(hid_t dset, hid_t space, uint64_t n,
   return out;
 }
 
-void BuildChunkIndex(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t space, const File& file) {
+// The chunk index read by gpufeed's own walker where the layout allows (a v1 B-tree): bounded
+// by the grid, every node visited once, checked against the file size. nullopt for index kinds
+// only libhdf5 reads. Runs before any libhdf5 call that walks the index, so libhdf5 only walks
+// a tree that passed these checks.
+std::optional<std::vector<Hdf5RawChunk>> ReadOwnChunkIndex(const Hdf5Dataset& ds, hid_t file_id,
+                                                           hid_t dset, const File& file,
+                                                           uint64_t grid_total,
+                                                           hsize_t& userblock) {
+  const std::string what = fmt::format("{}: dataset {}", ds.path, ds.dataset);
+  H5O_info_t info;
+  Hdf5Id fcpl(H5Fget_create_plist(file_id));
+  size_t sizeof_addr = 8, sizeof_size = 8;
+  userblock = 0;
+  if (H5Oget_info2(dset, &info, H5O_INFO_BASIC) < 0 ||
+      H5Pget_sizes(fcpl.get(), &sizeof_addr, &sizeof_size) < 0 ||
+      H5Pget_userblock(fcpl.get(), &userblock) < 0) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: cannot read the object header: {}", what, Hdf5ErrorMessage()));
+  }
+  Hdf5ObjectLocation where;
+  where.header_address = info.addr;
+  where.base_address = userblock;
+  where.sizeof_addr = static_cast<unsigned>(sizeof_addr);
+  where.sizeof_size = static_cast<unsigned>(sizeof_size);
+  return ReadV1BTreeChunkIndex(file, where, static_cast<int>(ds.dims.size()), grid_total, what);
+}
+
+void BuildChunkIndex(Hdf5Dataset& ds, hid_t dset, hid_t space, const File& file,
+                     std::optional<std::vector<Hdf5RawChunk>> own, hsize_t userblock,
+                     uint64_t grid_total) {
   const std::string what = fmt::format("{}: dataset {}", ds.path, ds.dataset);
   const int rank = static_cast<int>(ds.dims.size());
   const auto start = std::chrono::steady_clock::now();
@@ -148,26 +197,16 @@ void BuildChunkIndex(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t space, co
     throw Error(ErrorCode::kCorruptData,
                 fmt::format("{}: cannot count chunks: {}", what, Hdf5ErrorMessage()));
   }
-  Hdf5ObjectLocation where;
-  H5O_info_t info;
-  Hdf5Id fcpl(H5Fget_create_plist(file_id));
-  size_t sizeof_addr = 8, sizeof_size = 8;
-  hsize_t userblock = 0;
-  if (H5Oget_info2(dset, &info, H5O_INFO_BASIC) < 0 ||
-      H5Pget_sizes(fcpl.get(), &sizeof_addr, &sizeof_size) < 0 ||
-      H5Pget_userblock(fcpl.get(), &userblock) < 0) {
+  if (n > grid_total) {
     throw Error(ErrorCode::kCorruptData,
-                fmt::format("{}: cannot read the object header: {}", what, Hdf5ErrorMessage()));
+                fmt::format("{}: the chunk index counts {} chunks, more than the {} positions of "
+                            "the chunk grid",
+                            what, n, grid_total));
   }
-  where.header_address = info.addr;
-  where.base_address = userblock;
-  where.sizeof_addr = static_cast<unsigned>(sizeof_addr);
-  where.sizeof_size = static_cast<unsigned>(sizeof_size);
 
   std::vector<Hdf5RawChunk> raw;
-  auto parsed = ReadV1BTreeChunkIndex(file, where, rank, what);
-  if (parsed) {
-    raw = std::move(*parsed);
+  if (own) {
+    raw = std::move(*own);
     ds.index_method = "v1 B-tree, read directly";
     if (raw.size() != n) {
       throw Error(ErrorCode::kCorruptData,
@@ -194,25 +233,29 @@ void BuildChunkIndex(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t space, co
                                           what, n));
     }
     raw = ListChunksByIndex(dset, space, n, rank, what);
-    for (auto& c : raw) c.address += userblock;
+    for (auto& c : raw) c.address = AddOrThrow(c.address, userblock, what + ": a chunk address");
   }
 
-  size_t total = 1;
-  for (int64_t g : ds.chunk_grid) total *= static_cast<size_t>(g);
-  ds.chunks.assign(total, Hdf5ChunkEntry{});
+  ds.chunks.assign(grid_total, Hdf5ChunkEntry{});
   const uint64_t full_bytes = ds.ChunkBytes();
+  uint64_t stored = 0;
   for (const auto& c : raw) {
-    size_t linear = 0;
+    if (c.coords.size() != static_cast<size_t>(rank)) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: the chunk index holds a {} of rank {} in a rank-{} dataset",
+                              what, ChunkName(c.coords), c.coords.size(), rank));
+    }
+    uint64_t linear = 0;
     for (int d = 0; d < rank; ++d) {
       const uint64_t cd = static_cast<uint64_t>(ds.chunk_dims[d]);
-      if (c.coords.size() != static_cast<size_t>(rank) || c.coords[d] % cd != 0 ||
-          c.coords[d] / cd >= static_cast<uint64_t>(ds.chunk_grid[d])) {
+      if (c.coords[d] % cd != 0 || c.coords[d] / cd >= static_cast<uint64_t>(ds.chunk_grid[d])) {
         throw Error(ErrorCode::kCorruptData,
                     fmt::format("{}: the chunk index holds a {} outside the dataset's chunk "
                                 "grid",
                                 what, ChunkName(c.coords)));
       }
-      linear = linear * static_cast<size_t>(ds.chunk_grid[d]) + c.coords[d] / cd;
+      // Below grid_total, which was checked not to overflow.
+      linear = linear * static_cast<uint64_t>(ds.chunk_grid[d]) + c.coords[d] / cd;
     }
     CheckRange(ds, file, c.address, c.size, ChunkName(c.coords));
     if (!ds.filtered() && c.size != full_bytes) {
@@ -224,10 +267,95 @@ void BuildChunkIndex(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t space, co
       throw Error(ErrorCode::kCorruptData,
                   fmt::format("{}: {} is stored with 0 bytes", what, ChunkName(c.coords)));
     }
+    if (full_bytes / kMaxInflateRatio > c.size) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: {} stores {} bytes, which no filter here decodes to the {} "
+                              "bytes of a chunk",
+                              what, ChunkName(c.coords), c.size, full_bytes));
+    }
+    if (ds.chunks[linear].size != 0) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: the chunk index lists the {} twice", what, ChunkName(c.coords)));
+    }
     ds.chunks[linear] = {c.address, c.size, c.filter_mask};
+    stored += c.size;  // each below the file size, at most grid_total of them: no overflow
   }
+  ds.storage_bytes = stored;
   ds.index_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Checks the shape before anything is sized from it: every extent a non-negative int64, and
+// the element and byte counts of one sample and of the whole dataset within 64 bits (libhdf5
+// computes them modulo 2^64).
+void CheckShape(const std::vector<hsize_t>& dims, size_t element_size, const std::string& what) {
+  for (size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] > static_cast<hsize_t>(INT64_MAX)) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: axis {} has {} elements, more than 2^63: damaged shape?", what,
+                              d, dims[d]));
+    }
+  }
+  const std::vector<uint64_t> all(dims.begin(), dims.end());
+  const std::span<const uint64_t> sample(all.data() + 1, all.size() - 1);
+  for (const auto& part : {sample, std::span<const uint64_t>(all)}) {
+    const auto elements = CheckedProduct(part);
+    if (!elements || !CheckedMul(*elements, element_size)) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: shape [{}] holds more than 2^64 {}: damaged shape?", what,
+                              fmt::join(dims, ", "), elements ? "bytes" : "elements"));
+    }
+  }
+}
+
+// Checks the chunk shape and computes the grid; returns the number of grid positions.
+uint64_t CheckChunkShape(Hdf5Dataset& ds, const File& file, const std::string& what) {
+  const uint64_t chunk_elements = [&] {
+    for (int64_t c : ds.chunk_dims) {
+      if (c < 1) {
+        throw Error(ErrorCode::kCorruptData, fmt::format("{}: chunk shape [{}] has an empty axis",
+                                                         what, fmt::join(ds.chunk_dims, ", ")));
+      }
+    }
+    std::vector<uint64_t> c(ds.chunk_dims.begin(), ds.chunk_dims.end());
+    return CheckedProduct(c).value_or(UINT64_MAX);
+  }();
+  const auto chunk_bytes = CheckedMul(chunk_elements, ds.element_size);
+  if (!chunk_bytes || *chunk_bytes > kMaxChunkBytes) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: chunk shape [{}] of {}-byte elements is 4 GiB or more (HDF5 "
+                            "chunks are smaller): damaged chunk shape?",
+                            what, fmt::join(ds.chunk_dims, ", "), ds.element_size));
+  }
+  std::vector<uint64_t> grid;
+  for (size_t d = 0; d < ds.dims.size(); ++d) {
+    const auto n = static_cast<uint64_t>(ds.dims[d]);
+    const auto c = static_cast<uint64_t>(ds.chunk_dims[d]);
+    grid.push_back(n / c + (n % c != 0 ? 1 : 0));
+  }
+  ds.chunk_grid.assign(grid.begin(), grid.end());
+  const auto total = CheckedProduct(grid);
+  const uint64_t cap = std::max(kMinChunkTableCap, file.Size() / kFileBytesPerGridEntry);
+  if (!total || *total > cap) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: shape [{}] in chunks of [{}] makes a grid of {} chunks, more than "
+                            "a {}-byte file can index ({} at most): damaged shape or chunk "
+                            "shape?",
+                            what, fmt::join(ds.dims, ", "), fmt::join(ds.chunk_dims, ", "),
+                            total ? fmt::format("{}", *total)
+                                  : fmt::format("[{}] (over 2^64)", fmt::join(grid, " x ")),
+                            file.Size(), cap));
+  }
+  const auto runs = Hdf5ChunkGeometry::CountRuns(ds.dims, ds.chunk_dims);
+  if (!runs || *runs > kMaxCopyRuns) {
+    throw Error(
+        ErrorCode::kUnsupported,
+        fmt::format("{}: chunks of [{}] cut each sample of [{}] into {} pieces (at most "
+                    "{} are read): rewrite the file with larger chunks",
+                    what, fmt::join(ds.chunk_dims, ", "), fmt::join(ds.dims, ", "),
+                    runs ? fmt::format("{}", *runs) : std::string("over 2^64"), kMaxCopyRuns));
+  }
+  return *total;
 }
 
 herr_t CollectDataset(hid_t, const char* name, const H5O_info_t* info, void* data) {
@@ -249,6 +377,21 @@ int64_t Hdf5Dataset::ChunksPerSample() const {
   int64_t n = 1;
   for (size_t d = 1; d < chunk_grid.size(); ++d) n *= chunk_grid[d];
   return n;
+}
+
+Hdf5Id OpenHdf5File(const File& file) {
+  const std::string& path = file.path();
+  // gpufeed's own checks first: libhdf5 only opens a file whose superblock and objects
+  // passed them.
+  CheckHdf5Structure(file, CheckHdf5Superblock(file));
+  Hdf5Lock lock;
+  Hdf5Id id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!id.valid()) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: not a readable HDF5 file (truncated or damaged?): {}", path,
+                            Hdf5ErrorMessage()));
+  }
+  return id;
 }
 
 std::vector<std::string> ListHdf5Datasets(hid_t file_id) {
@@ -299,10 +442,12 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
   }
   std::vector<hsize_t> dims(rank);
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  CheckShape(dims, ds.element_size, what);
   ds.dims.assign(dims.begin(), dims.end());
   ds.samples = ds.dims[0];
   ds.field.shape.assign(ds.dims.begin() + 1, ds.dims.end());
-  ds.storage_bytes = H5Dget_storage_size(dset.get());
+  // Both below 2^64 (CheckShape).
+  const uint64_t total_bytes = static_cast<uint64_t>(ds.samples) * ds.field.SampleBytes();
 
   // The fill value in the file's own representation; zeros when none is defined.
   ds.fill_value.assign(ds.element_size, std::byte{0});
@@ -336,7 +481,10 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
     case H5D_COMPACT: {
       ds.layout_name = "compact";
       ds.storage = Hdf5Storage::kInMemory;
-      ds.in_memory.resize(static_cast<size_t>(ds.samples) * ds.field.SampleBytes());
+      // Compact data lives in the object header, inside the file.
+      CheckRange(ds, file, 0, total_bytes, "the compact data");
+      ds.in_memory.resize(total_bytes);
+      ds.storage_bytes = total_bytes;
       if (!ds.in_memory.empty() &&
           H5Dread(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ds.in_memory.data()) < 0) {
         throw Error(ErrorCode::kCorruptData,
@@ -359,8 +507,8 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
       }
       ds.storage = Hdf5Storage::kContiguous;
       ds.contiguous_address = addr;
-      CheckRange(ds, file, addr, static_cast<uint64_t>(ds.samples) * ds.field.SampleBytes(),
-                 "the data");
+      CheckRange(ds, file, addr, total_bytes, "the data");
+      ds.storage_bytes = total_bytes;
       break;
     }
     case H5D_CHUNKED: {
@@ -370,12 +518,15 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
         throw Error(ErrorCode::kCorruptData,
                     fmt::format("{}: cannot read the chunk shape: {}", what, Hdf5ErrorMessage()));
       }
+      // v3 and v4 layouts store chunk extents in at most 32 bits.
       for (int d = 0; d < rank; ++d) {
-        ds.chunk_dims.push_back(static_cast<int64_t>(cdims[d]));
-        ds.chunk_grid.push_back(cdims[d] == 0 ? 0
-                                              : (ds.dims[d] + static_cast<int64_t>(cdims[d]) - 1) /
-                                                    static_cast<int64_t>(cdims[d]));
+        ds.chunk_dims.push_back(static_cast<int64_t>(std::min<hsize_t>(cdims[d], UINT32_MAX)));
       }
+      const uint64_t grid_total = CheckChunkShape(ds, file, what);
+      // gpufeed's own walk of the index comes first: libhdf5's own walks (counting chunks,
+      // storage size) follow only once the tree passed it.
+      hsize_t userblock = 0;
+      auto own = ReadOwnChunkIndex(ds, file_id, dset.get(), file, grid_total, userblock);
       for (const auto& f : ds.filters) {
         if (!IsDecodableHdf5Filter(f.id)) {
           ds.storage = Hdf5Storage::kLibrary;
@@ -384,16 +535,28 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
           break;
         }
       }
-      if (ds.storage == Hdf5Storage::kLibrary) break;
+      if (ds.storage == Hdf5Storage::kLibrary) {
+        if (own) {
+          uint64_t stored = 0;
+          for (const auto& c : *own) {
+            CheckRange(ds, file, c.address, c.size, ChunkName(c.coords));
+            stored += c.size;  // each below the file size, at most grid_total of them
+          }
+          ds.storage_bytes = stored;
+        } else {
+          ds.storage_bytes = H5Dget_storage_size(dset.get());
+        }
+        break;
+      }
       ds.storage = Hdf5Storage::kChunked;
-      BuildChunkIndex(ds, file_id, dset.get(), space.get(), file);
+      BuildChunkIndex(ds, dset.get(), space.get(), file, std::move(own), userblock, grid_total);
       break;
     }
     default:
-      ds.layout_name = layout == H5D_VIRTUAL ? "virtual" : "unknown";
-      ds.storage = Hdf5Storage::kLibrary;
-      ds.library_reason = ds.layout_name + " layout";
-      break;
+      // Virtual datasets name other files; gpufeed's checks cannot follow them there.
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{}: the {} layout is not supported", what,
+                              layout == H5D_VIRTUAL ? "virtual" : "unknown"));
   }
   if (ds.storage == Hdf5Storage::kLibrary) {
     // Reads go through H5Dread into little-endian memory of the same type.

@@ -68,6 +68,11 @@ struct Hdf5Dataset {
   int64_t ChunksPerSample() const;  // chunks one sample spans (1 when not chunked)
 };
 
+// Opens `file` with libhdf5 (H5Fopen on its path) once gpufeed's own superblock checks passed
+// (hdf5_superblock.h). Throws Error(kCorruptData) naming the file when either refuses it.
+// Takes the libhdf5 lock.
+Hdf5Id OpenHdf5File(const File& file);
+
 // Opens `dataset` of the HDF5 file `file_id`, whose bytes the hot path reads through `file`.
 // Throws Error naming the file and dataset: kNotFound, kUnsupported (dtype, rank 0),
 // kCorruptData (index past the end of the file, damaged index). Takes the libhdf5 lock.

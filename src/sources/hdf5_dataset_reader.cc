@@ -24,11 +24,9 @@ void SwapElements(std::byte* p, size_t bytes, size_t element_size) {
 
 }  // namespace
 
-Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, bool use_mmap,
-                                     uint32_t cache_tag)
+Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint32_t cache_tag)
     : ds_(std::move(dataset)),
       file_(file),
-      map_(use_mmap ? file->Map() : nullptr),
       cache_tag_(cache_tag),
       sample_bytes_(ds_.field.SampleBytes()) {
   if (ds_.storage == Hdf5Storage::kChunked) {
@@ -65,12 +63,19 @@ void Hdf5DatasetReader::Fill(std::byte* dst, size_t bytes) const {
 void Hdf5DatasetReader::ReadBytes(uint64_t offset, void* dst, size_t n,
                                   Hdf5ReadScratch& scratch) const {
   scratch.counters.bytes_read += static_cast<int64_t>(n);
-  if (map_ != nullptr) {
-    // Ranges were checked against the file size at open.
-    std::memcpy(dst, map_ + offset, n);
-    return;
+  auto* out = static_cast<char*>(dst);
+  size_t done = 0;
+  while (done < n) {
+    const size_t got = file_->ReadAt(offset + done, out + done, n - done);
+    if (got == 0) {
+      // Open checked this range against the file's size then: the file shrank since.
+      throw Error(ErrorCode::kIo,
+                  fmt::format("{}: changed size while being read: it ends before byte {} (it "
+                              "had {} bytes when opened); was it truncated or rewritten?",
+                              file_->path(), offset + n, file_->Size()));
+    }
+    done += got;
   }
-  ReadFully(*file_, offset, dst, n, fmt::format("dataset {}", ds_.dataset));
 }
 
 void Hdf5DatasetReader::Read(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const {
@@ -106,13 +111,11 @@ void Hdf5DatasetReader::ReadContiguous(std::span<const Hdf5RowTarget> rows,
   const size_t max_rows = std::max<size_t>(1, kMaxRunBytes / rb);
   size_t k = 0;
   while (k < rows.size()) {
-    // Neighbouring samples are read together; a mapping needs no coalescing.
+    // Neighbouring samples are read together.
     size_t end = k + 1;
-    if (map_ == nullptr) {
-      while (end < rows.size() && end - k < max_rows &&
-             rows[end].local == rows[k].local + static_cast<int64_t>(end - k)) {
-        ++end;
-      }
+    while (end < rows.size() && end - k < max_rows &&
+           rows[end].local == rows[k].local + static_cast<int64_t>(end - k)) {
+      ++end;
     }
     const uint64_t offset = ds_.contiguous_address + static_cast<uint64_t>(rows[k].local) * rb;
     try {

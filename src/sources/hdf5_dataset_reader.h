@@ -4,6 +4,9 @@
 // chunk read and decoded once per call and kept in the worker's decoded-chunk cache;
 // unfiltered chunks are read per sample at the sample's offset inside the chunk. Only
 // datasets the file layout puts out of reach (kLibrary) take the libhdf5 lock.
+// Every read is a pread through the file seam, never a memory map: a file truncated or
+// rewritten while a loader reads it gives a short read, reported as Error(kIo) "changed size
+// while being read", where a mapping would kill the process with SIGBUS.
 //
 // Thread-safety: Read is const and thread-safe; each calling thread passes its own scratch.
 #pragma once
@@ -43,7 +46,7 @@ struct Hdf5RowTarget {
 class Hdf5DatasetReader {
  public:
   // `cache_tag` distinguishes this reader's chunks in a shared DecodedChunkCache.
-  Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, bool use_mmap, uint32_t cache_tag);
+  Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint32_t cache_tag);
 
   const Hdf5Dataset& dataset() const { return ds_; }
   const Hdf5ChunkGeometry& geometry() const { return geometry_; }
@@ -59,13 +62,13 @@ class Hdf5DatasetReader {
   const std::byte* DecodedChunk(size_t linear, const Hdf5RowTarget& first, Hdf5ReadScratch& scratch,
                                 DecodedChunkCache::Buffer& hold) const;
   void Fill(std::byte* dst, size_t bytes) const;
-  // Reads `n` bytes at `offset` (mapping or ReadFully); `what` names the part on error.
+  // Reads `n` bytes at `offset`, which open checked to lie inside the file. Throws
+  // Error(kIo) "changed size while being read" when the file now ends first.
   void ReadBytes(uint64_t offset, void* dst, size_t n, Hdf5ReadScratch& scratch) const;
   std::string ChunkName(size_t linear) const;
 
   const Hdf5Dataset ds_;
   const File* const file_;
-  const std::byte* const map_;
   const uint32_t cache_tag_;
   const size_t sample_bytes_;
   Hdf5ChunkGeometry geometry_;

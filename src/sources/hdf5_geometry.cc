@@ -69,4 +69,25 @@ Hdf5ChunkGeometry::Hdf5ChunkGeometry(const std::vector<int64_t>& dims,
   }
 }
 
+std::optional<uint64_t> Hdf5ChunkGeometry::CountRuns(const std::vector<int64_t>& dims,
+                                                     const std::vector<int64_t>& chunk_dims) {
+  // Trailing axes the chunk covers whole (chunk extent == sample extent) merge into the run
+  // together with the first axis that differs, j; every column then holds one run per
+  // position over axes [0, j) of its piece, and the pieces of all columns tile the sample
+  // along those axes. In all: prod(D[0..j)) runs per grid position along axis j.
+  const size_t k = dims.size() - 1;
+  size_t j = k;
+  while (j > 0 && dims[j] == chunk_dims[j]) --j;  // axis j (1-based in dims) differs or j = 0
+  if (j == 0) return 1;
+  uint64_t runs = 1;
+  for (size_t i = 1; i < j; ++i) {
+    if (__builtin_mul_overflow(runs, static_cast<uint64_t>(dims[i]), &runs)) return std::nullopt;
+  }
+  const auto d = static_cast<uint64_t>(dims[j]);
+  const auto c = static_cast<uint64_t>(chunk_dims[j]);
+  const uint64_t grid = d / c + (d % c != 0 ? 1 : 0);
+  if (__builtin_mul_overflow(runs, grid, &runs)) return std::nullopt;
+  return runs;
+}
+
 }  // namespace gpufeed

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace gpufeed {
@@ -26,8 +27,15 @@ class Hdf5ChunkGeometry {
  public:
   Hdf5ChunkGeometry() = default;
   // `dims` and `chunk_dims`: the full dataset shape and chunk shape (samples first).
+  // REQUIRES: shapes checked at open (OpenHdf5Dataset): chunk extents >= 1, a chunk below
+  // 4 GiB, a sample's byte count within 64 bits, CountRuns within its cap.
   Hdf5ChunkGeometry(const std::vector<int64_t>& dims, const std::vector<int64_t>& chunk_dims,
                     size_t element_size);
+
+  // How many copy runs the geometry of these shapes holds over all columns, computed without
+  // building it; nullopt when the count does not fit in 64 bits. REQUIRES: chunk extents >= 1.
+  static std::optional<uint64_t> CountRuns(const std::vector<int64_t>& dims,
+                                           const std::vector<int64_t>& chunk_dims);
 
   int64_t samples_per_chunk() const { return samples_per_chunk_; }
   // Chunks per chunk row (the product of the grid over axes 1..).

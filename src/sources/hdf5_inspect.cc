@@ -1,15 +1,17 @@
 #include "sources/hdf5_inspect.h"
 
-#include "core/format.h"
-#include "core/system_memory.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <fstream>
+#include <new>
 #include <sstream>
+#include <stdexcept>
 
+#include "core/checked_math.h"
+#include "core/format.h"
+#include "core/system_memory.h"
 #include "gpufeed/dtype.h"
 #include "gpufeed/error.h"
 #include "sources/hdf5_dataset.h"
@@ -187,14 +189,9 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
   out.mem_available_bytes = mem_available ? *mem_available : AvailableRamBytes();
 
   std::vector<Hdf5Storage> storage;
-  {
+  try {
     Hdf5Lock lock;
-    Hdf5Id h5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-    if (!h5.valid()) {
-      throw Error(ErrorCode::kCorruptData,
-                  fmt::format("{}: not a readable HDF5 file (truncated or damaged?): {}", path,
-                              Hdf5ErrorMessage()));
-    }
+    Hdf5Id h5 = OpenHdf5File(*file);
     for (const std::string& name : ListHdf5Datasets(h5.get())) {
       Hdf5DatasetInspection d;
       d.dataset = name;
@@ -202,13 +199,23 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
         const Hdf5Dataset ds = OpenHdf5Dataset(h5.get(), *file, name);
         Describe(ds, d);
         storage.push_back(ds.storage);
-        out.decoded_set_bytes += d.logical_bytes;
+        // Each below 2^64 (checked at open); a sum past it saturates.
+        out.decoded_set_bytes =
+            CheckedAdd(out.decoded_set_bytes, d.logical_bytes).value_or(UINT64_MAX);
       } catch (const Error& e) {
         d.unsupported = e.what();
         storage.push_back(Hdf5Storage::kFill);
       }
       out.datasets.push_back(std::move(d));
     }
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: inspecting it asks for more memory than there is (damaged "
+                            "file?)",
+                            path));
+  } catch (const std::length_error&) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: inspecting it asks for an impossible size (damaged file?)", path));
   }
   bool any_costly = false;
   for (size_t i = 0; i < out.datasets.size(); ++i) {

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <new>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 
 #include "core/log.h"
 #include "gpufeed/error.h"
@@ -84,7 +86,8 @@ class Hdf5Source final : public Source {
     }
     CheckReadRequest(*this, indices, out);
     ws->order.resize(indices.size());
-    for (size_t i = 0; i < indices.size(); ++i) ws->order[i] = {indices[i], static_cast<int64_t>(i)};
+    for (size_t i = 0; i < indices.size(); ++i)
+      ws->order[i] = {indices[i], static_cast<int64_t>(i)};
     // Sorted, a batch walks each file forwards and meets each chunk row once.
     std::sort(ws->order.begin(), ws->order.end());
     ws->scratch.cache.BeginBatch();
@@ -158,15 +161,49 @@ std::string FieldName(const std::string& dataset) {
   return dataset.starts_with('/') ? dataset.substr(1) : dataset;
 }
 
-Hdf5Id OpenLibraryFile(const std::string& path) {
-  Hdf5Lock lock;
-  Hdf5Id id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!id.valid()) {
-    throw Error(ErrorCode::kCorruptData,
-                fmt::format("{}: not a readable HDF5 file (truncated or damaged?): {}", path,
-                            Hdf5ErrorMessage()));
+// OpenHdf5 for one file and its datasets.
+void OpenPart(const std::string& path, std::vector<std::string>& datasets,
+              const Hdf5Options& options, int64_t first_sample, size_t p,
+              const std::vector<std::string>& paths, Schema& schema, Hdf5FilePart& part) {
+  part.file = options.file_system->Open(path);  // kNotFound names the path
+  Hdf5Id h5 = OpenHdf5File(*part.file);
+  if (datasets.empty()) {
+    datasets = ListHdf5Datasets(h5.get());
+    if (datasets.empty()) {
+      throw Error(ErrorCode::kNotFound, fmt::format("{}: the file holds no datasets", path));
+    }
   }
-  return id;
+  part.first_sample = first_sample;
+  for (size_t f = 0; f < datasets.size(); ++f) {
+    Hdf5Dataset ds = OpenHdf5Dataset(h5.get(), *part.file, datasets[f]);
+    ds.field.name = FieldName(datasets[f]);
+    if (p == 0) {
+      schema.fields.push_back(ds.field);
+    } else if (!(ds.field == schema.fields[f])) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: dataset {} is {}, but in {} it is {}: every file must hold "
+                              "the same dtype and per-sample shape",
+                              path, datasets[f], ds.field.ToString(), paths.front(),
+                              schema.fields[f].ToString()));
+    }
+    if (f == 0) {
+      part.samples = ds.samples;
+    } else if (ds.samples != part.samples) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: datasets have different lengths: {} holds {} samples, {} "
+                              "holds {}",
+                              path, datasets[0], part.samples, datasets[f], ds.samples));
+    }
+    if (ds.storage == Hdf5Storage::kLibrary) {
+      Log(LogLevel::kWarning,
+          fmt::format("warning: {}: dataset {} uses {}, which gpufeed does not read itself: "
+                      "reading it through libhdf5 under its global lock (slow)",
+                      path, datasets[f], ds.library_reason));
+    }
+    const auto tag = static_cast<uint32_t>(p * datasets.size() + f);
+    part.readers.push_back(
+        std::make_unique<Hdf5DatasetReader>(std::move(ds), part.file.get(), tag));
+  }
 }
 
 }  // namespace
@@ -187,44 +224,18 @@ std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths, std::vector<std
   for (size_t p = 0; p < paths.size(); ++p) {
     const std::string& path = paths[p];
     Hdf5FilePart part;
-    part.file = options.file_system->Open(path);  // kNotFound names the path
-    Hdf5Id h5 = OpenLibraryFile(path);
-    if (datasets.empty()) {
-      datasets = ListHdf5Datasets(h5.get());
-      if (datasets.empty()) {
-        throw Error(ErrorCode::kNotFound, fmt::format("{}: the file holds no datasets", path));
-      }
-    }
-    part.first_sample = first_sample;
-    for (size_t f = 0; f < datasets.size(); ++f) {
-      Hdf5Dataset ds = OpenHdf5Dataset(h5.get(), *part.file, datasets[f]);
-      ds.field.name = FieldName(datasets[f]);
-      if (p == 0) {
-        schema.fields.push_back(ds.field);
-      } else if (!(ds.field == schema.fields[f])) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("{}: dataset {} is {}, but in {} it is {}: every file must hold "
-                                "the same dtype and per-sample shape",
-                                path, datasets[f], ds.field.ToString(), paths.front(),
-                                schema.fields[f].ToString()));
-      }
-      if (f == 0) {
-        part.samples = ds.samples;
-      } else if (ds.samples != part.samples) {
-        throw Error(ErrorCode::kCorruptData,
-                    fmt::format("{}: datasets have different lengths: {} holds {} samples, {} "
-                                "holds {}",
-                                path, datasets[0], part.samples, datasets[f], ds.samples));
-      }
-      if (ds.storage == Hdf5Storage::kLibrary) {
-        Log(LogLevel::kWarning,
-            fmt::format("warning: {}: dataset {} uses {}, which gpufeed does not read itself: "
-                        "reading it through libhdf5 under its global lock (slow)",
-                        path, datasets[f], ds.library_reason));
-      }
-      const auto tag = static_cast<uint32_t>(p * datasets.size() + f);
-      part.readers.push_back(std::make_unique<Hdf5DatasetReader>(std::move(ds), part.file.get(),
-                                                                 options.use_mmap, tag));
+    try {
+      OpenPart(path, datasets, options, first_sample, p, paths, schema, part);
+    } catch (const std::bad_alloc&) {
+      // Every size is checked against the file before it is allocated; this is the backstop
+      // that keeps a damaged file an Error naming it.
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: opening it asks for more memory than there is (damaged "
+                              "file?)",
+                              path));
+    } catch (const std::length_error&) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: opening it asks for an impossible size (damaged file?)", path));
     }
     first_sample += part.samples;
     parts.push_back(std::move(part));

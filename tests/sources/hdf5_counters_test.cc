@@ -29,7 +29,7 @@ TEST(Hdf5CountersTest, EachNeededChunkIsDecodedOncePerBatchUnderFullShuffle) {
   GPUFEED_REQUIRE_HDF5_FILES(files);
   // gzip.h5: 1000 samples in chunks of 256 (4 chunks) for mel and for label.
   auto source = OpenHdf5({files->File("gzip")}, {"mel", "label"},
-                         {.file_system = nullptr, .use_mmap = true, .chunk_cache_bytes = 0});
+                         {.file_system = nullptr, .chunk_cache_bytes = 0});
   std::vector<int64_t> order(1000);
   std::iota(order.begin(), order.end(), int64_t{0});
   std::shuffle(order.begin(), order.end(), std::mt19937_64(11));
@@ -55,7 +55,7 @@ TEST(Hdf5CountersTest, MultiAxisChunksAreDecodedOncePerBatchToo) {
   GPUFEED_REQUIRE_HDF5_FILES(files);
   // multi_axis.h5 y: (101, 5, 13) in chunks (7, 2, 5): each sample spans 3 x 3 chunks.
   auto source = OpenHdf5({files->File("multi_axis")}, {"y"},
-                         {.file_system = nullptr, .use_mmap = true, .chunk_cache_bytes = 0});
+                         {.file_system = nullptr, .chunk_cache_bytes = 0});
   Batch batch(*source, {100, 0, 3, 6, 7, 50, 1, 99});  // chunk rows 14, 0, 0, 0, 1, 7, 0, 14
   source->Read(batch.indices, batch.view, source->NewWorkerState().get());
   EXPECT_EQ(Hdf5SourceCounters(*source).chunks_decoded, 4 * 9);
@@ -81,7 +81,7 @@ TEST(Hdf5CountersTest, CacheStaysWithinItsBudget) {
   GPUFEED_REQUIRE_HDF5_FILES(files);
   // A chunk of mel is 256 * 8 KiB = 2 MiB; a 5 MiB cache keeps two.
   auto source = OpenHdf5({files->File("gzip")}, {"mel"},
-                         {.file_system = nullptr, .use_mmap = true, .chunk_cache_bytes = 5 << 20});
+                         {.file_system = nullptr, .chunk_cache_bytes = 5 << 20});
   auto state = source->NewWorkerState();
   for (int64_t i : {0, 256, 512, 0}) {
     Batch b(*source, {i});
@@ -96,7 +96,7 @@ TEST(Hdf5CountersTest, FullShuffleScansHitWhatTheCacheHolds) {
   GPUFEED_REQUIRE_HDF5_FILES(files);
   // Four 2 MiB chunks, a cache of two: batch after batch needs all four, in file order.
   auto source = OpenHdf5({files->File("gzip")}, {"mel"},
-                         {.file_system = nullptr, .use_mmap = true, .chunk_cache_bytes = 5 << 20});
+                         {.file_system = nullptr, .chunk_cache_bytes = 5 << 20});
   auto state = source->NewWorkerState();
   for (int i = 0; i < 3; ++i) {
     Batch b(*source, {900, 10, 300, 600});

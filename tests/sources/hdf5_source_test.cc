@@ -82,9 +82,9 @@ TEST_P(Hdf5CaseTest, EverySampleEqualsWhatH5pyReads) {
   const std::string name = GetParam();
   const auto datasets = DatasetsOf(*files, name);
   const Hdf5Options configs[] = {
-      {},  // mmap, decoded-chunk cache
-      {.file_system = nullptr, .use_mmap = false, .chunk_cache_bytes = 0},      // pread, no cache
-      {.file_system = nullptr, .use_mmap = true, .chunk_cache_bytes = 100000},  // < some chunks
+      {},                                                     // decoded-chunk cache
+      {.file_system = nullptr, .chunk_cache_bytes = 0},       // no cache
+      {.file_system = nullptr, .chunk_cache_bytes = 100000},  // < some chunks
   };
   for (const auto& options : configs) {
     const bool first_config = &options == &configs[0];
@@ -106,8 +106,7 @@ TEST_P(Hdf5CaseTest, EverySampleEqualsWhatH5pyReads) {
       for (size_t f = 0; f < entries.size(); ++f) {
         const std::string want = files->Expected(name, datasets[f]);
         EXPECT_TRUE(got[f] == want)
-            << name << ": " << datasets[f] << " (batch " << batch << ", mmap " << options.use_mmap
-            << ", cache " << options.chunk_cache_bytes << "): first difference at "
+            << name << ": " << datasets[f] << " (batch " << batch << ", cache " << options.chunk_cache_bytes << "): first difference at "
             << FirstDifference(got[f], want, source->schema().fields[f].SampleBytes());
       }
     }

@@ -1,0 +1,700 @@
+#include "sources/hdf5_structure.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/checked_math.h"
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+// Object header message types (HDF5 file format specification, section IV.A.2).
+constexpr unsigned kDataspace = 0x0001;
+constexpr unsigned kLinkInfo = 0x0002;
+constexpr unsigned kDatatype = 0x0003;
+constexpr unsigned kFillOld = 0x0004;
+constexpr unsigned kFill = 0x0005;
+constexpr unsigned kLink = 0x0006;
+constexpr unsigned kLayout = 0x0008;
+constexpr unsigned kPipeline = 0x000B;
+constexpr unsigned kContinuation = 0x0010;
+constexpr unsigned kSymbolTable = 0x0011;
+constexpr unsigned kBTreeK = 0x0013;
+constexpr unsigned kAttributeInfo = 0x0015;
+
+constexpr uint64_t kMaxObjects = uint64_t{1} << 20;
+constexpr int kMaxTreeLevel = 64;
+constexpr int kMaxTypeDepth = 16;  // nested compound / array / vlen / enum base types
+constexpr unsigned kMaxRank = 32;
+constexpr unsigned kMaxLayoutDims = 33;  // rank + 1 (the element size)
+constexpr unsigned kMaxFilters = 32;
+
+// A bounds-checked view of one structure's bytes: a field past its end is a damaged file.
+class Bytes {
+ public:
+  Bytes(std::span<const uint8_t> b, const std::string* where) : b_(b), where_(where) {}
+  size_t size() const { return b_.size(); }
+  uint64_t Uint(size_t pos, size_t width) const {
+    Need(pos, width);
+    uint64_t v = 0;
+    for (size_t i = 0; i < width; ++i) v |= uint64_t{b_[pos + i]} << (8 * i);
+    return v;
+  }
+  void Need(size_t pos, size_t width) const {
+    if (pos > b_.size() || width > b_.size() - pos) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: ends early ({} bytes, a field needs {} at {})", *where_,
+                              b_.size(), width, pos));
+    }
+  }
+  bool Signature(size_t pos, const char* sig) const {
+    return pos + 4 <= b_.size() && std::memcmp(b_.data() + pos, sig, 4) == 0;
+  }
+  // Length of the NUL-terminated string at `pos` (without the NUL); throws when no NUL
+  // follows inside the view.
+  size_t StringAt(size_t pos) const {
+    Need(pos, 1);
+    const void* nul = std::memchr(b_.data() + pos, 0, b_.size() - pos);
+    if (nul == nullptr) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: a name at {} has no terminating NUL", *where_, pos));
+    }
+    return static_cast<size_t>(static_cast<const uint8_t*>(nul) - (b_.data() + pos));
+  }
+  Bytes Sub(size_t pos, size_t n) const {
+    Need(pos, n);
+    return Bytes(b_.subspan(pos, n), where_);
+  }
+
+ private:
+  std::span<const uint8_t> b_;
+  const std::string* where_;
+};
+
+class StructureWalker {
+ public:
+  StructureWalker(const File& file, const Hdf5Superblock& sb)
+      : file_(file),
+        sb_(sb),
+        o_(sb.sizeof_addr),
+        l_(sb.sizeof_size),
+        // Each structure is read once; overlapping ones may share bytes, but not more than a
+        // few times over in a file a library wrote.
+        read_budget_(4 * file.Size() + (uint64_t{1} << 20)) {}
+
+  Hdf5StructureSummary Run() {
+    if (sb_.extension_address != ~uint64_t{0}) {
+      // The extension first: it may hold the symbol-table K values the groups use.
+      extension_ = true;
+      CheckHeader(sb_.extension_address);
+      extension_ = false;
+    }
+    pending_.push_back(sb_.root_header_address);
+    while (!pending_.empty()) {
+      const uint64_t addr = pending_.back();
+      pending_.pop_back();
+      CheckHeader(addr);
+    }
+    return summary_;
+  }
+
+ private:
+  [[noreturn]] void Damaged(const std::string& what) const {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: damaged HDF5 metadata: {}", file_.path(), what));
+  }
+
+  bool Undefined(uint64_t addr) const {
+    return o_ >= 8 ? addr == ~uint64_t{0} : addr == (uint64_t{1} << (8 * o_)) - 1;
+  }
+
+  // `n` bytes of the structure `what` at relative address `addr`, inside the file.
+  std::vector<uint8_t> Read(uint64_t addr, uint64_t n, const std::string& what) {
+    const auto absolute = CheckedAdd(sb_.base_address, addr);
+    if (!absolute || *absolute > file_.Size() || n > file_.Size() - *absolute) {
+      Damaged(fmt::format("{} at offset {} ({} bytes) lies past the end of the file ({} bytes)",
+                          what, addr, n, file_.Size()));
+    }
+    if (n > read_budget_) {
+      Damaged(
+          fmt::format("{} at offset {}: the metadata overlaps itself (more than {} bytes "
+                      "read for a {}-byte file)",
+                      what, addr, 4 * file_.Size() + (uint64_t{1} << 20), file_.Size()));
+    }
+    read_budget_ -= n;
+    std::vector<uint8_t> out(n);
+    ReadFully(file_, *absolute, out.data(), n, what);
+    return out;
+  }
+
+  // Up to `n` bytes at `addr` (fewer at the end of the file), for prefixes of unknown length.
+  std::vector<uint8_t> ReadPrefix(uint64_t addr, uint64_t n, const std::string& what) {
+    const auto absolute = CheckedAdd(sb_.base_address, addr);
+    if (!absolute || *absolute >= file_.Size()) {
+      Damaged(fmt::format("{} at offset {} lies past the end of the file ({} bytes)", what, addr,
+                          file_.Size()));
+    }
+    return Read(addr, std::min<uint64_t>(n, file_.Size() - *absolute), what);
+  }
+
+  void CheckAddressInFile(uint64_t addr, const std::string& what) {
+    const auto absolute = CheckedAdd(sb_.base_address, addr);
+    if (!absolute || *absolute >= file_.Size()) {
+      Damaged(fmt::format("{} at offset {} lies past the end of the file ({} bytes)", what, addr,
+                          file_.Size()));
+    }
+  }
+
+  void CheckSignatureAt(uint64_t addr, const char* sig, const std::string& what) {
+    const std::vector<uint8_t> head = ReadPrefix(addr, 4, what);
+    if (head.size() < 4 || std::memcmp(head.data(), sig, 4) != 0) {
+      Damaged(fmt::format("{} at offset {} lacks its {} signature", what, addr, sig));
+    }
+  }
+
+  // ---- object headers -------------------------------------------------------------------
+
+  void CheckHeader(uint64_t addr) {
+    if (!headers_.insert(addr).second) return;  // hard links may share an object
+    if (headers_.size() > kMaxObjects) {
+      Damaged(fmt::format("more than {} object headers", kMaxObjects));
+    }
+    ++summary_.objects;
+    const std::string what = fmt::format("object header at offset {}", addr);
+    const std::vector<uint8_t> head = ReadPrefix(addr, 40, what);
+    Bytes h(head, &what);
+    struct Block {
+      uint64_t address, length;
+    };
+    std::vector<Block> blocks;
+    bool v2 = false, track_order = false;
+    if (h.Signature(0, "OHDR")) {
+      v2 = true;
+      if (h.Uint(4, 1) != 2) Damaged(fmt::format("{} has version {}", what, h.Uint(4, 1)));
+      const uint64_t flags = h.Uint(5, 1);
+      track_order = (flags & 0x04) != 0;
+      size_t pos = 6;
+      if (flags & 0x20) pos += 16;
+      if (flags & 0x10) pos += 4;
+      const size_t width = size_t{1} << (flags & 0x03);
+      blocks.push_back({AddOrDamaged(addr, pos + width, what), h.Uint(pos, width)});
+    } else {
+      if (h.Uint(0, 1) != 1) Damaged(fmt::format("{} has version {}", what, h.Uint(0, 1)));
+      blocks.push_back({AddOrDamaged(addr, 16, what), h.Uint(8, 4)});
+    }
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const std::string block_what =
+          fmt::format("{} (block at offset {})", what, blocks[b].address);
+      const std::vector<uint8_t> data = Read(blocks[b].address, blocks[b].length, block_what);
+      Bytes block(data, &block_what);
+      size_t pos = 0;
+      size_t end = data.size();
+      if (v2 && b > 0) {
+        // A continuation block holds its signature and checksum; chunk 0's length counts
+        // only its messages (the checksum follows it).
+        if (!block.Signature(0, "OCHK")) Damaged(block_what + " lacks its OCHK signature");
+        if (end < 8) Damaged(block_what + " is too short for its checksum");
+        pos = 4;
+        end -= 4;
+      }
+      const size_t prefix = v2 ? (track_order ? 6 : 4) : 8;
+      while (pos + prefix <= end) {
+        const unsigned type = static_cast<unsigned>(v2 ? block.Uint(pos, 1) : block.Uint(pos, 2));
+        const size_t size =
+            static_cast<size_t>(v2 ? block.Uint(pos + 1, 2) : block.Uint(pos + 2, 2));
+        const unsigned flags = static_cast<unsigned>(block.Uint(pos + (v2 ? 3 : 4), 1));
+        const size_t start = pos + prefix;
+        if (size > end - start) {
+          Damaged(
+              fmt::format("{}: message type {} at {} ({} bytes) runs past its block ({} "
+                          "bytes)",
+                          block_what, type, start, size, end));
+        }
+        const std::string msg_what = fmt::format("{}: message type {}", what, type);
+        const Bytes msg(std::span<const uint8_t>(data).subspan(start, size), &msg_what);
+        if (type == kContinuation) {
+          const uint64_t at = msg.Uint(0, o_);
+          const uint64_t length = msg.Uint(o_, l_);
+          if (!continuations_.insert(at).second) {
+            Damaged(fmt::format("{}: continuation block at offset {} is reached twice", what, at));
+          }
+          blocks.push_back({at, length});
+        } else {
+          CheckMessage(type, flags, msg, msg_what);
+        }
+        pos = start + size;
+      }
+    }
+  }
+
+  uint64_t AddOrDamaged(uint64_t a, uint64_t b, const std::string& what) const {
+    const auto sum = CheckedAdd(a, b);
+    if (!sum) Damaged(fmt::format("{}: offset {} + {} overflows", what, a, b));
+    return *sum;
+  }
+
+  void CheckMessage(unsigned type, unsigned flags, const Bytes& m, const std::string& what) {
+    if (flags & 0x02) {  // shared: the message body is elsewhere
+      CheckSharedPointer(m, what);
+      return;
+    }
+    switch (type) {
+      case kDataspace:
+        CheckDataspace(m);
+        break;
+      case kDatatype:
+        CheckDatatype(m, 0, 0);
+        break;
+      case kFillOld:
+        m.Need(4, m.Uint(0, 4));
+        break;
+      case kFill:
+        CheckFill(m);
+        break;
+      case kLayout:
+        CheckLayout(m);
+        break;
+      case kPipeline:
+        CheckPipeline(m);
+        break;
+      case kSymbolTable:
+        CheckGroupTree(m.Uint(0, o_), m.Uint(o_, o_));
+        break;
+      case kLink:
+        CheckLink(m);
+        break;
+      case kLinkInfo:
+        CheckDenseIndex(m, "link", true);
+        break;
+      case kAttributeInfo:
+        CheckDenseIndex(m, "attribute", false);
+        break;
+      case kBTreeK:
+        if (extension_) {
+          // version, chunk K, group internal K, group leaf K
+          group_internal_k_ = static_cast<unsigned>(m.Uint(3, 2));
+          group_leaf_k_ = static_cast<unsigned>(m.Uint(5, 2));
+          if (group_internal_k_ == 0 || group_leaf_k_ == 0) Damaged(what + ": a B-tree K of 0");
+        }
+        break;
+      default:
+        break;
+    }
+  }
+
+  void CheckSharedPointer(const Bytes& m, const std::string& what) {
+    const uint64_t version = m.Uint(0, 1);
+    const uint64_t kind = m.Uint(1, 1);
+    uint64_t addr = 0;
+    if (version == 1) {
+      addr = m.Uint(8, o_);
+    } else if (version == 2) {
+      addr = m.Uint(2, o_);
+    } else if (version == 3) {
+      if (kind == 1) {
+        throw Error(ErrorCode::kUnsupported,
+                    fmt::format("{}: {}: shared object header messages (kept in a shared-message "
+                                "table) are not supported",
+                                file_.path(), what));
+      }
+      if (kind != 2) Damaged(fmt::format("{}: shared message of kind {}", what, kind));
+      addr = m.Uint(2, o_);
+    } else {
+      Damaged(fmt::format("{}: shared message version {}", what, version));
+    }
+    // A committed datatype: an object header libhdf5 reads to decode the message.
+    CheckAddressInFile(addr, what + ": shared message");
+    pending_.push_back(addr);
+  }
+
+  void CheckDataspace(const Bytes& m) {
+    const uint64_t version = m.Uint(0, 1);
+    const uint64_t rank = m.Uint(1, 1);
+    const uint64_t flags = m.Uint(2, 1);
+    if (version != 1 && version != 2) Damaged(fmt::format("dataspace version {}", version));
+    if (rank > kMaxRank) Damaged(fmt::format("dataspace of rank {}", rank));
+    const size_t start = version == 1 ? 8 : 4;
+    size_t arrays = 1 + ((flags & 0x01) ? 1 : 0) + (version == 1 && (flags & 0x02) ? 1 : 0);
+    m.Need(start, rank * l_ * arrays);
+  }
+
+  // Checks the datatype at the start of `m`; returns its encoded length.
+  size_t CheckDatatype(const Bytes& m, size_t at, int depth) {
+    if (depth > kMaxTypeDepth) Damaged(fmt::format("datatype nested more than {} deep", depth));
+    const uint64_t cv = m.Uint(at, 1);
+    const unsigned cls = cv & 0x0f;
+    const unsigned version = static_cast<unsigned>(cv >> 4);
+    const uint64_t bits = m.Uint(at + 1, 3);
+    const uint64_t size = m.Uint(at + 4, 4);
+    if (version < 1 || version > 3) Damaged(fmt::format("datatype version {}", version));
+    if (size == 0 && cls != 9) Damaged(fmt::format("datatype of class {} with size 0", cls));
+    size_t pos = at + 8;
+    switch (cls) {
+      case 0:  // fixed-point: bit offset, precision
+      case 4:  // bitfield
+        m.Need(pos, 4);
+        return pos + 4 - at;
+      case 1:  // floating point
+        m.Need(pos, 12);
+        return pos + 12 - at;
+      case 2:  // time
+        m.Need(pos, 2);
+        return pos + 2 - at;
+      case 3:  // string
+      case 7:  // reference
+        return pos - at;
+      case 5: {  // opaque: an ASCII tag of (bits & 0xff) bytes
+        m.Need(pos, bits & 0xff);
+        return pos + (bits & 0xff) - at;
+      }
+      case 6: {  // compound
+        const uint64_t members = bits & 0xffff;
+        if (version < 3 && members == 0) Damaged("compound datatype without members");
+        for (uint64_t i = 0; i < members; ++i) {
+          const size_t name = m.StringAt(pos);
+          pos += version < 3 ? ((name + 1 + 7) / 8) * 8 : name + 1;
+          if (version < 3) {
+            pos += 4;                     // byte offset
+            if (version == 1) pos += 28;  // dimensionality, reserved, permutation, dims
+          } else {
+            size_t width = 1;
+            while (width < 4 && (size >> (8 * width)) != 0) ++width;
+            pos += width;
+          }
+          m.Need(pos, 0);
+          pos += CheckDatatype(m, pos, depth + 1);
+        }
+        return pos - at;
+      }
+      case 8: {  // enumeration: base type, names, values
+        pos += CheckDatatype(m, pos, depth + 1);
+        const uint64_t members = bits & 0xffff;
+        for (uint64_t i = 0; i < members; ++i) {
+          const size_t name = m.StringAt(pos);
+          pos += version < 3 ? ((name + 1 + 7) / 8) * 8 : name + 1;
+        }
+        const auto values = CheckedMul(members, size);  // one value of the type's size each
+        if (!values) Damaged("enumeration values overflow");
+        m.Need(pos, *values);
+        return pos + *values - at;
+      }
+      case 9:  // variable length: base type
+        pos += CheckDatatype(m, pos, depth + 1);
+        return pos - at;
+      case 10: {  // array
+        const uint64_t rank = m.Uint(pos, 1);
+        if (rank == 0 || rank > kMaxRank) Damaged(fmt::format("array datatype of rank {}", rank));
+        pos += version < 3 ? 4 + 8 * rank : 1 + 4 * rank;
+        m.Need(pos, 0);
+        pos += CheckDatatype(m, pos, depth + 1);
+        return pos - at;
+      }
+      default:
+        Damaged(fmt::format("datatype class {}", cls));
+    }
+  }
+
+  void CheckFill(const Bytes& m) {
+    const uint64_t version = m.Uint(0, 1);
+    if (version == 1 || version == 2) {
+      const uint64_t defined = m.Uint(3, 1);
+      if (version == 1 || defined) m.Need(8, m.Uint(4, 4));
+    } else if (version == 3) {
+      const uint64_t flags = m.Uint(1, 1);
+      if (flags & 0x20) m.Need(6, m.Uint(2, 4));
+    } else {
+      Damaged(fmt::format("fill value version {}", version));
+    }
+  }
+
+  void CheckLayout(const Bytes& m) {
+    const uint64_t version = m.Uint(0, 1);
+    if (version == 1 || version == 2) {
+      const uint64_t dims = m.Uint(1, 1);
+      const uint64_t cls = m.Uint(2, 1);
+      if (dims == 0 || dims > kMaxLayoutDims || cls > 2) {
+        Damaged(fmt::format("layout version {}: {} dimensions, class {}", version, dims, cls));
+      }
+      size_t pos = 8 + (cls != 0 ? o_ : 0) + 4 * dims;
+      if (cls == 2) pos += 4;  // element size
+      if (cls == 0) pos += 4 + m.Uint(pos, 4);
+      m.Need(pos, 0);
+      return;
+    }
+    if (version == 3) {
+      const uint64_t cls = m.Uint(1, 1);
+      if (cls == 0) {
+        m.Need(4, m.Uint(2, 2));
+      } else if (cls == 1) {
+        m.Need(2, o_ + l_);
+      } else if (cls == 2) {
+        const uint64_t dims = m.Uint(2, 1);
+        if (dims < 2 || dims > kMaxLayoutDims)
+          Damaged(fmt::format("chunked layout of {} dims", dims));
+        m.Need(3 + o_, 4 * dims);
+      } else {
+        Damaged(fmt::format("layout version 3 class {}", cls));
+      }
+      return;
+    }
+    if (version == 4) {
+      const uint64_t cls = m.Uint(1, 1);
+      if (cls == 0) {
+        m.Need(4, m.Uint(2, 2));
+      } else if (cls == 1) {
+        m.Need(2, o_ + l_);
+      } else if (cls == 2) {
+        const uint64_t flags = m.Uint(2, 1);
+        const uint64_t dims = m.Uint(3, 1);
+        const uint64_t width = m.Uint(4, 1);
+        if (dims < 2 || dims > kMaxLayoutDims || width < 1 || width > 8) {
+          Damaged(fmt::format("chunked layout of {} dims of {} bytes", dims, width));
+        }
+        size_t pos = 5 + dims * width;
+        const uint64_t index = m.Uint(pos, 1);
+        pos += 1;
+        switch (index) {
+          case 1:  // single chunk
+            if (flags & 0x02) pos += l_ + 4;
+            break;
+          case 2:  // implicit
+            break;
+          case 3:  // fixed array
+            pos += 1;
+            break;
+          case 4:  // extensible array
+            pos += 5;
+            break;
+          case 5:  // v2 B-tree
+            pos += 6;
+            break;
+          default:
+            Damaged(fmt::format("chunk index type {}", index));
+        }
+        m.Need(pos, o_);
+      } else if (cls == 3) {
+        m.Need(2, o_ + 4);
+      } else {
+        Damaged(fmt::format("layout version 4 class {}", cls));
+      }
+      return;
+    }
+    Damaged(fmt::format("layout version {}", version));
+  }
+
+  void CheckPipeline(const Bytes& m) {
+    const uint64_t version = m.Uint(0, 1);
+    const uint64_t filters = m.Uint(1, 1);
+    if ((version != 1 && version != 2) || filters > kMaxFilters) {
+      Damaged(fmt::format("filter pipeline version {} with {} filters", version, filters));
+    }
+    size_t pos = version == 1 ? 8 : 2;
+    for (uint64_t i = 0; i < filters; ++i) {
+      const uint64_t id = m.Uint(pos, 2);
+      pos += 2;
+      uint64_t name_length = 0;
+      if (version == 1 || id >= 256) {
+        name_length = m.Uint(pos, 2);
+        pos += 2;
+      }
+      pos += 2;  // flags
+      const uint64_t values = m.Uint(pos, 2);
+      pos += 2;
+      if (name_length > 0) {
+        m.Need(pos, name_length);
+        m.Sub(pos, name_length).StringAt(0);  // libhdf5 copies it as a C string
+        pos += name_length;
+      }
+      pos += 4 * values;
+      if (version == 1 && values % 2 == 1) pos += 4;
+      m.Need(pos, 0);
+    }
+  }
+
+  void CheckLink(const Bytes& m) {
+    if (m.Uint(0, 1) != 1) Damaged(fmt::format("link message version {}", m.Uint(0, 1)));
+    const uint64_t flags = m.Uint(1, 1);
+    size_t pos = 2;
+    uint64_t kind = 0;
+    if (flags & 0x08) kind = m.Uint(pos++, 1);
+    if (flags & 0x04) pos += 8;
+    if (flags & 0x10) pos += 1;
+    const size_t width = size_t{1} << (flags & 0x03);
+    const uint64_t name = m.Uint(pos, width);
+    pos += width;
+    if (name == 0) Damaged("link with an empty name");
+    m.Need(pos, name);
+    pos += name;
+    if (kind == 0) {
+      const uint64_t addr = m.Uint(pos, o_);
+      CheckAddressInFile(addr, "hard link target");
+      pending_.push_back(addr);
+    } else if (kind == 1 || kind >= 64) {
+      m.Need(pos + 2, m.Uint(pos, 2));
+    } else {
+      Damaged(fmt::format("link of type {}", kind));
+    }
+  }
+
+  // Link info / attribute info: dense storage is a fractal heap and a v2 B-tree name index.
+  void CheckDenseIndex(const Bytes& m, const char* what, bool links) {
+    if (m.Uint(0, 1) != 0) Damaged(fmt::format("{} info version {}", what, m.Uint(0, 1)));
+    const uint64_t flags = m.Uint(1, 1);
+    size_t pos = 2;
+    if (flags & 0x01) pos += links ? 8 : 2;
+    const uint64_t heap = m.Uint(pos, o_);
+    const uint64_t names = m.Uint(pos + o_, o_);
+    if (flags & 0x02) m.Need(pos + 2 * o_, o_);
+    if (Undefined(heap)) return;
+    if (links) {
+      // libhdf5 walks the links' fractal heap and v2 B-tree blindly (a crafted one crashes
+      // H5Ovisit2 in H5G__dense_iterate); gpufeed does not read them, so it does not hand
+      // them to libhdf5 either.
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{}: a group stores its links densely (a fractal heap: libver="
+                              "\"latest\" or track_order files with more than 8 links in a "
+                              "group), which gpufeed cannot check; rewrite the file with "
+                              "h5repack, or with h5py's default libver and track_order=False",
+                              file_.path()));
+    }
+    // Attributes: libhdf5 only reads the name index's header (to count them).
+    CheckSignatureAt(heap, "FRHP", fmt::format("{} heap", what));
+    CheckSignatureAt(names, "BTHD", fmt::format("{} name index", what));
+  }
+
+  // ---- old-style groups -------------------------------------------------------------------
+
+  // The data segment of the local heap at `addr`, read and checked once.
+  const std::vector<uint8_t>& LocalHeap(uint64_t addr) {
+    auto it = heaps_.find(addr);
+    if (it != heaps_.end()) return it->second;
+    const std::string what = fmt::format("local heap at offset {}", addr);
+    const std::vector<uint8_t> head = Read(addr, 8 + 2 * l_ + o_, what);
+    Bytes h(head, &what);
+    if (!h.Signature(0, "HEAP") || h.Uint(4, 1) != 0) Damaged(what + " lacks its signature");
+    const uint64_t size = h.Uint(8, l_);
+    const uint64_t free_list = h.Uint(8 + l_, l_);
+    const uint64_t data_addr = h.Uint(8 + 2 * l_, o_);
+    std::vector<uint8_t> data = Read(data_addr, size, what + " data");
+    // The free list: blocks inside the segment, no block twice (libhdf5 follows it blindly).
+    std::unordered_set<uint64_t> seen;
+    const uint64_t kFreeNull = 1;
+    Bytes d(data, &what);
+    for (uint64_t at = free_list; at != kFreeNull;) {
+      if (!seen.insert(at).second) Damaged(what + ": its free list loops");
+      if (at > size || 2 * l_ > size - at) Damaged(what + ": a free block lies outside the heap");
+      const uint64_t next = d.Uint(at, l_);
+      const uint64_t length = d.Uint(at + l_, l_);
+      if (length > size - at) Damaged(what + ": a free block runs past the heap");
+      at = next;
+    }
+    return heaps_.emplace(addr, std::move(data)).first->second;
+  }
+
+  void CheckName(const std::vector<uint8_t>& heap, uint64_t offset, const std::string& what) {
+    if (offset >= heap.size() ||
+        std::memchr(heap.data() + offset, 0, heap.size() - offset) == nullptr) {
+      Damaged(
+          fmt::format("{}: name at heap offset {} is not a terminated string inside the "
+                      "heap ({} bytes)",
+                      what, offset, heap.size()));
+    }
+  }
+
+  void CheckGroupTree(uint64_t btree, uint64_t heap_addr) {
+    const std::vector<uint8_t>& heap = LocalHeap(heap_addr);
+    CheckGroupNode(btree, -1, heap, 0);
+  }
+
+  void CheckGroupNode(uint64_t addr, int expected_level, const std::vector<uint8_t>& heap,
+                      int depth) {
+    const std::string what = fmt::format("group B-tree node at offset {}", addr);
+    if (!nodes_.insert(addr).second) Damaged(what + " is reached twice");
+    if (depth > kMaxTreeLevel) Damaged(what + " lies too deep");
+    const size_t header = 8 + 2 * o_;
+    const std::vector<uint8_t> head = Read(addr, header, what);
+    Bytes h(head, &what);
+    if (!h.Signature(0, "TREE") || h.Uint(4, 1) != 0) Damaged(what + " lacks its signature");
+    const int level = static_cast<int>(h.Uint(5, 1));
+    const uint64_t entries = h.Uint(6, 2);
+    if (level > kMaxTreeLevel || (expected_level >= 0 && level != expected_level)) {
+      Damaged(fmt::format("{} has level {}, expected {}", what, level, expected_level));
+    }
+    if (entries > 2 * uint64_t{group_internal_k_}) {
+      Damaged(fmt::format("{} has {} entries, more than 2K = {}", what, entries,
+                          2 * group_internal_k_));
+    }
+    const std::vector<uint8_t> body =
+        Read(AddOrDamaged(addr, header, what), entries * (l_ + o_) + l_, what);
+    Bytes b(body, &what);
+    for (uint64_t i = 0; i <= entries; ++i) CheckName(heap, b.Uint(i * (l_ + o_), l_), what);
+    for (uint64_t i = 0; i < entries; ++i) {
+      const uint64_t child = b.Uint(i * (l_ + o_) + l_, o_);
+      if (level > 0) {
+        CheckGroupNode(child, level - 1, heap, depth + 1);
+      } else {
+        CheckSymbolNode(child, heap);
+      }
+    }
+  }
+
+  void CheckSymbolNode(uint64_t addr, const std::vector<uint8_t>& heap) {
+    const std::string what = fmt::format("symbol table node at offset {}", addr);
+    if (!nodes_.insert(addr).second) Damaged(what + " is reached twice");
+    const std::vector<uint8_t> head = Read(addr, 8, what);
+    Bytes h(head, &what);
+    if (!h.Signature(0, "SNOD") || h.Uint(4, 1) != 1) Damaged(what + " lacks its signature");
+    const uint64_t symbols = h.Uint(6, 2);
+    if (symbols > 2 * uint64_t{group_leaf_k_}) {
+      Damaged(
+          fmt::format("{} has {} entries, more than 2K = {}", what, symbols, 2 * group_leaf_k_));
+    }
+    const size_t entry = l_ + o_ + 24;
+    const std::vector<uint8_t> body = Read(AddOrDamaged(addr, 8, what), symbols * entry, what);
+    Bytes b(body, &what);
+    for (uint64_t i = 0; i < symbols; ++i) {
+      const size_t at = i * entry;
+      CheckName(heap, b.Uint(at, l_), what);
+      const uint64_t header = b.Uint(at + l_, o_);
+      const uint64_t cache = b.Uint(at + l_ + o_, 4);
+      if (cache > 2) Damaged(fmt::format("{}: entry {} has cache type {}", what, i, cache));
+      if (cache == 1) {  // a cached symbol table: B-tree and heap addresses
+        CheckAddressInFile(b.Uint(at + l_ + o_ + 8, o_), what + ": cached B-tree");
+        CheckAddressInFile(b.Uint(at + l_ + o_ + 8 + o_, o_), what + ": cached heap");
+      }
+      if (cache == 2) {  // a soft link: its value in the heap, no object header
+        CheckName(heap, b.Uint(at + l_ + o_ + 8, 4), what + ": soft link");
+        continue;
+      }
+      CheckAddressInFile(header, what + ": object header");
+      pending_.push_back(header);
+    }
+  }
+
+  const File& file_;
+  const Hdf5Superblock& sb_;
+  const size_t o_, l_;
+  uint64_t read_budget_;
+  unsigned group_leaf_k_ = sb_.group_leaf_k;
+  unsigned group_internal_k_ = sb_.group_internal_k;
+  bool extension_ = false;
+  std::vector<uint64_t> pending_;
+  std::unordered_set<uint64_t> headers_, continuations_, nodes_;
+  std::unordered_map<uint64_t, std::vector<uint8_t>> heaps_;
+  Hdf5StructureSummary summary_;
+};
+
+}  // namespace
+
+Hdf5StructureSummary CheckHdf5Structure(const File& file, const Hdf5Superblock& sb) {
+  return StructureWalker(file, sb).Run();
+}
+
+}  // namespace gpufeed

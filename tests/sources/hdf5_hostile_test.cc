@@ -1,0 +1,144 @@
+// Crafted HDF5 files (issue 14), one per class of hostile input, written by
+// make_hostile_hdf5.py: each must become an Error naming the file and what is wrong, from
+// OpenHdf5 and from `gpufeed inspect`, never a crash, a hang or a huge allocation. Also a
+// file truncated while a source reads it: Error(kIo), never SIGBUS.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "error_code_of.h"
+#include "gpufeed/error.h"
+#include "gpufeed/hdf5.h"
+#include "sources/hdf5_fixture.h"
+#include "sources/hdf5_inspect.h"
+
+namespace gpufeed {
+namespace {
+
+using ::testing::AllOf;
+using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
+
+struct HostileCase {
+  const char* name;
+  ErrorCode code;
+  const char* says;  // a part of the message saying what is wrong
+};
+
+const HostileCase kCases[] = {
+    // Item 1: the chunk counts' product wraps 64 bits (so does the element count).
+    {"grid_overflow", ErrorCode::kCorruptData, "holds more than 2^64 elements"},
+    // Item 1: 2^40 chunks, no wrap: the table would take terabytes.
+    {"grid_huge", ErrorCode::kCorruptData, "makes a grid of 1099511627776 chunks"},
+    // Item 2: chunk dims whose byte count wraps to 0.
+    {"chunk_wrap", ErrorCode::kCorruptData, "is 4 GiB or more"},
+    // Item 3: a sample of 2^124 elements in a dataset of 0 samples.
+    {"shape_overflow", ErrorCode::kCorruptData, "holds more than 2^64 elements"},
+    // Items 4 and 5: a B-tree whose root is its own child (libhdf5 1.10.8 recurses until
+    // the stack overflows: gpufeed's walk must refuse it before libhdf5 walks it).
+    {"btree_cycle", ErrorCode::kCorruptData, "is reached twice"},
+    // Item 4: every child of the root is one leaf.
+    {"btree_shared", ErrorCode::kCorruptData, "is reached twice"},
+    // Item 4: a chunk listed twice (which one depends on h5py's node order).
+    {"btree_duplicate", ErrorCode::kCorruptData, "] twice"},
+    // Item 5: the root object header lies past the end of the file.
+    {"root_past_eof", ErrorCode::kCorruptData, "root group object header"},
+    // Item 5: more symbols than a symbol node holds (libhdf5 overflows its node buffer).
+    {"symbol_node_overflow", ErrorCode::kCorruptData, "has 65535 entries, more than 2K = 8"},
+    // Item 5: a header message longer than its header.
+    {"message_overrun", ErrorCode::kCorruptData, "runs past its block"},
+    // Item 5: a local heap free list that loops (libhdf5 follows it forever).
+    {"heap_free_list_loop", ErrorCode::kCorruptData, "its free list loops"},
+    // Item 5: dense link storage, which gpufeed does not check, is not handed to libhdf5.
+    {"dense_links", ErrorCode::kUnsupported, "stores its links densely"},
+};
+
+class Hdf5HostileTest : public ::testing::TestWithParam<HostileCase> {
+ protected:
+  static void SetUpTestSuite() {
+    if (!testing::HaveH5py()) return;
+    dir_ = new testing::ScratchDir;
+    const std::string cmd = std::string(testing::kPython) + " " + GPUFEED_HOSTILE_HDF5_SCRIPT +
+                            " " + dir_->path() + " > " + dir_->path() + "/make.log 2>&1";
+    made_ = std::system(cmd.c_str()) == 0;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (dir_ == nullptr) GTEST_SKIP() << "Debian's h5py (/usr/bin/python3) is unavailable";
+    ASSERT_TRUE(made_) << testing::ReadWholeFile(dir_->path() + "/make.log");
+  }
+  static std::string Path(const std::string& name) { return dir_->path() + "/" + name + ".h5"; }
+
+  static testing::ScratchDir* dir_;
+  static bool made_;
+};
+
+testing::ScratchDir* Hdf5HostileTest::dir_ = nullptr;
+bool Hdf5HostileTest::made_ = false;
+
+TEST_P(Hdf5HostileTest, OpenHdf5RefusesItNamingTheFile) {
+  const HostileCase& c = GetParam();
+  const std::string path = Path(c.name);
+  std::string msg;
+  EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({path}, {"x"}); }, &msg), c.code) << msg;
+  EXPECT_THAT(msg, AllOf(HasSubstr(path), HasSubstr(c.says)));
+}
+
+TEST_P(Hdf5HostileTest, InspectReportsItNamingTheFile) {
+  const HostileCase& c = GetParam();
+  const std::string path = Path(c.name);
+  // A damaged superblock stops the whole inspection; a damaged dataset is reported.
+  try {
+    const Hdf5Inspection in = InspectHdf5(path, nullptr, uint64_t{1} << 30);
+    ASSERT_EQ(in.datasets.size(), 1u);
+    EXPECT_THAT(in.datasets[0].unsupported, AllOf(HasSubstr(path), HasSubstr(c.says)));
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), c.code);
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(path), HasSubstr(c.says)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Crafted, Hdf5HostileTest, ::testing::ValuesIn(kCases),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// Reads every sample of `s` in batches of 100.
+void ReadEverything(const Source& s) {
+  const auto state = s.NewWorkerState();
+  for (int64_t start = 0; start < s.size(); start += 100) {
+    const int64_t n = std::min<int64_t>(100, s.size() - start);
+    std::vector<int64_t> idx(n);
+    for (int64_t i = 0; i < n; ++i) idx[i] = start + i;
+    std::vector<std::vector<std::byte>> rows;
+    BatchView view;
+    view.rows = n;
+    for (const auto& f : s.schema().fields) {
+      rows.emplace_back(static_cast<size_t>(n) * f.SampleBytes());
+      view.fields.push_back(rows.back().data());
+    }
+    s.Read(idx, view, state.get());
+  }
+}
+
+// Item 9: a file truncated (or rewritten shorter) after open, while a source reads it.
+TEST(Hdf5ChangedFileTest, TruncatedWhileOpenIsAnIoErrorNamingTheFile) {
+  GPUFEED_REQUIRE_HDF5_FILES(files);
+  testing::ScratchDir dir;
+  for (const std::string name : {"plain", "gzip"}) {
+    const std::string path = dir.path() + "/" + name + ".h5";
+    std::filesystem::copy_file(files->File(name), path);
+    const auto source = OpenHdf5({path}, {"mel", "label"});
+    ReadEverything(*source);  // reads fine while the file is whole
+    std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
+    std::string msg;
+    EXPECT_EQ(ErrorCodeOf([&] { ReadEverything(*source); }, &msg), ErrorCode::kIo) << name;
+    EXPECT_THAT(msg, AllOf(HasSubstr(path), HasSubstr("changed size while being read")));
+  }
+}
+
+}  // namespace
+}  // namespace gpufeed
