@@ -37,6 +37,7 @@ from gpufeed._gpufeed import (
     Source,
     Unsupported,
 )
+from gpufeed._images import images
 from gpufeed._loader import Batch, Loader
 from gpufeed._progress import tqdm
 from gpufeed._sources import memory, open, synthetic
@@ -53,6 +54,7 @@ __all__ = [
     "NotFound",
     "Source",
     "Unsupported",
+    "images",
     "memory",
     "open",
     "synthetic",

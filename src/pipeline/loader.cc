@@ -648,7 +648,8 @@ class Loader::Impl {
     }
 
     BatchView view = layout_.View(host.data(), static_cast<int64_t>(rows.size()));
-    source_->Read(rows, view, worker_states_[static_cast<size_t>(worker)].get());
+    source_->ReadSeeded(rows, view, worker_states_[static_cast<size_t>(worker)].get(),
+                        MixSeed(options_.seed, static_cast<uint64_t>(ready.epoch)));
     int64_t t2 = NowNs();
     read_ns_.fetch_add(t2 - t1, std::memory_order_relaxed);
     ready.timing.read_ns = t2 - t1;
