@@ -153,8 +153,11 @@ ImageHeader ImageDecoder::ReadHeader(std::span<const uint8_t> bytes, const std::
     int colorspace = 0;
     if (tjDecompressHeader3(static_cast<tjhandle>(jpeg_), bytes.data(), bytes.size(), &width,
                             &height, &subsampling, &colorspace) != 0) {
-      Corrupt(path, fmt::format("corrupt JPEG header: {}",
+      Corrupt(path, fmt::format("corrupt or truncated JPEG header: {}",
                                 tjGetErrorStr2(static_cast<tjhandle>(jpeg_))));
+    }
+    if (width <= 0 || height <= 0) {  // the data ended before the frame header
+      Corrupt(path, "corrupt or truncated JPEG header: no frame size before the data ends");
     }
     CheckPixels(path, "JPEG", static_cast<uint64_t>(width), static_cast<uint64_t>(height),
                 max_pixels);

@@ -6,7 +6,10 @@
 
 #include "error_code_of.h"
 #include "gpufeed/error.h"
+#include "gpufeed/file.h"
+#include "gpufeed/sources.h"
 #include "sources/image_list.h"
+#include "sources/open_path.h"
 #include "sources/scratch_dir.h"
 
 namespace gpufeed {
@@ -85,6 +88,22 @@ TEST(ImageListTest, CsvErrorsNameTheFileAndLine) {
   EXPECT_THAT(message, HasSubstr("no column 'path'"));
   EXPECT_EQ(ErrorCodeOf([&] { ReadImageList(dir.path() + "/none.csv"); }, &message),
             ErrorCode::kNotFound);
+}
+
+TEST(ImageListTest, ClassifyPathKnowsImageFoldersAndLists) {
+  ScratchDir dir;
+  dir.Write("imgs/cat/1.jpg", "x");
+  dir.Write("npy/mel.npy", "x");
+  dir.Write("npy/sub/x", "x");
+  const std::string list = dir.Write("list.csv", "path,label\n");
+  const auto fs = DefaultFileSystem();
+  EXPECT_EQ(ClassifyPath(dir.path() + "/imgs", *fs), PathKind::kImages);
+  EXPECT_EQ(ClassifyPath(list, *fs), PathKind::kImages);
+  EXPECT_EQ(ClassifyPath(dir.path() + "/npy", *fs), PathKind::kNumpyFolder);
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf([&] { OpenPath(dir.path() + "/imgs", {}); }, &message),
+            ErrorCode::kUnsupported);
+  EXPECT_THAT(message, HasSubstr("open it with OpenImages"));
 }
 
 }  // namespace
