@@ -20,7 +20,8 @@ def images(path, *, size=224, crop="random", resize=None, scale=(0.08, 1.0),
                 (`flip`), drawn from (loader seed, epoch, sample index): the same on any
                 machine. "center": Resize(resize) + CenterCrop(size) for evaluation
                 (`resize` defaults to size * 256 / 224).
-    dct_scaling: decode JPEGs at 1/2, 1/4 or 1/8 scale where the crop needs no more.
+    dct_scaling: decode JPEGs at 1/2, 1/4 or 1/8 scale in the DCT where the crop stays at
+                least the output size there (less decoding work, the resize still reduces).
     exif_orientation: apply a JPEG's EXIF orientation (PIL and torchvision do not).
     max_pixels: refuse images whose header claims more pixels (decompression bombs).
     on_error:   "raise": a file that cannot be decoded raises from the loader, naming it;

@@ -82,14 +82,13 @@ class StoredImageSource final : public Source {
         int full_h = 0;
         int w = 0;
         int h = 0;
-        const int denom = DecodeOriented(*set_, sample, *worker, [&](int fw, int fh) {
+        const double d = DecodeOriented(*set_, sample, *worker, [&](int fw, int fh) {
           full_w = fw;
           full_h = fh;
           StoredSize(fw, fh, s, w, h);
           return DctScaleFor(fw, fh, w, h);
         });
-        const double d = denom;
-        RgbImage stored;
+          RgbImage stored;
         stored.pixels.reserve(row_bytes);
         ResampleToRgb(View(worker->decoded), {0, 0, full_w / d, full_h / d}, {w, h, 0, 0, w, h},
                       stored, worker->resample);

@@ -38,8 +38,9 @@ CropRect RandomResizedCropRect(int width, int height, const RandomCropParams& pa
 // `resize`, the longer int(resize * long / short).
 void ResizedSize(int width, int height, int resize, int& out_width, int& out_height);
 
-// The largest of 1/8, 1/4, 1/2 (else 1/1) at which a `width` x `height` region of the full
-// image is still at least `need_width` x `need_height` pixels.
+// The smallest of 1/8, 1/4, 1/2 (else 1/1) at which a `width` x `height` region of the full
+// image is still at least `need_width` x `need_height` pixels: the scaled IDCT does less
+// work, and the resize after it still only reduces.
 DctScale DctScaleFor(int width, int height, int need_width, int need_height);
 
 }  // namespace gpufeed

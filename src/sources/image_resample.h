@@ -32,10 +32,15 @@ struct ResampleOutput {
 };
 
 struct ResampleScratch {
-  std::vector<int32_t> coefficients;
+  std::vector<int32_t> coefficients;  // horizontal
   std::vector<int> bounds;
-  std::vector<uint8_t> rows;
+  std::vector<int32_t> vertical;
+  std::vector<int> vertical_bounds;
+  std::vector<uint8_t> transposed;
   std::vector<uint8_t> image;
+  std::vector<uint8_t> rows;
+  std::vector<uint8_t> output;
+  std::vector<int32_t> sums;
 };
 
 // Resamples `region` of `in` and writes the output window channels first ([3, height, width],

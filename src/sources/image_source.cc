@@ -75,12 +75,11 @@ class StreamingImageSource final : public ImageSource {
     const int size = o.size;
     if (o.crop == "random") {
       ImageCrop rect;
-      const int denom = DecodeOriented(*set_, sample, worker, [&](int w, int h) {
+      const double d = DecodeOriented(*set_, sample, worker, [&](int w, int h) {
         rect = DrawCrop(w, h, o, rng);
         return DctScaleFor(rect.width, rect.height, size, size);
       });
-      // The crop chosen in full-size pixels, mapped into the image decoded at 1/denom.
-      const double d = denom;
+      // The crop chosen in full-size pixels, mapped into the image decoded at 1/d.
       ResampleToChw(View(worker.decoded),
                     {rect.x / d, rect.y / d, (rect.x + rect.width) / d, (rect.y + rect.height) / d},
                     {size, size, 0, 0, size, size}, rect.flip, image, worker.resample);
@@ -90,7 +89,7 @@ class StreamingImageSource final : public ImageSource {
     int full_h = 0;
     int resized_w = 0;
     int resized_h = 0;
-    const int denom = DecodeOriented(*set_, sample, worker, [&](int w, int h) {
+    const double d = DecodeOriented(*set_, sample, worker, [&](int w, int h) {
       full_w = w;
       full_h = h;
       ResizedSize(w, h, o.resize, resized_w, resized_h);
@@ -99,7 +98,6 @@ class StreamingImageSource final : public ImageSource {
     // torchvision's CenterCrop: int(round((side - size) / 2.0)), half to even.
     const int left = static_cast<int>(std::nearbyint((resized_w - size) / 2.0));
     const int top = static_cast<int>(std::nearbyint((resized_h - size) / 2.0));
-    const double d = denom;
     ResampleToChw(View(worker.decoded), {0, 0, full_w / d, full_h / d},
                   {resized_w, resized_h, left, top, size, size}, false, image, worker.resample);
   }
@@ -184,7 +182,7 @@ void ImageWorker::ReadFile(const ImageSet& set, const std::string& path) {
   ReadFully(*file, 0, bytes.data(), bytes.size(), path);
 }
 
-int DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
+double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
                    const std::function<DctScale(int, int)>& need) {
   const std::string& path = set.list().paths[static_cast<size_t>(index)];
   worker.ReadFile(set, path);
@@ -195,7 +193,7 @@ int DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
   if (header.format != ImageFormat::kJpeg || !set.options().dct_scaling) scale = {1, 1};
   worker.decoder.Decode(worker.bytes, header, scale, path, worker.decoded);
   ApplyOrientation(orientation, worker.decoded, worker.scratch);
-  return scale.denom;
+  return static_cast<double>(scale.denom) / scale.num;
 }
 
 ImageCrop DrawCrop(int width, int height, const ImageOptions& options, Pcg32& rng) {

@@ -53,11 +53,14 @@ TEST(ImageDecodeTest, JpegEqualsTurboJpegsOwnDecode) {
   EXPECT_EQ(out.pixels, expected);
 }
 
-TEST(ImageDecodeTest, DctScalingHalvesEachSideRoundingUp) {
+TEST(ImageDecodeTest, DctScalingShrinksEachSideRoundingUp) {
   const RgbImage out = Decode(testing::RgbJpeg(45, 31), {1, 4});
   EXPECT_EQ(out.width, 12);
   EXPECT_EQ(out.height, 8);
   EXPECT_EQ(out.pixels.size(), 12u * 8 * 3);
+  const RgbImage five = Decode(testing::RgbJpeg(45, 31), {5, 8});
+  EXPECT_EQ(five.width, 29);
+  EXPECT_EQ(five.height, 20);
 }
 
 TEST(ImageDecodeTest, GreyJpegBecomesRgbWithEqualChannels) {
@@ -231,11 +234,13 @@ TEST(ImageCropTest, RandomResizedCropFollowsTorchvisionsRules) {
 }
 
 TEST(ImageCropTest, DctScaleKeepsTheRegionAtLeastTheOutput) {
-  EXPECT_EQ(DctScaleFor(2000, 1800, 224, 224).denom, 8);
-  EXPECT_EQ(DctScaleFor(1792, 1792, 224, 224).denom, 8);
-  EXPECT_EQ(DctScaleFor(1791, 1792, 224, 224).denom, 4);
-  EXPECT_EQ(DctScaleFor(500, 375, 224, 224).denom, 1);
-  EXPECT_EQ(DctScaleFor(448, 448, 224, 224).denom, 2);
+  const auto factor = [](DctScale s) { return static_cast<double>(s.num) / s.denom; };
+  EXPECT_EQ(factor(DctScaleFor(2000, 1800, 224, 224)), 1.0 / 8);
+  EXPECT_EQ(factor(DctScaleFor(1792, 1792, 224, 224)), 1.0 / 8);
+  EXPECT_EQ(factor(DctScaleFor(1791, 1792, 224, 224)), 1.0 / 4);
+  EXPECT_EQ(factor(DctScaleFor(500, 375, 224, 224)), 1.0);
+  EXPECT_EQ(factor(DctScaleFor(448, 448, 224, 224)), 4.0 / 8);
+  EXPECT_EQ(factor(DctScaleFor(300, 223, 224, 224)), 1.0);
   int w = 0;
   int h = 0;
   ResizedSize(500, 375, 256, w, h);
