@@ -3,9 +3,14 @@
 // uses its own PRNG, not the standard library's implementation-defined distributions).
 //
 // Sharding follows PyTorch's DistributedSampler: the epoch's order is dealt round-robin to
-// `world_size` ranks, so every sample is in exactly one shard. With drop_last the order is
-// first cut to a multiple of world_size (shards equal in length) and each shard's last
-// partial batch is dropped.
+// `world_size` ranks. Every rank gets the same number of samples, so every rank runs the same
+// number of steps (a rank with one step more would pair its all-reduce with another rank's
+// next epoch and hang the job): without drop_last the order is padded to a multiple of
+// world_size by repeating samples from its start (as DistributedSampler does; 3 samples over
+// 4 ranks give every rank one sample), so a few samples are seen twice per epoch; with
+// drop_last it is cut to a multiple of world_size and each shard's last partial batch is
+// dropped. `pad = false` turns the padding off: every sample exactly once, shards of unequal
+// length (for evaluation where each rank's results are gathered without collectives).
 //
 // Block shuffle (for compressed, chunked data): the samples are cut into blocks of
 // `shuffle_block` consecutive samples (an HDF5 chunk), the blocks are shuffled, and samples
@@ -28,6 +33,7 @@ struct SamplerOptions {
   bool shuffle = true;        // Default: true
   uint64_t seed = 0;          // Default: 0
   bool drop_last = false;     // Default: false: the last batch may be short
+  bool pad = true;            // Default: true: shards padded to equal length (see above)
   int rank = -1;              // Default: -1 = $RANK, else 0
   int world_size = -1;        // Default: -1 = $WORLD_SIZE, else 1
   int64_t shuffle_block = 0;  // Default: 0 = full shuffle; > 0: block shuffle (above)

@@ -91,8 +91,10 @@ def test_rank_and_world_size_shard_the_plan():
         shards.append(np.concatenate([b.indices.numpy() for b in loader]))
         np.testing.assert_array_equal(
             shards[-1], _gpufeed.epoch_order(101, 8, 0, seed=9, rank=rank, world_size=3))
+    # Padded as DistributedSampler pads: 34 samples per rank, one sample seen twice.
+    assert [len(s) for s in shards] == [34, 34, 34]
     together = np.concatenate(shards)
-    assert len(together) == 101 and len(np.unique(together)) == 101
+    assert len(together) == 102 and len(np.unique(together)) == 101
 
 
 def test_rank_and_world_size_come_from_the_torchrun_environment(monkeypatch):

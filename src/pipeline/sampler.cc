@@ -58,7 +58,13 @@ Sampler::Sampler(int64_t num_samples, SamplerOptions options)
                 fmt::format("shuffle_window must be positive, got {}", options_.shuffle_window));
   }
   const int64_t world = options_.world_size;
-  const int64_t used = options_.drop_last ? num_samples / world * world : num_samples;
+  // Positions dealt: cut down (drop_last) or padded up (pad) to a multiple of world_size.
+  int64_t used = num_samples;
+  if (options_.drop_last) {
+    used = num_samples / world * world;
+  } else if (options_.pad && num_samples > 0) {
+    used = (num_samples + world - 1) / world * world;
+  }
   // Round-robin dealing: rank r gets positions r, r + world, ...
   shard_size_ = used / world + (options_.rank < used % world ? 1 : 0);
   const int64_t b = options_.batch_size;
@@ -97,7 +103,8 @@ std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
   shard.reserve(static_cast<size_t>(shard_size_));
   for (int64_t pos = options_.rank; static_cast<int64_t>(shard.size()) < shard_size_;
        pos += world) {
-    shard.push_back(all[static_cast<size_t>(pos)]);
+    // Positions past the end are the padding: the epoch's order again from its start.
+    shard.push_back(all[static_cast<size_t>(pos % num_samples_)]);
   }
   return shard;
 }

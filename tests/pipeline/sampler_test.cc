@@ -66,6 +66,7 @@ TEST(Sampler, ShardsAreDisjointAndCoverEverything) {
       o.rank = rank;
       o.world_size = 3;
       o.drop_last = drop_last;
+      o.pad = false;
       Sampler s(10, o);
       auto order = s.EpochOrder(1);
       EXPECT_EQ(static_cast<int64_t>(order.size()), s.shard_size());
@@ -81,6 +82,50 @@ TEST(Sampler, ShardsAreDisjointAndCoverEverything) {
       EXPECT_EQ(all.size(), 10u);
       EXPECT_EQ(lengths, (std::vector<int64_t>{4, 3, 3}));
     }
+  }
+}
+
+// DistributedSampler's rule: without drop_last every rank gets ceil(N / world) samples, the
+// shortfall filled from the start of the epoch's order, so ranks run equal step counts.
+TEST(Sampler, ShardsArePaddedToEqualLengthFromTheStartOfTheOrder) {
+  struct Case {
+    int64_t samples, batch;
+    int world;
+  };
+  for (const Case c : {Case{129, 64, 2}, Case{3, 2, 4}, Case{10, 2, 3}, Case{8, 3, 4}}) {
+    SamplerOptions base = Opts(c.batch, 7);
+    base.world_size = c.world;
+    base.rank = 0;
+    const std::vector<int64_t> order0 = [&] {
+      SamplerOptions one = base;
+      one.world_size = 1;
+      return Sampler(c.samples, one).EpochOrder(2);
+    }();
+    std::multiset<int64_t> seen;
+    std::vector<int64_t> batches, lengths;
+    for (int rank = 0; rank < c.world; ++rank) {
+      SamplerOptions o = base;
+      o.rank = rank;
+      Sampler s(c.samples, o);
+      const auto order = s.EpochOrder(2);
+      EXPECT_EQ(static_cast<int64_t>(order.size()), s.shard_size());
+      batches.push_back(s.batches_per_epoch());
+      lengths.push_back(s.shard_size());
+      for (size_t i = 0; i < order.size(); ++i) {
+        // Position rank + i * world of the padded order, which wraps to the order's start.
+        const size_t pos = static_cast<size_t>(rank) + i * static_cast<size_t>(c.world);
+        EXPECT_EQ(order[i], order0[pos % order0.size()]) << "rank " << rank << " item " << i;
+      }
+      seen.insert(order.begin(), order.end());
+    }
+    const int64_t per_rank = (c.samples + c.world - 1) / c.world;
+    EXPECT_EQ(lengths, std::vector<int64_t>(static_cast<size_t>(c.world), per_rank))
+        << c.samples << " samples over " << c.world << " ranks";
+    EXPECT_EQ(batches, std::vector<int64_t>(static_cast<size_t>(c.world),
+                                            (per_rank + c.batch - 1) / c.batch));
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(),
+              static_cast<size_t>(c.samples))
+        << "every sample is in some shard";
   }
 }
 
