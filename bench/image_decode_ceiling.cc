@@ -50,12 +50,14 @@ int main(int argc, char** argv) {
         const bool read_all = pread(fd, bytes.data(), bytes.size(), 0) == size;
         close(fd);
         int w = 0, h = 0, sub = 0, cs = 0;
-        if (!read_all || tjDecompressHeader3(handle, bytes.data(), bytes.size(), &w, &h, &sub, &cs) != 0) {
+        if (!read_all ||
+            tjDecompressHeader3(handle, bytes.data(), bytes.size(), &w, &h, &sub, &cs) != 0) {
           ++failed;
           continue;
         }
         rgb.resize(static_cast<size_t>(w) * h * 3);
-        if (tjDecompress2(handle, bytes.data(), bytes.size(), rgb.data(), w, 0, h, TJPF_RGB, 0) != 0) {
+        if (tjDecompress2(handle, bytes.data(), bytes.size(), rgb.data(), w, 0, h, TJPF_RGB, 0) !=
+            0) {
           ++failed;
         }
         pixels += static_cast<int64_t>(w) * h;
@@ -66,10 +68,10 @@ int main(int argc, char** argv) {
   for (auto& t : pool) t.join();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("{\"images\": %lld, \"threads\": %d, \"seconds\": %.3f, \"images_per_s\": %.1f, "
-              "\"megapixels_per_s\": %.1f, \"failed\": %lld}\n",
-              static_cast<long long>(n), threads, seconds, static_cast<double>(n) / seconds,
-              static_cast<double>(pixels.load()) / seconds / 1e6,
-              static_cast<long long>(failed.load()));
+  std::printf(
+      "{\"images\": %lld, \"threads\": %d, \"seconds\": %.3f, \"images_per_s\": %.1f, "
+      "\"megapixels_per_s\": %.1f, \"failed\": %lld}\n",
+      static_cast<long long>(n), threads, seconds, static_cast<double>(n) / seconds,
+      static_cast<double>(pixels.load()) / seconds / 1e6, static_cast<long long>(failed.load()));
   return 0;
 }

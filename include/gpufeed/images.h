@@ -33,16 +33,16 @@ struct ImageOptions {
   //   "center": Resize(resize) + CenterCrop(size) (evaluation).
   std::string crop = "random";  // Default: "random"
   int size = 224;               // Default: 224: output side in pixels
-  int resize = 0;  // Default: 0 = size * 256 / 224 (256 for 224): "center"'s shorter side
-  double scale_min = 0.08;         // Default: 0.08  (RandomResizedCrop's scale)
-  double scale_max = 1.0;          // Default: 1.0
-  double ratio_min = 3.0 / 4.0;    // Default: 3/4   (RandomResizedCrop's ratio)
-  double ratio_max = 4.0 / 3.0;    // Default: 4/3
-  bool flip = true;                // Default: true: "random" mirrors half the samples
+  int resize = 0;           // Default: 0 = size * 256 / 224 (256 for 224): "center"'s shorter side
+  double scale_min = 0.08;  // Default: 0.08  (RandomResizedCrop's scale)
+  double scale_max = 1.0;   // Default: 1.0
+  double ratio_min = 3.0 / 4.0;  // Default: 3/4   (RandomResizedCrop's ratio)
+  double ratio_max = 4.0 / 3.0;  // Default: 4/3
+  bool flip = true;              // Default: true: "random" mirrors half the samples
   // Default: true. Decode JPEGs at 1/2, 1/4, 1/8 scale where the output needs no more.
   // False decodes at full size, as PIL does (then pixels equal torchvision's exactly).
   bool dct_scaling = true;
-  bool exif_orientation = true;    // Default: true (PIL and torchvision ignore it)
+  bool exif_orientation = true;  // Default: true (PIL and torchvision ignore it)
   // Default: 178956970 (PIL's limit): an image whose header claims more pixels is refused
   // before anything is allocated for it.
   uint64_t max_pixels = 178956970;
@@ -59,12 +59,12 @@ struct ImageOptions {
   // stored once at `cache_size` pixels on the shorter side (the longer side at most
   // cache_size * 4 / 3; wider images get a shorter short side), uint8; crops are then cut
   // from the stored image, so the decoded files are read only in the first epoch.
-  std::string cache = "none";      // Default: "none"
-  int cache_size = 256;            // Default: 256
+  std::string cache = "none";        // Default: "none"
+  int cache_size = 256;              // Default: 256
   std::string shm_dir = "/dev/shm";  // Default: /dev/shm
-  uint64_t ram_budget_bytes = 0;   // Default: 0 = 50% of available RAM
-  int cache_threads = 0;           // Default: 0 = hardware threads (shm build, preload)
-  bool verbose = true;             // Default: true: the cache says its choice on stderr
+  uint64_t ram_budget_bytes = 0;     // Default: 0 = 50% of available RAM
+  int cache_threads = 0;             // Default: 0 = hardware threads (shm build, preload)
+  bool verbose = true;               // Default: true: the cache says its choice on stderr
   // Default: null = the POSIX file system (every image file is read through it).
   std::shared_ptr<const FileSystem> file_system = nullptr;
 };

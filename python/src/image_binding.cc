@@ -17,25 +17,44 @@ ImageOptions ImageOptionsFrom(const py::dict& d) {
   ImageOptions o;
   for (const auto& [key_object, value] : d) {
     const std::string key = py::cast<std::string>(key_object);
-    if (key == "crop") o.crop = py::cast<std::string>(value);
-    else if (key == "size") o.size = py::cast<int>(value);
-    else if (key == "resize") o.resize = py::cast<int>(value);
-    else if (key == "scale") std::tie(o.scale_min, o.scale_max) = py::cast<std::pair<double, double>>(value);
-    else if (key == "ratio") std::tie(o.ratio_min, o.ratio_max) = py::cast<std::pair<double, double>>(value);
-    else if (key == "flip") o.flip = py::cast<bool>(value);
-    else if (key == "dct_scaling") o.dct_scaling = py::cast<bool>(value);
-    else if (key == "exif_orientation") o.exif_orientation = py::cast<bool>(value);
-    else if (key == "max_pixels") o.max_pixels = py::cast<uint64_t>(value);
-    else if (key == "on_error") o.on_error = py::cast<std::string>(value);
-    else if (key == "path_column") o.path_column = py::cast<std::string>(value);
-    else if (key == "label_column") o.label_column = py::cast<std::string>(value);
-    else if (key == "classes") o.classes = py::cast<std::vector<std::string>>(value);
-    else if (key == "cache") o.cache = py::cast<std::string>(value);
-    else if (key == "cache_size") o.cache_size = py::cast<int>(value);
-    else if (key == "shm_dir") o.shm_dir = py::cast<std::string>(value);
-    else if (key == "ram_budget_bytes") o.ram_budget_bytes = py::cast<uint64_t>(value);
-    else if (key == "verbose") o.verbose = py::cast<bool>(value);
-    else throw Error(ErrorCode::kInvalidArgument, "images: unknown option '" + key + "'");
+    if (key == "crop")
+      o.crop = py::cast<std::string>(value);
+    else if (key == "size")
+      o.size = py::cast<int>(value);
+    else if (key == "resize")
+      o.resize = py::cast<int>(value);
+    else if (key == "scale")
+      std::tie(o.scale_min, o.scale_max) = py::cast<std::pair<double, double>>(value);
+    else if (key == "ratio")
+      std::tie(o.ratio_min, o.ratio_max) = py::cast<std::pair<double, double>>(value);
+    else if (key == "flip")
+      o.flip = py::cast<bool>(value);
+    else if (key == "dct_scaling")
+      o.dct_scaling = py::cast<bool>(value);
+    else if (key == "exif_orientation")
+      o.exif_orientation = py::cast<bool>(value);
+    else if (key == "max_pixels")
+      o.max_pixels = py::cast<uint64_t>(value);
+    else if (key == "on_error")
+      o.on_error = py::cast<std::string>(value);
+    else if (key == "path_column")
+      o.path_column = py::cast<std::string>(value);
+    else if (key == "label_column")
+      o.label_column = py::cast<std::string>(value);
+    else if (key == "classes")
+      o.classes = py::cast<std::vector<std::string>>(value);
+    else if (key == "cache")
+      o.cache = py::cast<std::string>(value);
+    else if (key == "cache_size")
+      o.cache_size = py::cast<int>(value);
+    else if (key == "shm_dir")
+      o.shm_dir = py::cast<std::string>(value);
+    else if (key == "ram_budget_bytes")
+      o.ram_budget_bytes = py::cast<uint64_t>(value);
+    else if (key == "verbose")
+      o.verbose = py::cast<bool>(value);
+    else
+      throw Error(ErrorCode::kInvalidArgument, "images: unknown option '" + key + "'");
   }
   return o;
 }
@@ -82,8 +101,8 @@ void BindImages(py::module_& m) {
       "image_random_crop",
       [](int width, int height, uint64_t seed, int64_t epoch, int64_t index,
          const py::dict& options) {
-        const ImageCrop c = RandomCropOf(width, height, seed, epoch, index,
-                                         ImageOptionsFrom(options));
+        const ImageCrop c =
+            RandomCropOf(width, height, seed, epoch, index, ImageOptionsFrom(options));
         return py::make_tuple(c.x, c.y, c.width, c.height, c.flip);
       },
       py::arg("width"), py::arg("height"), py::arg("seed"), py::arg("epoch"), py::arg("index"),

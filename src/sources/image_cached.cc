@@ -47,10 +47,8 @@ class StoredImageSource final : public Source {
   explicit StoredImageSource(std::shared_ptr<const ImageSet> set) : set_(std::move(set)) {
     const int s = set_->options().cache_size;
     schema_.fields = {
-        FieldSpec{"pixels", DType::kUInt8,
-                  {static_cast<int64_t>(s) * MaxLongSide(s) * 3}},
-        FieldSpec{"hw", DType::kInt32, {2}},
-        FieldSpec{"label", DType::kInt64, {}}};
+        FieldSpec{"pixels", DType::kUInt8, {static_cast<int64_t>(s) * MaxLongSide(s) * 3}},
+        FieldSpec{"hw", DType::kInt32, {2}}, FieldSpec{"label", DType::kInt64, {}}};
   }
 
   const Schema& schema() const override { return schema_; }
@@ -88,7 +86,7 @@ class StoredImageSource final : public Source {
           StoredSize(fw, fh, s, w, h);
           return DctScaleFor(fw, fh, w, h);
         });
-          RgbImage stored;
+        RgbImage stored;
         stored.pixels.reserve(row_bytes);
         ResampleToRgb(View(worker->decoded), {0, 0, full_w / d, full_h / d}, {w, h, 0, 0, w, h},
                       stored, worker->resample);
@@ -150,8 +148,8 @@ class CachedImageSource final : public ImageSource {
     ReadSeeded(indices, out, state, MixSeed(0, 0));
   }
 
-  void ReadSeeded(std::span<const int64_t> indices, const BatchView& out,
-                  SourceWorkerState* state, uint64_t seed) const override {
+  void ReadSeeded(std::span<const int64_t> indices, const BatchView& out, SourceWorkerState* state,
+                  uint64_t seed) const override {
     CheckReadRequest(*this, indices, out);
     ImageWorker local;
     auto* worker = state != nullptr ? static_cast<ImageWorker*>(state) : &local;
@@ -162,16 +160,15 @@ class CachedImageSource final : public ImageSource {
     worker->stored_labels.resize(sizeof(int64_t) * kStoredRowsPerStep);
     for (size_t first = 0; first < indices.size(); first += kStoredRowsPerStep) {
       const size_t count = std::min<size_t>(kStoredRowsPerStep, indices.size() - first);
-      BatchView stored{{worker->stored_rows.data(), worker->stored_sizes.data(),
-                        worker->stored_labels.data()},
-                       static_cast<int64_t>(count)};
+      BatchView stored{
+          {worker->stored_rows.data(), worker->stored_sizes.data(), worker->stored_labels.data()},
+          static_cast<int64_t>(count)};
       cached_->Read(indices.subspan(first, count), stored, worker->inner.get());
       for (size_t i = 0; i < count; ++i) {
         const size_t row = first + i;
         int32_t hw[2];
         std::memcpy(hw, worker->stored_sizes.data() + i * sizeof(hw), sizeof(hw));
-        const int64_t max_pixels =
-            static_cast<int64_t>(pixel_bytes / 3);
+        const int64_t max_pixels = static_cast<int64_t>(pixel_bytes / 3);
         // The cache is memory other processes wrote (shm): its sizes are checked like a file's.
         if (hw[0] <= 0 || hw[1] <= 0 || static_cast<int64_t>(hw[0]) * hw[1] > max_pixels) {
           throw Error(ErrorCode::kCorruptData,
@@ -179,9 +176,9 @@ class CachedImageSource final : public ImageSource {
                                   "stored box holds {})",
                                   set_->origin(), indices[row], hw[1], hw[0], max_pixels));
         }
-        const RgbView image{reinterpret_cast<const uint8_t*>(worker->stored_rows.data()) +
-                                i * pixel_bytes,
-                            hw[1], hw[0]};
+        const RgbView image{
+            reinterpret_cast<const uint8_t*>(worker->stored_rows.data()) + i * pixel_bytes, hw[1],
+            hw[0]};
         uint8_t* target = reinterpret_cast<uint8_t*>(out.fields[0]) + row * image_bytes;
         Crop(image, indices[row], seed, *worker, target);
         std::memcpy(out.fields[1] + row * sizeof(int64_t),
@@ -198,11 +195,11 @@ class CachedImageSource final : public ImageSource {
     if (o.crop == "random") {
       Pcg32 rng(MixSeed(seed, static_cast<uint64_t>(index)));
       const ImageCrop rect = DrawCrop(image.width, image.height, o, rng);
-      ResampleToChw(image,
-                    {static_cast<double>(rect.x), static_cast<double>(rect.y),
-                     static_cast<double>(rect.x + rect.width),
-                     static_cast<double>(rect.y + rect.height)},
-                    {size, size, 0, 0, size, size}, rect.flip, target, worker.resample);
+      ResampleToChw(
+          image,
+          {static_cast<double>(rect.x), static_cast<double>(rect.y),
+           static_cast<double>(rect.x + rect.width), static_cast<double>(rect.y + rect.height)},
+          {size, size, 0, 0, size, size}, rect.flip, target, worker.resample);
       return;
     }
     int resized_w = 0;
@@ -211,7 +208,8 @@ class CachedImageSource final : public ImageSource {
     // A stored image narrower than the crop (a very wide image's short side) is resized up.
     const int left = static_cast<int>(std::nearbyint((resized_w - size) / 2.0));
     const int top = static_cast<int>(std::nearbyint((resized_h - size) / 2.0));
-    ResampleToChw(image, {0, 0, static_cast<double>(image.width), static_cast<double>(image.height)},
+    ResampleToChw(image,
+                  {0, 0, static_cast<double>(image.width), static_cast<double>(image.height)},
                   {resized_w, resized_h, left, top, size, size}, false, target, worker.resample);
   }
 

@@ -10,8 +10,7 @@ double UniformDouble(Pcg32& rng, double lo, double hi) {
   return lo + (hi - lo) * unit;
 }
 
-CropRect RandomResizedCropRect(int width, int height, const RandomCropParams& params,
-                               Pcg32& rng) {
+CropRect RandomResizedCropRect(int width, int height, const RandomCropParams& params, Pcg32& rng) {
   const double area = static_cast<double>(width) * height;
   const double log_min = std::log(params.ratio_min);
   const double log_max = std::log(params.ratio_max);

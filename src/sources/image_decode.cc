@@ -113,17 +113,36 @@ void ApplyOrientation(int orientation, RgbImage& image, RgbImage& scratch) {
       int x = sx;
       int y = sy;
       switch (orientation) {
-        case 2: x = w - 1 - sx; break;
-        case 3: x = w - 1 - sx; y = h - 1 - sy; break;
-        case 4: y = h - 1 - sy; break;
-        case 5: x = sy; y = sx; break;
-        case 6: x = h - 1 - sy; y = sx; break;
-        case 7: x = h - 1 - sy; y = w - 1 - sx; break;
-        case 8: x = sy; y = w - 1 - sx; break;
-        default: break;
+        case 2:
+          x = w - 1 - sx;
+          break;
+        case 3:
+          x = w - 1 - sx;
+          y = h - 1 - sy;
+          break;
+        case 4:
+          y = h - 1 - sy;
+          break;
+        case 5:
+          x = sy;
+          y = sx;
+          break;
+        case 6:
+          x = h - 1 - sy;
+          y = sx;
+          break;
+        case 7:
+          x = h - 1 - sy;
+          y = w - 1 - sx;
+          break;
+        case 8:
+          x = sy;
+          y = w - 1 - sx;
+          break;
+        default:
+          break;
       }
-      std::memcpy(scratch.pixels.data() + (static_cast<size_t>(y) * ow + x) * 3, row + sx * 3,
-                  3);
+      std::memcpy(scratch.pixels.data() + (static_cast<size_t>(y) * ow + x) * 3, row + sx * 3, 3);
     }
   }
   std::swap(image, scratch);
@@ -179,10 +198,10 @@ ImageHeader ImageDecoder::ReadHeader(std::span<const uint8_t> bytes, const std::
     const uint32_t height = Be32(bytes.data() + 20);
     const int depth = bytes[24];
     const int colour = bytes[25];
-    const bool valid = (colour == 0 && (depth == 1 || depth == 2 || depth == 4 || depth == 8 ||
-                                        depth == 16)) ||
-                       (colour == 3 && (depth == 1 || depth == 2 || depth == 4 || depth == 8)) ||
-                       ((colour == 2 || colour == 4 || colour == 6) && (depth == 8 || depth == 16));
+    const bool valid =
+        (colour == 0 && (depth == 1 || depth == 2 || depth == 4 || depth == 8 || depth == 16)) ||
+        (colour == 3 && (depth == 1 || depth == 2 || depth == 4 || depth == 8)) ||
+        ((colour == 2 || colour == 4 || colour == 6) && (depth == 8 || depth == 16));
     if (!valid) {
       throw Error(ErrorCode::kUnsupported,
                   fmt::format("{}: PNG colour type {} with bit depth {} is not one PNG defines "
@@ -208,8 +227,8 @@ ImageHeader ImageDecoder::ReadHeader(std::span<const uint8_t> bytes, const std::
                           path, head));
 }
 
-void ImageDecoder::Decode(std::span<const uint8_t> bytes, const ImageHeader& header,
-                          DctScale scale, const std::string& path, RgbImage& out) {
+void ImageDecoder::Decode(std::span<const uint8_t> bytes, const ImageHeader& header, DctScale scale,
+                          const std::string& path, RgbImage& out) {
   if (header.format == ImageFormat::kPng) {
     png_image image;
     std::memset(&image, 0, sizeof(image));
@@ -259,7 +278,8 @@ void ImageDecoder::Decode(std::span<const uint8_t> bytes, const ImageHeader& hea
     const std::string message = tjGetErrorStr2(handle);
     // A warning leaves a whole image; a truncated file is an error all the same (PIL raises
     // for it too), other warnings (extraneous bytes) are accepted as PIL accepts them.
-    if (tjGetErrorCode(handle) != TJERR_WARNING || message.find("Premature end") != std::string::npos) {
+    if (tjGetErrorCode(handle) != TJERR_WARNING ||
+        message.find("Premature end") != std::string::npos) {
       Corrupt(path, fmt::format("corrupt or truncated JPEG: {}", message));
     }
   }

@@ -35,11 +35,11 @@ inline RgbView View(const RgbImage& image) {
 // A file's header: its size as stored and how to show it.
 struct ImageHeader {
   ImageFormat format = ImageFormat::kJpeg;
-  int width = 0;         // as stored, before the EXIF orientation
+  int width = 0;  // as stored, before the EXIF orientation
   int height = 0;
-  int orientation = 1;   // EXIF orientation 1..8 (1: as stored); always 1 for PNG
-  bool cmyk = false;     // a CMYK or YCCK JPEG
-  bool adobe = false;    // a JPEG with an Adobe APP14 segment (its CMYK is stored inverted)
+  int orientation = 1;  // EXIF orientation 1..8 (1: as stored); always 1 for PNG
+  bool cmyk = false;    // a CMYK or YCCK JPEG
+  bool adobe = false;   // a JPEG with an Adobe APP14 segment (its CMYK is stored inverted)
 };
 
 // A DCT scaling factor num/denom (1/1, 1/2, 1/4, 1/8).

@@ -19,7 +19,7 @@ namespace {
 
 namespace stdfs = std::filesystem;
 
-constexpr const char* kImageExtensions[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+constexpr const char* kImageExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
                                             ".pgm", ".tif",  ".tiff", ".webp"};
 // Symbolic links may form cycles that os.walk would follow forever; gpufeed stops there.
 constexpr int kMaxFolderDepth = 64;
@@ -118,9 +118,9 @@ ImageList ListImageFolder(const std::string& root) {
   if (ec) throw Error(ErrorCode::kIo, fmt::format("{}: cannot list: {}", root, ec.message()));
   std::sort(list.classes.begin(), list.classes.end());
   if (list.classes.empty()) {
-    throw Error(ErrorCode::kNotFound,
-                fmt::format("{}: no class folder (ImageFolder layout: one sub-folder per class)",
-                            root));
+    throw Error(
+        ErrorCode::kNotFound,
+        fmt::format("{}: no class folder (ImageFolder layout: one sub-folder per class)", root));
   }
   std::vector<std::string> empty_classes;
   for (size_t c = 0; c < list.classes.size(); ++c) {
@@ -162,15 +162,15 @@ ImageList ReadImageList(const std::string& list_path, const std::string& path_co
   if (folder.empty()) folder = ".";
   std::string line;
   if (!std::getline(in, line)) {
-    throw Error(ErrorCode::kCorruptData, fmt::format("{}: empty (expected a header row)", list_path));
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: empty (expected a header row)", list_path));
   }
   const auto header = SplitCsv(Trim(line), list_path + ":1");
   const auto column = [&](const std::string& name) {
     const auto it = std::find(header.begin(), header.end(), name);
     if (it == header.end()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: no column '{}' in the header ({})", list_path, name,
-                              Trim(line)));
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: no column '{}' in the header ({})",
+                                                           list_path, name, Trim(line)));
     }
     return static_cast<size_t>(it - header.begin());
   };
@@ -189,9 +189,8 @@ ImageList ReadImageList(const std::string& list_path, const std::string& path_co
     const std::string where = fmt::format("{}:{}", list_path, number);
     auto fields = SplitCsv(line, where);
     if (fields.size() <= std::max(path_at, label_at)) {
-      throw Error(ErrorCode::kCorruptData,
-                  fmt::format("{}: {} fields, the header has {}", where, fields.size(),
-                              header.size()));
+      throw Error(ErrorCode::kCorruptData, fmt::format("{}: {} fields, the header has {}", where,
+                                                       fields.size(), header.size()));
     }
     if (fields[path_at].empty()) {
       throw Error(ErrorCode::kCorruptData, fmt::format("{}: empty path", where));
@@ -226,9 +225,8 @@ ImageList ReadImageList(const std::string& list_path, const std::string& path_co
     } else {
       const auto it = index.find(r.label);
       if (it == index.end()) {
-        const std::string what =
-            fmt::format("{}:{}: unknown class '{}' (classes: {} names)", list_path, r.line,
-                        r.label, list.classes.size());
+        const std::string what = fmt::format("{}:{}: unknown class '{}' (classes: {} names)",
+                                             list_path, r.line, r.label, list.classes.size());
         if (!skip_bad_rows) throw Error(ErrorCode::kInvalidArgument, what);
         if (skipped != nullptr) skipped->push_back(what);
         continue;

@@ -9,9 +9,9 @@
 namespace gpufeed {
 
 struct ImageList {
-  std::vector<std::string> paths;   // one per sample, in sample order
-  std::vector<int64_t> labels;      // one per sample
-  std::vector<std::string> classes; // class names by index; empty for a list of int labels
+  std::vector<std::string> paths;    // one per sample, in sample order
+  std::vector<int64_t> labels;       // one per sample
+  std::vector<std::string> classes;  // class names by index; empty for a list of int labels
 };
 
 // torchvision's ImageFolder (0.14) listing, reproduced: classes are the sub-folders of `root`
@@ -34,8 +34,8 @@ ImageList ListImageFolder(const std::string& root);
 // missing list.
 ImageList ReadImageList(const std::string& list_path, const std::string& path_column = "path",
                         const std::string& label_column = "label",
-                        const std::vector<std::string>& classes = {},
-                        bool skip_bad_rows = false, std::vector<std::string>* skipped = nullptr);
+                        const std::vector<std::string>& classes = {}, bool skip_bad_rows = false,
+                        std::vector<std::string>* skipped = nullptr);
 
 // True for names torchvision's ImageFolder takes (the extension rule above).
 bool HasImageExtension(const std::string& name);

@@ -66,9 +66,10 @@ inline uint8_t Clip8(int32_t v) {
 // of a pass, taps outermost so the inner loop runs along contiguous bytes. Both passes use it
 // (the horizontal one on a transposed copy). Built for AVX2 too (8 32-bit products at once),
 // picked at load time where the CPU has it.
-__attribute__((target_clones("avx2", "default"))) void CombineLines(
-    const uint8_t* rows, size_t stride, int taps, const int32_t* k, size_t len, int32_t* sums,
-    uint8_t* dst) {
+__attribute__((target_clones("avx2", "default"))) void CombineLines(const uint8_t* rows,
+                                                                    size_t stride, int taps,
+                                                                    const int32_t* k, size_t len,
+                                                                    int32_t* sums, uint8_t* dst) {
   for (size_t c = 0; c < len; ++c) sums[c] = 1 << (kPrecisionBits - 1);
   for (int t = 0; t < taps; ++t) {
     const uint8_t* p = rows + static_cast<size_t>(t) * stride;
@@ -112,41 +113,39 @@ const uint8_t* Resample(const RgbView& in, const ResampleRegion& region,
   GPUFEED_ASSERT(wx1 > wx0 && wy1 > wy0, "resample region outside the image");
 
   // Vertical coefficients first: they say which input rows the horizontal pass needs.
-  const int vk = AxisCoefficients(region.y0 - wy0, region.y1 - wy0, wy1 - wy0,
-                                  output.full_height, output.top, output.height,
-                                  scratch.vertical, scratch.vertical_bounds);
+  const int vk =
+      AxisCoefficients(region.y0 - wy0, region.y1 - wy0, wy1 - wy0, output.full_height, output.top,
+                       output.height, scratch.vertical, scratch.vertical_bounds);
   const auto& vbounds = scratch.vertical_bounds;
   int row_first = wy1 - wy0;
   int row_last = 0;
   for (int i = 0; i < output.height; ++i) {
     row_first = std::min(row_first, vbounds[static_cast<size_t>(i) * 2]);
-    row_last = std::max(row_last, vbounds[static_cast<size_t>(i) * 2] +
-                                      vbounds[static_cast<size_t>(i) * 2 + 1]);
+    row_last = std::max(
+        row_last, vbounds[static_cast<size_t>(i) * 2] + vbounds[static_cast<size_t>(i) * 2 + 1]);
   }
   const int rows = std::max(row_last - row_first, 0);
   const int cols = wx1 - wx0;
 
   const int hk = AxisCoefficients(region.x0 - wx0, region.x1 - wx0, cols, output.full_width,
-                                  output.left, output.width, scratch.coefficients,
-                                  scratch.bounds);
+                                  output.left, output.width, scratch.coefficients, scratch.bounds);
   const int ow = output.width;
   const size_t in_stride = static_cast<size_t>(in.width) * 3;
   const size_t column_bytes = static_cast<size_t>(rows) * 3;
   // Horizontal pass on the transposed window: each output column is a weighted sum of whole
   // input columns.
   scratch.transposed.resize(static_cast<size_t>(cols) * column_bytes);
-  TransposeRgb(in.pixels + static_cast<size_t>(wy0 + row_first) * in_stride +
-                   static_cast<size_t>(wx0) * 3,
-               in_stride, cols, rows, scratch.transposed.data());
+  TransposeRgb(
+      in.pixels + static_cast<size_t>(wy0 + row_first) * in_stride + static_cast<size_t>(wx0) * 3,
+      in_stride, cols, rows, scratch.transposed.data());
   scratch.image.resize(static_cast<size_t>(ow) * column_bytes);
   scratch.sums.resize(std::max(column_bytes, static_cast<size_t>(ow) * 3));
   for (int x = 0; x < ow; ++x) {
     const int xmin = scratch.bounds[static_cast<size_t>(x) * 2];
     const int taps = scratch.bounds[static_cast<size_t>(x) * 2 + 1];
-    CombineLines(scratch.transposed.data() + static_cast<size_t>(xmin) * column_bytes,
-                 column_bytes, taps, &scratch.coefficients[static_cast<size_t>(x) * hk],
-                 column_bytes, scratch.sums.data(),
-                 scratch.image.data() + static_cast<size_t>(x) * column_bytes);
+    CombineLines(scratch.transposed.data() + static_cast<size_t>(xmin) * column_bytes, column_bytes,
+                 taps, &scratch.coefficients[static_cast<size_t>(x) * hk], column_bytes,
+                 scratch.sums.data(), scratch.image.data() + static_cast<size_t>(x) * column_bytes);
   }
   scratch.rows.resize(static_cast<size_t>(rows) * ow * 3);
   TransposeRgb(scratch.image.data(), column_bytes, rows, ow, scratch.rows.data());

@@ -50,8 +50,8 @@ class StreamingImageSource final : public ImageSource {
     ReadSeeded(indices, out, state, MixSeed(0, 0));
   }
 
-  void ReadSeeded(std::span<const int64_t> indices, const BatchView& out,
-                  SourceWorkerState* state, uint64_t seed) const override {
+  void ReadSeeded(std::span<const int64_t> indices, const BatchView& out, SourceWorkerState* state,
+                  uint64_t seed) const override {
     CheckReadRequest(*this, indices, out);
     ImageWorker local;
     auto* worker = state != nullptr ? static_cast<ImageWorker*>(state) : &local;
@@ -131,9 +131,9 @@ int64_t ImageSet::ProduceOrSkip(int64_t index, const std::function<void(int64_t)
       RecordSkip(e.what());
     }
   }
-  throw Error(ErrorCode::kCorruptData,
-              fmt::format("{}: on_error=\"skip\" found no image that decodes among all {}",
-                          origin_, n));
+  throw Error(
+      ErrorCode::kCorruptData,
+      fmt::format("{}: on_error=\"skip\" found no image that decodes among all {}", origin_, n));
 }
 
 void ImageSet::RecordSkip(const std::string& what) const {
@@ -158,9 +158,11 @@ std::string ImageSet::FilesIdentity() const {
     const auto absolute = std::filesystem::absolute(p, ec).string();
     const auto bytes = std::filesystem::file_size(p, ec);
     const auto mtime = std::filesystem::last_write_time(p, ec);
-    id += fmt::format("|{}:{}:{}", absolute, ec ? 0 : bytes,
-                      ec ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   mtime.time_since_epoch()).count());
+    id += fmt::format(
+        "|{}:{}:{}", absolute, ec ? 0 : bytes,
+        ec ? 0
+           : std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch())
+                 .count());
   }
   return id;
 }
@@ -183,10 +185,11 @@ void ImageWorker::ReadFile(const ImageSet& set, const std::string& path) {
 }
 
 double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
-                   const std::function<DctScale(int, int)>& need) {
+                      const std::function<DctScale(int, int)>& need) {
   const std::string& path = set.list().paths[static_cast<size_t>(index)];
   worker.ReadFile(set, path);
-  const ImageHeader header = worker.decoder.ReadHeader(worker.bytes, path, set.options().max_pixels);
+  const ImageHeader header =
+      worker.decoder.ReadHeader(worker.bytes, path, set.options().max_pixels);
   const int orientation = set.options().exif_orientation ? header.orientation : 1;
   const bool swap = SwapsAxes(orientation);
   DctScale scale = need(swap ? header.height : header.width, swap ? header.width : header.height);
@@ -220,9 +223,9 @@ std::shared_ptr<ImageSource> NewStreamingImageSource(std::shared_ptr<const Image
 
 std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions options) {
   if (options.crop != "random" && options.crop != "center") {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("images: crop must be \"random\" or \"center\", got \"{}\"",
-                            options.crop));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("images: crop must be \"random\" or \"center\", got \"{}\"", options.crop));
   }
   if (options.size <= 0 || options.size > 16384) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -255,9 +258,9 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
   }
   if (options.cache != "none" && options.cache != "ram" && options.cache != "shm" &&
       options.cache != "auto") {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("images: cache must be none, ram, shm or auto, got \"{}\"",
-                            options.cache));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("images: cache must be none, ram, shm or auto, got \"{}\"", options.cache));
   }
   if (options.cache != "none" && (options.cache_size < options.size || options.cache_size > 4096)) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -272,8 +275,7 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
   ImageList list = std::filesystem::is_directory(path, ec)
                        ? ListImageFolder(path)
                        : ReadImageList(path, options.path_column, options.label_column,
-                                       options.classes, options.on_error == "skip",
-                                       &skipped_rows);
+                                       options.classes, options.on_error == "skip", &skipped_rows);
   auto set = std::make_shared<ImageSet>(path, std::move(list), options);
   for (const std::string& row : skipped_rows) set->RecordSkip(row);
   if (options.cache == "none") return NewStreamingImageSource(std::move(set));

@@ -74,7 +74,7 @@ ImageCrop DrawCrop(int width, int height, const ImageOptions& options, Pcg32& rn
 // (given the oriented full size, returns the scale); `decoded` receives the image; returns
 // the factor full-size pixels were divided by (8 / num for a scale num/8, 1 for none).
 double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
-                   const std::function<DctScale(int, int)>& need);
+                      const std::function<DctScale(int, int)>& need);
 
 // The cached reading's stored image: the longer side at most this many times the shorter.
 constexpr int kStoredAspectNum = 4;

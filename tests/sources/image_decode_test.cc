@@ -1,5 +1,7 @@
 // Decoding JPEG and PNG files: pixels equal libjpeg-turbo's own decode, grey and palette
 // become RGB, EXIF orientation, PIL-style resampling, and every malformed header refused.
+#include "sources/image_decode.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,18 +10,17 @@
 #include "error_code_of.h"
 #include "gpufeed/error.h"
 #include "sources/image_crop.h"
-#include "sources/image_decode.h"
 #include "sources/image_resample.h"
 #include "sources/image_test_util.h"
 
 namespace gpufeed {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::EncodeJpeg;
 using testing::EncodePng;
-using testing::Pattern;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
+using testing::Pattern;
 
 std::span<const uint8_t> Bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
@@ -89,8 +90,8 @@ TEST(ImageDecodeTest, CmykJpegBecomesRgb) {
   decoder.Decode(Bytes(jpeg), header, {}, "f", out);
   ASSERT_EQ(out.pixels.size(), 16u * 16 * 3);
   for (int c = 0; c < 3; ++c) {
-    EXPECT_GE(out.pixels[c], 250) << c;                  // white
-    EXPECT_LE(out.pixels[(16 * 15) * 3 + c], 5) << c;    // black
+    EXPECT_GE(out.pixels[c], 250) << c;                // white
+    EXPECT_LE(out.pixels[(16 * 15) * 3 + c], 5) << c;  // black
   }
 }
 
@@ -147,8 +148,7 @@ TEST(ImageDecodeTest, BadFilesAreRefusedWithWhatWasWrong) {
   EXPECT_THAT(DecodeError(""), HasSubstr("empty file (0 bytes)"));
   EXPECT_THAT(DecodeError("hello, not an image"), HasSubstr("not a JPEG or PNG file"));
   const std::string jpeg = testing::RgbJpeg(64, 64);
-  EXPECT_THAT(DecodeError(jpeg.substr(0, jpeg.size() / 2)),
-              HasSubstr("corrupt or truncated JPEG"));
+  EXPECT_THAT(DecodeError(jpeg.substr(0, jpeg.size() / 2)), HasSubstr("corrupt or truncated JPEG"));
   EXPECT_THAT(DecodeError(jpeg.substr(0, 20)), HasSubstr("corrupt or truncated JPEG header"));
   std::string png = EncodePng(Pattern(4, 4, 3), 4, 4, PNG_FORMAT_RGB);
   std::string bad_colour = png;

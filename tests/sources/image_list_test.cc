@@ -1,4 +1,6 @@
 // Listing image data sets: torchvision's ImageFolder order and class indices, CSV lists.
+#include "sources/image_list.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,7 +10,6 @@
 #include "gpufeed/error.h"
 #include "gpufeed/file.h"
 #include "gpufeed/sources.h"
-#include "sources/image_list.h"
 #include "sources/open_path.h"
 #include "sources/scratch_dir.h"
 
@@ -16,8 +17,8 @@ namespace gpufeed {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 using testing::ScratchDir;
 
 TEST(ImageListTest, ImageFolderOrderAndClassesAreTorchvisions) {
@@ -25,17 +26,16 @@ TEST(ImageListTest, ImageFolderOrderAndClassesAreTorchvisions) {
   // Classes sorted by byte ("B" < "a"); files sorted by name ("10" < "2"); sub-folders
   // walked and sorted by path (".../sub" is a prefix of ".../sub-2": first); only image
   // extensions, any case; a file at the root is no class.
-  for (const char* name :
-       {"a/2.jpg", "a/10.JPG", "a/notes.txt", "a/sub/x.png", "a/sub-2/y.jpeg", "B/z.webp",
-        "B/q.bmp", "root.jpg"}) {
+  for (const char* name : {"a/2.jpg", "a/10.JPG", "a/notes.txt", "a/sub/x.png", "a/sub-2/y.jpeg",
+                           "B/z.webp", "B/q.bmp", "root.jpg"}) {
     dir.Write(name, "x");
   }
   const ImageList list = ListImageFolder(dir.path());
   EXPECT_THAT(list.classes, ElementsAre("B", "a"));
   std::vector<std::string> relative;
   for (const auto& p : list.paths) relative.push_back(p.substr(dir.path().size() + 1));
-  EXPECT_THAT(relative, ElementsAre("B/q.bmp", "B/z.webp", "a/10.JPG", "a/2.jpg",
-                                    "a/sub/x.png", "a/sub-2/y.jpeg"));
+  EXPECT_THAT(relative, ElementsAre("B/q.bmp", "B/z.webp", "a/10.JPG", "a/2.jpg", "a/sub/x.png",
+                                    "a/sub-2/y.jpeg"));
   EXPECT_THAT(list.labels, ElementsAre(0, 0, 1, 1, 1, 1));
 }
 
@@ -73,7 +73,11 @@ TEST(ImageListTest, CsvErrorsNameTheFileAndLine) {
   ScratchDir dir;
   const std::string names = dir.Write("names.csv", "path,label\nx.jpg,dog\ny.jpg,zebra\n");
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] { ReadImageList(names, "path", "label", {"cat", "dog"}); }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  ReadImageList(names, "path", "label", {"cat", "dog"});
+                },
+                &message),
             ErrorCode::kInvalidArgument);
   EXPECT_THAT(message, HasSubstr("names.csv:3: unknown class 'zebra'"));
   std::vector<std::string> skipped;
@@ -83,8 +87,7 @@ TEST(ImageListTest, CsvErrorsNameTheFileAndLine) {
   EXPECT_THAT(skipped[0], HasSubstr("unknown class 'zebra'"));
 
   const std::string no_column = dir.Write("bad.csv", "file,label\nx.jpg,1\n");
-  EXPECT_EQ(ErrorCodeOf([&] { ReadImageList(no_column); }, &message),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(ErrorCodeOf([&] { ReadImageList(no_column); }, &message), ErrorCode::kInvalidArgument);
   EXPECT_THAT(message, HasSubstr("no column 'path'"));
   EXPECT_EQ(ErrorCodeOf([&] { ReadImageList(dir.path() + "/none.csv"); }, &message),
             ErrorCode::kNotFound);

@@ -19,8 +19,8 @@
 namespace gpufeed {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
 using testing::ScratchDir;
 
 // Three classes of JPEGs and PNGs of varied sizes (a few tens of pixels: fast).
@@ -48,8 +48,11 @@ struct Epoch {
 
 Epoch RunEpoch(std::shared_ptr<Source> source, uint64_t seed, int64_t epoch, int workers,
                int64_t batch_size = 5) {
-  Loader loader(source, {.batch_size = batch_size, .shuffle = true, .seed = seed,
-                         .workers = workers, .start_epoch = epoch});
+  Loader loader(source, {.batch_size = batch_size,
+                         .shuffle = true,
+                         .seed = seed,
+                         .workers = workers,
+                         .start_epoch = epoch});
   Epoch out;
   while (auto batch = loader.Next()) {
     const auto image = batch->field("image");
@@ -101,7 +104,8 @@ TEST(ImageSourceTest, CropsComeFromSeedEpochAndSampleOnly) {
   std::map<int64_t, std::vector<uint8_t>> by_sample;
   const size_t bytes = 3 * 16 * 16;
   for (size_t r = 0; r < a.indices.size(); ++r) {
-    by_sample[a.indices[r]].assign(a.images.begin() + r * bytes, a.images.begin() + (r + 1) * bytes);
+    by_sample[a.indices[r]].assign(a.images.begin() + r * bytes,
+                                   a.images.begin() + (r + 1) * bytes);
   }
   for (size_t r = 0; r < b.indices.size(); ++r) {
     EXPECT_TRUE(std::equal(b.images.begin() + r * bytes, b.images.begin() + (r + 1) * bytes,
@@ -115,8 +119,8 @@ TEST(ImageSourceTest, CropsComeFromSeedEpochAndSampleOnly) {
   const Epoch e1 = RunEpoch(eval, 1, 0, 2, 12);
   const Epoch e2 = RunEpoch(eval, 2, 5, 1, 12);
   for (size_t r = 0; r < 12; ++r) {
-    const auto other = std::find(e2.indices.begin(), e2.indices.end(), e1.indices[r]) -
-                       e2.indices.begin();
+    const auto other =
+        std::find(e2.indices.begin(), e2.indices.end(), e1.indices[r]) - e2.indices.begin();
     EXPECT_TRUE(std::equal(e1.images.begin() + r * bytes, e1.images.begin() + (r + 1) * bytes,
                            e2.images.begin() + other * bytes));
   }
@@ -191,8 +195,11 @@ TEST(ImageSourceTest, SkipReplacesBadSamplesWithTheNextGoodOneAndCountsThem) {
   std::vector<uint8_t> images(6 * 3 * 8 * 8);
   std::vector<int64_t> labels(6);
   const std::vector<int64_t> every = {0, 1, 2, 3, 4, 5};
-  source->Read(every, {{reinterpret_cast<std::byte*>(images.data()),
-                      reinterpret_cast<std::byte*>(labels.data())}, 6}, nullptr);
+  source->Read(
+      every,
+      {{reinterpret_cast<std::byte*>(images.data()), reinterpret_cast<std::byte*>(labels.data())},
+       6},
+      nullptr);
   EXPECT_EQ(source->skipped().count, before + 2);
   EXPECT_THAT(labels, ::testing::ElementsAre(0, 0, 1, 2, 2, 2));
   std::string all = skipped.first[0] + skipped.first[1];
@@ -215,8 +222,8 @@ TEST(ImageSourceTest, OptionsAreCheckedAtOpen) {
 TEST(ImageSourceTest, RamCacheServesStoredImagesAndCropsFromThem) {
   ScratchDir dir;
   MakeFolder(dir);
-  auto cached = OpenImages(dir.path(),
-                           {.size = 16, .cache = "ram", .cache_size = 24, .verbose = false});
+  auto cached =
+      OpenImages(dir.path(), {.size = 16, .cache = "ram", .cache_size = 24, .verbose = false});
   EXPECT_EQ(cached->cache_tier(), "ram");
   const Epoch first = RunEpoch(cached, 4, 0, 2);
   const Epoch again = RunEpoch(cached, 4, 0, 1);  // from the cache: same crops
@@ -234,8 +241,12 @@ TEST(ImageSourceTest, RamCacheServesStoredImagesAndCropsFromThem) {
   plain.Write("a/1.jpg", testing::RgbJpeg(30, 40, 2));
   plain.Write("b/0.png", testing::EncodePng(testing::Pattern(36, 30, 3), 36, 30, PNG_FORMAT_RGB));
   auto stream_eval = OpenImages(plain.path(), {.crop = "center", .size = 16, .resize = 24});
-  auto cached_eval = OpenImages(plain.path(), {.crop = "center", .size = 16, .resize = 24,
-                                               .cache = "ram", .cache_size = 24, .verbose = false});
+  auto cached_eval = OpenImages(plain.path(), {.crop = "center",
+                                               .size = 16,
+                                               .resize = 24,
+                                               .cache = "ram",
+                                               .cache_size = 24,
+                                               .verbose = false});
   EXPECT_EQ(RunEpoch(stream_eval, 0, 0, 1, 3).images, RunEpoch(cached_eval, 0, 0, 1, 3).images);
 }
 

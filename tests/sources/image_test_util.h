@@ -52,11 +52,19 @@ inline std::string RgbJpeg(int width, int height, int seed = 0) {
 
 // `jpeg` with an EXIF APP1 segment (big-endian TIFF, IFD0 holding only Orientation) after SOI.
 inline std::string WithExifOrientation(const std::string& jpeg, int orientation) {
-  const uint8_t tiff[] = {'M', 'M', 0, 42, 0, 0, 0, 8,                      // header, IFD0 at 8
-                          0, 1,                                             // one entry
-                          0x01, 0x12, 0, 3, 0, 0, 0, 1,                     // Orientation SHORT
-                          0, static_cast<uint8_t>(orientation), 0, 0,       // value
-                          0, 0, 0, 0};                                      // no next IFD
+  const uint8_t tiff[] = {'M',  'M',
+                          0,    42,
+                          0,    0,
+                          0,    8,  // header, IFD0 at 8
+                          0,    1,  // one entry
+                          0x01, 0x12,
+                          0,    3,
+                          0,    0,
+                          0,    1,  // Orientation SHORT
+                          0,    static_cast<uint8_t>(orientation),
+                          0,    0,  // value
+                          0,    0,
+                          0,    0};  // no next IFD
   std::string app1 = "Exif";
   app1.push_back('\0');
   app1.push_back('\0');
