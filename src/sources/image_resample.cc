@@ -62,14 +62,21 @@ inline uint8_t Clip8(int32_t v) {
   return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
+// The AVX2 clone is picked by an ifunc resolver, which runs while the program is relocated:
+// before ThreadSanitizer's runtime is up, so TSan builds (which instrument the resolver and
+// crash there) keep the one portable version.
+#if defined(__SANITIZE_THREAD__)
+#define GPUFEED_AVX2_CLONES
+#else
+#define GPUFEED_AVX2_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+
 // dst[c] = Clip8(sum over t of rows[t * stride + c] * k[t]) for c in [0, len): one output line
 // of a pass, taps outermost so the inner loop runs along contiguous bytes. Both passes use it
 // (the horizontal one on a transposed copy). Built for AVX2 too (8 32-bit products at once),
 // picked at load time where the CPU has it.
-__attribute__((target_clones("avx2", "default"))) void CombineLines(const uint8_t* rows,
-                                                                    size_t stride, int taps,
-                                                                    const int32_t* k, size_t len,
-                                                                    int32_t* sums, uint8_t* dst) {
+GPUFEED_AVX2_CLONES void CombineLines(const uint8_t* rows, size_t stride, int taps,
+                                      const int32_t* k, size_t len, int32_t* sums, uint8_t* dst) {
   for (size_t c = 0; c < len; ++c) sums[c] = 1 << (kPrecisionBits - 1);
   for (int t = 0; t < taps; ++t) {
     const uint8_t* p = rows + static_cast<size_t>(t) * stride;
