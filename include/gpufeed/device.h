@@ -12,10 +12,28 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace gpufeed {
 
 enum class DeviceType { kCpu, kCuda };
+std::string_view DeviceTypeName(DeviceType type);  // "cpu", "cuda"
+
+// Which device: its type and ordinal, as a value. The one place a device is spelled as text
+// ("cpu", "cuda:0") and read back from it. The CPU's ordinal is always 0.
+struct DeviceId {
+  DeviceType type = DeviceType::kCpu;
+  int ordinal = 0;
+
+  static DeviceId Cpu() { return {}; }
+  static DeviceId Cuda(int ordinal) { return {DeviceType::kCuda, ordinal}; }
+  bool is_cuda() const { return type == DeviceType::kCuda; }
+  // "cpu", "cuda:N".
+  std::string ToString() const;
+  // "cpu" or "cuda:N" (N >= 0); nullopt for anything else (the caller names what it accepts).
+  static std::optional<DeviceId> Parse(std::string_view text);
+  friend bool operator==(const DeviceId&, const DeviceId&) = default;
+};
 
 // Something that completes later: a copy's event. The buffer pool holds a buffer back until
 // the fence that reads it is done (see BufferPool::Handle::ReleaseAfter).
@@ -96,6 +114,7 @@ class Device {
 
   virtual DeviceType type() const = 0;
   virtual int ordinal() const = 0;
+  DeviceId id() const { return {type(), type() == DeviceType::kCpu ? 0 : ordinal()}; }
   // "cpu", "cuda:0"
   virtual std::string name() const = 0;
   // False when batches can be built straight in their final memory (the host device):

@@ -3,9 +3,9 @@
 //
 // Input is what the loader measured per batch (read, decode and transform, copy, the
 // consumer's wait in Next() and its step between calls), the loader's settings, and what
-// the monitor saw (CPU, cgroup quota and throttling, RAM, GPU utilization and VRAM). All
-// rules live in one function, Diagnose(), a pure function of that input, so each rule is
-// unit-tested on recorded figures.
+// the monitor saw (CPU, cgroup quota and throttling, RAM, GPU utilization and VRAM).
+// Diagnose() is a pure function of that input (one rule per verdict, tried in order, in
+// src/doctor/rules.cc), so each rule is unit-tested on recorded figures.
 //
 // Verdicts:
 //   input-bound      the consumer waits for data; the slowest stage is named, and whether
@@ -32,6 +32,10 @@ namespace gpufeed {
 
 enum class Verdict { kHealthy, kInputBound, kCopyBound, kHostBound, kMemoryPressure };
 std::string_view VerdictName(Verdict verdict);  // "input-bound", ...
+
+// The pipeline stage a verdict names, if any.
+enum class Stage { kNone, kRead, kTransform, kCopy };
+std::string_view StageName(Stage stage);  // "", "read", "transform", "copy"
 
 struct DoctorInput {
   // The loader: recent batches (oldest first) and its settings.
@@ -75,7 +79,7 @@ struct DoctorInput {
 
 struct Diagnosis {
   Verdict verdict = Verdict::kHealthy;
-  std::string stage;                  // "read", "transform", "copy" when a stage is named
+  Stage stage = Stage::kNone;         // named for input-bound and copy-bound
   std::string headline;               // one sentence with the deciding numbers
   std::vector<std::string> evidence;  // the figures behind it
   std::vector<std::string> advice;    // what to change, each with its numbers

@@ -59,8 +59,7 @@ struct FieldView {
   const FieldSpec* spec = nullptr;
   void* data = nullptr;
   int64_t rows = 0;
-  DeviceType device_type = DeviceType::kCpu;
-  int device_ordinal = 0;
+  DeviceId device;
 
   size_t bytes() const { return static_cast<size_t>(rows) * spec->SampleBytes(); }
   template <typename T>
@@ -170,7 +169,7 @@ class Batch {
   void Synchronize() const;
 
  private:
-  friend class Loader;
+  friend class BatchBuilder;  // makes them
   struct Parts;
   explicit Batch(std::unique_ptr<Parts> parts);
 

@@ -1,7 +1,6 @@
 """gpufeed.Loader: batches as dicts of torch tensors, fed by the C++ engine."""
 
 import json
-import re
 import sys
 
 import torch
@@ -154,9 +153,7 @@ class Loader:
         _tensors.check_schema(self.schema)
         self._names = [name for name, _, _ in self.schema]
         self._views = _tensors.field_views(self.schema)
-        match = re.fullmatch(r"(cpu|cuda)(?::(\d+))?", self._impl.device)
-        self._device_type = match.group(1) if match else "cpu"
-        self._device_index = int(match.group(2) or 0) if match else 0
+        self._device_type, self._device_index = self._impl.device_id
         if self._device_type == "cuda" and not torch.cuda.is_available():
             device = self._impl.device
             self.close()

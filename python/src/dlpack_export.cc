@@ -64,7 +64,7 @@ DLDataType ToDlpack(DType dtype) {
 
 std::pair<int, int> DlpackDevice(const FieldView& field) {
   // Pinned host memory is exported as plain CPU memory: torch rejects kDLCUDAHost.
-  if (field.device_type == DeviceType::kCuda) return {kDLCUDA, field.device_ordinal};
+  if (field.device.is_cuda()) return {kDLCUDA, field.device.ordinal};
   return {kDLCPU, 0};
 }
 
@@ -100,7 +100,7 @@ py::capsule ExportField(const std::shared_ptr<const Batch>& batch, int index) {
 
 void WaitForConsumer(const Batch& batch, const py::object& stream) {
   if (batch.size() == 0 || batch.schema().fields.empty()) return;
-  if (batch.field(0).device_type != DeviceType::kCuda) return;  // host batches are ready
+  if (!batch.field(0).device.is_cuda()) return;  // host batches are ready
   if (stream.is_none()) {
     batch.WaitOn(0);  // the legacy default stream
     return;

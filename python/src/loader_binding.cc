@@ -127,6 +127,13 @@ void BindLoader(py::module_& m) {
       .def_property_readonly(
           "device", [](PyLoader& l) { return l.Any([](Loader& x) { return x.device().name(); }); })
       .def_property_readonly(
+          "device_id",
+          [](PyLoader& l) {
+            const DeviceId id = l.Any([](Loader& x) { return x.device().id(); });
+            return std::pair{std::string(DeviceTypeName(id.type)), id.ordinal};
+          },
+          "(type, ordinal) of the batches' device: ('cpu', 0), ('cuda', N).")
+      .def_property_readonly(
           "source",
           [](PyLoader& l) { return l.Any([](Loader& x) { return x.source().Describe(); }); })
       .def_property_readonly(

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "device/kernels/gather_ptx.h"
+#include "gpufeed/device.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed::cuda {
@@ -38,7 +39,7 @@ void CheckNotForked(std::string_view what) {
 }
 
 std::shared_ptr<CudaContext> CudaContext::RetainPrimary(const CudaDriver& driver, int ordinal) {
-  const std::string name = fmt::format("cuda:{}", ordinal);
+  const std::string name = DeviceId::Cuda(ordinal).ToString();
   CUdevice device = 0;
   driver.Check(driver.DeviceGet(&device, ordinal), name + ": cuDeviceGet");
   CUcontext context = nullptr;
@@ -53,7 +54,7 @@ CudaContext::CudaContext(const CudaDriver& driver, CUdevice device, CUcontext co
       device_(device),
       context_(context),
       ordinal_(ordinal),
-      name_(fmt::format("cuda:{}", ordinal)) {}
+      name_(DeviceId::Cuda(ordinal).ToString()) {}
 
 CudaContext::~CudaContext() {
   if (module_ != nullptr && !InForkedChild()) {

@@ -47,7 +47,7 @@ class HostDeviceImpl : public Device {
 
   DeviceType type() const override { return DeviceType::kCpu; }
   int ordinal() const override { return 0; }
-  std::string name() const override { return "cpu"; }
+  std::string name() const override { return DeviceId::Cpu().ToString(); }
   bool needs_copy() const override { return false; }
 
   void* AllocHost(size_t bytes) override {
@@ -87,8 +87,7 @@ class HostDeviceImpl : public Device {
 
 bool SameDevice(const Device& a, const Device& b) {
   if (&a == &b) return true;
-  return a.type() == DeviceType::kCuda && b.type() == DeviceType::kCuda &&
-         a.ordinal() == b.ordinal();
+  return a.id().is_cuda() && a.id() == b.id();
 }
 
 std::shared_ptr<Device> HostDevice() {

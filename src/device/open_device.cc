@@ -18,8 +18,29 @@ Error BadSpec(const std::string& spec) {
 
 }  // namespace
 
+std::string_view DeviceTypeName(DeviceType type) {
+  return type == DeviceType::kCuda ? "cuda" : "cpu";
+}
+
+std::string DeviceId::ToString() const {
+  if (type == DeviceType::kCpu) return "cpu";
+  return fmt::format("{}:{}", DeviceTypeName(type), ordinal);
+}
+
+std::optional<DeviceId> DeviceId::Parse(std::string_view text) {
+  if (text == "cpu") return Cpu();
+  constexpr std::string_view kCudaPrefix = "cuda:";
+  if (text.substr(0, kCudaPrefix.size()) != kCudaPrefix) return std::nullopt;
+  const std::string_view digits = text.substr(kCudaPrefix.size());
+  int ordinal = -1;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() || ordinal < 0) {
+    return std::nullopt;
+  }
+  return Cuda(ordinal);
+}
+
 std::shared_ptr<Device> OpenDevice(const std::string& spec) {
-  if (spec == "cpu") return HostDevice();
   if (spec == "auto") {
     try {
       return cuda::OpenCudaDevice();
@@ -32,17 +53,10 @@ std::shared_ptr<Device> OpenDevice(const std::string& spec) {
     }
   }
   if (spec == "cuda") return cuda::OpenCudaDevice();
-  if (spec.rfind("cuda:", 0) == 0) {
-    const std::string_view digits = std::string_view(spec).substr(5);
-    int ordinal = -1;
-    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
-    if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size() ||
-        ordinal < 0) {
-      throw BadSpec(spec);
-    }
-    return cuda::OpenCudaDevice({.ordinal = ordinal, .library = {}});
-  }
-  throw BadSpec(spec);
+  const std::optional<DeviceId> id = DeviceId::Parse(spec);
+  if (!id) throw BadSpec(spec);
+  if (!id->is_cuda()) return HostDevice();
+  return cuda::OpenCudaDevice({.ordinal = id->ordinal, .library = {}});
 }
 
 }  // namespace gpufeed

@@ -17,7 +17,7 @@ std::string Diagnosis::ToText() const {
 
 std::string Diagnosis::ToJson() const {
   nlohmann::json j = {{"verdict", VerdictName(verdict)},
-                      {"stage", stage},
+                      {"stage", StageName(stage)},
                       {"headline", headline},
                       {"evidence", evidence},
                       {"advice", advice},

@@ -1,5 +1,6 @@
-// Every rule of the doctor, in one place: Diagnose() reads the measurements and settles on
-// one verdict, with the figures that decided it and advice computed from them.
+// The doctor's rules: Diagnose() computes the shared figures once (Figures), adds the
+// evidence every verdict shows, then tries one function per verdict in order; the first that
+// decides fills in the headline and the advice computed from the figures.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -108,75 +109,119 @@ std::string_view VerdictName(Verdict verdict) {
   return "unknown";
 }
 
+std::string_view StageName(Stage stage) {
+  switch (stage) {
+    case Stage::kNone:
+      return "";
+    case Stage::kRead:
+      return "read";
+    case Stage::kTransform:
+      return "transform";
+    case Stage::kCopy:
+      return "copy";
+  }
+  return "";
+}
+
 namespace {
 
-Diagnosis ApplyRules(const DoctorInput& in) {
-  Diagnosis d;
-  if (in.batches.empty()) {
-    d.headline = "nothing measured yet: the doctor needs a few batches delivered";
-    return d;
+// The figures every rule reads, computed once from the input.
+struct Figures {
+  Totals t;
+  double consumer = 0;  // the loop's time: its waits in Next() plus its steps
+  int workers = 1;
+  double usable = 1;  // cores: the CPU count, or the cgroup quota where lower
+  double batch_bytes = 0;
+  double set_bytes = 0;
+  std::optional<double> ram_budget;  // for a cache
+  int64_t min_event_steps = 0;
+  bool events = false;  // enough steps timed by events on the training stream to judge by
+  std::optional<double> gpu_busy;  // by events, else NVML's utilization
+  std::string gpu_how;             // how gpu_busy was measured, for the text
+
+  double PerBatch(double ns) const { return Ms(ns / t.n); }
+};
+
+// A rule's answer: whether it decided the verdict (filled into the Diagnosis), and whether
+// its headline already gives the GPU's wait as the events measured it.
+struct Ruling {
+  bool decided = false;
+  bool headline_tells_events = false;
+};
+constexpr Ruling kNotDecided{};
+constexpr Ruling kDecided{true, false};
+
+std::optional<double> RamBudget(const DoctorInput& in) {
+  if (!in.ram_available_bytes) return {};
+  double available = static_cast<double>(*in.ram_available_bytes);
+  if (in.cgroup_memory_limit_bytes && in.cgroup_memory_used_bytes) {
+    available = std::min(available, static_cast<double>(*in.cgroup_memory_limit_bytes) -
+                                        static_cast<double>(*in.cgroup_memory_used_bytes));
   }
-  const Totals t = Sum(in.batches);
-  const double consumer = t.wait + t.step;
-  const int workers = std::max(1, in.workers);
-  d.consumer_wait_fraction = consumer > 0 ? t.wait / consumer : 0;
+  return kRamBudget * std::max(0.0, available);
+}
+
+// Computes the figures, and the shares the Diagnosis reports whatever the verdict.
+Figures Measure(const DoctorInput& in, Diagnosis& d) {
+  Figures f;
+  f.t = Sum(in.batches);
+  f.consumer = f.t.wait + f.t.step;
+  f.workers = std::max(1, in.workers);
+  d.consumer_wait_fraction = f.consumer > 0 ? f.t.wait / f.consumer : 0;
   d.worker_busy_fraction =
-      consumer > 0 ? (t.read + t.transform + t.copy) / (workers * consumer) : 0;
-  const double usable =
+      f.consumer > 0 ? (f.t.read + f.t.transform + f.t.copy) / (f.workers * f.consumer) : 0;
+  f.usable =
       in.cpu_limit_cores ? std::min<double>(in.cpu_count, *in.cpu_limit_cores) : in.cpu_count;
-  const double batch_bytes = in.sample_bytes * static_cast<double>(in.batch_size);
-  const double set_bytes = in.sample_bytes * static_cast<double>(in.dataset_samples);
-  std::optional<double> ram_budget;
-  if (in.ram_available_bytes) {
-    double available = static_cast<double>(*in.ram_available_bytes);
-    if (in.cgroup_memory_limit_bytes && in.cgroup_memory_used_bytes) {
-      available = std::min(available, static_cast<double>(*in.cgroup_memory_limit_bytes) -
-                                          static_cast<double>(*in.cgroup_memory_used_bytes));
-    }
-    ram_budget = kRamBudget * std::max(0.0, available);
-  }
-  const auto per_batch = [&](double ns) { return Ms(ns / t.n); };
-  d.evidence.push_back(fmt::format(
-      "over the last {} batches: the loop waited {} of its time in Next() ({:.1f} ms per batch) "
-      "and stepped {:.1f} ms per batch",
-      static_cast<int>(t.n), Pct(d.consumer_wait_fraction), per_batch(t.wait), per_batch(t.step)));
-  d.evidence.push_back(fmt::format(
-      "per batch, summed over {} worker(s): read {:.1f} ms, transform {:.1f} ms, copy {:.1f} ms, "
-      "waiting for a buffer {:.1f} ms; workers {} busy",
-      workers, per_batch(t.read), per_batch(t.transform), per_batch(t.copy),
-      per_batch(t.buffer_wait), Pct(d.worker_busy_fraction)));
-  if (in.process_cpu_cores) {
-    d.evidence.push_back(fmt::format("the process used {:.2f} of {:.1f} usable cores",
-                                     *in.process_cpu_cores, usable));
-  }
+  f.batch_bytes = in.sample_bytes * static_cast<double>(in.batch_size);
+  f.set_bytes = in.sample_bytes * static_cast<double>(in.dataset_samples);
+  f.ram_budget = RamBudget(in);
   // The GPU's busy share: events on the training stream when the loop named it (exact about
   // waits for data), else NVML or a simulated step. Either way the text says which.
   // Events over a step or two say little (the first steps, a restart): they must cover enough
   // of the window, else NVML decides.
-  const int64_t min_event_steps =
+  f.min_event_steps =
       std::max<int64_t>(kMinEventSteps, static_cast<int64_t>(in.batches.size()) / 2);
-  const bool events = in.gpu_busy_events && in.gpu_event_steps >= min_event_steps;
-  if (in.gpu_busy_events && !events) {
+  f.events = in.gpu_busy_events && in.gpu_event_steps >= f.min_event_steps;
+  f.gpu_busy = f.events ? in.gpu_busy_events : in.gpu_utilization;
+  if (f.gpu_busy) {
+    d.gpu_busy_fraction = *f.gpu_busy;
+    d.gpu_measure = f.events ? "events" : in.gpu_utilization_source;
+  }
+  f.gpu_how = f.events ? fmt::format("measured by events on the training stream over {} steps",
+                                     in.gpu_event_steps)
+                       : fmt::format("{} utilization", in.gpu_utilization_source);
+  return f;
+}
+
+// The evidence every verdict shows: the loop's wait, the stages, the CPU and the GPU.
+void AddEvidence(const DoctorInput& in, const Figures& f, Diagnosis& d) {
+  const Totals& t = f.t;
+  d.evidence.push_back(fmt::format(
+      "over the last {} batches: the loop waited {} of its time in Next() ({:.1f} ms per batch) "
+      "and stepped {:.1f} ms per batch",
+      static_cast<int>(t.n), Pct(d.consumer_wait_fraction), f.PerBatch(t.wait),
+      f.PerBatch(t.step)));
+  d.evidence.push_back(fmt::format(
+      "per batch, summed over {} worker(s): read {:.1f} ms, transform {:.1f} ms, copy {:.1f} ms, "
+      "waiting for a buffer {:.1f} ms; workers {} busy",
+      f.workers, f.PerBatch(t.read), f.PerBatch(t.transform), f.PerBatch(t.copy),
+      f.PerBatch(t.buffer_wait), Pct(d.worker_busy_fraction)));
+  if (in.process_cpu_cores) {
+    d.evidence.push_back(fmt::format("the process used {:.2f} of {:.1f} usable cores",
+                                     *in.process_cpu_cores, f.usable));
+  }
+  if (in.gpu_busy_events && !f.events) {
     d.evidence.push_back(fmt::format(
         "events on the training stream timed only {} of {} steps (at least {} needed): too few "
         "to judge by; {}",
-        in.gpu_event_steps, static_cast<int>(t.n), min_event_steps,
+        in.gpu_event_steps, static_cast<int>(t.n), f.min_event_steps,
         in.gpu_utilization ? fmt::format("{} utilization decides", in.gpu_utilization_source)
                            : std::string("no other GPU reading")));
   }
-  const std::optional<double> gpu_busy = events ? in.gpu_busy_events : in.gpu_utilization;
-  if (gpu_busy) {
-    d.gpu_busy_fraction = *gpu_busy;
-    d.gpu_measure = events ? "events" : in.gpu_utilization_source;
-  }
-  const std::string gpu_how =
-      events ? fmt::format("measured by events on the training stream over {} steps",
-                           in.gpu_event_steps)
-             : fmt::format("{} utilization", in.gpu_utilization_source);
-  if (events) {
-    d.evidence.push_back(fmt::format(
-        "the GPU was busy {} of its time and waited for the next batch {} ({})",
-        Pct(*in.gpu_busy_events), Pct(1 - *in.gpu_busy_events), gpu_how));
+  if (f.events) {
+    d.evidence.push_back(
+        fmt::format("the GPU was busy {} of its time and waited for the next batch {} ({})",
+                    Pct(*in.gpu_busy_events), Pct(1 - *in.gpu_busy_events), f.gpu_how));
     if (in.gpu_drained_steps > 0) {
       d.evidence.push_back(fmt::format(
           "in {} of {} steps the stream had run out of work before the loop asked for the "
@@ -189,209 +234,282 @@ Diagnosis ApplyRules(const DoctorInput& in) {
     d.evidence.push_back(fmt::format("GPU utilization {} ({})", Pct(*in.gpu_utilization),
                                      in.gpu_utilization_source));
   }
-  const auto cache_advice = [&](std::string_view what_it_saves) -> std::optional<std::string> {
-    if (!ram_budget || set_bytes <= 0 || in.cache != "none") return {};
-    if (set_bytes <= *ram_budget) {
-      return fmt::format("the decoded set ({}) fits the RAM budget ({}): cache='ram' takes {} "
-                         "out of every epoch after the first",
-                         Gb(set_bytes), Gb(*ram_budget), what_it_saves);
-    }
-    return fmt::format("the decoded set ({}) exceeds the RAM budget ({}): cache='shm' shares "
-                       "one copy among the processes of this node",
-                       Gb(set_bytes), Gb(*ram_budget));
-  };
+}
 
-  // 1. Memory pressure overrides the rest: every other fix needs memory.
+// What a RAM or shared-memory cache would save, when the loader has none.
+std::optional<std::string> CacheAdvice(const DoctorInput& in, const Figures& f,
+                                       std::string_view what_it_saves) {
+  if (!f.ram_budget || f.set_bytes <= 0 || in.cache != "none") return {};
+  if (f.set_bytes <= *f.ram_budget) {
+    return fmt::format(
+        "the decoded set ({}) fits the RAM budget ({}): cache='ram' takes {} "
+        "out of every epoch after the first",
+        Gb(f.set_bytes), Gb(*f.ram_budget), what_it_saves);
+  }
+  return fmt::format(
+      "the decoded set ({}) exceeds the RAM budget ({}): cache='shm' shares "
+      "one copy among the processes of this node",
+      Gb(f.set_bytes), Gb(*f.ram_budget));
+}
+
+void AddCacheAdvice(const DoctorInput& in, const Figures& f, std::string_view what_it_saves,
+                    Diagnosis& d) {
+  if (auto c = CacheAdvice(in, f, what_it_saves)) d.advice.push_back(*c);
+}
+
+// 1. Memory pressure overrides the rest: every other fix needs memory.
+Ruling MemoryPressure(const DoctorInput& in, const Figures& f, Diagnosis& d) {
   const bool cgroup_full = in.cgroup_memory_limit_bytes && in.cgroup_memory_used_bytes &&
                            *in.cgroup_memory_used_bytes >=
                                kMemoryFull * static_cast<double>(*in.cgroup_memory_limit_bytes);
   const bool ram_full = in.ram_available_bytes && in.ram_total_bytes &&
                         static_cast<double>(*in.ram_available_bytes) <
                             (1 - kMemoryFull) * static_cast<double>(*in.ram_total_bytes);
-  if (cgroup_full || ram_full) {
-    d.verdict = Verdict::kMemoryPressure;
-    d.headline = cgroup_full
-                     ? fmt::format("memory pressure: the container uses {} of its {} limit",
-                                   Gb(static_cast<double>(*in.cgroup_memory_used_bytes)),
-                                   Gb(static_cast<double>(*in.cgroup_memory_limit_bytes)))
-                     : fmt::format("memory pressure: only {} of {} RAM is available",
-                                   Gb(static_cast<double>(*in.ram_available_bytes)),
-                                   Gb(static_cast<double>(*in.ram_total_bytes)));
-    d.advice.push_back(fmt::format(
-        "the loader holds up to {} batches of {} ({}): lower prefetch from {} to 1 frees {}",
-        workers + in.prefetch, Gb(batch_bytes), Gb((workers + in.prefetch) * batch_bytes),
-        in.prefetch, Gb((in.prefetch - 1) * batch_bytes)));
-    d.advice.push_back("several processes on this node reading the same data: cache='shm' "
-                       "keeps one copy for all of them");
-    return d;
-  }
+  if (!cgroup_full && !ram_full) return kNotDecided;
+  d.verdict = Verdict::kMemoryPressure;
+  d.headline = cgroup_full ? fmt::format("memory pressure: the container uses {} of its {} limit",
+                                         Gb(static_cast<double>(*in.cgroup_memory_used_bytes)),
+                                         Gb(static_cast<double>(*in.cgroup_memory_limit_bytes)))
+                           : fmt::format("memory pressure: only {} of {} RAM is available",
+                                         Gb(static_cast<double>(*in.ram_available_bytes)),
+                                         Gb(static_cast<double>(*in.ram_total_bytes)));
+  const int held = f.workers + in.prefetch;
+  d.advice.push_back(fmt::format(
+      "the loader holds up to {} batches of {} ({}): lower prefetch from {} to 1 frees {}", held,
+      Gb(f.batch_bytes), Gb(held * f.batch_bytes), in.prefetch,
+      Gb((in.prefetch - 1) * f.batch_bytes)));
+  d.advice.push_back(
+      "several processes on this node reading the same data: cache='shm' "
+      "keeps one copy for all of them");
+  return kDecided;
+}
 
-  // 2. The loop waits for data: name the stage.
-  if (d.consumer_wait_fraction >= kWaitInputBound) {
-    const double stage_ns = std::max({t.read, t.transform, t.copy});
-    if (in.device_copy && stage_ns == t.copy) {
-      d.verdict = Verdict::kCopyBound;
-      d.stage = "copy";
-      const double copy_ms = per_batch(t.copy) / workers;
-      d.headline = fmt::format(
-          "copy-bound: the loop waited {} of its time for data, and copying a {} batch to the "
-          "device takes {:.1f} ms ({:.1f} GB/s) against a {:.1f} ms step",
-          Pct(d.consumer_wait_fraction), Gb(batch_bytes), copy_ms,
-          copy_ms > 0 ? batch_bytes / (copy_ms * 1e6) : 0.0, per_batch(t.step));
-      AddCopyAdvice(in, batch_bytes, d);
-      return d;
-    }
-    d.verdict = Verdict::kInputBound;
-    d.stage = stage_ns == t.transform ? "transform" : "read";
-    // Saturated by this process, or by the machine: other processes take the cores too.
-    const bool machine_saturated =
-        in.machine_cpu_ratio && *in.machine_cpu_ratio >= kCpuSaturated;
-    const bool cpu_saturated =
-        machine_saturated ||
-        (in.process_cpu_cores ? *in.process_cpu_cores >= kCpuSaturated * usable
-                              : (d.worker_busy_fraction >= kCpuSaturated && workers >= usable));
-    std::string cpu_text =
-        in.process_cpu_cores
-            ? fmt::format("the CPU is at {:.0f}% of {:.0f} cores", 100 * *in.process_cpu_cores,
-                          usable)
-            : fmt::format("{} worker(s) on {:.0f} cores", workers, usable);
-    if (machine_saturated && in.process_cpu_cores &&
-        *in.process_cpu_cores < kCpuSaturated * usable) {
-      cpu_text = fmt::format("the machine's CPU is at {:.0f}% while this process uses {:.2f} "
-                             "cores: other processes take the rest",
-                             100 * *in.machine_cpu_ratio, *in.process_cpu_cores);
-    }
-    if (in.throttled_fraction && *in.throttled_fraction > 0.05) {
-      d.evidence.push_back(fmt::format(
-          "the cgroup throttled the process {} of the time: its CPU quota ({:.1f} cores) is the "
-          "ceiling",
-          Pct(*in.throttled_fraction), usable));
-    }
-    const double stage_busy = stage_ns / (workers * consumer);
-    if (d.stage == "transform") {
-      d.headline = fmt::format(
-          "input-bound on transform: the loop waited {} of its time for data; host transforms "
-          "take {:.1f} ms per batch against {:.1f} ms reading ({} busy on {} worker(s); {})",
-          Pct(d.consumer_wait_fraction), per_batch(t.transform), per_batch(t.read),
-          Pct(stage_busy), workers, cpu_text);
-      d.advice.push_back("run the costly transforms on the GPU, after the copy, where they cost "
-                         "microseconds per batch");
-      if (!cpu_saturated && workers < usable) {
-        d.advice.push_back(fmt::format("raise workers from {} to {}: {}", workers,
-                                       static_cast<int>(usable), cpu_text));
-      }
-      if (auto c = cache_advice("reading and decoding")) d.advice.push_back(*c);
-      return d;
-    }
-    if (cpu_saturated) {
-      d.headline = fmt::format(
-          "input-bound on read, CPU-saturated: the loop waited {} of its time for data; read is "
-          "{} busy on {} worker(s) and {}",
-          Pct(d.consumer_wait_fraction), Pct(stage_busy), workers, cpu_text);
-      if (auto c = cache_advice("reading and decoding")) d.advice.push_back(*c);
-      d.advice.push_back("compressed HDF5 with large chunks: block shuffle decodes each chunk "
-                         "once per window instead of once per sample");
-    } else if (workers < std::max<double>(usable, in.max_workers)) {
-      const int target = static_cast<int>(std::max<double>(usable, in.max_workers));
-      d.headline = fmt::format(
-          "input-bound on read: the loop waited {} of its time for data while {}; more workers "
-          "would read in parallel",
-          Pct(d.consumer_wait_fraction), cpu_text);
-      d.advice.push_back(fmt::format("raise workers from {} to {} (or autotune=True)", workers,
-                                     target));
-      if (auto c = cache_advice("reading")) d.advice.push_back(*c);
-    } else if (t.buffer_wait > t.read) {
-      d.headline = fmt::format(
-          "input-bound: the loop waited {} of its time for data while the workers waited {:.1f} "
-          "ms per batch for a free batch buffer: batches are held too long or the pool is small",
-          Pct(d.consumer_wait_fraction), per_batch(t.buffer_wait));
-      d.advice.push_back(fmt::format("drop each batch as soon as the step has used it; or raise "
-                                     "prefetch from {} to {}",
-                                     in.prefetch, 2 * in.prefetch));
-    } else {
-      d.headline = fmt::format(
-          "input-bound on read, I/O-bound: the loop waited {} of its time for data; the "
-          "workers spend {} of their time in reads while {}: they wait on storage",
-          Pct(d.consumer_wait_fraction), Pct(stage_busy), cpu_text);
-      if (in.disk_read_bytes_per_second) {
-        d.evidence.push_back(fmt::format("the disks read {:.0f} MB/s",
-                                         *in.disk_read_bytes_per_second / 1e6));
-      }
-      if (auto c = cache_advice("storage")) d.advice.push_back(*c);
-      d.advice.push_back("or move the data set to faster storage (local NVMe rather than a "
-                         "network file system)");
-    }
-    return d;
-  }
+bool LoopWaitsForData(const Diagnosis& d) { return d.consumer_wait_fraction >= kWaitInputBound; }
 
-  // 3. The loop gets its data in time, yet the events show the GPU waiting for batches: the
-  // batch was handed over while its copy still ran (the loader delivers once the copy is
-  // issued), so the GPU, not the loop, waits for the copy.
+// The slowest worker stage, in summed nanoseconds.
+double SlowestStageNs(const Totals& t) { return std::max({t.read, t.transform, t.copy}); }
+
+// 2a. The loop waits for data, and the copy to the device is the slowest stage.
+Ruling CopyStageBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
+  if (!LoopWaitsForData(d) || !in.device_copy || SlowestStageNs(f.t) != f.t.copy) {
+    return kNotDecided;
+  }
+  d.verdict = Verdict::kCopyBound;
+  d.stage = Stage::kCopy;
+  const double copy_ms = f.PerBatch(f.t.copy) / f.workers;
+  d.headline = fmt::format(
+      "copy-bound: the loop waited {} of its time for data, and copying a {} batch to the "
+      "device takes {:.1f} ms ({:.1f} GB/s) against a {:.1f} ms step",
+      Pct(d.consumer_wait_fraction), Gb(f.batch_bytes), copy_ms,
+      copy_ms > 0 ? f.batch_bytes / (copy_ms * 1e6) : 0.0, f.PerBatch(f.t.step));
+  AddCopyAdvice(in, f.batch_bytes, d);
+  return kDecided;
+}
+
+// Whether the CPU is saturated, by this process or by the machine, and how to say so.
+struct CpuPicture {
+  bool saturated = false;
+  std::string text;
+};
+
+CpuPicture DescribeCpu(const DoctorInput& in, const Figures& f, const Diagnosis& d) {
+  CpuPicture cpu;
+  // Saturated by this process, or by the machine: other processes take the cores too.
+  const bool machine_saturated = in.machine_cpu_ratio && *in.machine_cpu_ratio >= kCpuSaturated;
+  cpu.saturated =
+      machine_saturated ||
+      (in.process_cpu_cores ? *in.process_cpu_cores >= kCpuSaturated * f.usable
+                            : (d.worker_busy_fraction >= kCpuSaturated && f.workers >= f.usable));
+  cpu.text = in.process_cpu_cores
+                 ? fmt::format("the CPU is at {:.0f}% of {:.0f} cores", 100 * *in.process_cpu_cores,
+                               f.usable)
+                 : fmt::format("{} worker(s) on {:.0f} cores", f.workers, f.usable);
+  if (machine_saturated && in.process_cpu_cores &&
+      *in.process_cpu_cores < kCpuSaturated * f.usable) {
+    cpu.text = fmt::format(
+        "the machine's CPU is at {:.0f}% while this process uses {:.2f} "
+        "cores: other processes take the rest",
+        100 * *in.machine_cpu_ratio, *in.process_cpu_cores);
+  }
+  return cpu;
+}
+
+void TransformBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu,
+                    double stage_busy, Diagnosis& d) {
+  d.headline = fmt::format(
+      "input-bound on transform: the loop waited {} of its time for data; host transforms "
+      "take {:.1f} ms per batch against {:.1f} ms reading ({} busy on {} worker(s); {})",
+      Pct(d.consumer_wait_fraction), f.PerBatch(f.t.transform), f.PerBatch(f.t.read),
+      Pct(stage_busy), f.workers, cpu.text);
+  d.advice.push_back(
+      "run the costly transforms on the GPU, after the copy, where they cost "
+      "microseconds per batch");
+  if (!cpu.saturated && f.workers < f.usable) {
+    d.advice.push_back(fmt::format("raise workers from {} to {}: {}", f.workers,
+                                   static_cast<int>(f.usable), cpu.text));
+  }
+  AddCacheAdvice(in, f, "reading and decoding", d);
+}
+
+void ReadBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu, double stage_busy,
+               Diagnosis& d) {
+  if (cpu.saturated) {
+    d.headline = fmt::format(
+        "input-bound on read, CPU-saturated: the loop waited {} of its time for data; read is "
+        "{} busy on {} worker(s) and {}",
+        Pct(d.consumer_wait_fraction), Pct(stage_busy), f.workers, cpu.text);
+    AddCacheAdvice(in, f, "reading and decoding", d);
+    d.advice.push_back(
+        "compressed HDF5 with large chunks: block shuffle decodes each chunk "
+        "once per window instead of once per sample");
+  } else if (f.workers < std::max<double>(f.usable, in.max_workers)) {
+    const int target = static_cast<int>(std::max<double>(f.usable, in.max_workers));
+    d.headline = fmt::format(
+        "input-bound on read: the loop waited {} of its time for data while {}; more workers "
+        "would read in parallel",
+        Pct(d.consumer_wait_fraction), cpu.text);
+    d.advice.push_back(
+        fmt::format("raise workers from {} to {} (or autotune=True)", f.workers, target));
+    AddCacheAdvice(in, f, "reading", d);
+  } else if (f.t.buffer_wait > f.t.read) {
+    d.headline = fmt::format(
+        "input-bound: the loop waited {} of its time for data while the workers waited {:.1f} "
+        "ms per batch for a free batch buffer: batches are held too long or the pool is small",
+        Pct(d.consumer_wait_fraction), f.PerBatch(f.t.buffer_wait));
+    d.advice.push_back(
+        fmt::format("drop each batch as soon as the step has used it; or raise "
+                    "prefetch from {} to {}",
+                    in.prefetch, 2 * in.prefetch));
+  } else {
+    d.headline = fmt::format(
+        "input-bound on read, I/O-bound: the loop waited {} of its time for data; the "
+        "workers spend {} of their time in reads while {}: they wait on storage",
+        Pct(d.consumer_wait_fraction), Pct(stage_busy), cpu.text);
+    if (in.disk_read_bytes_per_second) {
+      d.evidence.push_back(
+          fmt::format("the disks read {:.0f} MB/s", *in.disk_read_bytes_per_second / 1e6));
+    }
+    AddCacheAdvice(in, f, "storage", d);
+    d.advice.push_back(
+        "or move the data set to faster storage (local NVMe rather than a "
+        "network file system)");
+  }
+}
+
+// 2b. The loop waits for data: name the stage (read or transform) and why it is slow.
+Ruling InputBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
+  if (!LoopWaitsForData(d)) return kNotDecided;
+  const double stage_ns = SlowestStageNs(f.t);
+  d.verdict = Verdict::kInputBound;
+  d.stage = stage_ns == f.t.transform ? Stage::kTransform : Stage::kRead;
+  const CpuPicture cpu = DescribeCpu(in, f, d);
+  if (in.throttled_fraction && *in.throttled_fraction > 0.05) {
+    d.evidence.push_back(fmt::format(
+        "the cgroup throttled the process {} of the time: its CPU quota ({:.1f} cores) is the "
+        "ceiling",
+        Pct(*in.throttled_fraction), f.usable));
+  }
+  const double stage_busy = stage_ns / (f.workers * f.consumer);
+  if (d.stage == Stage::kTransform) {
+    TransformBound(in, f, cpu, stage_busy, d);
+  } else {
+    ReadBound(in, f, cpu, stage_busy, d);
+  }
+  return kDecided;
+}
+
+// 3. The loop gets its data in time, yet the events show the GPU waiting for batches: the
+// batch was handed over while its copy still ran (the loader delivers once the copy is
+// issued), so the GPU, not the loop, waits for the copy.
+Ruling CopyLagBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
+  if (!f.events || !in.device_copy) return kNotDecided;
   // The GPU's wait beyond the loop's own wait in Next() is the copy's lag.
+  const Totals& t = f.t;
   const double copy_lag_share =
       t.gpu_busy + t.gpu_idle > 0
           ? t.gpu_copy_lag / (t.gpu_busy + t.gpu_idle)
-          : (events ? std::max(0.0, 1 - *in.gpu_busy_events - d.consumer_wait_fraction) : 0);
-  if (events && in.device_copy && copy_lag_share >= kWaitInputBound) {
-    d.verdict = Verdict::kCopyBound;
-    d.stage = "copy";
-    d.headline = fmt::format(
-        "copy-bound: the GPU waited {} of its time for the next batch ({}) while the loop "
-        "waited only {} in Next(): batches reach the loop before their copy to the device "
-        "has finished",
-        Pct(1 - *in.gpu_busy_events), gpu_how, Pct(d.consumer_wait_fraction));
-    AddCopyAdvice(in, batch_bytes, d);
-    return d;
-  }
+          : std::max(0.0, 1 - *in.gpu_busy_events - d.consumer_wait_fraction);
+  if (copy_lag_share < kWaitInputBound) return kNotDecided;
+  d.verdict = Verdict::kCopyBound;
+  d.stage = Stage::kCopy;
+  d.headline = fmt::format(
+      "copy-bound: the GPU waited {} of its time for the next batch ({}) while the loop "
+      "waited only {} in Next(): batches reach the loop before their copy to the device "
+      "has finished",
+      Pct(1 - *in.gpu_busy_events), f.gpu_how, Pct(d.consumer_wait_fraction));
+  AddCopyAdvice(in, f.batch_bytes, d);
+  return {true, true};
+}
 
-  // 4. Does the GPU work? The events rule out waits for data; a GPU idle inside the steps
-  // (waiting for the host to launch, or synchronizing) shows only in NVML's reading. The
-  // events count that wait for the host as busy, so a low event share is a wait for batches
-  // and never makes the loop host-bound: only NVML's idle reading does.
-  const bool nvml_idle = in.gpu_utilization && *in.gpu_utilization < kGpuIdle;
-  if (nvml_idle) {
-    d.verdict = Verdict::kHostBound;
-    d.gpu_busy_fraction = *in.gpu_utilization;
-    d.gpu_measure = in.gpu_utilization_source;
-    const std::string busy_text =
-        events ? fmt::format(
+// 4. Does the GPU work? The events rule out waits for data; a GPU idle inside the steps
+// (waiting for the host to launch, or synchronizing) shows only in NVML's reading. The
+// events count that wait for the host as busy, so a low event share is a wait for batches
+// and never makes the loop host-bound: only NVML's idle reading does.
+Ruling HostBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
+  if (!in.gpu_utilization || *in.gpu_utilization >= kGpuIdle) return kNotDecided;
+  d.verdict = Verdict::kHostBound;
+  d.gpu_busy_fraction = *in.gpu_utilization;
+  d.gpu_measure = in.gpu_utilization_source;
+  const std::string busy_text =
+      f.events ? fmt::format(
                      "the GPU never waited long for data (busy {} between batches, {}) yet "
                      "ran kernels only {} of the time ({} utilization)",
-                     Pct(*in.gpu_busy_events), gpu_how, Pct(*in.gpu_utilization),
+                     Pct(*in.gpu_busy_events), f.gpu_how, Pct(*in.gpu_utilization),
                      in.gpu_utilization_source)
                : fmt::format("the GPU was busy {} ({} utilization)", Pct(d.gpu_busy_fraction),
                              in.gpu_utilization_source);
-    d.headline = fmt::format(
-        "host-bound training loop: {} while the loop waited only {} of its time for data; the "
-        "host side of each {:.1f} ms step is the bottleneck",
-        busy_text, Pct(d.consumer_wait_fraction), per_batch(t.step));
-    d.advice.push_back("look for synchronizations inside the step (.item(), .cpu(), printing "
-                       "tensors) and remove them or move them out of the loop");
-    d.advice.push_back("fewer, larger kernels: a bigger batch, CUDA graphs or torch.compile "
-                       "cut launch overhead");
-    if (auto b = BatchSizeAdvice(in)) d.advice.push_back(*b);
-    return d;
-  }
-  d.verdict = Verdict::kHealthy;
-  d.headline =
-      gpu_busy
-          ? fmt::format("healthy: the loop waited {} of its time for data and the GPU was busy "
-                        "{} ({}): the step is the bottleneck, as it should be",
-                        Pct(d.consumer_wait_fraction), Pct(*gpu_busy), gpu_how)
-          : fmt::format("healthy: the loop waited {} of its time for data (GPU utilization "
-                        "unknown: no NVML)",
-                        Pct(d.consumer_wait_fraction));
+  d.headline = fmt::format(
+      "host-bound training loop: {} while the loop waited only {} of its time for data; the "
+      "host side of each {:.1f} ms step is the bottleneck",
+      busy_text, Pct(d.consumer_wait_fraction), f.PerBatch(f.t.step));
+  d.advice.push_back(
+      "look for synchronizations inside the step (.item(), .cpu(), printing "
+      "tensors) and remove them or move them out of the loop");
+  d.advice.push_back(
+      "fewer, larger kernels: a bigger batch, CUDA graphs or torch.compile "
+      "cut launch overhead");
   if (auto b = BatchSizeAdvice(in)) d.advice.push_back(*b);
-  return d;
+  return {true, f.events};
 }
+
+// 5. None of the above: the loader keeps up.
+Ruling Healthy(const DoctorInput& in, const Figures& f, Diagnosis& d) {
+  d.verdict = Verdict::kHealthy;
+  d.headline = f.gpu_busy
+                   ? fmt::format(
+                         "healthy: the loop waited {} of its time for data and the GPU was busy "
+                         "{} ({}): the step is the bottleneck, as it should be",
+                         Pct(d.consumer_wait_fraction), Pct(*f.gpu_busy), f.gpu_how)
+                   : fmt::format(
+                         "healthy: the loop waited {} of its time for data (GPU utilization "
+                         "unknown: no NVML)",
+                         Pct(d.consumer_wait_fraction));
+  if (auto b = BatchSizeAdvice(in)) d.advice.push_back(*b);
+  return {true, f.events};
+}
+
+using Rule = Ruling (*)(const DoctorInput&, const Figures&, Diagnosis&);
+// Tried in order; the first that decides gives the verdict. Healthy always decides.
+constexpr Rule kRules[] = {MemoryPressure, CopyStageBound, InputBound,
+                           CopyLagBound,   HostBound,      Healthy};
 
 }  // namespace
 
 Diagnosis Diagnose(const DoctorInput& in) {
-  Diagnosis d = ApplyRules(in);
+  Diagnosis d;
+  if (in.batches.empty()) {
+    d.headline = "nothing measured yet: the doctor needs a few batches delivered";
+    return d;
+  }
+  const Figures f = Measure(in, d);
+  AddEvidence(in, f, d);
+  Ruling ruling;
+  for (Rule rule : kRules) {
+    ruling = rule(in, f, d);
+    if (ruling.decided) break;
+  }
   // Whatever decided the verdict, say what the events measured when they did.
-  if (d.gpu_measure == "events" &&
-      d.headline.find("events on the training stream") == std::string::npos) {
+  if (d.gpu_measure == "events" && !ruling.headline_tells_events) {
     d.headline += fmt::format(
         "; the GPU waited {} of its time for the next batch (measured by events on the "
         "training stream over {} steps)",

@@ -38,7 +38,7 @@ void GpuBusyTracker::Disable() {
 }
 
 bool GpuBusyTracker::EndStep() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!step_started_ || step_ended_ || disabled_) {
     step_ended_ = true;
     return false;
@@ -77,7 +77,7 @@ bool GpuBusyTracker::RecordOrSkip(TimingEvent* event, uintptr_t stream) {
 }
 
 int64_t GpuBusyTracker::BeginStep(int64_t epoch, int64_t batch) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   ++step_;
   step_epoch_ = epoch;
   step_batch_ = batch;
@@ -87,7 +87,7 @@ int64_t GpuBusyTracker::BeginStep(int64_t epoch, int64_t batch) {
 }
 
 void GpuBusyTracker::MarkStart(int64_t step, uintptr_t stream) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (disabled_ || step != step_ || step_started_ || step_ended_ || step_batch_ < 0) return;
   try {
     if (device_->StreamCapturing(stream)) return;  // recorded into the user's graph: skip
@@ -104,7 +104,7 @@ void GpuBusyTracker::MarkStart(int64_t step, uintptr_t stream) {
 }
 
 void GpuBusyTracker::Harvest(const std::function<void(const GpuStepFigure&)>& on_figure) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   try {
     HarvestLocked(on_figure);
   } catch (...) {
@@ -147,7 +147,7 @@ void GpuBusyTracker::HarvestLocked(const std::function<void(const GpuStepFigure&
 }
 
 GpuBusyTotals GpuBusyTracker::Totals() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return totals_;
 }
 

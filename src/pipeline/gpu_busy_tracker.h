@@ -45,9 +45,9 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "core/thread_annotations.h"
 #include "gpufeed/device.h"
 
 namespace gpufeed {
@@ -107,30 +107,32 @@ class GpuBusyTracker {
     TimingEvent* event = nullptr;
   };
 
-  TimingEvent* TakeEvent();  // REQUIRES: mu_ held. Null when the ring is spent or disabled.
-  void Disable();            // REQUIRES: mu_ held.
+  // Null when the ring is spent or disabled.
+  TimingEvent* TakeEvent() REQUIRES(mu_);
+  void Disable() REQUIRES(mu_);
   // Records `event` on `stream`; on failure hands the event back and returns false.
-  // REQUIRES: mu_ held.
-  bool RecordOrSkip(TimingEvent* event, uintptr_t stream);
-  void HarvestLocked(const std::function<void(const GpuStepFigure&)>& on_figure);  // mu_ held
+  bool RecordOrSkip(TimingEvent* event, uintptr_t stream) REQUIRES(mu_);
+  void HarvestLocked(const std::function<void(const GpuStepFigure&)>& on_figure) REQUIRES(mu_);
 
   std::shared_ptr<Device> device_;
   const int max_events_;
-  mutable std::mutex mu_;
-  bool disabled_ = false;
-  std::vector<std::unique_ptr<TimingEvent>> events_;  // every event made, at most max_events_
-  std::vector<TimingEvent*> free_;
-  std::deque<Mark> marks_;  // recorded, not yet harvested, in stream order
-  int64_t step_ = -1;       // the current step
-  int64_t step_epoch_ = -1;
-  int64_t step_batch_ = -1;
-  bool step_started_ = false;
-  bool step_ended_ = false;
-  uintptr_t step_stream_ = 0;
-  int64_t pending_idle_step_ = -1;  // the step whose idle figure came, waiting for its busy one
-  int64_t pending_idle_ns_ = 0;
-  int record_failures_ = 0;  // in a row
-  GpuBusyTotals totals_;
+  mutable Mutex mu_;
+  bool disabled_ GUARDED_BY(mu_) = false;
+  // Every event made, at most max_events_.
+  std::vector<std::unique_ptr<TimingEvent>> events_ GUARDED_BY(mu_);
+  std::vector<TimingEvent*> free_ GUARDED_BY(mu_);
+  std::deque<Mark> marks_ GUARDED_BY(mu_);  // recorded, not yet harvested, in stream order
+  int64_t step_ GUARDED_BY(mu_) = -1;       // the current step
+  int64_t step_epoch_ GUARDED_BY(mu_) = -1;
+  int64_t step_batch_ GUARDED_BY(mu_) = -1;
+  bool step_started_ GUARDED_BY(mu_) = false;
+  bool step_ended_ GUARDED_BY(mu_) = false;
+  uintptr_t step_stream_ GUARDED_BY(mu_) = 0;
+  // The step whose idle figure came, waiting for its busy one.
+  int64_t pending_idle_step_ GUARDED_BY(mu_) = -1;
+  int64_t pending_idle_ns_ GUARDED_BY(mu_) = 0;
+  int record_failures_ GUARDED_BY(mu_) = 0;  // in a row
+  GpuBusyTotals totals_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpufeed

@@ -38,7 +38,7 @@ TEST(DoctorRules, CpuSaturatedReadSuggestsTheRamCacheWithTheNumbers) {
   in.process_cpu_cores = 1.98;
   const Diagnosis d = Diagnose(in);
   EXPECT_EQ(d.verdict, Verdict::kInputBound);
-  EXPECT_EQ(d.stage, "read");
+  EXPECT_EQ(StageName(d.stage), "read");
   EXPECT_THAT(d.headline, HasSubstr("CPU-saturated"));
   EXPECT_THAT(d.headline, HasSubstr("the CPU is at 198% of 2 cores"));
   EXPECT_NEAR(d.consumer_wait_fraction, 0.75, 1e-9);
@@ -73,7 +73,7 @@ TEST(DoctorRules, SlowTransformsAreNamed) {
   in.transforms = true;
   const Diagnosis d = Diagnose(in);
   EXPECT_EQ(d.verdict, Verdict::kInputBound);
-  EXPECT_EQ(d.stage, "transform");
+  EXPECT_EQ(StageName(d.stage), "transform");
   EXPECT_THAT(d.advice[0], HasSubstr("on the GPU"));
 }
 
@@ -82,7 +82,7 @@ TEST(DoctorRules, CopyDominatingADataWaitIsCopyBound) {
   in.device_copy = true;
   const Diagnosis d = Diagnose(in);
   EXPECT_EQ(d.verdict, Verdict::kCopyBound);
-  EXPECT_EQ(d.stage, "copy");
+  EXPECT_EQ(StageName(d.stage), "copy");
   EXPECT_THAT(d.advice[0], HasSubstr("float16"));
 }
 
@@ -201,7 +201,7 @@ TEST(DoctorRules, GpuWaitingForBatchesTheLoopAlreadyHasIsCopyBound) {
   in.gpu_utilization = 0.9;
   const Diagnosis d = Diagnose(in);
   EXPECT_EQ(d.verdict, Verdict::kCopyBound) << d.ToText();
-  EXPECT_EQ(d.stage, "copy");
+  EXPECT_EQ(StageName(d.stage), "copy");
   EXPECT_THAT(d.headline, HasSubstr("the GPU waited 40% of its time"));
   EXPECT_THAT(d.headline, HasSubstr("events on the training stream"));
 }
@@ -220,7 +220,7 @@ TEST(DoctorRules, InputBoundVerdictSaysWhatTheEventsMeasured) {
   in.process_cpu_cores = 1.98;
   const Diagnosis d = Diagnose(in);
   EXPECT_EQ(d.verdict, Verdict::kInputBound);
-  EXPECT_EQ(d.stage, "read");
+  EXPECT_EQ(StageName(d.stage), "read");
   EXPECT_THAT(d.headline, HasSubstr("the GPU waited 75% of its time for the next batch "
                                     "(measured by events on the training stream over 32 "
                                     "steps)"));

@@ -1,0 +1,217 @@
+#include "pipeline/loader_metrics.h"
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+LoaderMetrics::LoaderMetrics(std::shared_ptr<GpuBusyTracker> gpu_busy)
+    : gpu_busy_(std::move(gpu_busy)) {}
+
+void LoaderMetrics::AddWorkerTiming(const BatchTiming& timing) {
+  read_ns_.fetch_add(timing.read_ns, std::memory_order_relaxed);
+  transform_ns_.fetch_add(timing.transform_ns, std::memory_order_relaxed);
+  copy_ns_.fetch_add(timing.copy_ns, std::memory_order_relaxed);
+  buffer_wait_ns_.fetch_add(timing.buffer_wait_ns, std::memory_order_relaxed);
+}
+
+void LoaderMetrics::StartRun(int64_t now_ns) {
+  pending_timing_.reset();
+  MutexLock lock(&mu_);
+  run_start_ns_ = now_ns;
+  first_batch_ns_ = 0;
+}
+
+void LoaderMetrics::BeginNext(int64_t called_ns) {
+  MutexLock lock(&mu_);
+  if (last_return_ns_ != 0) {
+    consumer_step_ns_.fetch_add(called_ns - last_return_ns_, std::memory_order_relaxed);
+  } else {
+    wall_start_ns_ = called_ns;
+  }
+}
+
+std::optional<BatchTiming> LoaderMetrics::FinishPending(int64_t called_ns, bool drained) {
+  if (!pending_timing_) return std::nullopt;
+  BatchTiming t = *pending_timing_;
+  pending_timing_.reset();
+  t.gpu_drained = drained;
+  MutexLock lock(&mu_);
+  t.step_ns = called_ns - last_return_ns_;
+  if (timings_.size() == kTimingsKept) timings_.pop_front();
+  timings_.push_back({t, pending_gpu_step_});
+  return t;
+}
+
+void LoaderMetrics::EndOfEpoch(int64_t now_ns) {
+  MutexLock lock(&mu_);
+  last_return_ns_ = now_ns;
+}
+
+void LoaderMetrics::Delivered(BatchTiming timing, int64_t called_ns, int64_t ready_ns,
+                              int64_t gpu_step, int64_t bytes, int workers, int prefetch) {
+  const int64_t queue_wait = std::max<int64_t>(0, called_ns - ready_ns);
+  queue_wait_ns_.fetch_add(queue_wait, std::memory_order_relaxed);
+  const int64_t now = NowNs();
+  {
+    MutexLock lock(&mu_);
+    if (first_batch_ns_ == 0) first_batch_ns_ = now - run_start_ns_;
+    last_return_ns_ = now;
+  }
+  timing.queue_wait_ns = queue_wait;
+  timing.consumer_wait_ns = now - called_ns;
+  timing.workers = workers;
+  timing.prefetch = prefetch;
+  pending_timing_ = timing;
+  pending_gpu_step_ = gpu_step;
+  consumer_wait_ns_.fetch_add(now - called_ns, std::memory_order_relaxed);
+  delivered_batches_.fetch_add(1, std::memory_order_relaxed);
+  delivered_samples_.fetch_add(timing.rows, std::memory_order_relaxed);
+  delivered_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void LoaderMetrics::LogTuning(std::string line) {
+  MutexLock lock(&mu_);
+  tuning_log_.push_back(std::move(line));
+}
+
+void LoaderMetrics::HarvestGpuFigures() const {
+  gpu_busy_->Harvest([this](const GpuStepFigure& f) {
+    MutexLock lock(&mu_);
+    auto& slot = gpu_figures_.try_emplace(f.step, -1, -1).first->second;
+    if (f.busy_ns >= 0) slot.first = f.busy_ns;
+    if (f.idle_ns >= 0) slot.second = f.idle_ns;
+    // Step ids only grow: the first key is the oldest figure.
+    if (gpu_figures_.size() > kTimingsKept) gpu_figures_.erase(gpu_figures_.begin());
+  });
+}
+
+std::vector<BatchTiming> LoaderMetrics::Recent(size_t n) const {
+  HarvestGpuFigures();
+  MutexLock lock(&mu_);
+  const size_t take = std::min(n, timings_.size());
+  std::vector<BatchTiming> out;
+  out.reserve(take);
+  for (auto it = timings_.end() - static_cast<std::ptrdiff_t>(take); it != timings_.end(); ++it) {
+    BatchTiming t = it->timing;
+    auto figure = gpu_figures_.find(it->gpu_step);
+    if (figure != gpu_figures_.end()) {
+      t.gpu_busy_ns = figure->second.first;
+      t.gpu_idle_ns = figure->second.second;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+LoaderStats LoaderMetrics::Stats() const {
+  LoaderStats s;
+  s.batches = delivered_batches_.load();
+  s.samples = delivered_samples_.load();
+  s.bytes = delivered_bytes_.load();
+  s.read_ns = read_ns_.load();
+  s.transform_ns = transform_ns_.load();
+  s.copy_ns = copy_ns_.load();
+  s.buffer_wait_ns = buffer_wait_ns_.load();
+  s.queue_wait_ns = queue_wait_ns_.load();
+  s.consumer_wait_ns = consumer_wait_ns_.load();
+  s.consumer_step_ns = consumer_step_ns_.load();
+  {
+    MutexLock lock(&mu_);
+    s.first_batch_ns = first_batch_ns_;
+    s.wall_ns = wall_start_ns_ ? last_return_ns_ - wall_start_ns_ : 0;
+    s.tuning_log = tuning_log_;
+  }
+  HarvestGpuFigures();
+  const GpuBusyTotals gpu = gpu_busy_->Totals();
+  s.gpu_steps = gpu.steps;
+  s.gpu_busy_ns = gpu.busy_ns;
+  s.gpu_idle_ns = gpu.idle_ns;
+  s.gpu_drained_steps = gpu.drained_steps;
+  return s;
+}
+
+double LoaderStats::ConsumerWaitFraction() const {
+  const int64_t total = consumer_wait_ns + consumer_step_ns;
+  return total > 0 ? static_cast<double>(consumer_wait_ns) / static_cast<double>(total) : 0.0;
+}
+
+double LoaderStats::GpuBusyFraction() const {
+  const int64_t total = gpu_busy_ns + gpu_idle_ns;
+  if (gpu_steps == 0 || total <= 0) return -1;
+  return static_cast<double>(gpu_busy_ns) / static_cast<double>(total);
+}
+
+std::string LoaderStats::ToJson() const {
+  const auto seconds = [](int64_t ns) { return static_cast<double>(ns) * 1e-9; };
+  nlohmann::json j = {
+      {"batches", batches},
+      {"samples", samples},
+      {"bytes", bytes},
+      {"read_s", seconds(read_ns)},
+      {"transform_s", seconds(transform_ns)},
+      {"copy_s", seconds(copy_ns)},
+      {"buffer_wait_s", seconds(buffer_wait_ns)},
+      {"queue_wait_s", seconds(queue_wait_ns)},
+      {"consumer_wait_s", seconds(consumer_wait_ns)},
+      {"consumer_step_s", seconds(consumer_step_ns)},
+      {"first_batch_s", seconds(first_batch_ns)},
+      {"wall_s", seconds(wall_ns)},
+      {"consumer_wait_fraction", ConsumerWaitFraction()},
+      {"workers", workers},
+      {"prefetch", prefetch},
+      {"buffers", buffers},
+      {"buffers_allocated", buffers_allocated},
+      {"tuning_log", tuning_log},
+      {"buffer_bytes", buffer_bytes},
+      {"device", device},
+      {"gpu_event_steps", gpu_steps},
+      {"gpu_busy_s", seconds(gpu_busy_ns)},
+      {"gpu_idle_s", seconds(gpu_idle_ns)},
+      {"gpu_drained_steps", gpu_drained_steps},
+  };
+  // null, not a number, when nothing was measured: no stream was named, or the measured steps
+  // add up to no time at all.
+  const double gpu_busy = GpuBusyFraction();
+  j["gpu_busy_fraction"] = gpu_busy >= 0 ? nlohmann::json(gpu_busy) : nlohmann::json();
+  return j.dump();
+}
+
+std::string LoaderState::ToJson() const {
+  nlohmann::json j = {{"epoch", epoch}, {"batch", batch},           {"seed", seed},
+                      {"rank", rank},   {"world_size", world_size}, {"batch_size", batch_size}};
+  return j.dump();
+}
+
+LoaderState LoaderState::FromJson(std::string_view json) {
+  try {
+    const auto j = nlohmann::json::parse(json);
+    LoaderState s;
+    s.epoch = j.at("epoch").get<int64_t>();
+    s.batch = j.at("batch").get<int64_t>();
+    s.seed = j.at("seed").get<uint64_t>();
+    s.rank = j.at("rank").get<int>();
+    s.world_size = j.at("world_size").get<int>();
+    s.batch_size = j.at("batch_size").get<int64_t>();
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("malformed loader state: ") + e.what() +
+                    " (expected {\"epoch\", \"batch\", \"seed\", \"rank\", \"world_size\", "
+                    "\"batch_size\"})");
+  }
+}
+
+}  // namespace gpufeed

@@ -1,0 +1,110 @@
+#include "pipeline/loader_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace gpufeed {
+namespace {
+
+int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+BatchTiming Built(int64_t batch, int64_t rows) {
+  BatchTiming t;
+  t.epoch = 3;
+  t.batch = batch;
+  t.rows = rows;
+  t.read_ns = 100;
+  t.transform_ns = 20;
+  t.copy_ns = 7;
+  t.buffer_wait_ns = 5;
+  return t;
+}
+
+TEST(LoaderMetrics, WorkerStageTimesAddUp) {
+  LoaderMetrics m(std::make_shared<GpuBusyTracker>(HostDevice()));
+  m.AddWorkerTiming(Built(0, 8));
+  m.AddWorkerTiming(Built(1, 8));
+  const LoaderStats s = m.Stats();
+  EXPECT_EQ(s.read_ns, 200);
+  EXPECT_EQ(s.transform_ns, 40);
+  EXPECT_EQ(s.copy_ns, 14);
+  EXPECT_EQ(s.buffer_wait_ns, 10);
+  EXPECT_EQ(s.batches, 0);  // built is not delivered
+  EXPECT_EQ(s.gpu_steps, 0);
+}
+
+TEST(LoaderMetrics, ADeliveredBatchIsKeptOnceItsStepEnds) {
+  LoaderMetrics m(std::make_shared<GpuBusyTracker>(HostDevice()));
+  m.StartRun(Now());
+  const int64_t ready = Now() - 2000;  // the batch was ready before Next() was called
+  const int64_t called = ready + 1000;
+  m.BeginNext(called);
+  EXPECT_EQ(m.FinishPending(called, false), std::nullopt);  // nothing delivered yet
+  m.Delivered(Built(4, 8), called, ready, /*gpu_step=*/7, /*bytes=*/96, /*workers=*/2,
+              /*prefetch=*/5);
+  LoaderStats s = m.Stats();
+  EXPECT_EQ(s.batches, 1);
+  EXPECT_EQ(s.samples, 8);
+  EXPECT_EQ(s.bytes, 96);
+  EXPECT_EQ(s.queue_wait_ns, 1000);
+  EXPECT_GT(s.first_batch_ns, 0);
+  EXPECT_TRUE(m.Recent(10).empty());  // its step is not known yet
+
+  const int64_t again = Now() + 5000;
+  m.BeginNext(again);
+  const auto finished = m.FinishPending(again, /*drained=*/true);
+  ASSERT_TRUE(finished.has_value());
+  const auto recent = m.Recent(10);
+  ASSERT_EQ(recent.size(), 1u);
+  const BatchTiming& t = recent[0];
+  EXPECT_EQ(t.batch, 4);
+  EXPECT_EQ(t.epoch, 3);
+  EXPECT_EQ(t.read_ns, 100);
+  EXPECT_EQ(t.queue_wait_ns, 1000);
+  EXPECT_EQ(t.workers, 2);
+  EXPECT_EQ(t.prefetch, 5);
+  EXPECT_TRUE(t.gpu_drained);
+  EXPECT_GE(t.consumer_wait_ns, 1000);  // from `called` to Delivered()
+  EXPECT_GE(t.step_ns, 5000);
+  EXPECT_EQ(t.gpu_busy_ns, -1);  // no stream was named
+  EXPECT_EQ(finished->step_ns, t.step_ns);
+  s = m.Stats();
+  EXPECT_EQ(s.consumer_step_ns, t.step_ns);
+  EXPECT_GE(s.wall_ns, 0);
+}
+
+TEST(LoaderMetrics, ARestartDropsThePendingBatchAndKeepsTheLast4096) {
+  LoaderMetrics m(std::make_shared<GpuBusyTracker>(HostDevice()));
+  m.StartRun(Now());
+  const int64_t total = LoaderMetrics::kTimingsKept + 10;
+  for (int64_t b = 0; b < total; ++b) {
+    const int64_t called = Now();
+    m.BeginNext(called);
+    m.FinishPending(called, false);
+    m.Delivered(Built(b, 1), called, called, b, 4, 1, 1);
+  }
+  m.StartRun(Now());  // the last batch's step never ends
+  const int64_t called = Now();
+  EXPECT_EQ(m.FinishPending(called, false), std::nullopt);
+  const auto recent = m.Recent(1 << 20);
+  ASSERT_EQ(recent.size(), LoaderMetrics::kTimingsKept);
+  EXPECT_EQ(recent.front().batch, total - 1 - static_cast<int64_t>(LoaderMetrics::kTimingsKept));
+  EXPECT_EQ(recent.back().batch, total - 2);
+  EXPECT_EQ(m.Recent(2).front().batch, total - 3);
+  EXPECT_EQ(m.Stats().batches, total);
+}
+
+TEST(LoaderMetrics, TuningChangesAreLoggedInOrder) {
+  LoaderMetrics m(std::make_shared<GpuBusyTracker>(HostDevice()));
+  m.LogTuning("one");
+  m.LogTuning("two");
+  EXPECT_EQ(m.Stats().tuning_log, (std::vector<std::string>{"one", "two"}));
+}
+
+}  // namespace
+}  // namespace gpufeed
