@@ -86,6 +86,15 @@ class Source {
   // Throws Error naming the file, field and sample index on failure.
   virtual void Read(std::span<const int64_t> indices, const BatchView& out,
                     SourceWorkerState* state) const = 0;
+
+  // Read for sources that draw random choices per sample while reading (an image's random
+  // crop): they draw them from `seed` (the loader's MixSeed(seed, epoch)) and the sample
+  // index, so a seed and epoch give the same samples whichever worker or batch reads them.
+  // Default: Read, ignoring `seed`.
+  virtual void ReadSeeded(std::span<const int64_t> indices, const BatchView& out,
+                          SourceWorkerState* state, uint64_t /*seed*/) const {
+    Read(indices, out, state);
+  }
 };
 
 // The checks every Source::Read makes first: one row per index, one pointer per field

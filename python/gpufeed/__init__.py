@@ -37,6 +37,7 @@ from gpufeed._gpufeed import (
     Source,
     Unsupported,
 )
+from gpufeed._images import images
 from gpufeed._loader import Batch, Loader
 from gpufeed._monitor import Monitor
 from gpufeed._progress import tqdm
@@ -55,6 +56,7 @@ __all__ = [
     "Source",
     "Monitor",
     "Unsupported",
+    "images",
     "memory",
     "open",
     "synthetic",

@@ -208,6 +208,8 @@ class Loader:
         through __dlpack__), over gpu_event_steps steps; None when no stream was named."""
         stats = json.loads(self._impl.stats_json())
         stats["held_batches"] = self._impl.held_batches
+        if isinstance(self._source, _gpufeed.ImageSource):
+            stats["skipped"], stats["skipped_files"] = self._source.skipped()
         return stats
 
     @property

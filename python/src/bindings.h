@@ -11,6 +11,8 @@ namespace py = pybind11;
 void BindErrors(py::module_& m);
 // Source, open_path, synthetic, memory, and the sampler's plan for tests.
 void BindSources(py::module_& m);
+// ImageSource and open_images (called by BindSources).
+void BindImages(py::module_& m);
 // BatchHandle and FieldArray: DLPack exports of a batch's fields.
 void BindBatch(py::module_& m);
 // _Loader: the C++ Loader with the GIL released while it waits.

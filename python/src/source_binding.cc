@@ -126,6 +126,8 @@ void BindSources(py::module_& m) {
       py::arg("shuffle") = true, py::arg("drop_last") = false, py::arg("rank") = 0,
       py::arg("world_size") = 1,
       "This rank's samples of `epoch` in delivery order, as the C++ sampler plans them.");
+
+  BindImages(m);
 }
 
 }  // namespace gpufeed::python

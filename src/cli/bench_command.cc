@@ -9,7 +9,9 @@
 #include "cli/exit_codes.h"
 #include "cli/progress_line.h"
 #include "gpufeed/error.h"
+#include "gpufeed/images.h"
 #include "gpufeed/sources.h"
+#include "sources/open_path.h"
 
 namespace gpufeed::cli {
 namespace {
@@ -33,10 +35,16 @@ int RunBenchCommand(BenchArgs& args) {
                 "give a data set PATH or --synthetic SPEC (e.g. --synthetic "
                 "'mel:float32[1,64,32],label:int64'), not both");
   }
-  std::shared_ptr<Source> source =
-      args.synthetic.empty()
-          ? OpenPath(args.path, args.fields)
-          : OpenSynthetic(ParseSchema(args.synthetic), args.samples, args.config.open.loader.seed);
+  std::shared_ptr<Source> source;
+  if (!args.synthetic.empty()) {
+    source = OpenSynthetic(ParseSchema(args.synthetic), args.samples, args.config.open.loader.seed);
+  } else if (ClassifyPath(args.path, *DefaultFileSystem()) == PathKind::kImages) {
+    // Images: RandomResizedCrop(224) + flip; --cache caches the decoded images.
+    source = OpenImages(args.path, {.cache = args.cache, .verbose = !args.json});
+    args.cache = "none";
+  } else {
+    source = OpenPath(args.path, args.fields);
+  }
   CachedLoaderOptions& o = args.config.open;
   o.loader.shuffle = !args.no_shuffle;
   if (args.block_shuffle) o.loader.shuffle_block = -1;  // the source's own block (HDF5 chunk)

@@ -125,7 +125,8 @@ BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int
 void BatchBuilder::ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker) {
   const int64_t t1 = NowNs();
   BatchView view = layout_.View(buffer, built.timing.rows);
-  source_->Read(built.indices, view, worker_states_[static_cast<size_t>(worker)].get());
+  source_->ReadSeeded(built.indices, view, worker_states_[static_cast<size_t>(worker)].get(),
+                      MixSeed(seed_, static_cast<uint64_t>(built.epoch)));
   const int64_t t2 = NowNs();
   built.timing.read_ns = t2 - t1;
   if (transforms_.empty()) return;

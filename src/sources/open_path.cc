@@ -39,14 +39,28 @@ bool StartsWithHdf5Signature(const std::string& path, const FileSystem& fs) {
   }
 }
 
+// ImageFolder layout: sub-folders and no .npy file (a NumPy folder holds .npy files).
+bool IsImageFolder(const std::string& path) {
+  std::error_code ec;
+  bool has_folder = false;
+  for (stdfs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    if (LowerExtension(it->path().string()) == ".npy") return false;
+    has_folder = has_folder || it->is_directory(ec);
+  }
+  return has_folder;
+}
+
 }  // namespace
 
 PathKind ClassifyPath(const std::string& path, const FileSystem& fs) {
   std::error_code ec;
   const auto status = stdfs::status(path, ec);
   if (!stdfs::exists(status)) return PathKind::kMissing;
-  if (stdfs::is_directory(status)) return PathKind::kNumpyFolder;
   const std::string ext = LowerExtension(path);
+  if (stdfs::is_directory(status)) {
+    return IsImageFolder(path) ? PathKind::kImages : PathKind::kNumpyFolder;
+  }
+  if (ext == ".csv") return PathKind::kImages;
   if (ext == ".h5" || ext == ".hdf5" || ext == ".hdf") return PathKind::kHdf5;
   if (ext == ".npy") return PathKind::kNpyFile;
   return StartsWithHdf5Signature(path, fs) ? PathKind::kHdf5 : PathKind::kUnknown;
@@ -74,6 +88,11 @@ std::shared_ptr<Source> OpenPath(const std::string& path, const std::vector<std:
                               "holds one .npy per field: open {} instead",
                               path, folder.empty() ? std::string(".") : folder));
     }
+    case PathKind::kImages:
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{} is an image folder or list: open it with OpenImages "
+                              "(gpufeed/images.h) or gpufeed.images() in Python",
+                              path));
     case PathKind::kUnknown:
       break;
   }

@@ -13,6 +13,8 @@ enum class PathKind {
   kNumpyFolder,  // a folder (of .npy files, one per field)
   kNpyFile,      // a single .npy file: one field, not a data set
   kHdf5,         // .h5/.hdf5/.hdf, or any file that starts with the HDF5 signature
+  kImages,       // a folder of class sub-folders and no .npy file (ImageFolder layout), or a
+                 // .csv image list: opened by OpenImages (gpufeed/images.h)
   kUnknown,      // a file of no format gpufeed reads
 };
 

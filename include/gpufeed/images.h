@@ -1,0 +1,106 @@
+// Images: JPEG and PNG files (a folder in torchvision's ImageFolder layout, or a CSV list)
+// decoded, cropped and resized in the loader's worker threads.
+//
+//   auto source = gpufeed::OpenImages("train/", {.size = 224});          // random crops
+//   gpufeed::Loader loader(source, {.batch_size = 256, .shuffle = true, .seed = 1});
+//   while (auto batch = loader.Next()) { batch->field("image"); batch->field("label"); }
+//
+// Fields: `image` uint8[3, size, size] (channels first, RGB) and `label` int64[]. Decoding
+// uses libjpeg-turbo (TurboJPEG; at 1/2, 1/4 or 1/8 scale in the DCT when the crop is at
+// least that many times the output size) and libpng; grey, palette and CMYK images come out
+// RGB, alpha is dropped, the EXIF orientation of a JPEG is applied. Random crops draw from
+// (loader seed, epoch, sample index): the same seed and epoch give the same crops on any
+// machine, whichever worker reads the sample.
+//
+// Thread-safety: OpenImages may be called from any thread; an ImageSource is thread-safe
+// like every Source (Read from many workers at once, without a shared lock).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpufeed/file.h"
+#include "gpufeed/source.h"
+
+namespace gpufeed {
+
+struct ImageOptions {
+  // What each sample becomes:
+  //   "random": torchvision's RandomResizedCrop(size, scale, ratio) + RandomHorizontalFlip
+  //             (training);
+  //   "center": Resize(resize) + CenterCrop(size) (evaluation).
+  std::string crop = "random";  // Default: "random"
+  int size = 224;               // Default: 224: output side in pixels
+  int resize = 0;           // Default: 0 = size * 256 / 224 (256 for 224): "center"'s shorter side
+  double scale_min = 0.08;  // Default: 0.08  (RandomResizedCrop's scale)
+  double scale_max = 1.0;   // Default: 1.0
+  double ratio_min = 3.0 / 4.0;  // Default: 3/4   (RandomResizedCrop's ratio)
+  double ratio_max = 4.0 / 3.0;  // Default: 4/3
+  bool flip = true;              // Default: true: "random" mirrors half the samples
+  // Default: true. Decode JPEGs at 1/2, 1/4, 1/8 scale where the output needs no more.
+  // False decodes at full size, as PIL does (then pixels equal torchvision's exactly).
+  bool dct_scaling = true;
+  bool exif_orientation = true;  // Default: true (PIL and torchvision ignore it)
+  // Default: 178956970 (PIL's limit): an image whose header claims more pixels is refused
+  // before anything is allocated for it.
+  uint64_t max_pixels = 178956970;
+  // Default: "raise": a file that cannot be decoded stops the loader with an error naming it
+  // (raised by the next Next()). "skip": the next good sample takes its place, and
+  // skipped() counts it.
+  std::string on_error = "raise";
+  // A CSV list file: its path and label columns, and the class names in label order.
+  // Default: "path", "label", empty = the names found in the list, sorted.
+  std::string path_column = "path";
+  std::string label_column = "label";
+  std::vector<std::string> classes = {};
+  // Decoded-image cache: "none", "ram", "shm" or "auto" (see gpufeed/cache.h). Images are
+  // stored once at `cache_size` pixels on the shorter side (the longer side at most
+  // cache_size * 4 / 3; wider images get a shorter short side), uint8; crops are then cut
+  // from the stored image, so the decoded files are read only in the first epoch.
+  std::string cache = "none";        // Default: "none"
+  int cache_size = 256;              // Default: 256
+  std::string shm_dir = "/dev/shm";  // Default: /dev/shm
+  uint64_t ram_budget_bytes = 0;     // Default: 0 = 50% of available RAM
+  int cache_threads = 0;             // Default: 0 = hardware threads (shm build, preload)
+  bool verbose = true;               // Default: true: the cache says its choice on stderr
+  // Default: null = the POSIX file system (every image file is read through it).
+  std::shared_ptr<const FileSystem> file_system = nullptr;
+};
+
+// Samples an on_error="skip" source replaced: how many, and the first few, with the reason.
+struct SkippedImages {
+  int64_t count = 0;
+  std::vector<std::string> first;  // "train/cat/1.jpg: not a JPEG or PNG file (...)"
+};
+
+class ImageSource : public Source {
+ public:
+  // The file of sample `index`. REQUIRES: 0 <= index < size().
+  virtual const std::string& path(int64_t index) const = 0;
+  virtual int64_t label(int64_t index) const = 0;
+  // Class names by label (ImageFolder: its sub-folders, sorted; empty for integer labels).
+  virtual const std::vector<std::string>& classes() const = 0;
+  virtual SkippedImages skipped() const = 0;
+};
+
+// The random crop of sample `index` in `epoch` of a loader seeded `seed`, on an image of
+// width x height pixels (after its EXIF orientation), as crop="random" draws it: the region
+// in the image's pixels and whether the output is mirrored. For debugging and comparisons.
+struct ImageCrop {
+  int x = 0;
+  int y = 0;
+  int width = 0;
+  int height = 0;
+  bool flip = false;
+};
+ImageCrop RandomCropOf(int width, int height, uint64_t seed, int64_t epoch, int64_t index,
+                       const ImageOptions& options = {});
+
+// Opens `path`: a folder in ImageFolder layout (one sub-folder per class), or a CSV list file
+// (.csv, paths relative to its folder). Throws Error(kNotFound) for a missing path or an
+// ImageFolder without images, Error(kInvalidArgument) for bad options or list rows.
+std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions options = {});
+
+}  // namespace gpufeed

@@ -1,0 +1,113 @@
+// Image folders as Python sees them: open_images(path, options) and ImageSource (a Source
+// that also knows each sample's file, the classes and what on_error="skip" replaced).
+#include <pybind11/stl.h>
+
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "gpufeed/error.h"
+#include "gpufeed/images.h"
+
+namespace gpufeed::python {
+namespace {
+
+// The options dict gpufeed.images() builds: every key is one ImageOptions field.
+ImageOptions ImageOptionsFrom(const py::dict& d) {
+  ImageOptions o;
+  for (const auto& [key_object, value] : d) {
+    const std::string key = py::cast<std::string>(key_object);
+    if (key == "crop")
+      o.crop = py::cast<std::string>(value);
+    else if (key == "size")
+      o.size = py::cast<int>(value);
+    else if (key == "resize")
+      o.resize = py::cast<int>(value);
+    else if (key == "scale")
+      std::tie(o.scale_min, o.scale_max) = py::cast<std::pair<double, double>>(value);
+    else if (key == "ratio")
+      std::tie(o.ratio_min, o.ratio_max) = py::cast<std::pair<double, double>>(value);
+    else if (key == "flip")
+      o.flip = py::cast<bool>(value);
+    else if (key == "dct_scaling")
+      o.dct_scaling = py::cast<bool>(value);
+    else if (key == "exif_orientation")
+      o.exif_orientation = py::cast<bool>(value);
+    else if (key == "max_pixels")
+      o.max_pixels = py::cast<uint64_t>(value);
+    else if (key == "on_error")
+      o.on_error = py::cast<std::string>(value);
+    else if (key == "path_column")
+      o.path_column = py::cast<std::string>(value);
+    else if (key == "label_column")
+      o.label_column = py::cast<std::string>(value);
+    else if (key == "classes")
+      o.classes = py::cast<std::vector<std::string>>(value);
+    else if (key == "cache")
+      o.cache = py::cast<std::string>(value);
+    else if (key == "cache_size")
+      o.cache_size = py::cast<int>(value);
+    else if (key == "shm_dir")
+      o.shm_dir = py::cast<std::string>(value);
+    else if (key == "ram_budget_bytes")
+      o.ram_budget_bytes = py::cast<uint64_t>(value);
+    else if (key == "verbose")
+      o.verbose = py::cast<bool>(value);
+    else
+      throw Error(ErrorCode::kInvalidArgument, "images: unknown option '" + key + "'");
+  }
+  return o;
+}
+
+}  // namespace
+
+void BindImages(py::module_& m) {
+  py::class_<ImageSource, Source, std::shared_ptr<ImageSource>>(
+      m, "ImageSource", "JPEG and PNG files decoded, cropped and resized in worker threads.")
+      .def("path", &ImageSource::path, py::arg("index"))
+      .def(
+          "paths",
+          [](const ImageSource& s, const std::vector<int64_t>& indices) {
+            std::vector<std::string> out;
+            out.reserve(indices.size());
+            for (int64_t i : indices) {
+              if (i < 0 || i >= s.size()) {
+                throw Error(ErrorCode::kInvalidArgument,
+                            "images: sample " + std::to_string(i) + " out of range");
+              }
+              out.push_back(s.path(i));
+            }
+            return out;
+          },
+          py::arg("indices"), "The files of samples `indices` (a batch's .indices).")
+      .def("label", &ImageSource::label, py::arg("index"))
+      .def_property_readonly("classes", &ImageSource::classes)
+      .def_property_readonly("cache_tier", &ImageSource::cache_tier)
+      .def("skipped", [](const ImageSource& s) {
+        const SkippedImages skipped = s.skipped();
+        return py::make_tuple(skipped.count, skipped.first);
+      });
+
+  m.def(
+      "open_images",
+      [](const std::string& path, const py::dict& options) {
+        ImageOptions o = ImageOptionsFrom(options);
+        py::gil_scoped_release release;
+        return OpenImages(path, std::move(o));
+      },
+      py::arg("path"), py::arg("options"));
+
+  m.def(
+      "image_random_crop",
+      [](int width, int height, uint64_t seed, int64_t epoch, int64_t index,
+         const py::dict& options) {
+        const ImageCrop c =
+            RandomCropOf(width, height, seed, epoch, index, ImageOptionsFrom(options));
+        return py::make_tuple(c.x, c.y, c.width, c.height, c.flip);
+      },
+      py::arg("width"), py::arg("height"), py::arg("seed"), py::arg("epoch"), py::arg("index"),
+      py::arg("options") = py::dict(),
+      "(x, y, width, height, flip): the random crop a sample gets (gpufeed.images crop=random).");
+}
+
+}  // namespace gpufeed::python
