@@ -6,20 +6,21 @@
 #include <algorithm>
 #include <cmath>
 
+#include "doctor/figures.h"
 #include "gpufeed/doctor.h"
 
 namespace gpufeed {
 namespace {
 
+using doctor::Figures;
+using doctor::Gb;
+using doctor::Pct;
+using doctor::Totals;
+
 constexpr double kWaitInputBound = 0.10;  // the loop waits this share of its time for data
 constexpr double kCpuSaturated = 0.90;    // of the usable cores
 constexpr double kGpuIdle = 0.50;         // below this GPU utilization the GPU idles
 constexpr double kMemoryFull = 0.95;      // of RAM or of the cgroup limit
-constexpr double kRamBudget = 0.50;       // of available RAM, for a cache
-constexpr int64_t kMinEventSteps = 8;     // fewer timed steps than this are an anecdote
-
-double Ms(double ns) { return ns * 1e-6; }
-std::string Gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }
 
 // What shortens the copy stage. With the device cache tier the "copy" is the gather on the
 // GPU, and the loader cannot run host transforms on rows that never reach the host.
@@ -39,39 +40,6 @@ void AddCopyAdvice(const DoctorInput& in, double batch_bytes, Diagnosis& d) {
       Gb(batch_bytes / 2), Gb(batch_bytes)));
   d.advice.push_back("cache='device' keeps the data set on the GPU and gathers batches "
                      "there, with no copy per batch, where it fits the VRAM budget");
-}
-
-std::string Pct(double ratio) { return fmt::format("{:.0f}%", 100 * ratio); }
-
-struct Totals {
-  double n = 0, rows = 0;
-  double wait = 0, step = 0, read = 0, transform = 0, copy = 0, buffer_wait = 0;
-  // Over the batches with both event figures: the GPU's busy and idle time, and the loop's
-  // wait in Next() for those same batches; and, step by step, the GPU's wait beyond the loop's
-  // (the copy's lag: one long wait in Next() must not cancel the lag of other steps).
-  double gpu_busy = 0, gpu_idle = 0, gpu_loop_wait = 0, gpu_copy_lag = 0;
-};
-
-Totals Sum(const std::vector<BatchTiming>& batches) {
-  Totals t;
-  for (const auto& b : batches) {
-    t.n += 1;
-    t.rows += static_cast<double>(b.rows);
-    t.wait += static_cast<double>(b.consumer_wait_ns);
-    t.step += static_cast<double>(b.step_ns);
-    t.read += static_cast<double>(b.read_ns);
-    t.transform += static_cast<double>(b.transform_ns);
-    t.copy += static_cast<double>(b.copy_ns);
-    t.buffer_wait += static_cast<double>(b.buffer_wait_ns);
-    if (b.gpu_busy_ns >= 0 && b.gpu_idle_ns >= 0) {
-      t.gpu_busy += static_cast<double>(b.gpu_busy_ns);
-      t.gpu_idle += static_cast<double>(b.gpu_idle_ns);
-      t.gpu_loop_wait += static_cast<double>(b.consumer_wait_ns);
-      t.gpu_copy_lag +=
-          static_cast<double>(std::max<int64_t>(0, b.gpu_idle_ns - b.consumer_wait_ns));
-    }
-  }
-  return t;
 }
 
 // "batch 128 uses 4.5 of 24.0 GB VRAM; about 512 fits (a suggestion; your setting stands)"
@@ -125,23 +93,6 @@ std::string_view StageName(Stage stage) {
 
 namespace {
 
-// The figures every rule reads, computed once from the input.
-struct Figures {
-  Totals t;
-  double consumer = 0;  // the loop's time: its waits in Next() plus its steps
-  int workers = 1;
-  double usable = 1;  // cores: the CPU count, or the cgroup quota where lower
-  double batch_bytes = 0;
-  double set_bytes = 0;
-  std::optional<double> ram_budget;  // for a cache
-  int64_t min_event_steps = 0;
-  bool events = false;  // enough steps timed by events on the training stream to judge by
-  std::optional<double> gpu_busy;  // by events, else NVML's utilization
-  std::string gpu_how;             // how gpu_busy was measured, for the text
-
-  double PerBatch(double ns) const { return Ms(ns / t.n); }
-};
-
 // A rule's answer: whether it decided the verdict (filled into the Diagnosis), and whether
 // its headline already gives the GPU's wait as the events measured it.
 struct Ruling {
@@ -150,91 +101,6 @@ struct Ruling {
 };
 constexpr Ruling kNotDecided{};
 constexpr Ruling kDecided{true, false};
-
-std::optional<double> RamBudget(const DoctorInput& in) {
-  if (!in.ram_available_bytes) return {};
-  double available = static_cast<double>(*in.ram_available_bytes);
-  if (in.cgroup_memory_limit_bytes && in.cgroup_memory_used_bytes) {
-    available = std::min(available, static_cast<double>(*in.cgroup_memory_limit_bytes) -
-                                        static_cast<double>(*in.cgroup_memory_used_bytes));
-  }
-  return kRamBudget * std::max(0.0, available);
-}
-
-// Computes the figures, and the shares the Diagnosis reports whatever the verdict.
-Figures Measure(const DoctorInput& in, Diagnosis& d) {
-  Figures f;
-  f.t = Sum(in.batches);
-  f.consumer = f.t.wait + f.t.step;
-  f.workers = std::max(1, in.workers);
-  d.consumer_wait_fraction = f.consumer > 0 ? f.t.wait / f.consumer : 0;
-  d.worker_busy_fraction =
-      f.consumer > 0 ? (f.t.read + f.t.transform + f.t.copy) / (f.workers * f.consumer) : 0;
-  f.usable =
-      in.cpu_limit_cores ? std::min<double>(in.cpu_count, *in.cpu_limit_cores) : in.cpu_count;
-  f.batch_bytes = in.sample_bytes * static_cast<double>(in.batch_size);
-  f.set_bytes = in.sample_bytes * static_cast<double>(in.dataset_samples);
-  f.ram_budget = RamBudget(in);
-  // The GPU's busy share: events on the training stream when the loop named it (exact about
-  // waits for data), else NVML or a simulated step. Either way the text says which.
-  // Events over a step or two say little (the first steps, a restart): they must cover enough
-  // of the window, else NVML decides.
-  f.min_event_steps =
-      std::max<int64_t>(kMinEventSteps, static_cast<int64_t>(in.batches.size()) / 2);
-  f.events = in.gpu_busy_events && in.gpu_event_steps >= f.min_event_steps;
-  f.gpu_busy = f.events ? in.gpu_busy_events : in.gpu_utilization;
-  if (f.gpu_busy) {
-    d.gpu_busy_fraction = *f.gpu_busy;
-    d.gpu_measure = f.events ? "events" : in.gpu_utilization_source;
-  }
-  f.gpu_how = f.events ? fmt::format("measured by events on the training stream over {} steps",
-                                     in.gpu_event_steps)
-                       : fmt::format("{} utilization", in.gpu_utilization_source);
-  return f;
-}
-
-// The evidence every verdict shows: the loop's wait, the stages, the CPU and the GPU.
-void AddEvidence(const DoctorInput& in, const Figures& f, Diagnosis& d) {
-  const Totals& t = f.t;
-  d.evidence.push_back(fmt::format(
-      "over the last {} batches: the loop waited {} of its time in Next() ({:.1f} ms per batch) "
-      "and stepped {:.1f} ms per batch",
-      static_cast<int>(t.n), Pct(d.consumer_wait_fraction), f.PerBatch(t.wait),
-      f.PerBatch(t.step)));
-  d.evidence.push_back(fmt::format(
-      "per batch, summed over {} worker(s): read {:.1f} ms, transform {:.1f} ms, copy {:.1f} ms, "
-      "waiting for a buffer {:.1f} ms; workers {} busy",
-      f.workers, f.PerBatch(t.read), f.PerBatch(t.transform), f.PerBatch(t.copy),
-      f.PerBatch(t.buffer_wait), Pct(d.worker_busy_fraction)));
-  if (in.process_cpu_cores) {
-    d.evidence.push_back(fmt::format("the process used {:.2f} of {:.1f} usable cores",
-                                     *in.process_cpu_cores, f.usable));
-  }
-  if (in.gpu_busy_events && !f.events) {
-    d.evidence.push_back(fmt::format(
-        "events on the training stream timed only {} of {} steps (at least {} needed): too few "
-        "to judge by; {}",
-        in.gpu_event_steps, static_cast<int>(t.n), f.min_event_steps,
-        in.gpu_utilization ? fmt::format("{} utilization decides", in.gpu_utilization_source)
-                           : std::string("no other GPU reading")));
-  }
-  if (f.events) {
-    d.evidence.push_back(
-        fmt::format("the GPU was busy {} of its time and waited for the next batch {} ({})",
-                    Pct(*in.gpu_busy_events), Pct(1 - *in.gpu_busy_events), f.gpu_how));
-    if (in.gpu_drained_steps > 0) {
-      d.evidence.push_back(fmt::format(
-          "in {} of {} steps the stream had run out of work before the loop asked for the "
-          "next batch (a synchronization in the step, or host work outlasting the GPU's): "
-          "the GPU waited for the host there, a wait the events count as busy",
-          in.gpu_drained_steps, static_cast<int>(t.n)));
-    }
-  }
-  if (in.gpu_utilization) {
-    d.evidence.push_back(fmt::format("GPU utilization {} ({})", Pct(*in.gpu_utilization),
-                                     in.gpu_utilization_source));
-  }
-}
 
 // What a RAM or shared-memory cache would save, when the loader has none.
 std::optional<std::string> CacheAdvice(const DoctorInput& in, const Figures& f,
@@ -501,8 +367,8 @@ Diagnosis Diagnose(const DoctorInput& in) {
     d.headline = "nothing measured yet: the doctor needs a few batches delivered";
     return d;
   }
-  const Figures f = Measure(in, d);
-  AddEvidence(in, f, d);
+  const doctor::Figures f = doctor::Measure(in, d);
+  doctor::AddEvidence(in, f, d);
   Ruling ruling;
   for (Rule rule : kRules) {
     ruling = rule(in, f, d);
