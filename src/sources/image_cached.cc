@@ -224,7 +224,7 @@ class CachedImageSource final : public ImageSource {
 std::shared_ptr<ImageSource> NewCachedImageSource(std::shared_ptr<const ImageSet> set) {
   const ImageOptions& o = set->options();
   CacheOptions cache;
-  cache.tier = o.cache;
+  cache.tier = ParseCacheTier(o.cache);
   cache.ram_budget_bytes = o.ram_budget_bytes;
   cache.shm_dir = o.shm_dir;
   cache.threads = o.cache_threads;
