@@ -21,7 +21,7 @@ for t in "${targets[@]}"; do
   echo "fuzz: $t for ${seconds}s"
   if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      "$build/fuzz/$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2560 \
+      "$build/fuzz/$t" ${FUZZ_SEED:+-seed="$FUZZ_SEED"} -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2560 \
         -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" \
         "$build/corpus/$t" "$build/seeds/$t" "$here/corpus/$t" >"$log" 2>&1; then
     tail -n 60 "$log"
