@@ -221,8 +221,10 @@ void PgCopyParser::DecodeArray(size_t c, const char* p, int32_t length) {
     Fail(c, fmt::format("array elements of type oid {}, expected {}", element, column.element_oid));
   }
   // The dimensions are untrusted: each must be >= 0, their product must not overflow, and
-  // the bytes left in the value must hold that many elements (an int32 length and the element
-  // each) before anything is allocated: 73 bytes must not ask for 64 GiB.
+  // the bytes left in the value must hold that many elements (each needs its int32 length
+  // word at least, so the output grows by at most twice the value's bytes) before anything is
+  // allocated: 73 bytes must not ask for 64 GiB. A NULL element is a length word alone; the
+  // loop below names it.
   std::vector<int64_t> dims(static_cast<size_t>(ndim));
   for (int32_t d = 0; d < ndim; ++d) {
     dims[d] = ReadInt32(p);
@@ -237,7 +239,7 @@ void PgCopyParser::DecodeArray(size_t c, const char* p, int32_t length) {
     if (!product) Fail(c, fmt::format("an array of shape {}: too many elements", ShapeText(dims)));
     elements = *product;
   }
-  const auto need = CheckedMul(elements, 4 + size);
+  const auto need = CheckedMul(elements, 4);
   if (!need || *need > static_cast<uint64_t>(end - p)) {
     Fail(c, fmt::format("an array of shape {} in {} bytes: truncated", ShapeText(dims), length));
   }
