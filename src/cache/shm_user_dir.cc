@@ -128,9 +128,12 @@ void ShmUserDir::LoadSecret() {
     close(fd);
     return;
   }
+  const bool damaged = fd >= 0;
   if (fd >= 0) close(fd);
-  // Absent, or damaged: a new secret under a tmp name, renamed into place (two processes
-  // making one at once: the last rename wins and the loser reloads it below).
+  // Absent, or damaged: a new secret under a tmp name of this thread. An absent one is linked
+  // into place, so when several threads or processes make one at once the first wins and the
+  // others load it below (a rename would let a later one replace a secret already in use); a
+  // damaged one is replaced by rename.
   for (size_t got = 0; got < secret_.size();) {
     const ssize_t r = getrandom(secret_.data() + got, secret_.size() - got, 0);
     if (r < 0 && errno == EINTR) continue;
@@ -139,7 +142,7 @@ void ShmUserDir::LoadSecret() {
     }
     got += static_cast<size_t>(r);
   }
-  const std::string tmp = fmt::format("{}.tmp-{}", kSecretName, getpid());
+  const std::string tmp = fmt::format("{}.tmp-{}-{}", kSecretName, getpid(), gettid());
   unlinkat(fd_, tmp.c_str(), 0);
   fd = openat(fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   bool ok = fd >= 0 && WriteAll(fd, secret_.data(), secret_.size());
@@ -148,12 +151,16 @@ void ShmUserDir::LoadSecret() {
     ok = false;
     err = errno;
   }
-  if (ok && renameat(fd_, tmp.c_str(), fd_, kSecretName) != 0) {
+  if (ok && damaged && renameat(fd_, tmp.c_str(), fd_, kSecretName) != 0) {
     ok = false;
     err = errno;
   }
+  if (ok && !damaged && linkat(fd_, tmp.c_str(), fd_, kSecretName, 0) != 0 && errno != EEXIST) {
+    ok = false;
+    err = errno;
+  }
+  unlinkat(fd_, tmp.c_str(), 0);  // gone already after a rename; the link's spare name else
   if (!ok) {
-    unlinkat(fd_, tmp.c_str(), 0);
     throw Error(ErrorCode::kIo, fmt::format("cannot write the cache secret {}: {}",
                                             PathOf(kSecretName), std::strerror(err)));
   }
