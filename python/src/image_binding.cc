@@ -44,7 +44,7 @@ ImageOptions ImageOptionsFrom(const py::dict& d) {
     else if (key == "classes")
       o.classes = py::cast<std::vector<std::string>>(value);
     else if (key == "cache")
-      o.cache = py::cast<std::string>(value);
+      o.cache = ParseCacheTier(py::cast<std::string>(value));
     else if (key == "cache_size")
       o.cache_size = py::cast<int>(value);
     else if (key == "shm_dir")
