@@ -82,7 +82,10 @@ void BindImages(py::module_& m) {
           py::arg("indices"), "The files of samples `indices` (a batch's .indices).")
       .def("label", &ImageSource::label, py::arg("index"))
       .def_property_readonly("classes", &ImageSource::classes)
-      .def_property_readonly("cache_tier", &ImageSource::cache_tier)
+      .def_property_readonly("cache_tier",
+                             [](const ImageSource& s) {
+                               return std::string(CacheTierName(s.cache_tier()));
+                             })
       .def("skipped", [](const ImageSource& s) {
         const SkippedImages skipped = s.skipped();
         return py::make_tuple(skipped.count, skipped.first);
