@@ -51,11 +51,11 @@ struct LoaderOptions {
   // consumer wait and throughput) within max_workers and max_prefetch, starting from
   // `workers` and `prefetch`; every change is logged with its reason (stats().tuning_log).
   bool autotune = false;
-  int max_workers = 0;        // Default: 0 = the CPU count (the cgroup quota where lower)
-  int max_prefetch = 0;       // Default: 0 = 4 * max_workers, within 25% of available RAM
-  std::shared_ptr<Device> device = {};                     // Default: null = the host
+  int max_workers = 0;                  // Default: 0 = the CPU count (the cgroup quota where lower)
+  int max_prefetch = 0;                 // Default: 0 = 4 * max_workers, within 25% of available RAM
+  std::shared_ptr<Device> device = {};  // Default: null = the host
   std::vector<std::shared_ptr<Transform>> transforms = {};  // Default: none
-  int64_t start_epoch = 0;    // Default: 0
+  int64_t start_epoch = 0;                                  // Default: 0
 };
 
 // Where one field of a batch lives: `rows` samples of `spec`, contiguous, C order.
@@ -67,7 +67,9 @@ struct FieldView {
 
   size_t bytes() const { return static_cast<size_t>(rows) * spec->SampleBytes(); }
   template <typename T>
-  const T* as() const { return static_cast<const T*>(data); }
+  const T* as() const {
+    return static_cast<const T*>(data);
+  }
 };
 
 // One delivered batch's time in each stage, in nanoseconds.
@@ -98,24 +100,24 @@ struct BatchTiming {
 
 // Accumulated time per stage, in nanoseconds, summed over workers for the worker stages.
 struct LoaderStats {
-  int64_t batches = 0;            // delivered to the consumer
+  int64_t batches = 0;  // delivered to the consumer
   int64_t samples = 0;
-  int64_t bytes = 0;              // delivered, after transforms
-  int64_t read_ns = 0;            // Source::Read, summed over workers
-  int64_t transform_ns = 0;       // transforms, summed over workers
-  int64_t copy_ns = 0;            // issuing device copies and waiting for pinned staging
-                                  // buffers that earlier copies still read
-  int64_t buffer_wait_ns = 0;     // workers waiting for a free batch buffer
-  int64_t queue_wait_ns = 0;      // batches ready, waiting for the consumer to ask
-  int64_t consumer_wait_ns = 0;   // the consumer blocked inside Next()
-  int64_t consumer_step_ns = 0;   // between Next() calls: the training step
-  int64_t first_batch_ns = 0;     // construction (or restart) to the first batch
-  int64_t wall_ns = 0;            // first Next() call to now
+  int64_t bytes = 0;             // delivered, after transforms
+  int64_t read_ns = 0;           // Source::Read, summed over workers
+  int64_t transform_ns = 0;      // transforms, summed over workers
+  int64_t copy_ns = 0;           // issuing device copies and waiting for pinned staging
+                                 // buffers that earlier copies still read
+  int64_t buffer_wait_ns = 0;    // workers waiting for a free batch buffer
+  int64_t queue_wait_ns = 0;     // batches ready, waiting for the consumer to ask
+  int64_t consumer_wait_ns = 0;  // the consumer blocked inside Next()
+  int64_t consumer_step_ns = 0;  // between Next() calls: the training step
+  int64_t first_batch_ns = 0;    // construction (or restart) to the first batch
+  int64_t wall_ns = 0;           // first Next() call to now
   int workers = 0;
   int prefetch = 0;
-  int buffers = 0;                // batch buffers in the pool(s), allocated once
-  int buffers_allocated = 0;      // of those, allocated so far (lazily, never freed early)
-  int64_t buffer_bytes = 0;       // bytes of one batch buffer
+  int buffers = 0;            // batch buffers in the pool(s), allocated once
+  int buffers_allocated = 0;  // of those, allocated so far (lazily, never freed early)
+  int64_t buffer_bytes = 0;   // bytes of one batch buffer
   std::string device;
   std::vector<std::string> tuning_log;  // the autotuner's changes, each with its reason
   // Timing events on the consumer's stream (see BatchTiming::gpu_busy_ns), summed over the
@@ -124,6 +126,10 @@ struct LoaderStats {
   int64_t gpu_busy_ns = 0;
   int64_t gpu_idle_ns = 0;
   int64_t gpu_drained_steps = 0;  // steps whose stream had run dry before the loop asked again
+  // Bytes the process fetched from storage since the loader was made (/proc/self/io
+  // read_bytes: page-cache hits excluded); -1 unknown. Against `bytes` it tells a read
+  // that waits on storage from one that copies memory.
+  int64_t storage_read_bytes = -1;
 
   // Fraction of the consumer's time spent waiting in Next(): the GPU's data stall.
   double ConsumerWaitFraction() const;
