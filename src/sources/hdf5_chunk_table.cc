@@ -19,7 +19,7 @@ namespace gpufeed {
 namespace {
 
 // The `libhdf5` by-index listing is quadratic in 1.10.8; below this many chunks it is still
-// only milliseconds, and the v1 B-tree reader covers the large h5py default files.
+// only milliseconds (it lists only layout versions 1 and 2, which gpufeed does not read).
 constexpr uint64_t kSlowIndexWarning = 20000;
 // The chunk table holds one entry (24 bytes) per grid position, written or not. A file indexes
 // at most one stored chunk per few dozen bytes, so a grid far larger than the file is a damaged
@@ -61,22 +61,24 @@ std::vector<Hdf5RawChunk> ListChunksByIndex(hid_t dset, hid_t space, uint64_t n,
   return out;
 }
 
-// The chunk index read by gpufeed's own walker where the layout allows (a v1 B-tree): bounded
-// by the grid, every node visited once, checked against the file size. nullopt for index kinds
-// only libhdf5 reads. Runs before any libhdf5 call that walks the index, so libhdf5 only walks
-// a tree that passed these checks.
-std::optional<std::vector<Hdf5RawChunk>> ReadOwnChunkIndex(const Hdf5Dataset& ds, hid_t file_id,
-                                                           hid_t dset, const File& file,
-                                                           uint64_t grid_total,
-                                                           hsize_t& userblock) {
+// The chunk index read by gpufeed's own walkers (every index kind of layout versions 3 and 4):
+// bounded by the grid, every node visited once, checked against the file size. nullopt for the
+// old layout versions only libhdf5 reads. Runs before any libhdf5 call that walks the index, so
+// libhdf5 only walks an index that passed these checks.
+std::optional<Hdf5ChunkList> ReadOwnChunkIndex(const Hdf5Dataset& ds, hid_t file_id, hid_t dset,
+                                               hid_t space, const File& file, uint64_t grid_total,
+                                               hsize_t& userblock) {
   const std::string what = fmt::format("{}: dataset {}", ds.path, ds.dataset);
   H5O_info_t info;
   Hdf5Id fcpl(H5Fget_create_plist(file_id));
   size_t sizeof_addr = 8, sizeof_size = 8;
   userblock = 0;
+  const size_t rank = ds.dims.size();
+  std::vector<hsize_t> max_dims(rank);
   if (H5Oget_info2(dset, &info, H5O_INFO_BASIC) < 0 ||
       H5Pget_sizes(fcpl.get(), &sizeof_addr, &sizeof_size) < 0 ||
-      H5Pget_userblock(fcpl.get(), &userblock) < 0) {
+      H5Pget_userblock(fcpl.get(), &userblock) < 0 ||
+      H5Sget_simple_extent_dims(space, nullptr, max_dims.data()) < 0) {
     throw Error(ErrorCode::kCorruptData,
                 fmt::format("{}: cannot read the object header: {}", what, Hdf5ErrorMessage()));
   }
@@ -85,7 +87,14 @@ std::optional<std::vector<Hdf5RawChunk>> ReadOwnChunkIndex(const Hdf5Dataset& ds
   where.base_address = userblock;
   where.sizeof_addr = static_cast<unsigned>(sizeof_addr);
   where.sizeof_size = static_cast<unsigned>(sizeof_size);
-  return ReadV1BTreeChunkIndex(file, where, static_cast<int>(ds.dims.size()), grid_total, what);
+  Hdf5ChunkGrid grid;
+  grid.chunk_dims.assign(ds.chunk_dims.begin(), ds.chunk_dims.end());
+  grid.grid.assign(ds.chunk_grid.begin(), ds.chunk_grid.end());
+  for (hsize_t m : max_dims) grid.max_dims.push_back(m == H5S_UNLIMITED ? kHdf5Unlimited : m);
+  grid.grid_total = grid_total;
+  grid.chunk_bytes = ds.ChunkBytes();  // below 4 GiB (CheckChunkShape)
+  grid.filtered = ds.filtered();
+  return ReadHdf5ChunkIndex(file, where, grid, what);
 }
 
 // libhdf5's count of the chunks, and its first chunk: the cross-check of gpufeed's own reading.
@@ -204,14 +213,13 @@ void PlaceChunks(Hdf5Dataset& ds, const File& file, const std::vector<Hdf5RawChu
 }
 
 void BuildChunkIndex(Hdf5Dataset& ds, hid_t dset, hid_t space, const File& file,
-                     std::optional<std::vector<Hdf5RawChunk>> own, hsize_t userblock,
-                     uint64_t grid_total) {
+                     std::optional<Hdf5ChunkList> own, hsize_t userblock, uint64_t grid_total) {
   const std::string what = fmt::format("{}: dataset {}", ds.path, ds.dataset);
   const auto start = std::chrono::steady_clock::now();
   std::vector<Hdf5RawChunk> raw;
   if (own) {
-    raw = std::move(*own);
-    ds.index_method = "v1 B-tree, read directly";
+    raw = std::move(own->chunks);
+    ds.index_method = std::move(own->method);
     CrossCheckWithLibrary(raw, dset, space, static_cast<int>(ds.dims.size()), userblock, what);
   } else {
     raw = ListChunksThroughLibrary(ds, dset, space, userblock, grid_total, what);
@@ -301,7 +309,7 @@ void OpenHdf5ChunkedLayout(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t spa
   // gpufeed's own walk of the index comes first: libhdf5's own walks (counting chunks,
   // storage size) follow only once the tree passed it.
   hsize_t userblock = 0;
-  auto own = ReadOwnChunkIndex(ds, file_id, dset, file, grid_total, userblock);
+  auto own = ReadOwnChunkIndex(ds, file_id, dset, space, file, grid_total, userblock);
   for (const auto& f : ds.filters) {
     if (!IsDecodableHdf5Filter(f.id)) {
       ds.storage = Hdf5Storage::kLibrary;
@@ -314,7 +322,7 @@ void OpenHdf5ChunkedLayout(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t spa
     BuildChunkIndex(ds, dset, space, file, std::move(own), userblock, grid_total);
   } else if (own) {
     uint64_t stored = 0;
-    for (const auto& c : *own) {
+    for (const auto& c : own->chunks) {
       CheckHdf5DataRange(ds, file, c.address, c.size, ChunkName(c.coords));
       stored += c.size;  // each below the file size, at most grid_total of them
     }
