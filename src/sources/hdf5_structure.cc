@@ -11,8 +11,10 @@
 
 #include "core/checked_math.h"
 #include "gpufeed/error.h"
+#include "sources/hdf5_dense_links.h"
 #include "sources/hdf5_message_checks.h"
 #include "sources/hdf5_metadata_bytes.h"
+#include "sources/hdf5_metadata_reader.h"
 
 namespace gpufeed {
 namespace {
@@ -42,6 +44,8 @@ class StructureWalker {
         o_(sb.sizeof_addr),
         l_(sb.sizeof_size),
         ctx_{file.path(), sb.sizeof_addr, sb.sizeof_size},
+        dense_(file, Hdf5ObjectLocation{0, sb.base_address, sb.sizeof_addr, sb.sizeof_size},
+               file.path()),
         // Each structure is read once; overlapping ones may share bytes, but not more than a
         // few times over in a file a library wrote.
         read_budget_(4 * file.Size() + (uint64_t{1} << 20)) {}
@@ -271,7 +275,8 @@ class StructureWalker {
     pending_.push_back(addr);
   }
 
-  void CheckLink(const Bytes& m) {
+  // Checks a link message; returns the link's name.
+  std::string CheckLink(const Bytes& m) {
     if (m.Uint(0, 1) != 1) Damaged(fmt::format("link message version {}", m.Uint(0, 1)));
     const uint64_t flags = m.Uint(1, 1);
     size_t pos = 2;
@@ -284,6 +289,7 @@ class StructureWalker {
     pos += width;
     if (name == 0) Damaged("link with an empty name");
     m.Need(pos, name);
+    std::string link_name(reinterpret_cast<const char*>(m.span().data() + pos), name);
     pos += name;
     if (kind == 0) {
       const uint64_t addr = m.Uint(pos, o_);
@@ -294,6 +300,7 @@ class StructureWalker {
     } else {
       Damaged(fmt::format("link of type {}", kind));
     }
+    return link_name;
   }
 
   // Link info / attribute info: dense storage is a fractal heap and a v2 B-tree name index.
@@ -308,14 +315,12 @@ class StructureWalker {
     if (Undefined(heap)) return;
     if (links) {
       // libhdf5 walks the links' fractal heap and v2 B-tree blindly (a crafted one crashes
-      // H5Ovisit2 in H5G__dense_iterate); gpufeed does not read them, so it does not hand
-      // them to libhdf5 either.
-      throw Error(ErrorCode::kUnsupported,
-                  fmt::format("{}: a group stores its links densely (a fractal heap: libver="
-                              "\"latest\" or track_order files with more than 8 links in a "
-                              "group), which gpufeed cannot check; rewrite the file with "
-                              "h5repack, or with h5py's default libver and track_order=False",
-                              file_.path()));
+      // H5Ovisit2 in H5G__dense_iterate): gpufeed reads and checks them first.
+      const uint64_t none = o_ >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * o_)) - 1;
+      const uint64_t order = (flags & 0x02) ? m.Uint(pos + 2 * o_, o_) : none;
+      const Hdf5DenseLinks where{heap, names, order};
+      ReadHdf5DenseLinks(dense_, where, [&](const Bytes& link) { return CheckLink(link); });
+      return;
     }
     // Attributes: libhdf5 only reads the name index's header (to count them).
     CheckSignatureAt(heap, "FRHP", fmt::format("{} heap", what));
@@ -435,6 +440,7 @@ class StructureWalker {
   const Hdf5Superblock& sb_;
   const size_t o_, l_;
   const Hdf5MessageContext ctx_;
+  Hdf5MetadataReader dense_;  // dense link storage: heaps and name indexes, each block once
   uint64_t read_budget_;
   unsigned group_leaf_k_ = sb_.group_leaf_k;
   unsigned group_internal_k_ = sb_.group_internal_k;
