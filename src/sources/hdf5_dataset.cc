@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <span>
 
@@ -41,10 +43,51 @@ void CheckShape(const std::vector<hsize_t>& dims, size_t element_size, const std
   }
 }
 
+// The external link an open stopped at (H5Pset_elink_cb's callback refuses to follow it).
+struct ExternalLinkSeen {
+  bool seen = false;
+  std::string group, target_file, target_object;
+};
+
+herr_t RefuseExternalLink(const char*, const char* parent_group, const char* child_file,
+                          const char* child_object, unsigned*, hid_t, void* data) {
+  auto* seen = static_cast<ExternalLinkSeen*>(data);
+  seen->seen = true;
+  seen->group = parent_group ? parent_group : "";
+  seen->target_file = child_file ? child_file : "";
+  seen->target_object = child_object ? child_object : "";
+  return -1;
+}
+
+// A dataset access list that refuses external links and, when `external_prefix` is set,
+// finds external storage files there (libhdf5's default: the current directory).
+Hdf5Id AccessList(ExternalLinkSeen* seen, const std::string& external_prefix) {
+  Hdf5Id dapl(H5Pcreate(H5P_DATASET_ACCESS));
+  if (!dapl.valid() || H5Pset_elink_cb(dapl.get(), RefuseExternalLink, seen) < 0 ||
+      (!external_prefix.empty() && H5Pset_efile_prefix(dapl.get(), external_prefix.c_str()) < 0)) {
+    throw Error(ErrorCode::kIo,
+                fmt::format("cannot make a dataset access list: {}", Hdf5ErrorMessage()));
+  }
+  return dapl;
+}
+
 // The dataset at `dataset`, or kNotFound listing what the file holds (kCorruptData when it is
-// there but libhdf5 cannot open it).
-Hdf5Id OpenOrExplain(hid_t file_id, const Hdf5Dataset& ds, const std::string& what) {
-  Hdf5Id dset(H5Dopen2(file_id, ds.dataset.c_str(), H5P_DEFAULT));
+// there but libhdf5 cannot open it). External links are refused naming their target: their
+// data lies in another file, which gpufeed has not checked and does not read through this one.
+Hdf5Id OpenOrExplain(hid_t file_id, const Hdf5Dataset& ds, const std::string& what,
+                     const std::string& external_prefix = "") {
+  ExternalLinkSeen link;
+  const Hdf5Id dapl = AccessList(&link, external_prefix);
+  Hdf5Id dset(H5Dopen2(file_id, ds.dataset.c_str(), dapl.get()));
+  if (link.seen) {
+    H5Eclear2(H5E_DEFAULT);
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("{}: the path crosses an external link in group {} to {} in file "
+                            "{}; gpufeed reads a dataset from the file that holds it: open {} "
+                            "(dataset {}) instead",
+                            what, link.group, link.target_object, link.target_file,
+                            link.target_file, link.target_object));
+  }
   if (dset.valid()) return dset;
   const std::string reason = Hdf5ErrorMessage();
   const auto present = ListHdf5Datasets(file_id);
@@ -121,14 +164,94 @@ void OpenCompact(Hdf5Dataset& ds, hid_t dset, hid_t type, const File& file,
   }
 }
 
-void OpenContiguous(Hdf5Dataset& ds, hid_t dset, hid_t dcpl, const File& file) {
+// Where libhdf5 will look for one external storage file: beside the HDF5 file ("${ORIGIN}")
+// or its default (HDF5_EXTFILE_PREFIX, else the current directory).
+std::filesystem::path ExternalCandidate(const Hdf5Dataset& ds, const std::string& name,
+                                        bool origin) {
+  const std::filesystem::path p(name);
+  if (p.is_absolute()) return p;
+  const std::filesystem::path dir = std::filesystem::path(ds.path).parent_path();
+  const char* env = std::getenv("HDF5_EXTFILE_PREFIX");
+  if (env != nullptr && *env != '\0') {
+    return std::string(env) == "${ORIGIN}" ? dir / p : std::filesystem::path(env) / p;
+  }
+  return origin ? dir / p : p;
+}
+
+// External storage (H5Pset_external): the dataset's bytes lie in raw files its creation list
+// names. Every segment's file must exist and hold the segment, and the segments the dataset's
+// bytes: libhdf5 reads short or missing files as zeros or fails mid-epoch. Relative names are
+// looked up beside the HDF5 file first (where a data set's files travel together), then where
+// libhdf5 looks by default. Returns the prefix to open the dataset with.
+std::string CheckExternalStorage(const Hdf5Dataset& ds, hid_t dcpl, const std::string& what) {
+  struct Segment {
+    std::string name;
+    uint64_t offset, size;
+  };
+  std::vector<Segment> segments;
+  for (int i = 0; i < H5Pget_external_count(dcpl); ++i) {
+    char name[4096] = {};
+    off_t offset = 0;
+    hsize_t size = 0;
+    if (H5Pget_external(dcpl, static_cast<unsigned>(i), sizeof(name), name, &offset, &size) < 0 ||
+        offset < 0) {
+      throw Error(ErrorCode::kCorruptData, fmt::format("{}: cannot read external storage "
+                                                       "segment {}: {}",
+                                                       what, i, Hdf5ErrorMessage()));
+    }
+    segments.push_back({name, static_cast<uint64_t>(offset), size});
+  }
+  const uint64_t needed = static_cast<uint64_t>(ds.samples) * ds.field.SampleBytes();
+  for (bool origin : {true, false}) {
+    bool all_there = true;
+    uint64_t total = 0;
+    for (const auto& s : segments) {
+      std::error_code ec;
+      const auto path = ExternalCandidate(ds, s.name, origin);
+      const uint64_t have = std::filesystem::file_size(path, ec);
+      if (ec) {
+        all_there = false;
+        break;
+      }
+      const uint64_t want = s.size == H5F_UNLIMITED ? have - std::min(have, s.offset) : s.size;
+      const auto end = CheckedAdd(s.offset, want);
+      if (!end || *end > have) {
+        throw Error(ErrorCode::kCorruptData,
+                    fmt::format("{}: external storage file {} holds {} bytes; the dataset keeps "
+                                "{} bytes there at offset {}",
+                                what, path.string(), have, want, s.offset));
+      }
+      total = AddOrThrow(total, want, what + ": external storage size");
+    }
+    if (!all_there) continue;
+    if (total < needed) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: external storage holds {} bytes for {} bytes of data", what,
+                              total, needed));
+    }
+    return origin ? "${ORIGIN}" : "";
+  }
+  throw Error(ErrorCode::kNotFound,
+              fmt::format("{}: external storage file {} is missing (looked in {} and {})", what,
+                          segments.empty() ? std::string("?") : segments[0].name,
+                          std::filesystem::absolute(ds.path).parent_path().string(),
+                          std::filesystem::current_path().string()));
+}
+
+void OpenContiguous(Hdf5Dataset& ds, hid_t file_id, Hdf5Id& dset, hid_t dcpl, const File& file,
+                    const std::string& what) {
   ds.layout_name = "contiguous";
   if (H5Pget_external_count(dcpl) > 0) {
+    const std::string prefix = CheckExternalStorage(ds, dcpl, what);
+    if (!prefix.empty()) {
+      dset = Hdf5Id();  // libhdf5 keeps one prefix per open dataset: close it first
+      dset = OpenOrExplain(file_id, ds, what, prefix);
+    }
     ds.storage = Hdf5Storage::kLibrary;
     ds.library_reason = "external storage";
     return;
   }
-  const haddr_t addr = H5Dget_offset(dset);
+  const haddr_t addr = H5Dget_offset(dset.get());
   if (addr == HADDR_UNDEF) {
     H5Eclear2(H5E_DEFAULT);
     ds.storage = Hdf5Storage::kFill;
@@ -207,7 +330,7 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
   if (layout == H5D_COMPACT) {
     OpenCompact(ds, dset.get(), type.get(), file, what);
   } else if (layout == H5D_CONTIGUOUS) {
-    OpenContiguous(ds, dset.get(), dcpl.get(), file);
+    OpenContiguous(ds, file_id, dset, dcpl.get(), file, what);
   } else if (layout == H5D_CHUNKED) {
     OpenHdf5ChunkedLayout(ds, file_id, dset.get(), space.get(), dcpl.get(), file);
   } else {
