@@ -216,15 +216,17 @@ void BuildChunkIndex(Hdf5Dataset& ds, hid_t dset, hid_t space, const File& file,
                      std::optional<Hdf5ChunkList> own, hsize_t userblock, uint64_t grid_total) {
   const std::string what = fmt::format("{}: dataset {}", ds.path, ds.dataset);
   const auto start = std::chrono::steady_clock::now();
-  std::vector<Hdf5RawChunk> raw;
   if (own) {
-    raw = std::move(own->chunks);
+    // Every check of gpufeed's own (grid, duplicates, sizes, file bounds) before libhdf5
+    // walks the index to cross-check it.
     ds.index_method = std::move(own->method);
-    CrossCheckWithLibrary(raw, dset, space, static_cast<int>(ds.dims.size()), userblock, what);
+    PlaceChunks(ds, file, own->chunks, grid_total, what);
+    CrossCheckWithLibrary(own->chunks, dset, space, static_cast<int>(ds.dims.size()), userblock,
+                          what);
   } else {
-    raw = ListChunksThroughLibrary(ds, dset, space, userblock, grid_total, what);
+    PlaceChunks(ds, file, ListChunksThroughLibrary(ds, dset, space, userblock, grid_total, what),
+                grid_total, what);
   }
-  PlaceChunks(ds, file, raw, grid_total, what);
   ds.index_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }

@@ -112,7 +112,7 @@ class HeapObjects {
     const std::vector<uint8_t>& block = Locate(offset, block_offset);
     const uint64_t within = offset - block_offset;
     const uint64_t prefix = 5 + r_.o() + h_.offset_size + (h_.checksummed_blocks ? 4 : 0);
-    if (within < prefix || length == 0 || length > block.size() - within) {
+    if (within < prefix || within > block.size() || length == 0 || length > block.size() - within) {
       r_.Damaged(
           fmt::format("a heap ID names {} bytes at heap offset {}, outside its direct "
                       "block ({} bytes at heap offset {})",
