@@ -45,6 +45,10 @@ struct Hdf5ChunkGrid {
 struct Hdf5ChunkList {
   std::vector<Hdf5RawChunk> chunks;
   std::string method;  // the index kind, for inspect ("fixed array, read directly")
+  // False where libhdf5 1.10.8's chunk-info calls misreport the chunks (an extensible array
+  // whose unlimited axis is not the first: it lists swizzled coordinates and cannot find
+  // chunks by coordinates, though its reads are right), so they cannot cross-check them.
+  bool library_chunk_info_reliable = true;
 };
 
 // The chunks of the dataset whose object header is at `where`; nullopt for layout versions 1

@@ -302,6 +302,7 @@ Hdf5ChunkList ReadV4ChunkIndex(Hdf5MetadataReader& r, const Bytes& m, const Hdf5
     ReadHdf5ExtensibleArray(r, m.Uint(pos + 5, r.o()), g, out);
     list.chunks = std::move(out.chunks);
     list.method = "extensible array, read directly";
+    list.library_chunk_info_reliable = unlimited == 0;
     return list;
   }
   Hdf5ChunkCollector out(r, g, RowMajor(rank));

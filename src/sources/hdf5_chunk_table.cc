@@ -120,9 +120,10 @@ void CrossCheckChunk(const Hdf5RawChunk& c, hid_t dset, hsize_t userblock,
 // silently: the first and last chunks listed, looked up by coordinates (cheap in every index
 // kind); and, below kSlowIndexWarning chunks, libhdf5's count (a walk of the whole index:
 // 0.4 s for a v2 B-tree of 100,000 chunks, which the open of such a file cannot afford).
-void CrossCheckWithLibrary(const std::vector<Hdf5RawChunk>& raw, hid_t dset, hid_t space,
-                           hsize_t userblock, const std::string& what) {
-  if (!raw.empty()) {
+void CrossCheckWithLibrary(const Hdf5ChunkList& list, hid_t dset, hid_t space, hsize_t userblock,
+                           const std::string& what) {
+  const std::vector<Hdf5RawChunk>& raw = list.chunks;
+  if (!raw.empty() && list.library_chunk_info_reliable) {
     CrossCheckChunk(raw.front(), dset, userblock, what);
     CrossCheckChunk(raw.back(), dset, userblock, what);
   }
@@ -238,7 +239,7 @@ void BuildChunkIndex(Hdf5Dataset& ds, hid_t dset, hid_t space, const File& file,
     // walks the index to cross-check it.
     ds.index_method = std::move(own->method);
     PlaceChunks(ds, file, own->chunks, grid_total, what);
-    CrossCheckWithLibrary(own->chunks, dset, space, userblock, what);
+    CrossCheckWithLibrary(*own, dset, space, userblock, what);
   } else {
     PlaceChunks(ds, file, ListChunksThroughLibrary(ds, dset, space, userblock, grid_total, what),
                 grid_total, what);
