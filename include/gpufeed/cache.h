@@ -103,11 +103,9 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
 // Python package take it from a person: the one table of the defaults they share. Fields
 // left alone keep the defaults written here and in LoaderOptions / CacheOptions.
 struct CachedLoaderOptions {
-  // Default: LoaderOptions' own, but for max_outstanding 3: a Python loop still holds the
-  // batch in its loop variable when it asks for the next, and a kept one (for logging) plus
-  // a spare should not raise. (LoaderOptions' `// Default:` line is to say 3 itself; then
-  // this initializer goes.) Its `device` and `transforms` are set from the two fields below.
-  LoaderOptions loader = {.max_outstanding = 3};
+  // Default: LoaderOptions' own. Its `device` and `transforms` are set from the two fields
+  // below.
+  LoaderOptions loader;
   // Default: "auto" = the GPU when there is one (CUDA_VISIBLE_DEVICES / LOCAL_RANK pick
   // which), else the host. gpufeed exists to feed a GPU: a person who has one should not
   // have to say so, and without one "auto" is the host. Else "cpu", "cuda", "cuda:N".
