@@ -536,6 +536,7 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
         }
       }
       if (ds.storage == Hdf5Storage::kLibrary) {
+        RequireHdf5LibraryFilters(ds.filters, what);
         if (own) {
           uint64_t stored = 0;
           for (const auto& c : *own) {
