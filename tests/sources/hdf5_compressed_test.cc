@@ -11,6 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/lsan_interface.h>
+#endif
 
 #include "error_code_of.h"
 #include "gpufeed/error.h"
@@ -133,8 +136,16 @@ TEST(Hdf5CompressedTest, ZlibAndLibdeflateInflateTheSameValues) {
 TEST(Hdf5CompressedTest, FilterNobodyDecodesNamesItsIdNameAndPackage) {
   REQUIRE_FILES(files);
   std::string message;
+#ifdef __SANITIZE_ADDRESS__
+  // Looking for the filter, libhdf5 dlopens every plugin in its plugin path, and one of
+  // Debian's plugins leaks 8 bytes in its initializer: not gpufeed's allocation.
+  __lsan_disable();
+#endif
   EXPECT_EQ(testing::ErrorCodeOf([&] { OpenHdf5({files->Path("unknown.h5")}, {"x"}); }, &message),
             ErrorCode::kUnsupported);
+#ifdef __SANITIZE_ADDRESS__
+  __lsan_enable();
+#endif
   EXPECT_THAT(message, HasSubstr("dataset x"));
   EXPECT_THAT(message, HasSubstr("filter 32026 (blosc2)"));
   EXPECT_THAT(message, HasSubstr("pip: hdf5plugin"));
