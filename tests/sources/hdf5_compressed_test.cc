@@ -19,6 +19,7 @@
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "sources/hdf5_codecs.h"
+#include "sources/hdf5_inspect.h"
 #include "sources/hdf5_test_files.h"
 #include "sources/scratch_dir.h"
 
@@ -115,6 +116,21 @@ INSTANTIATE_TEST_SUITE_P(Chains, CompressedChainTest,
                                            "blosc_lz4_bitshuffle", "blosc_zstd", "blosc_zlib",
                                            "lz4", "lz4_blocks", "bitshuffle_lz4",
                                            "bitshuffle_lz4_small", "bitshuffle_zstd", "zstd"));
+
+TEST(Hdf5CompressedTest, InspectMeasuresEachChainsDecodeRate) {
+  REQUIRE_FILES(files);
+  const Hdf5Inspection in = InspectHdf5(files->Path("compressed.h5"));
+  ASSERT_EQ(in.datasets.size(), 13u);
+  for (const auto& d : in.datasets) {
+    EXPECT_GT(d.decode_chunks_sampled, 0) << d.dataset;
+    EXPECT_GT(d.decode_mb_per_s, 0) << d.dataset;
+    EXPECT_TRUE(d.decode_error.empty()) << d.dataset << ": " << d.decode_error;
+  }
+  EXPECT_THAT(FormatHdf5Inspection(in), HasSubstr("MB/s of output on one thread (blosc zstd"));
+  // A damaged sampled chunk is reported, not thrown.
+  const Hdf5Inspection bad = InspectHdf5(files->Path("corrupt.h5"));
+  EXPECT_THAT(bad.datasets.front().decode_error, HasSubstr("bitshuffle"));  // bitshuffle_lz4
+}
 
 TEST(Hdf5CompressedTest, NoisyLzfChunksAreStoredWithTheFilterSkipped) {
   REQUIRE_FILES(files);
