@@ -374,7 +374,7 @@ size_t DecodeBitshuffle(std::span<const std::byte> in, std::span<std::byte> out,
   if (in.size() < from || in.size() - from < rest) {
     Corrupt(fmt::format("bitshuffle chunk truncated: {} trailing bytes missing", rest));
   }
-  std::memcpy(out.data() + done * element_size, in.data() + from, rest);
+  if (rest > 0) std::memcpy(out.data() + done * element_size, in.data() + from, rest);
   return static_cast<size_t>(total);
 }
 

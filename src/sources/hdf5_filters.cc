@@ -289,7 +289,7 @@ void DecodeHdf5Chunk(std::span<const std::byte> raw, const std::vector<Hdf5Filte
       // As libhdf5: an element size of 0 or 1, or fewer than two elements, was stored
       // unshuffled (and a size from a damaged file must not drive the loop).
       if (size <= 1 || cur.size() / size <= 1) {
-        std::memmove(dst.data(), cur.data(), cur.size());
+        if (!cur.empty()) std::memmove(dst.data(), cur.data(), cur.size());
       } else {
         Unshuffle(cur, dst, size);
       }
@@ -305,7 +305,7 @@ void DecodeHdf5Chunk(std::span<const std::byte> raw, const std::vector<Hdf5Filte
     if (cur.size() != out.size()) {
       Corrupt(fmt::format("chunk holds {} bytes, expected {}", cur.size(), out.size()));
     }
-    std::memcpy(out.data(), cur.data(), cur.size());
+    if (!cur.empty()) std::memcpy(out.data(), cur.data(), cur.size());
   }
 }
 

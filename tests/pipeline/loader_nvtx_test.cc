@@ -46,6 +46,7 @@ std::vector<Event> Recorded() {
 TEST(LoaderNvtxTest, StagesNestInsideOneRangePerBatch) {
   setenv("GPUFEED_NVTX_LIBRARY", GPUFEED_FAKE_NVTX, 1);
   ASSERT_TRUE(NvtxEnabled());
+  const size_t earlier = Recorded().size();  // from an earlier run of this test (--gtest_repeat)
   LoaderOptions o;
   o.batch_size = 32;
   o.workers = 2;
@@ -61,7 +62,9 @@ TEST(LoaderNvtxTest, StagesNestInsideOneRangePerBatch) {
   std::map<std::string, std::vector<std::string>> children;  // batch range -> its children
   std::multiset<std::string> batches;
   int nexts = 0;
-  for (const Event& e : Recorded()) {
+  const std::vector<Event> events = Recorded();
+  for (size_t i = earlier; i < events.size(); ++i) {
+    const Event& e = events[i];
     auto& stack = stacks[e.thread];
     if (e.push) {
       if (!stack.empty()) {
