@@ -43,7 +43,10 @@ struct LoaderOptions {
   int shuffle_window = 4;     // Default: 4 (see SamplerOptions)
   int workers = 0;            // Default: 0 = min(4, hardware threads)
   int prefetch = 0;           // Default: 0 = 2 * workers: batches kept ready beyond the workers'
-  int max_outstanding = 2;    // Default: 2 batches the consumer may hold when it asks for more
+  // Default: 3 batches the consumer may hold when it asks for more: a Python loop still holds
+  // the last batch in its loop variable when it asks for the next, and one kept for logging
+  // plus a spare should not raise.
+  int max_outstanding = 3;
   // Default: false. True: workers and prefetch are tuned online (hill climbing on measured
   // consumer wait and throughput) within max_workers and max_prefetch, starting from
   // `workers` and `prefetch`; every change is logged with its reason (stats().tuning_log).

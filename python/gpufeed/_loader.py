@@ -107,6 +107,9 @@ class Loader:
                 printed once and kept in `cache_info`.
     preload:    with cache="ram": read the whole data set now, in parallel.
     shm_dir:    where cache="shm" keeps its file (default /dev/shm).
+    shm_group:  share cache="shm" files with the members of this group (a name or gid you
+                belong to) instead of keeping them your own; members trust each other's
+                caches, nobody else can read or plant them.
     trace:      a path: the stage trace of the last batches (Chrome trace-event JSON, for
                 Perfetto or chrome://tracing) is written there when the loader is closed;
                 trace(path) writes it on request. trace_batches: the batches it keeps (None:
@@ -128,7 +131,8 @@ class Loader:
                  drop_last=None, workers=None, prefetch=None, device=None, transforms=(),
                  rank=None, world_size=None, max_outstanding=None, shuffle_block=None,
                  shuffle_window=None, autotune=None, max_workers=None, max_prefetch=None,
-                 cache=None, preload=None, shm_dir=None, trace=None, trace_batches=None):
+                 cache=None, preload=None, shm_dir=None, shm_group=None, trace=None,
+                 trace_batches=None):
         # None leaves an option unset: its default is the C++ one (gpufeed/loader.h,
         # gpufeed/cache.h), written there once.
         if batch_size is None:
@@ -149,7 +153,8 @@ class Loader:
                             ("autotune", autotune), ("preload", preload)):
             if value is not None:
                 given[name] = bool(value)
-        for name, value in (("cache", cache), ("shm_dir", shm_dir), ("trace", trace)):
+        for name, value in (("cache", cache), ("shm_dir", shm_dir), ("shm_group", shm_group),
+                            ("trace", trace)):
             if value is not None:
                 given[name] = str(value)
         if device is not None:

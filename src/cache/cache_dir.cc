@@ -34,7 +34,7 @@ int CountFlocks(const struct stat& st) {
 // True when no process holds the key's build lock (so a tmp file of it is a dead builder's).
 bool NoBuilder(const ShmUserDir& dir, const std::string& lock_name) {
   std::string why;
-  const int fd = dir.OpenFile(lock_name, O_RDWR, &why);
+  const int fd = dir.OpenFile(lock_name, O_RDONLY, &why);
   if (fd < 0) return true;
   const bool free = flock(fd, LOCK_EX | LOCK_NB) == 0;
   close(fd);
@@ -100,8 +100,10 @@ ShmCacheEntry ReadPublished(const ShmUserDir& dir, const std::string& name,
 }
 
 // The user's cache folder under `root`, or null when it does not exist yet.
-std::shared_ptr<const ShmUserDir> OpenUserDir(const std::string& root) {
-  if (!fs::exists(fs::symlink_status(ShmUserDirPath(root)))) {
+std::shared_ptr<const ShmUserDir> OpenUserDir(const std::string& root, const std::string& group) {
+  std::optional<gid_t> gid;
+  if (!group.empty()) gid = ResolveShmGroup(group);
+  if (!fs::exists(fs::symlink_status(ShmUserDirPath(root, gid)))) {
     struct stat st {};
     if (stat(root.c_str(), &st) != 0) {
       throw Error(ErrorCode::kNotFound,
@@ -109,14 +111,14 @@ std::shared_ptr<const ShmUserDir> OpenUserDir(const std::string& root) {
     }
     return nullptr;
   }
-  return ShmUserDir::Open(root, /*create=*/false);
+  return ShmUserDir::Open(root, /*create=*/false, gid);
 }
 
 }  // namespace
 
-std::vector<ShmCacheEntry> ListShmCaches(const std::string& root) {
+std::vector<ShmCacheEntry> ListShmCaches(const std::string& root, const std::string& group) {
   std::map<std::string, ShmCacheEntry> found;  // by file name: sorted output
-  const auto user_dir = OpenUserDir(root);
+  const auto user_dir = OpenUserDir(root, group);
   if (!user_dir) return {};
   const ShmUserDir& dir = *user_dir;
   std::error_code ec;
@@ -139,9 +141,8 @@ std::vector<ShmCacheEntry> ListShmCaches(const std::string& root) {
                     : 0;
       e.half_built = NoBuilder(dir, fmt::format("gpufeed-{}.lock", key));
       e.valid = false;
-      e.description = e.half_built
-                          ? fmt::format("(left half-built by process {})", rest.substr(21))
-                          : fmt::format("(being built by process {})", rest.substr(21));
+      e.description = e.half_built ? fmt::format("(left half-built by process {})", rest.substr(21))
+                                   : fmt::format("(being built by process {})", rest.substr(21));
       found[name] = e;
     }
   }
@@ -150,14 +151,15 @@ std::vector<ShmCacheEntry> ListShmCaches(const std::string& root) {
   return out;
 }
 
-bool RemoveShmCache(const std::string& key, const std::string& root) {
+bool RemoveShmCache(const std::string& key, const std::string& root, const std::string& group) {
   if (!IsKey(key)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("'{}' is not a cache key (16 hex digits, see `gpufeed cache ls`)", key));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("'{}' is not a cache key (16 hex digits, see `gpufeed cache ls`)", key));
   }
   bool removed = false;
   std::error_code ec;
-  const auto user_dir = OpenUserDir(root);
+  const auto user_dir = OpenUserDir(root, group);
   if (!user_dir) return false;
   const std::string lock = user_dir->PathOf(fmt::format("gpufeed-{}.lock", key));
   const bool no_builder = NoBuilder(*user_dir, fmt::format("gpufeed-{}.lock", key));
@@ -173,10 +175,10 @@ bool RemoveShmCache(const std::string& key, const std::string& root) {
   return removed;
 }
 
-std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& root) {
+std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& root, const std::string& group) {
   std::vector<ShmCacheEntry> removed;
   std::error_code ec;
-  const auto user_dir = OpenUserDir(root);
+  const auto user_dir = OpenUserDir(root, group);
   if (!user_dir) return removed;
   const std::string dir = user_dir->path();
   for (auto& e : ListShmCaches(root)) {
@@ -187,8 +189,7 @@ std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& root) {
   // Lock files of keys with nothing left and no builder.
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("gpufeed-", 0) != 0 || name.size() != 8 + 16 + 5 ||
-        name.substr(24) != ".lock") {
+    if (name.rfind("gpufeed-", 0) != 0 || name.size() != 8 + 16 + 5 || name.substr(24) != ".lock") {
       continue;
     }
     const std::string published = fmt::format("{}/{}", dir, name.substr(0, 24));

@@ -16,8 +16,8 @@
 
 #include "cache/flock_holders.h"
 #include "cache/shm_source.h"
-#include "core/log.h"
 #include "cache/shm_user_dir.h"
+#include "core/log.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 
@@ -53,7 +53,7 @@ class BuildLock {
   BuildLock(const ShmUserDir& dir, const std::string& name, bool verbose,
             const std::string& cache_path, double timeout_s) {
     std::string why;
-    fd_ = dir.OpenFile(name, O_RDWR | O_CREAT, &why);
+    fd_ = dir.OpenFile(name, O_RDONLY | O_CREAT, &why);  // flock needs no write access
     if (fd_ < 0) {
       throw Error(ErrorCode::kIo,
                   fmt::format("the cache lock {} is refused: {}", dir.PathOf(name), why));
@@ -168,13 +168,14 @@ int RemoveLeftovers(const ShmUserDir& dir, const std::string& key, bool verbose)
 
 }  // namespace
 
-std::string ShmCachePath(const std::string& dir, const std::string& key) {
-  return fmt::format("{}/gpufeed-{}", ShmUserDirPath(dir), key);
+std::string ShmCachePath(const std::string& dir, const std::string& key,
+                         std::optional<gid_t> group) {
+  return fmt::format("{}/gpufeed-{}", ShmUserDirPath(dir, group), key);
 }
 
 ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& options) {
   GPUFEED_ASSERT(options.threads > 0, "threads > 0");
-  const auto dir = ShmUserDir::Open(options.dir, /*create=*/true);
+  const auto dir = ShmUserDir::Open(options.dir, /*create=*/true, options.group);
   ShmOpenResult result;
   result.key = CacheKey(*base);
   const std::string name = "gpufeed-" + result.key;
@@ -198,15 +199,16 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
   }
   if (!invalid.empty()) {
     if (options.verbose) {
-      Log(LogLevel::kInfo, fmt::format("cache: removing {} ({}); rebuilding", result.path, invalid));
+      Log(LogLevel::kInfo,
+          fmt::format("cache: removing {} ({}); rebuilding", result.path, invalid));
     }
     unlinkat(dir->fd(), name.c_str(), 0);
   }
   result.removed_leftover = RemoveLeftovers(*dir, result.key, options.verbose) > 0;
 
   const std::string tmp = fmt::format("{}.tmp-{}", name, getpid());
-  ShmBuildOptions build{.threads = options.threads, .verbose = options.verbose,
-                        .faults = options.faults};
+  ShmBuildOptions build{
+      .threads = options.threads, .verbose = options.verbose, .faults = options.faults};
   ShmBuildResult built = BuildShmFile(*base, *dir, tmp, name, build);
   if (built.status != ShmBuildStatus::kPublished) {
     result.failure = built.message;
