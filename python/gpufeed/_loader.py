@@ -47,11 +47,21 @@ class _EpochIterator:
     def __next__(self):
         if self._done:
             raise StopIteration
-        handle = self._next()  # waits with the GIL released
+        if _profiling():
+            # The wait as a range of torch's profiler; nothing is recorded when it is off.
+            with torch.profiler.record_function("gpufeed.next"):
+                handle = self._next()
+        else:
+            handle = self._next()  # waits with the GIL released
         if handle is None:
             self._done = True
             raise StopIteration
         return self._make(handle)
+
+
+# Whether torch's profiler records now (one C call; a profiler started mid-epoch is seen at
+# the next batch).
+_profiling = torch._C._autograd._profiler_enabled
 
 
 def _device_spec(device):
@@ -100,6 +110,10 @@ class Loader:
     shm_group:  share cache="shm" files with the members of this group (a name or gid you
                 belong to) instead of keeping them your own; members trust each other's
                 caches, nobody else can read or plant them.
+    trace:      a path: the stage trace of the last batches (Chrome trace-event JSON, for
+                Perfetto or chrome://tracing) is written there when the loader is closed;
+                trace(path) writes it on request. trace_batches: the batches it keeps (None:
+                those of the last minute; -1: no recording).
     max_outstanding: batches the training loop may still hold when it asks for the next
                 one; beyond that the loader raises instead of recycling a buffer in use.
                 Default (LoaderOptions::max_outstanding): the one in the loop variable, one
@@ -117,7 +131,8 @@ class Loader:
                  drop_last=None, workers=None, prefetch=None, device=None, transforms=(),
                  rank=None, world_size=None, max_outstanding=None, shuffle_block=None,
                  shuffle_window=None, autotune=None, max_workers=None, max_prefetch=None,
-                 cache=None, preload=None, shm_dir=None, shm_group=None):
+                 cache=None, preload=None, shm_dir=None, shm_group=None, trace=None,
+                 trace_batches=None):
         # None leaves an option unset: its default is the C++ one (gpufeed/loader.h,
         # gpufeed/cache.h), written there once.
         if batch_size is None:
@@ -130,14 +145,16 @@ class Loader:
                             ("workers", workers), ("prefetch", prefetch),
                             ("max_outstanding", max_outstanding),
                             ("shuffle_block", shuffle_block), ("shuffle_window", shuffle_window),
-                            ("max_workers", max_workers), ("max_prefetch", max_prefetch)):
+                            ("max_workers", max_workers), ("max_prefetch", max_prefetch),
+                            ("trace_batches", trace_batches)):
             if value is not None:
                 given[name] = _int(value, name)
         for name, value in (("shuffle", shuffle), ("drop_last", drop_last),
                             ("autotune", autotune), ("preload", preload)):
             if value is not None:
                 given[name] = bool(value)
-        for name, value in (("cache", cache), ("shm_dir", shm_dir), ("shm_group", shm_group)):
+        for name, value in (("cache", cache), ("shm_dir", shm_dir), ("shm_group", shm_group),
+                            ("trace", trace)):
             if value is not None:
                 given[name] = str(value)
         if device is not None:
@@ -228,6 +245,13 @@ class Loader:
         """Changes the reader threads and the prefetch depth while the loader runs (clamped to
         max_workers and max_prefetch)."""
         self._impl.set_parallelism(int(workers), int(prefetch))
+
+    def trace(self, path):
+        """Writes the stage trace of the last batches to `path` as Chrome trace-event JSON
+        (open it in Perfetto or chrome://tracing): a track per worker thread with read
+        (decode inside), transform and copy spans per batch, the training loop's waits in
+        next() and its steps, and counters (queue depth, buffers free, workers active)."""
+        self._impl.write_trace(str(path))
 
     def diagnose(self, monitor=None, window=64):
         """The doctor's verdict over the last `window` batches: which stage makes the loop

@@ -339,7 +339,12 @@ void OpenHdf5ChunkedLayout(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t spa
   if (ds.storage != Hdf5Storage::kLibrary) {
     ds.storage = Hdf5Storage::kChunked;
     BuildChunkIndex(ds, dset, space, file, std::move(own), userblock, grid_total);
-  } else if (own) {
+    return;
+  }
+  // libhdf5 decodes these: it must have the filters (a plugin), or the open says which
+  // package provides them.
+  RequireHdf5LibraryFilters(ds.filters, what);
+  if (own) {
     uint64_t stored = 0;
     for (const auto& c : own->chunks) {
       CheckHdf5DataRange(ds, file, c.address, c.size, ChunkName(c.coords));
