@@ -2,7 +2,7 @@
 """Writes the fuzzers' seed corpora: valid inputs of every shape each parser takes, so the
 fuzzers start from deep inside the formats. Pure Python (no numpy), deterministic.
 
-  fuzz/make_corpus.py OUT            seeds into OUT/<target>/ (make fuzz: build-fuzz/seeds)
+  fuzz/make_corpus.py OUT            seeds into OUT/<target>/ (make fuzz: build-asan/seeds)
   fuzz/make_corpus.py --regressions fuzz/corpus
                                      the small regression inputs kept in git: one per bug
                                      class of issue 14 (the HDF5 ones come from hdf5's own

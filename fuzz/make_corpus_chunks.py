@@ -3,7 +3,7 @@
 with the same libraries h5py's plugins use (zlib; liblzf, libblosc, liblz4, libzstd through
 ctypes). Deterministic.
 
-  fuzz/make_corpus_chunks.py OUT      seeds into OUT/ (make fuzz: build-fuzz/seeds/hdf5_chunk_fuzz)
+  fuzz/make_corpus_chunks.py OUT      seeds into OUT/ (make fuzz: build-asan/seeds/hdf5_chunk_fuzz)
 """
 import ctypes
 import os

@@ -165,11 +165,12 @@ TEST_F(Hdf5ErrorsTest, DatasetsOfDifferentLengthsAreNamed) {
 }
 
 TEST_F(Hdf5ErrorsTest, UnsupportedDtypesAreNamed) {
-  for (const auto& [dataset, what] :
+  for (const auto& [name, what] :
        std::vector<std::pair<std::string, std::string>>{{"compound", "dtype compound"},
                                                         {"vlen", "variable-length string"},
                                                         {"fixed", "fixed-length string"},
                                                         {"scalar", "scalar"}}) {
+    const std::string dataset = name;  // clang 14 lambdas cannot capture a structured binding
     std::string msg;
     EXPECT_EQ(ErrorCodeOf(
                   [&] {
