@@ -15,10 +15,15 @@
 //
 // Thread-safety: Next, SetEpoch, State and Restore are for one consumer thread at a time.
 // stats() may be called from any thread. A Batch may be dropped on any thread.
+// fork(): a loader belongs to the process that made it. In a child forked after that, Next,
+// SetEpoch and Restore throw Error(kInvalidArgument) saying so, and destroying it there
+// frees nothing (its threads and locks were not copied into the child; the memory goes when
+// the child exits).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,16 +48,23 @@ struct LoaderOptions {
   int shuffle_window = 4;     // Default: 4 (see SamplerOptions)
   int workers = 0;            // Default: 0 = min(4, hardware threads)
   int prefetch = 0;           // Default: 0 = 2 * workers: batches kept ready beyond the workers'
-  int max_outstanding = 2;    // Default: 2 batches the consumer may hold when it asks for more
+  // Default: 2 batches the consumer may hold when it asks for more, planned for up front. A
+  // consumer that holds more (keeps batches, or tensors of them, for metrics) makes the pool
+  // grow by one batch buffer per extra batch held, with one warning naming the cost, up to
+  // held_budget_bytes of batch buffers in all; past that Next() throws.
+  int max_outstanding = 2;
+  // Default: 0 = 10% of RAM (at most half of what is available) for host batches, a quarter
+  // of the free device memory for device batches; never less than the planned pool.
+  int64_t held_budget_bytes = 0;
   // Default: false. True: workers and prefetch are tuned online (hill climbing on measured
   // consumer wait and throughput) within max_workers and max_prefetch, starting from
   // `workers` and `prefetch`; every change is logged with its reason (stats().tuning_log).
   bool autotune = false;
-  int max_workers = 0;        // Default: 0 = the CPU count (the cgroup quota where lower)
-  int max_prefetch = 0;       // Default: 0 = 4 * max_workers, within 25% of available RAM
-  std::shared_ptr<Device> device = {};                     // Default: null = the host
+  int max_workers = 0;                  // Default: 0 = the CPU count (the cgroup quota where lower)
+  int max_prefetch = 0;                 // Default: 0 = 4 * max_workers, within 25% of available RAM
+  std::shared_ptr<Device> device = {};  // Default: null = the host
   std::vector<std::shared_ptr<Transform>> transforms = {};  // Default: none
-  int64_t start_epoch = 0;    // Default: 0
+  int64_t start_epoch = 0;                                  // Default: 0
 };
 
 // Where one field of a batch lives: `rows` samples of `spec`, contiguous, C order.
@@ -64,7 +76,9 @@ struct FieldView {
 
   size_t bytes() const { return static_cast<size_t>(rows) * spec->SampleBytes(); }
   template <typename T>
-  const T* as() const { return static_cast<const T*>(data); }
+  const T* as() const {
+    return static_cast<const T*>(data);
+  }
 };
 
 // One delivered batch's time in each stage, in nanoseconds.
@@ -95,24 +109,24 @@ struct BatchTiming {
 
 // Accumulated time per stage, in nanoseconds, summed over workers for the worker stages.
 struct LoaderStats {
-  int64_t batches = 0;            // delivered to the consumer
+  int64_t batches = 0;  // delivered to the consumer
   int64_t samples = 0;
-  int64_t bytes = 0;              // delivered, after transforms
-  int64_t read_ns = 0;            // Source::Read, summed over workers
-  int64_t transform_ns = 0;       // transforms, summed over workers
-  int64_t copy_ns = 0;            // issuing device copies and waiting for pinned staging
-                                  // buffers that earlier copies still read
-  int64_t buffer_wait_ns = 0;     // workers waiting for a free batch buffer
-  int64_t queue_wait_ns = 0;      // batches ready, waiting for the consumer to ask
-  int64_t consumer_wait_ns = 0;   // the consumer blocked inside Next()
-  int64_t consumer_step_ns = 0;   // between Next() calls: the training step
-  int64_t first_batch_ns = 0;     // construction (or restart) to the first batch
-  int64_t wall_ns = 0;            // first Next() call to now
+  int64_t bytes = 0;             // delivered, after transforms
+  int64_t read_ns = 0;           // Source::Read, summed over workers
+  int64_t transform_ns = 0;      // transforms, summed over workers
+  int64_t copy_ns = 0;           // issuing device copies and waiting for pinned staging
+                                 // buffers that earlier copies still read
+  int64_t buffer_wait_ns = 0;    // workers waiting for a free batch buffer
+  int64_t queue_wait_ns = 0;     // batches ready, waiting for the consumer to ask
+  int64_t consumer_wait_ns = 0;  // the consumer blocked inside Next()
+  int64_t consumer_step_ns = 0;  // between Next() calls: the training step
+  int64_t first_batch_ns = 0;    // construction (or restart) to the first batch
+  int64_t wall_ns = 0;           // first Next() call to now
   int workers = 0;
   int prefetch = 0;
-  int buffers = 0;                // batch buffers in the pool(s), allocated once
-  int buffers_allocated = 0;      // of those, allocated so far (lazily, never freed early)
-  int64_t buffer_bytes = 0;       // bytes of one batch buffer
+  int buffers = 0;            // batch buffers in the pool(s), allocated once
+  int buffers_allocated = 0;  // of those, allocated so far (lazily, never freed early)
+  int64_t buffer_bytes = 0;   // bytes of one batch buffer
   std::string device;
   std::vector<std::string> tuning_log;  // the autotuner's changes, each with its reason
   // Timing events on the consumer's stream (see BatchTiming::gpu_busy_ns), summed over the
@@ -131,7 +145,10 @@ struct LoaderStats {
 };
 
 // Where a loader stands: the epoch and the next batch of it to deliver. Restore() resumes
-// exactly there. `seed`, `world_size`, `rank` and `batch_size` are checked on restore.
+// exactly there. Everything that shapes the plan is checked on restore: `seed`,
+// `world_size`, `rank`, `batch_size`, and, in states saved since they were recorded (older
+// states lack them and skip those checks), the data set's sample count and schema, the
+// shuffle mode, drop_last and pad.
 struct LoaderState {
   int64_t epoch = 0;
   int64_t batch = 0;
@@ -139,6 +156,11 @@ struct LoaderState {
   int rank = 0;
   int world_size = 1;
   int64_t batch_size = 0;
+  std::optional<int64_t> samples;      // the source's sample count
+  std::optional<std::string> schema;   // the source's schema, as Schema::ToString
+  std::optional<std::string> shuffle;  // "none", "full" or "block:N"
+  std::optional<bool> drop_last;
+  std::optional<bool> pad;
 
   std::string ToJson() const;
   // Throws Error(kInvalidArgument) for malformed JSON.
@@ -195,7 +217,9 @@ class Loader {
 
   // The next batch of the current epoch, or null once the epoch is over; the call after
   // that starts the next epoch. Rethrows a worker's error. Throws Error(kInvalidArgument)
-  // when the consumer still holds max_outstanding batches.
+  // when the consumer holds so many batches that one more buffer would pass
+  // held_budget_bytes, and when called in a child process forked after the loader was made
+  // (its worker threads do not exist there).
   std::unique_ptr<Batch> Next();
 
   // The epoch the next batch comes from. SetEpoch(e) makes the next Next() start epoch e

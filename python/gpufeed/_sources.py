@@ -30,7 +30,19 @@ def open(path, fields=None):  # noqa: A001 - mirrors the builtin on purpose
 
     `fields` picks the fields (datasets) to read, in order; None reads them all.
     """
+    if isinstance(fields, str):
+        fields = [fields]
     return _gpufeed.open_path(os.fspath(path), list(fields or []))
+
+
+def hdf5(paths, fields=None):
+    """HDF5 files as one data set: `fields` (dataset paths, None: every dataset of the first
+    file) of every file in `paths`, concatenated along axis 0 in the order given."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    if isinstance(fields, str):
+        fields = [fields]
+    return _gpufeed.open_hdf5([os.fsdecode(p) for p in paths], list(fields or []))
 
 
 def synthetic(schema, samples, seed=0):
@@ -81,6 +93,8 @@ def memory(arrays, fields=None):
     if not isinstance(arrays, Mapping):
         raise _gpufeed.InvalidArgument(
             f"memory source: expected a dict of arrays or tensors, got {type(arrays).__name__}")
+    if isinstance(fields, str):
+        fields = [fields]
     names = list(arrays) if fields is None else list(fields)
     if not names:
         raise _gpufeed.InvalidArgument("memory source: no fields given")
@@ -116,8 +130,12 @@ def as_source(source, fields):
     if isinstance(source, (str, bytes, os.PathLike)):
         path = os.fsdecode(source)
         return open(path, fields)
+    if isinstance(source, (list, tuple)) and source and all(
+            isinstance(p, (str, bytes, os.PathLike)) for p in source):
+        return hdf5([os.fsdecode(p) for p in source], fields)
     if isinstance(source, Mapping):
         return memory(source, fields)
     raise _gpufeed.InvalidArgument(
-        "source must be a path (NumPy folder or HDF5 file), a dict of arrays or tensors, or a "
+        "source must be a path (NumPy folder or HDF5 file), a list of HDF5 files, a dict of "
+        "arrays or tensors, or a "
         f"gpufeed.Source; got {type(source).__name__}")

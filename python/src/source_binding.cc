@@ -12,6 +12,7 @@
 
 #include "bindings.h"
 #include "gpufeed/error.h"
+#include "gpufeed/hdf5.h"
 #include "gpufeed/sampler.h"
 #include "gpufeed/sources.h"
 
@@ -73,6 +74,15 @@ void BindSources(py::module_& m) {
       },
       py::arg("path"), py::arg("fields") = std::vector<std::string>{},
       "A NumPy folder or an HDF5 file, by what lies at `path`.");
+
+  m.def(
+      "open_hdf5",
+      [](const std::vector<std::string>& paths, const std::vector<std::string>& fields) {
+        py::gil_scoped_release release;
+        return OpenHdf5(paths, fields);
+      },
+      py::arg("paths"), py::arg("fields") = std::vector<std::string>{},
+      "HDF5 files as one source: `fields` of every file, concatenated in the order given.");
 
   m.def(
       "synthetic",
