@@ -127,6 +127,9 @@ class Loader:
                 held_budget_bytes of batch buffers (default: 10% of RAM for host batches, a
                 quarter of free GPU memory for device ones) the loader raises. Keep copies of
                 small fields (batch["label"].clone()) so the buffers go back to the pool.
+    chunk_cache: HDF5 files: bytes of decoded chunks the workers keep between batches, one
+                budget they share (None: the decoded data set's size, within 1/16 of the
+                available RAM and 16 MiB to 1 GiB).
     batch_transform: a function called on each batch dict, after the copy (on the batch's
                 device), in the thread that iterates: normalisation, GPU augmentation, a
                 custom collate. What it returns is what the loop gets.
@@ -145,7 +148,7 @@ class Loader:
                  rank=None, world_size=None, max_outstanding=None, shuffle_block=None,
                  shuffle_window=None, autotune=None, max_workers=None, max_prefetch=None,
                  cache=None, preload=None, shm_dir=None, pad=None, held_budget_bytes=None,
-                 batch_transform=None):
+                 batch_transform=None, chunk_cache=None):
         # None leaves an option unset: its default is the C++ one (gpufeed/loader.h,
         # gpufeed/cache.h), written there once.
         if batch_size is None:
@@ -180,7 +183,7 @@ class Loader:
         if device is not None:
             given["device"] = _device_spec(device)
         options = _gpufeed._LoaderOptions(**given)
-        self._source = _sources.as_source(source, fields)
+        self._source = _sources.as_source(source, fields, chunk_cache)
         self._impl = _gpufeed._Loader(self._source, options)
         self.cache_info = json.loads(self._impl.cache_json)
         self._batch_size = int(batch_size)

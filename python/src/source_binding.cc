@@ -6,6 +6,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -77,12 +78,30 @@ void BindSources(py::module_& m) {
 
   m.def(
       "open_hdf5",
-      [](const std::vector<std::string>& paths, const std::vector<std::string>& fields) {
+      [](const std::vector<std::string>& paths, const std::vector<std::string>& fields,
+         std::optional<size_t> chunk_cache_bytes) {
         py::gil_scoped_release release;
-        return OpenHdf5(paths, fields);
+        Hdf5Options options;
+        if (chunk_cache_bytes) options.chunk_cache_bytes = *chunk_cache_bytes;
+        return OpenHdf5(paths, fields, options);
       },
       py::arg("paths"), py::arg("fields") = std::vector<std::string>{},
-      "HDF5 files as one source: `fields` of every file, concatenated in the order given.");
+      py::arg("chunk_cache_bytes") = py::none(),
+      "HDF5 files as one source: `fields` of every file, concatenated in the order given; "
+      "chunk_cache_bytes: the decoded-chunk budget its workers share (None: automatic, 0: none).");
+  m.def(
+      "hdf5_counters",
+      [](const Source& source) {
+        const Hdf5Counters c = Hdf5SourceCounters(source);
+        py::dict d;
+        d["chunks_decoded"] = c.chunks_decoded;
+        d["chunk_cache_hits"] = c.chunk_cache_hits;
+        d["bytes_read"] = c.bytes_read;
+        d["library_reads"] = c.library_reads;
+        d["chunk_cache_bytes"] = c.chunk_cache_bytes;
+        return d;
+      },
+      py::arg("source"), "An HDF5 source's work counters and its decoded-chunk budget.");
 
   m.def(
       "synthetic",

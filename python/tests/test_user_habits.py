@@ -246,3 +246,146 @@ def test_a_batch_pickles_and_saves_as_a_dict_of_tensors():
     buffer.seek(0)
     saved = torch.load(buffer)
     assert type(saved) is dict and torch.equal(saved["y"], batch["y"])
+
+
+def test_a_file_open_for_writing_elsewhere_is_named_as_such(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    locked, flagged = str(tmp_path / "locked.h5"), str(tmp_path / "flagged.h5")
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a writer that keeps the file open (and locked) until told to go
+        try:
+            f = h5py.File(locked, "w")
+            f["mel"] = np.ones((10, 2), np.float32)
+            f.flush()
+            os.write(ready_w, b"1")
+            os.read(hold_r, 1)
+        finally:
+            os._exit(0)
+    try:
+        assert os.read(ready_r, 1) == b"1"
+        with pytest.raises(gpufeed.IoError, match="another process has this HDF5 file open "
+                                                  "for writing"):
+            gpufeed.open(locked)
+    finally:
+        os.write(hold_w, b"1")
+        os.waitpid(pid, 0)
+    pid = os.fork()
+    if pid == 0:  # an SWMR writer that dies without closing: the superblock says "writing"
+        try:
+            f = h5py.File(flagged, "w", libver="latest")
+            f["mel"] = np.ones((10, 2), np.float32)
+            f.swmr_mode = True
+            f.flush()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    with pytest.raises(gpufeed.IoError, match="marked open for writing.*h5clear -s"):
+        gpufeed.open(flagged)
+
+
+def test_damaged_metadata_says_the_file_is_damaged(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    path = tmp_path / "damaged.h5"
+    with h5py.File(path, "w") as f:
+        f["mel"] = np.ones((100, 4), np.float32)
+        header = h5py.h5o.get_info(f["mel"].id).addr
+    data = bytearray(path.read_bytes())
+    data[header + 20:header + 24] = b"\xff\xff\xff\xff"  # the first message's flags: invalid
+    path.write_bytes(bytes(data))
+    with pytest.raises(gpufeed.CorruptData, match="the file is damaged") as info:
+        gpufeed.Loader(str(path), fields="mel", batch_size=10)
+    assert "datasets there are: none" not in str(info.value)
+
+
+# 7. the CLI from pip ---------------------------------------------------------------------
+
+
+def test_the_pip_package_ships_the_cli_and_an_entry_point_runs_it():
+    import subprocess
+    import sys
+    import tomllib
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    assert project["project"]["scripts"]["gpufeed"] == "gpufeed._cli:main"
+    assert "bin/gpufeed" in project["tool"]["setuptools"]["package-data"]["gpufeed"]
+    with open(os.path.join(root, "setup.py")) as f:
+        assert '"gpufeed_main"' in f.read()  # setup.py builds the binary it ships
+    binary = os.environ.get("GPUFEED_BIN")
+    if not binary:
+        pytest.skip("GPUFEED_BIN (the built CLI) is not set")
+    env = dict(os.environ, GPUFEED_BIN=binary)
+    out = subprocess.run([sys.executable, "-m", "gpufeed", "--help"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "cache" in out.stdout and "inspect" in out.stdout, out
+    env["GPUFEED_BIN"] = "/nonexistent/gpufeed"
+    out = subprocess.run([sys.executable, "-m", "gpufeed", "--help"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 127 and "not installed" in out.stderr
+
+
+# 8, 10. compressed chunks: the full-shuffle warning, one decoded-chunk budget -------------
+
+
+def _gzip_file(path, samples=2000, chunk=100):
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("mel", data=np.arange(samples * 16, dtype=np.float32).reshape(-1, 16),
+                         chunks=(chunk, 16), compression="gzip")
+    return str(path)
+
+
+def test_a_full_shuffle_over_compressed_chunks_says_so_with_the_fixes(tmp_path, capfd):
+    path = _gzip_file(tmp_path / "gz.h5")
+    gpufeed.Loader(path, batch_size=64, device="cpu", chunk_cache=4096)
+    err = capfd.readouterr().err
+    assert "full shuffle over compressed chunks of 100 samples decodes each chunk about" in err
+    assert "shuffle_block=-1" in err and 'cache="ram"' in err and "128 KB" in err, err
+    assert err.count("full shuffle") == 1
+    # Block shuffle, or a chunk cache that holds the data set (the default here): no warning.
+    gpufeed.Loader(path, batch_size=64, device="cpu", chunk_cache=4096, shuffle_block=-1)
+    gpufeed.Loader(path, batch_size=64, device="cpu")
+    assert "full shuffle" not in capfd.readouterr().err
+
+
+def test_the_decoded_chunk_budget_is_one_for_all_workers_and_settable(tmp_path):
+    path = _gzip_file(tmp_path / "gz.h5")
+    source = gpufeed.open(path, chunk_cache=3 << 20)
+    assert gpufeed._gpufeed.hdf5_counters(source)["chunk_cache_bytes"] == 3 << 20
+    # The default: the decoded data set (2000 x 64 bytes), far below 1/16 of free RAM.
+    default = gpufeed.open(path)
+    assert gpufeed._gpufeed.hdf5_counters(default)["chunk_cache_bytes"] == 2000 * 64
+    loader = gpufeed.Loader(default, batch_size=100, device="cpu", workers=4)
+    got = torch.cat([b["mel"] for b in loader])
+    assert sorted(got[:, 0].tolist()) == [16.0 * i for i in range(2000)]
+    with pytest.raises(gpufeed.InvalidArgument, match="chunk_cache"):
+        gpufeed.Loader(source, batch_size=10, chunk_cache=1 << 20)
+
+
+# 11. the shm cache after a rewrite -------------------------------------------------------
+
+
+def test_a_rewrite_that_restores_size_and_mtime_rebuilds_the_shm_cache(tmp_path):
+    data = tmp_path / "d"
+    arrays = {"x": np.arange(40, dtype=np.float32).reshape(20, 2)}
+    write_numpy_dir(data, arrays)
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    first = gpufeed.Loader(str(data), batch_size=20, shuffle=False, device="cpu", cache="shm",
+                           shm_dir=str(shm))
+    assert float(next(iter(first))["x"].sum()) == float(arrays["x"].sum())
+    old_path = first.cache_info["path"]
+    first.close()
+    del first
+    stat = os.stat(data / "x.npy")
+    write_numpy_dir(data, {"x": arrays["x"] * 2})  # same size
+    os.utime(data / "x.npy", ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same mtime
+    assert os.stat(data / "x.npy").st_mtime_ns == stat.st_mtime_ns
+    second = gpufeed.Loader(str(data), batch_size=20, shuffle=False, device="cpu", cache="shm",
+                            shm_dir=str(shm))
+    assert second.cache_info["built"] and second.cache_info["path"] != old_path
+    assert float(next(iter(second))["x"].sum()) == 2 * float(arrays["x"].sum())
+    assert not os.path.exists(old_path)  # the older version, mapped by nobody, is gone

@@ -16,8 +16,9 @@
 
 #include "cache/flock_holders.h"
 #include "cache/shm_source.h"
-#include "core/log.h"
 #include "cache/shm_user_dir.h"
+#include "core/format.h"
+#include "core/log.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 
@@ -198,15 +199,16 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
   }
   if (!invalid.empty()) {
     if (options.verbose) {
-      Log(LogLevel::kInfo, fmt::format("cache: removing {} ({}); rebuilding", result.path, invalid));
+      Log(LogLevel::kInfo,
+          fmt::format("cache: removing {} ({}); rebuilding", result.path, invalid));
     }
     unlinkat(dir->fd(), name.c_str(), 0);
   }
   result.removed_leftover = RemoveLeftovers(*dir, result.key, options.verbose) > 0;
 
   const std::string tmp = fmt::format("{}.tmp-{}", name, getpid());
-  ShmBuildOptions build{.threads = options.threads, .verbose = options.verbose,
-                        .faults = options.faults};
+  ShmBuildOptions build{
+      .threads = options.threads, .verbose = options.verbose, .faults = options.faults};
   ShmBuildResult built = BuildShmFile(*base, *dir, tmp, name, build);
   if (built.status != ShmBuildStatus::kPublished) {
     result.failure = built.message;
@@ -221,6 +223,18 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
   result.built = true;
   result.source =
       std::make_shared<ShmCachedSource>(base, built.fd, result.path, std::move(built.header));
+  // A new version of the data: older versions' caches that nobody maps any more go now, not
+  // at the next `gpufeed cache gc`. Best effort: the new cache is built either way.
+  try {
+    for (const ShmCacheEntry& old : RemoveOlderShmVersions(base->Identity(), options.dir)) {
+      if (options.verbose) {
+        Log(LogLevel::kInfo, fmt::format("cache: removed {} ({}), the cache of an older version "
+                                         "of the same files",
+                                         old.path, FormatBytes(static_cast<double>(old.bytes))));
+      }
+    }
+  } catch (const Error&) {
+  }
   return result;
 }
 
