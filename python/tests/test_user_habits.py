@@ -345,9 +345,10 @@ def test_a_full_shuffle_over_compressed_chunks_says_so_with_the_fixes(tmp_path, 
     assert "full shuffle over compressed chunks of 100 samples decodes each chunk about" in err
     assert "shuffle_block=-1" in err and 'cache="ram"' in err and "128 KB" in err, err
     assert err.count("full shuffle") == 1
-    # Block shuffle, or a chunk cache that holds the data set (the default here): no warning.
+    # Block shuffle, or a worker whose share of the chunk cache holds the data set (the
+    # default budget is the decoded data set): no warning.
     gpufeed.Loader(path, batch_size=64, device="cpu", chunk_cache=4096, shuffle_block=-1)
-    gpufeed.Loader(path, batch_size=64, device="cpu")
+    gpufeed.Loader(path, batch_size=64, device="cpu", workers=1)
     assert "full shuffle" not in capfd.readouterr().err
 
 
