@@ -60,6 +60,12 @@ struct CacheOptions {
   uint64_t ram_budget_bytes = 0;
   uint64_t device_budget_bytes = 0;  // Default: 0 = 40% of the device's free memory
   std::string shm_dir = "/dev/shm";  // Default: /dev/shm
+  // Default: empty = the shm caches are this user's own (<shm_dir>/gpufeed-user-<uid>, 0700).
+  // A group name or id the user belongs to: the caches are shared with that group's members
+  // (<shm_dir>/gpufeed-group-<gid>, mode 2770, files 0640): any member maps a cache another
+  // member built; nobody outside the group can read, plant or squat them. Members trust each
+  // other's caches.
+  std::string shm_group = {};
   // Default: null = no device tier. The loader's device: `auto` considers the device tier
   // only when this is a CUDA device.
   std::shared_ptr<Device> device = nullptr;
@@ -74,11 +80,11 @@ struct CacheOptions {
 // What OpenCached chose and why.
 struct CacheInfo {
   CacheTier tier = CacheTier::kNone;  // what serves the samples (never kAuto)
-  std::string reason;   // "0.8 GB fits the RAM budget 11.2 GB"
-  std::string path;     // the shm file; empty for other tiers
-  std::string key;      // the shm key (16 hex digits); empty for other tiers
-  uint64_t bytes = 0;   // the data set's size
-  bool built = false;   // shm: this process built the file (false: it found it published)
+  std::string reason;                 // "0.8 GB fits the RAM budget 11.2 GB"
+  std::string path;                   // the shm file; empty for other tiers
+  std::string key;                    // the shm key (16 hex digits); empty for other tiers
+  uint64_t bytes = 0;                 // the data set's size
+  bool built = false;       // shm: this process built the file (false: it found it published)
   double open_seconds = 0;  // time OpenCached took (shm: waiting for or building the file)
   // The transforms the loader must still run: CacheOptions::transforms, or none when the
   // device tier applied them before its upload.
@@ -103,11 +109,9 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
 // Python package take it from a person: the one table of the defaults they share. Fields
 // left alone keep the defaults written here and in LoaderOptions / CacheOptions.
 struct CachedLoaderOptions {
-  // Default: LoaderOptions' own, but for max_outstanding 3: a Python loop still holds the
-  // batch in its loop variable when it asks for the next, and a kept one (for logging) plus
-  // a spare should not raise. (LoaderOptions' `// Default:` line is to say 3 itself; then
-  // this initializer goes.) Its `device` and `transforms` are set from the two fields below.
-  LoaderOptions loader = {.max_outstanding = 3};
+  // Default: LoaderOptions' own. Its `device` and `transforms` are set from the two fields
+  // below.
+  LoaderOptions loader;
   // Default: "auto" = the GPU when there is one (CUDA_VISIBLE_DEVICES / LOCAL_RANK pick
   // which), else the host. gpufeed exists to feed a GPU: a person who has one should not
   // have to say so, and without one "auto" is the host. Else "cpu", "cuda", "cuda:N".
@@ -137,31 +141,37 @@ std::string CacheKey(const Source& source);
 struct ShmCacheEntry {
   std::string key;
   std::string path;
-  std::string description;   // the source's Describe() when it was built
-  std::string identity;      // the source's Identity() when it was built
-  uint64_t bytes = 0;        // file size
-  double age_seconds = 0;    // since it was published
-  int processes = -1;        // processes mapping it now (shared flocks); -1 = unknown
-  bool valid = true;         // the header verifies
-  bool stale = false;        // a file named in the identity changed size or mtime, or is gone
-  bool half_built = false;   // a tmp file whose builder is gone
+  std::string description;  // the source's Describe() when it was built
+  std::string identity;     // the source's Identity() when it was built
+  uint64_t bytes = 0;       // file size
+  double age_seconds = 0;   // since it was published
+  int processes = -1;       // processes mapping it now (shared flocks); -1 = unknown
+  bool valid = true;        // the header verifies
+  bool stale = false;       // a file named in the identity changed size or mtime, or is gone
+  bool half_built = false;  // a tmp file whose builder is gone
 };
 
 // Published caches, tmp files of builds (half_built when no builder holds the lock) and
 // unreadable or refused files named gpufeed-* in the calling user's cache folder under `dir`
-// (<dir>/gpufeed-user-<uid>), by key. Nothing is followed or blocked on: a FIFO or symlink
+// (<dir>/gpufeed-user-<uid>; with `group`, that group's folder <dir>/gpufeed-group-<gid>), by
+// key. Nothing is followed or blocked on: a FIFO or symlink
 // under a cache's name is listed as refused. Throws Error(kIo) when that folder is not the
-// user's own (planted by another user).
-std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir = "/dev/shm");
+// user's own (planted by another user), Error(kInvalidArgument) for a group the user is not in.
+std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir = "/dev/shm",
+                                         const std::string& group = "");
 // Removes the cache `key` (its file, lock and leftovers). Processes mapping it keep their
 // copy until they unmap it. Returns false when there was nothing to remove.
-bool RemoveShmCache(const std::string& key, const std::string& dir = "/dev/shm");
+bool RemoveShmCache(const std::string& key, const std::string& dir = "/dev/shm",
+                    const std::string& group = "");
 // Removes the caches of older versions of the files `identity` names (a Source::Identity():
-// the same files, rewritten since) that no process maps; returns what it removed. Called when
-// a new version is built, so a data set rewritten daily does not fill /dev/shm.
+// the same files, rewritten since) that no process maps, in the folder ListShmCaches(dir,
+// group) reads; returns what it removed. Called when a new version is built, so a data set
+// rewritten daily does not fill /dev/shm.
 std::vector<ShmCacheEntry> RemoveOlderShmVersions(const std::string& identity,
-                                                  const std::string& dir = "/dev/shm");
+                                                  const std::string& dir = "/dev/shm",
+                                                  const std::string& group = "");
 // Removes leftovers of dead builders, invalid files and stale caches; returns what it removed.
-std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir = "/dev/shm");
+std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir = "/dev/shm",
+                                             const std::string& group = "");
 
 }  // namespace gpufeed

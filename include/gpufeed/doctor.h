@@ -47,8 +47,7 @@ struct DoctorInput {
   double sample_bytes = 0;  // after transforms
   int64_t dataset_samples = 0;
   bool device_copy = false;  // batches are copied to a GPU
-  bool transforms = false;   // host transforms run in the workers
-  std::string cache = "none";  // the loader's cache tier: none|ram|shm|device
+  CacheTier cache = CacheTier::kNone;  // the loader's cache tier
   // The machine (the monitor, /proc, cgroup v2). Unknown readings stay empty.
   int cpu_count = 1;
   std::optional<double> cpu_limit_cores;      // cgroup cpu.max

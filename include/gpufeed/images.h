@@ -55,16 +55,16 @@ struct ImageOptions {
   std::string path_column = "path";
   std::string label_column = "label";
   std::vector<std::string> classes = {};
-  // Decoded-image cache: "none", "ram", "shm" or "auto" (see gpufeed/cache.h). Images are
+  // Decoded-image cache: none, ram, shm or auto (see gpufeed/cache.h). Images are
   // stored once at `cache_size` pixels on the shorter side (the longer side at most
   // cache_size * 4 / 3; wider images get a shorter short side), uint8; crops are then cut
   // from the stored image, so the decoded files are read only in the first epoch.
-  std::string cache = "none";        // Default: "none"
-  int cache_size = 256;              // Default: 256
-  std::string shm_dir = "/dev/shm";  // Default: /dev/shm
-  uint64_t ram_budget_bytes = 0;     // Default: 0 = 50% of available RAM
-  int cache_threads = 0;             // Default: 0 = hardware threads (shm build, preload)
-  bool verbose = true;               // Default: true: the cache says its choice on stderr
+  CacheTier cache = CacheTier::kNone;  // Default: none
+  int cache_size = 256;                // Default: 256
+  std::string shm_dir = "/dev/shm";    // Default: /dev/shm
+  uint64_t ram_budget_bytes = 0;       // Default: 0 = 50% of available RAM
+  int cache_threads = 0;               // Default: 0 = hardware threads (shm build, preload)
+  bool verbose = true;                 // Default: true: the cache says its choice on stderr
   // Default: null = the POSIX file system (every image file is read through it).
   std::shared_ptr<const FileSystem> file_system = nullptr;
 };

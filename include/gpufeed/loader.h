@@ -48,11 +48,13 @@ struct LoaderOptions {
   int shuffle_window = 4;     // Default: 4 (see SamplerOptions)
   int workers = 0;            // Default: 0 = min(4, hardware threads)
   int prefetch = 0;           // Default: 0 = 2 * workers: batches kept ready beyond the workers'
-  // Default: 2 batches the consumer may hold when it asks for more, planned for up front. A
-  // consumer that holds more (keeps batches, or tensors of them, for metrics) makes the pool
-  // grow by one batch buffer per extra batch held, with one warning naming the cost, up to
-  // held_budget_bytes of batch buffers in all; past that Next() throws.
-  int max_outstanding = 2;
+  // Default: 3 batches the consumer may hold when it asks for more, planned for up front: a
+  // Python loop still holds the last batch in its loop variable when it asks for the next, and
+  // one kept for logging plus a spare should not grow the pool. A consumer that holds more
+  // (keeps batches, or tensors of them, for metrics) makes the pool grow by one batch buffer
+  // per extra batch held, with one warning naming the cost, up to held_budget_bytes of batch
+  // buffers in all; past that Next() throws.
+  int max_outstanding = 3;
   // Default: 0 = 10% of RAM (at most half of what is available) for host batches, a quarter
   // of the free device memory for device batches; never less than the planned pool.
   int64_t held_budget_bytes = 0;

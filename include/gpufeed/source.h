@@ -84,7 +84,7 @@ class Source {
 
   // The cache tier serving this source: "none", or "ram", "shm", "device" for the caches'
   // sources (the doctor's advice depends on it).
-  virtual std::string cache_tier() const { return std::string(CacheTierName(CacheTier::kNone)); }
+  virtual CacheTier cache_tier() const { return CacheTier::kNone; }
   // Default: true. False when Identity() means nothing in another process (arrays in this
   // process's memory, known by their addresses): such a source is never cached in shared
   // memory, where another process would take the key for its own data.

@@ -118,6 +118,9 @@ class Loader:
                 printed once and kept in `cache_info`.
     preload:    with cache="ram": read the whole data set now, in parallel.
     shm_dir:    where cache="shm" keeps its file (default /dev/shm).
+    shm_group:  share cache="shm" files with the members of this group (a name or gid you
+                belong to) instead of keeping them your own; members trust each other's
+                caches, nobody else can read or plant them.
     max_outstanding: batches the training loop may still hold when it asks for the next
                 one, planned for up front. Default (LoaderOptions::max_outstanding): the one in
                 the loop variable, one kept (say, for logging), one spare. Each one costs a
@@ -147,8 +150,8 @@ class Loader:
                  drop_last=None, workers=None, prefetch=None, device=None, transforms=(),
                  rank=None, world_size=None, max_outstanding=None, shuffle_block=None,
                  shuffle_window=None, autotune=None, max_workers=None, max_prefetch=None,
-                 cache=None, preload=None, shm_dir=None, pad=None, held_budget_bytes=None,
-                 batch_transform=None, chunk_cache=None):
+                 cache=None, preload=None, shm_dir=None, shm_group=None, pad=None,
+                 held_budget_bytes=None, batch_transform=None, chunk_cache=None):
         # None leaves an option unset: its default is the C++ one (gpufeed/loader.h,
         # gpufeed/cache.h), written there once.
         if batch_size is None:
@@ -177,7 +180,7 @@ class Loader:
                             ("autotune", autotune), ("preload", preload)):
             if value is not None:
                 given[name] = bool(value)
-        for name, value in (("cache", cache), ("shm_dir", shm_dir)):
+        for name, value in (("cache", cache), ("shm_dir", shm_dir), ("shm_group", shm_group)):
             if value is not None:
                 given[name] = str(value)
         if device is not None:

@@ -44,7 +44,7 @@ ImageOptions ImageOptionsFrom(const py::dict& d) {
     else if (key == "classes")
       o.classes = py::cast<std::vector<std::string>>(value);
     else if (key == "cache")
-      o.cache = py::cast<std::string>(value);
+      o.cache = ParseCacheTier(py::cast<std::string>(value));
     else if (key == "cache_size")
       o.cache_size = py::cast<int>(value);
     else if (key == "shm_dir")
@@ -82,7 +82,10 @@ void BindImages(py::module_& m) {
           py::arg("indices"), "The files of samples `indices` (a batch's .indices).")
       .def("label", &ImageSource::label, py::arg("index"))
       .def_property_readonly("classes", &ImageSource::classes)
-      .def_property_readonly("cache_tier", &ImageSource::cache_tier)
+      .def_property_readonly("cache_tier",
+                             [](const ImageSource& s) {
+                               return std::string(CacheTierName(s.cache_tier()));
+                             })
       .def("skipped", [](const ImageSource& s) {
         const SkippedImages skipped = s.skipped();
         return py::make_tuple(skipped.count, skipped.first);

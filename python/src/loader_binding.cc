@@ -74,6 +74,9 @@ void BindLoaderOptions(py::module_& m) {
   c.def_property(
       "shm_dir", [](const CachedLoaderOptions& o) { return o.cache.shm_dir; },
       [](CachedLoaderOptions& o, const std::string& dir) { o.cache.shm_dir = dir; });
+  c.def_property(
+      "shm_group", [](const CachedLoaderOptions& o) { return o.cache.shm_group; },
+      [](CachedLoaderOptions& o, const std::string& group) { o.cache.shm_group = group; });
 }
 
 std::string CacheJson(const CacheInfo& info) {

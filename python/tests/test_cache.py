@@ -60,3 +60,18 @@ def test_a_bad_tier_name_is_a_value_error_naming_the_choices(numpy_dir):
 def test_device_tier_on_the_cpu_is_refused(numpy_dir):
     with pytest.raises(ValueError, match="loader's device is cpu"):
         gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="device")
+
+
+def test_shm_group_shares_through_the_groups_folder(tmp_path, numpy_dir, arrays):
+    group = os.getegid()  # a group this user is always in
+    loader = gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="shm",
+                            shm_dir=tmp_path, shm_group=str(group))
+    path = loader.cache_info["path"]
+    assert os.path.dirname(path) == str(tmp_path / f"gpufeed-group-{group}")
+    assert os.stat(path).st_mode & 0o777 == 0o640
+    for indices, fields in collect(loader):
+        np.testing.assert_array_equal(fields["label"], arrays["label"][indices])
+    loader.close()
+    with pytest.raises(ValueError, match="no such group"):
+        gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="shm", shm_dir=tmp_path,
+                       shm_group="no-such-group-gpufeed")

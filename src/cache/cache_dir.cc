@@ -35,7 +35,7 @@ int CountFlocks(const struct stat& st) {
 // True when no process holds the key's build lock (so a tmp file of it is a dead builder's).
 bool NoBuilder(const ShmUserDir& dir, const std::string& lock_name) {
   std::string why;
-  const int fd = dir.OpenFile(lock_name, O_RDWR, &why);
+  const int fd = dir.OpenFile(lock_name, O_RDONLY, &why);
   if (fd < 0) return true;
   const bool free = flock(fd, LOCK_EX | LOCK_NB) == 0;
   close(fd);
@@ -122,8 +122,10 @@ ShmCacheEntry ReadPublished(const ShmUserDir& dir, const std::string& name,
 }
 
 // The user's cache folder under `root`, or null when it does not exist yet.
-std::shared_ptr<const ShmUserDir> OpenUserDir(const std::string& root) {
-  if (!fs::exists(fs::symlink_status(ShmUserDirPath(root)))) {
+std::shared_ptr<const ShmUserDir> OpenUserDir(const std::string& root, const std::string& group) {
+  std::optional<gid_t> gid;
+  if (!group.empty()) gid = ResolveShmGroup(group);
+  if (!fs::exists(fs::symlink_status(ShmUserDirPath(root, gid)))) {
     struct stat st {};
     if (stat(root.c_str(), &st) != 0) {
       throw Error(ErrorCode::kNotFound,
@@ -131,14 +133,14 @@ std::shared_ptr<const ShmUserDir> OpenUserDir(const std::string& root) {
     }
     return nullptr;
   }
-  return ShmUserDir::Open(root, /*create=*/false);
+  return ShmUserDir::Open(root, /*create=*/false, gid);
 }
 
 }  // namespace
 
-std::vector<ShmCacheEntry> ListShmCaches(const std::string& root) {
+std::vector<ShmCacheEntry> ListShmCaches(const std::string& root, const std::string& group) {
   std::map<std::string, ShmCacheEntry> found;  // by file name: sorted output
-  const auto user_dir = OpenUserDir(root);
+  const auto user_dir = OpenUserDir(root, group);
   if (!user_dir) return {};
   const ShmUserDir& dir = *user_dir;
   std::error_code ec;
@@ -171,7 +173,7 @@ std::vector<ShmCacheEntry> ListShmCaches(const std::string& root) {
   return out;
 }
 
-bool RemoveShmCache(const std::string& key, const std::string& root) {
+bool RemoveShmCache(const std::string& key, const std::string& root, const std::string& group) {
   if (!IsKey(key)) {
     throw Error(
         ErrorCode::kInvalidArgument,
@@ -179,7 +181,7 @@ bool RemoveShmCache(const std::string& key, const std::string& root) {
   }
   bool removed = false;
   std::error_code ec;
-  const auto user_dir = OpenUserDir(root);
+  const auto user_dir = OpenUserDir(root, group);
   if (!user_dir) return false;
   const std::string lock = user_dir->PathOf(fmt::format("gpufeed-{}.lock", key));
   const bool no_builder = NoBuilder(*user_dir, fmt::format("gpufeed-{}.lock", key));
@@ -196,26 +198,27 @@ bool RemoveShmCache(const std::string& key, const std::string& root) {
 }
 
 std::vector<ShmCacheEntry> RemoveOlderShmVersions(const std::string& identity,
-                                                  const std::string& root) {
+                                                  const std::string& root,
+                                                  const std::string& group) {
   std::vector<ShmCacheEntry> removed;
   const std::vector<std::string> files = StampedFiles(identity);
   if (files.empty()) return removed;
-  for (auto& e : ListShmCaches(root)) {
+  for (auto& e : ListShmCaches(root, group)) {
     // Only published, stale caches of the same files that no process maps (a known 0: with
     // the holders unknown, keep it).
     if (!e.valid || !e.stale || e.identity == identity || e.processes != 0 ||
         StampedFiles(e.identity) != files) {
       continue;
     }
-    if (RemoveShmCache(e.key, root)) removed.push_back(std::move(e));
+    if (RemoveShmCache(e.key, root, group)) removed.push_back(std::move(e));
   }
   return removed;
 }
 
-std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& root) {
+std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& root, const std::string& group) {
   std::vector<ShmCacheEntry> removed;
   std::error_code ec;
-  const auto user_dir = OpenUserDir(root);
+  const auto user_dir = OpenUserDir(root, group);
   if (!user_dir) return removed;
   const std::string dir = user_dir->path();
   for (auto& e : ListShmCaches(root)) {

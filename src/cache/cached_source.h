@@ -19,7 +19,7 @@ class CachedSource : public Source {
   const Schema& schema() const override { return base_->schema(); }
   int64_t size() const override { return base_->size(); }
   std::string Identity() const override { return base_->Identity(); }
-  std::string cache_tier() const override { return std::string(CacheTierName(tier_)); }
+  CacheTier cache_tier() const override { return tier_; }
   bool shareable_across_processes() const override { return base_->shareable_across_processes(); }
 
   CacheTier tier() const { return tier_; }

@@ -10,6 +10,7 @@
 #include "cache/ram_cache.h"
 #include "cache/shm_format.h"
 #include "cache/shm_open.h"
+#include "cache/shm_user_dir.h"
 #include "cache/tier_choice.h"
 #include "core/log.h"
 #include "core/system_memory.h"
@@ -56,6 +57,9 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   if (source == nullptr) throw Error(ErrorCode::kInvalidArgument, "OpenCached: source is null");
   const auto start = std::chrono::steady_clock::now();
   const int threads = options.threads > 0 ? options.threads : UsableCpus();
+  // A group named for sharing is checked whatever the tier turns out to be.
+  std::optional<gid_t> group;
+  if (!options.shm_group.empty()) group = ResolveShmGroup(options.shm_group);
   TierInputs in;
   in.requested = options.tier;
   in.bytes = source->schema().SampleBytes() * static_cast<uint64_t>(source->size());
@@ -107,7 +111,8 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
     cached = ram;
   } else if (choice.tier == CacheTier::kShm) {
     ShmOpenResult shm = OpenShmCache(
-        source, {.dir = options.shm_dir, .threads = threads, .verbose = options.verbose});
+        source,
+        {.dir = options.shm_dir, .group = group, .threads = threads, .verbose = options.verbose});
     result.key = shm.key;
     result.built = shm.built;
     if (shm.source) {

@@ -164,9 +164,9 @@ ShmBuildResult BuildShmFile(const Source& base, const ShmUserDir& dir, const std
     }
   }
 
-  // Only this user may read the samples (and see the source's path in the header).
-  const int fd =
-      openat(dir.fd(), tmp_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  // Only this user (or the folder's group) may read the samples (and see the source's path in
+  // the header).
+  const int fd = dir.CreateFile(tmp_name);
   if (fd < 0) return FailErrno(errno, "cannot create", tmp_path);
   auto discard = [&] {
     close(fd);

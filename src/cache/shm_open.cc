@@ -54,7 +54,7 @@ class BuildLock {
   BuildLock(const ShmUserDir& dir, const std::string& name, bool verbose,
             const std::string& cache_path, double timeout_s) {
     std::string why;
-    fd_ = dir.OpenFile(name, O_RDWR | O_CREAT, &why);
+    fd_ = dir.OpenFile(name, O_RDONLY | O_CREAT, &why);  // flock needs no write access
     if (fd_ < 0) {
       throw Error(ErrorCode::kIo,
                   fmt::format("the cache lock {} is refused: {}", dir.PathOf(name), why));
@@ -169,13 +169,14 @@ int RemoveLeftovers(const ShmUserDir& dir, const std::string& key, bool verbose)
 
 }  // namespace
 
-std::string ShmCachePath(const std::string& dir, const std::string& key) {
-  return fmt::format("{}/gpufeed-{}", ShmUserDirPath(dir), key);
+std::string ShmCachePath(const std::string& dir, const std::string& key,
+                         std::optional<gid_t> group) {
+  return fmt::format("{}/gpufeed-{}", ShmUserDirPath(dir, group), key);
 }
 
 ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& options) {
   GPUFEED_ASSERT(options.threads > 0, "threads > 0");
-  const auto dir = ShmUserDir::Open(options.dir, /*create=*/true);
+  const auto dir = ShmUserDir::Open(options.dir, /*create=*/true, options.group);
   ShmOpenResult result;
   result.key = CacheKey(*base);
   const std::string name = "gpufeed-" + result.key;
@@ -226,7 +227,8 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
   // A new version of the data: older versions' caches that nobody maps any more go now, not
   // at the next `gpufeed cache gc`. Best effort: the new cache is built either way.
   try {
-    for (const ShmCacheEntry& old : RemoveOlderShmVersions(base->Identity(), options.dir)) {
+    const std::string group = options.group ? std::to_string(*options.group) : std::string();
+    for (const ShmCacheEntry& old : RemoveOlderShmVersions(base->Identity(), options.dir, group)) {
       if (options.verbose) {
         Log(LogLevel::kInfo, fmt::format("cache: removed {} ({}), the cache of an older version "
                                          "of the same files",

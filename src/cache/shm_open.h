@@ -10,11 +10,15 @@
 //   3. else remove tmp files of builders that died (none can be alive: we hold the lock),
 //      build gpufeed-<key>.tmp-<pid>, rename it to gpufeed-<key>;
 //   4. release the lock.
-// Caches are never shared between users: each user builds their own copy.
+// Caches are shared between users only through a group's folder, asked for by its group
+// (ShmUserDir); the protocol there is the same, the lock taken by every member.
 // Thread-safety: OpenShmCache may be called from many threads and processes at once.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cache/shm_builder.h"
@@ -24,8 +28,10 @@ namespace gpufeed {
 
 struct ShmOpenOptions {
   std::string dir = "/dev/shm";  // Default: /dev/shm (the root; caches go in the user's folder)
-  int threads = 1;               // Required: > 0 (build parallelism)
-  bool verbose = true;           // Default: true: waits, rebuilds and failures on stderr
+  // Default: none = the user's own folder; a group id: that group's shared folder.
+  std::optional<gid_t> group = std::nullopt;
+  int threads = 1;      // Required: > 0 (build parallelism)
+  bool verbose = true;  // Default: true: waits, rebuilds and failures on stderr
   // How long to wait for another process's build; then the source is read uncached.
   double lock_timeout_s = 1800;  // Default: 30 minutes
   ShmBuildFaults faults = {};    // Default: none (tests inject ENOSPC)
@@ -35,11 +41,11 @@ struct ShmOpenResult {
   // The cached source, or null when the build failed for lack of space or a write error
   // (already warned on stderr when verbose): the caller streams from the base source.
   std::shared_ptr<Source> source = nullptr;
-  bool built = false;            // this call built the file
-  bool removed_leftover = false; // it removed a half-built file of a dead builder
+  bool built = false;             // this call built the file
+  bool removed_leftover = false;  // it removed a half-built file of a dead builder
   std::string path = {};
   std::string key = {};
-  std::string failure = {};      // why source is null
+  std::string failure = {};  // why source is null
 };
 
 // Throws Error(kNotFound) when `options.dir` does not exist, Error(kIo) when the user's folder
@@ -49,6 +55,7 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
 
 // "<dir>/gpufeed-user-<uid>/gpufeed-<key>"; its ".lock" and its builders' ".tmp-<pid>" files
 // lie beside it.
-std::string ShmCachePath(const std::string& dir, const std::string& key);
+std::string ShmCachePath(const std::string& dir, const std::string& key,
+                         std::optional<gid_t> group = std::nullopt);
 
 }  // namespace gpufeed

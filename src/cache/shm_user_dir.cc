@@ -2,13 +2,19 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <grp.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <cstring>
+#include <vector>
 
+#include "core/text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -16,11 +22,33 @@ namespace {
 
 constexpr char kSecretName[] = "secret";
 
-// What is wrong with `st` as a file or folder of ours, or empty.
-std::string Untrusted(const struct stat& st, bool want_dir) {
+// What is wrong with `st` as a file or folder of `group`'s shared caches, or empty.
+std::string UntrustedForGroup(const struct stat& st, bool want_dir, gid_t group) {
+  if (st.st_gid != group) {
+    return fmt::format("of group {}, not of the cache's group {}", st.st_gid, group);
+  }
+  if ((st.st_mode & 07) != 0) {
+    return fmt::format("mode {:04o}: open to users outside group {}", st.st_mode & 07777, group);
+  }
+  if (want_dir && (st.st_mode & 070) != 070) {
+    return fmt::format("mode {:04o}: group {} cannot use it (a group's cache folder is 2770)",
+                       st.st_mode & 07777, group);
+  }
+  if (!want_dir && (st.st_mode & 020) != 0) {
+    return fmt::format(
+        "mode {:04o}: writable by the whole group (only its maker may write a "
+        "cache file)",
+        st.st_mode & 07777);
+  }
+  return {};
+}
+
+// What is wrong with `st` as a file or folder of ours (or of `group`'s), or empty.
+std::string Untrusted(const struct stat& st, bool want_dir, std::optional<gid_t> group) {
   if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
     return want_dir ? "not a directory" : "not a regular file";
   }
+  if (group) return UntrustedForGroup(st, want_dir, *group);
   if (st.st_uid != geteuid()) {
     return fmt::format("owned by uid {}, not by this user (uid {})", st.st_uid, geteuid());
   }
@@ -56,18 +84,50 @@ bool WriteAll(int fd, const void* buf, size_t n) {
 
 }  // namespace
 
-std::string ShmUserDirPath(const std::string& root) {
+std::string ShmUserDirPath(const std::string& root, std::optional<gid_t> group) {
+  if (group) return fmt::format("{}/gpufeed-group-{}", root, *group);
   return fmt::format("{}/gpufeed-user-{}", root, geteuid());
 }
 
-std::shared_ptr<const ShmUserDir> ShmUserDir::Open(const std::string& root, bool create) {
+gid_t ResolveShmGroup(const std::string& name) {
+  gid_t gid = 0;
+  if (const auto id = ParseNumber<uint32_t>(name)) {
+    gid = static_cast<gid_t>(*id);
+  } else {
+    std::vector<char> buf(16384);
+    struct group grp {};
+    struct group* found = nullptr;
+    if (getgrnam_r(name.c_str(), &grp, buf.data(), buf.size(), &found) != 0 || !found) {
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("shm_group '{}': no such group (a group name or a numeric id)", name));
+    }
+    gid = found->gr_gid;
+  }
+  if (geteuid() == 0 || getegid() == gid) return gid;
+  const int n = getgroups(0, nullptr);
+  std::vector<gid_t> groups(static_cast<size_t>(std::max(n, 0)));
+  if (n > 0 && getgroups(n, groups.data()) == n) {
+    for (const gid_t g : groups) {
+      if (g == gid) return gid;
+    }
+  }
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("shm_group '{}' (gid {}): this user is not a member; caches are shared "
+                          "only within a group the user belongs to",
+                          name, gid));
+}
+
+std::shared_ptr<const ShmUserDir> ShmUserDir::Open(const std::string& root, bool create,
+                                                   std::optional<gid_t> group) {
   struct stat root_st {};
   if (stat(root.c_str(), &root_st) != 0 || !S_ISDIR(root_st.st_mode)) {
     throw Error(ErrorCode::kNotFound,
                 fmt::format("shared-memory cache folder {} does not exist", root));
   }
-  const std::string path = ShmUserDirPath(root);
-  if (create && mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+  const std::string path = ShmUserDirPath(root, group);
+  const bool made = create && mkdir(path.c_str(), 0700) == 0;
+  if (create && !made && errno != EEXIST) {
     throw Error(ErrorCode::kIo,
                 fmt::format("cannot make the cache folder {}: {}", path, std::strerror(errno)));
   }
@@ -85,22 +145,57 @@ std::shared_ptr<const ShmUserDir> ShmUserDir::Open(const std::string& root, bool
                                                            : std::strerror(err)));
   }
   struct stat st {};
-  std::string why = fstat(fd, &st) != 0 ? std::strerror(errno) : Untrusted(st, /*want_dir=*/true);
+  // A group's folder this call made (0700 until now: nobody else could use it meanwhile) is
+  // handed to the group; one another member is making is waited for, briefly, to be handed.
+  for (int tries = 0; group && !made && tries < 40; ++tries) {
+    if (fstat(fd, &st) != 0 || st.st_uid == geteuid() || (st.st_mode & 07777) != 0700) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (group && made && fstat(fd, &st) == 0 &&
+      (st.st_gid != *group || (st.st_mode & 07777) != 02770)) {
+    if (fchown(fd, static_cast<uid_t>(-1), *group) != 0 || fchmod(fd, 02770) != 0) {
+      const int err = errno;
+      close(fd);
+      throw Error(ErrorCode::kIo, fmt::format("cannot give the cache folder {} to group {}: {}",
+                                              path, *group, std::strerror(err)));
+    }
+  }
+  std::string why =
+      fstat(fd, &st) != 0 ? std::strerror(errno) : Untrusted(st, /*want_dir=*/true, group);
   if (!why.empty()) {
     close(fd);
-    throw Error(ErrorCode::kIo, fmt::format("cache folder {} is refused: {}; a cache folder must "
-                                            "be this user's own with mode 0700: remove it",
-                                            path, why));
+    throw Error(ErrorCode::kIo,
+                fmt::format("cache folder {} is refused: {}; a cache folder must be {}: remove it",
+                            path, why,
+                            group ? fmt::format("of group {} with mode 2770", *group)
+                                  : std::string("this user's own with mode 0700")));
   }
-  std::shared_ptr<ShmUserDir> dir(new ShmUserDir(path, fd));
+  std::shared_ptr<ShmUserDir> dir(new ShmUserDir(path, fd, group));
   dir->LoadSecret();
   return dir;
 }
 
 ShmUserDir::~ShmUserDir() { close(fd_); }
 
+void ShmUserDir::Adopt(int fd) const {
+  if (!group_) return;  // 0600 already: a umask only takes permissions away
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_uid != geteuid()) return;  // another member's: checked
+  if (st.st_gid != *group_) {
+    if (fchown(fd, static_cast<uid_t>(-1), *group_) != 0) return;  // then refused by the check
+  }
+  if ((st.st_mode & 07777) != FileMode()) fchmod(fd, FileMode());
+}
+
+int ShmUserDir::CreateFile(const std::string& name) const {
+  const int fd =
+      openat(fd_, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, FileMode());
+  if (fd >= 0) Adopt(fd);
+  return fd;
+}
+
 int ShmUserDir::OpenFile(const std::string& name, int flags, std::string* why) const {
-  const int fd = openat(fd_, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  const int fd = openat(fd_, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, FileMode());
   if (fd < 0) {
     const int err = errno;
     *why = err == ENOENT  ? "absent"
@@ -108,8 +203,9 @@ int ShmUserDir::OpenFile(const std::string& name, int flags, std::string* why) c
                           : fmt::format("cannot open it: {}", std::strerror(err));
     return -1;
   }
+  if ((flags & O_CREAT) != 0) Adopt(fd);
   struct stat st {};
-  *why = fstat(fd, &st) != 0 ? std::strerror(errno) : Untrusted(st, /*want_dir=*/false);
+  *why = fstat(fd, &st) != 0 ? std::strerror(errno) : Untrusted(st, /*want_dir=*/false, group_);
   if (!why->empty()) {
     close(fd);
     return -1;
@@ -144,7 +240,7 @@ void ShmUserDir::LoadSecret() {
   }
   const std::string tmp = fmt::format("{}.tmp-{}-{}", kSecretName, getpid(), gettid());
   unlinkat(fd_, tmp.c_str(), 0);
-  fd = openat(fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  fd = CreateFile(tmp);
   bool ok = fd >= 0 && WriteAll(fd, secret_.data(), secret_.size());
   int err = ok ? 0 : errno;
   if (fd >= 0 && close(fd) != 0 && ok) {

@@ -9,14 +9,21 @@
 // mapped. The folder also holds the user's secret (the key of the cache headers' checksum),
 // made once from getrandom.
 //
-// Sharing caches between users is not offered: each user builds their own copy.
+// Sharing between users is an explicit choice of a group (CacheOptions::shm_group): the
+// caches then live in <root>/gpufeed-group-<gid>, mode 2770 and of that group, every file of
+// the group with no permissions for others and no write permission for the group (only its
+// maker writes it; members read it and take its locks), and the secret is the group's. The
+// members of the group trust each other's caches; nobody else can read, plant or squat them.
 // Thread-safety: a ShmUserDir is immutable after Open; its methods may be called from many
 // threads.
 #pragma once
 
+#include <sys/types.h>
+
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace gpufeed {
@@ -29,7 +36,10 @@ class ShmUserDir {
   // when `root` does not exist (or, without `create`, the folder does not), Error(kIo) naming
   // the folder when it is not a directory of this user with mode 0700 (planted by someone
   // else) or cannot be made. Loads the user's secret, making it when absent.
-  static std::shared_ptr<const ShmUserDir> Open(const std::string& root, bool create);
+  // With `group`, the group's folder instead (see above): Error(kIo) when it is not a folder
+  // of that group with mode 2770.
+  static std::shared_ptr<const ShmUserDir> Open(const std::string& root, bool create,
+                                                std::optional<gid_t> group = std::nullopt);
   ~ShmUserDir();
   ShmUserDir(const ShmUserDir&) = delete;
   ShmUserDir& operator=(const ShmUserDir&) = delete;
@@ -39,22 +49,38 @@ class ShmUserDir {
   const std::array<std::byte, kShmSecretBytes>& secret() const { return secret_; }
 
   // Opens `name` in the folder with `flags` (plus O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC; with
-  // O_CREAT the mode is 0600) and checks it is a regular file of this user with no group or
-  // other permissions. Returns the descriptor, or -1 with `*why` saying what was wrong
+  // O_CREAT the mode is FileMode()) and checks it is a regular file of this user with no group
+  // or other permissions (in a group's folder: of the group, no permission for others, not
+  // writable by the group). Returns the descriptor, or -1 with `*why` saying what was wrong
   // (ENOENT: "absent"). The returned descriptor is blocking again.
   int OpenFile(const std::string& name, int flags, std::string* why) const;
   std::string PathOf(const std::string& name) const { return path_ + "/" + name; }
+  // Creates `name` exclusively (O_EXCL, nothing followed) for reading and writing, with
+  // FileMode() and (in a group's folder) the group. Returns -1 with errno set on failure.
+  int CreateFile(const std::string& name) const;
+  // 0600, or 0640 in a group's folder.
+  mode_t FileMode() const { return group_ ? 0640 : 0600; }
+  const std::optional<gid_t>& group() const { return group_; }
 
  private:
-  ShmUserDir(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ShmUserDir(std::string path, int fd, std::optional<gid_t> group)
+      : path_(std::move(path)), fd_(fd), group_(group) {}
   void LoadSecret();
+  // Gives a file this process just made the folder's mode and group (umask may have cut it).
+  void Adopt(int fd) const;
 
   std::string path_;
   int fd_ = -1;
+  std::optional<gid_t> group_;
   std::array<std::byte, kShmSecretBytes> secret_{};
 };
 
-// "<root>/gpufeed-user-<uid>" for the calling user.
-std::string ShmUserDirPath(const std::string& root);
+// "<root>/gpufeed-user-<uid>" for the calling user, or "<root>/gpufeed-group-<gid>".
+std::string ShmUserDirPath(const std::string& root, std::optional<gid_t> group = std::nullopt);
+
+// The group named `name` (a group name or a numeric id) for sharing caches. Throws
+// Error(kInvalidArgument) when there is no such group or the calling user is not in it (root
+// may name any group).
+gid_t ResolveShmGroup(const std::string& name);
 
 }  // namespace gpufeed

@@ -43,7 +43,7 @@ int RunBenchCommand(BenchArgs& args) {
     source = OpenSynthetic(ParseSchema(args.synthetic), args.samples, args.config.open.loader.seed);
   } else if (ClassifyPath(args.path, *DefaultFileSystem()) == PathKind::kImages) {
     // Images: RandomResizedCrop(224) + flip; --cache caches the decoded images.
-    source = OpenImages(args.path, {.cache = args.cache, .verbose = !args.json});
+    source = OpenImages(args.path, {.cache = ParseCacheTier(args.cache), .verbose = !args.json});
     args.cache = "none";
   } else if (args.chunk_cache_mib >= 0 &&
              ClassifyPath(args.path, *DefaultFileSystem()) == PathKind::kHdf5) {

@@ -18,6 +18,7 @@ namespace {
 
 struct CacheArgs {
   std::string dir = "/dev/shm";
+  std::string group;
   bool json = false;
   std::vector<std::string> keys;
   bool all = false;
@@ -41,9 +42,9 @@ std::string State(const ShmCacheEntry& e) {
 }
 
 nlohmann::json ToJson(const ShmCacheEntry& e) {
-  return {{"key", e.key},           {"path", e.path},          {"description", e.description},
-          {"bytes", e.bytes},       {"age_s", e.age_seconds},  {"processes", e.processes},
-          {"state", State(e)},      {"identity", e.identity}};
+  return {{"key", e.key},      {"path", e.path},         {"description", e.description},
+          {"bytes", e.bytes},  {"age_s", e.age_seconds}, {"processes", e.processes},
+          {"state", State(e)}, {"identity", e.identity}};
 }
 
 void PrintEntries(const std::vector<ShmCacheEntry>& entries) {
@@ -57,7 +58,7 @@ void PrintEntries(const std::vector<ShmCacheEntry>& entries) {
 }
 
 int RunLs(const CacheArgs& a) {
-  const auto entries = ListShmCaches(a.dir);
+  const auto entries = ListShmCaches(a.dir, a.group);
   if (a.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& e : entries) out.push_back(ToJson(e));
@@ -76,11 +77,11 @@ int RunRm(const CacheArgs& a) {
     throw Error(ErrorCode::kInvalidArgument, "gpufeed cache rm: give KEY... or --all");
   }
   if (a.all) {
-    for (const auto& e : ListShmCaches(a.dir)) keys.push_back(e.key);
+    for (const auto& e : ListShmCaches(a.dir, a.group)) keys.push_back(e.key);
   }
   int missing = 0;
   for (const auto& key : keys) {
-    if (RemoveShmCache(key, a.dir)) {
+    if (RemoveShmCache(key, a.dir, a.group)) {
       fmt::print("removed {}\n", key);
     } else if (!a.all) {
       fmt::print(stderr, "gpufeed: no cache {} in {}\n", key, a.dir);
@@ -91,7 +92,7 @@ int RunRm(const CacheArgs& a) {
 }
 
 int RunGc(const CacheArgs& a) {
-  const auto removed = CollectShmGarbage(a.dir);
+  const auto removed = CollectShmGarbage(a.dir, a.group);
   for (const auto& e : removed) {
     fmt::print("removed {} ({}, {}): {}\n", e.key, State(e),
                FormatBytes(static_cast<double>(e.bytes)), e.description);
@@ -103,16 +104,24 @@ int RunGc(const CacheArgs& a) {
 int RunBuild(const CacheArgs& a) {
   CacheInfo info;
   OpenCached(OpenPath(a.path, a.fields),
-             {.tier = CacheTier::kShm, .shm_dir = a.dir, .threads = a.threads, .verbose = true}, &info);
+             {.tier = CacheTier::kShm,
+              .shm_dir = a.dir,
+              .shm_group = a.group,
+              .threads = a.threads,
+              .verbose = true},
+             &info);
   if (info.tier != CacheTier::kShm) return ExitCodeFor(ErrorCode::kIo);
-  fmt::print("{} {} in {:.2f} s: {}\n", info.built ? "built" : "found", info.key,
-             info.open_seconds, info.path);
+  fmt::print("{} {} in {:.2f} s: {}\n", info.built ? "built" : "found", info.key, info.open_seconds,
+             info.path);
   return 0;
 }
 
 void Run(CLI::App* cmd, int (*body)(const CacheArgs&), std::shared_ptr<CacheArgs> args) {
   cmd->add_option("--dir", args->dir, "The shared-memory root (caches are in its gpufeed-user-UID)")
       ->capture_default_str();
+  cmd->add_option("--group", args->group,
+                  "The caches shared with this group (a name or gid you belong to), in "
+                  "gpufeed-group-GID, instead of your own");
   cmd->callback([body, args] {
     const int code = RunReportingErrors([&] { return body(*args); });
     if (code != 0) throw CLI::RuntimeError(code);
@@ -127,7 +136,8 @@ void RegisterCacheCommand(CLI::App& app) {
       "cache",
       "Your shared-memory caches (/dev/shm/gpufeed-user-UID/gpufeed-KEY): one copy of a data\n"
       "set that every local process of yours maps. `cache='shm'` or 'auto' makes them; these\n"
-      "commands list, remove and collect them. Other users' caches are not visible or used.");
+      "commands list, remove and collect them. Other users' caches are not visible or used;\n"
+      "--group names a group's shared caches (Loader(shm_group=...)) instead.");
   cache->require_subcommand(1);
 
   CLI::App* ls = cache->add_subcommand(
@@ -142,8 +152,9 @@ void RegisterCacheCommand(CLI::App& app) {
   Run(rm, RunRm, args);
 
   CLI::App* gc = cache->add_subcommand(
-      "gc", "Remove half-built files of dead builders, invalid files, and caches whose source "
-            "files changed or are gone");
+      "gc",
+      "Remove half-built files of dead builders, invalid files, and caches whose source "
+      "files changed or are gone");
   Run(gc, RunGc, args);
 
   CLI::App* build = cache->add_subcommand(

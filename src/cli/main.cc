@@ -12,9 +12,9 @@ int main(int argc, char** argv) {
   using namespace gpufeed;       // NOLINT: the commands' Register functions
   using namespace gpufeed::cli;  // NOLINT
   CLI::App app(
-      "gpufeed keeps a training GPU busy: a parallel loader for NumPy and HDF5 data with\n"
-      "pinned, ahead-of-time copies to the GPU, caches in RAM and shared memory, a monitor,\n"
-      "and a doctor that says why a GPU waits.\n"
+      "gpufeed keeps a training GPU busy: a parallel loader for HDF5, NumPy, SQLite,\n"
+      "PostgreSQL and image folders with pinned, ahead-of-time copies to the GPU, caches in\n"
+      "RAM, shared memory and GPU memory, a monitor, and a doctor that says why a GPU waits.\n"
       "Exit codes: 2 invalid argument, 3 not found, 4 corrupt data, 5 I/O error, 6 device\n"
       "error, 7 unsupported.");
   app.require_subcommand(1);

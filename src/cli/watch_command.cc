@@ -115,6 +115,37 @@ int Attach(const WatchArgs& args) {
   return 0;
 }
 
+// The child's side of Run: waits at the gate, then execs; a failed exec reports errno.
+// Only async-signal-safe calls from fork to exec.
+[[noreturn]] void ExecAtGate(const int gate[2], const int report[2], char* const* argv) {
+  close(gate[1]);
+  close(report[0]);
+  char go = 0;
+  ssize_t n;
+  while ((n = read(gate[0], &go, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1) _exit(125);  // the watcher gave up before starting us
+  execvp(argv[0], argv);
+  int err = errno;
+  ssize_t ignored = write(report[1], &err, sizeof(err));
+  (void)ignored;
+  _exit(err == ENOENT ? 127 : 126);
+}
+
+// The shell's exit code for a wait status (128 + signal when killed) and a sentence saying so.
+std::pair<int, std::string> DescribeExit(int status, const std::string& name, double seconds) {
+  if (WIFEXITED(status)) {
+    return {WEXITSTATUS(status), fmt::format("{} exited with code {} after {:.1f} s", name,
+                                             WEXITSTATUS(status), seconds)};
+  }
+  if (WIFSIGNALED(status)) {
+    return {128 + WTERMSIG(status),
+            fmt::format("{} was killed by signal {} ({}) after {:.1f} s", name, WTERMSIG(status),
+                        strsignal(WTERMSIG(status)), seconds)};
+  }
+  return {0, ""};
+}
+
 // fork + exec with two pipes: `gate` holds the child until the monitor is up (so a port in
 // use fails before the command ever runs), `report` (close-on-exec) carries errno back when
 // exec fails, and closes silently when it succeeds.
@@ -131,21 +162,7 @@ int Run(const WatchArgs& args) {
   if (child < 0) {
     throw Error(ErrorCode::kIo, fmt::format("fork failed: {}", std::strerror(errno)));
   }
-  if (child == 0) {
-    // Only async-signal-safe calls from here to exec.
-    close(gate[1]);
-    close(report[0]);
-    char go = 0;
-    ssize_t n;
-    while ((n = read(gate[0], &go, 1)) < 0 && errno == EINTR) {
-    }
-    if (n != 1) _exit(125);  // the watcher gave up before starting us
-    execvp(argv[0], argv.data());
-    int err = errno;
-    ssize_t ignored = write(report[1], &err, sizeof(err));
-    (void)ignored;
-    _exit(err == ENOENT ? 127 : 126);
-  }
+  if (child == 0) ExecAtGate(gate, report, argv.data());
   close(gate[0]);
   close(report[1]);
   auto reap = [child] {
@@ -192,16 +209,7 @@ int Run(const WatchArgs& args) {
 
   int status = reap();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  int code = 0;
-  std::string how;
-  if (WIFEXITED(status)) {
-    code = WEXITSTATUS(status);
-    how = fmt::format("{} exited with code {} after {:.1f} s", args.command[0], code, seconds);
-  } else if (WIFSIGNALED(status)) {
-    code = 128 + WTERMSIG(status);
-    how = fmt::format("{} was killed by signal {} ({}) after {:.1f} s", args.command[0],
-                      WTERMSIG(status), strsignal(WTERMSIG(status)), seconds);
-  }
+  const auto [code, how] = DescribeExit(status, args.command[0], seconds);
   PrintEnd(*monitor, how);
   return code;
 }

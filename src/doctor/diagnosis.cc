@@ -40,7 +40,6 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
   in.sample_bytes = static_cast<double>(loader.schema().SampleBytes());
   in.dataset_samples = loader.source().size();
   in.device_copy = loader.device().needs_copy();
-  in.transforms = !o.transforms.empty();
   in.cache = loader.source().cache_tier();
   const DeviceMemoryInfo ram = HostDevice()->MemoryInfo();
   in.cpu_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

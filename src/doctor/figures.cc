@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/system_memory.h"
+
 namespace gpufeed::doctor {
 namespace {
 
@@ -12,7 +14,7 @@ std::optional<double> RamBudget(const DoctorInput& in) {
     available = std::min(available, static_cast<double>(*in.cgroup_memory_limit_bytes) -
                                         static_cast<double>(*in.cgroup_memory_used_bytes));
   }
-  return kRamBudget * std::max(0.0, available);
+  return kRamBudgetShare * std::max(0.0, available);
 }
 
 }  // namespace

@@ -16,7 +16,6 @@
 namespace gpufeed::doctor {
 
 constexpr int64_t kMinEventSteps = 8;  // fewer timed steps than this are an anecdote
-constexpr double kRamBudget = 0.50;    // of available RAM, for a cache
 
 inline double Ms(double ns) { return ns * 1e-6; }
 inline std::string Gb(double bytes) { return fmt::format("{:.1f} GB", bytes / 1e9); }

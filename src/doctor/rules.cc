@@ -25,7 +25,7 @@ constexpr double kMemoryFull = 0.95;      // of RAM or of the cgroup limit
 // What shortens the copy stage. With the device cache tier the "copy" is the gather on the
 // GPU, and the loader cannot run host transforms on rows that never reach the host.
 void AddCopyAdvice(const DoctorInput& in, double batch_bytes, Diagnosis& d) {
-  if (in.cache == "device") {
+  if (in.cache == CacheTier::kDevice) {
     d.advice.push_back(fmt::format(
         "the batches are gathered on the GPU from the device cache, so this is gather time: "
         "give a cast to float16 or bfloat16 to the cache (CacheOptions::transforms; `gpufeed "
@@ -105,7 +105,7 @@ constexpr Ruling kDecided{true, false};
 // What a RAM or shared-memory cache would save, when the loader has none.
 std::optional<std::string> CacheAdvice(const DoctorInput& in, const Figures& f,
                                        std::string_view what_it_saves) {
-  if (!f.ram_budget || f.set_bytes <= 0 || in.cache != "none") return {};
+  if (!f.ram_budget || f.set_bytes <= 0 || in.cache != CacheTier::kNone) return {};
   if (f.set_bytes <= *f.ram_budget) {
     return fmt::format(
         "the decoded set ({}) fits the RAM budget ({}): cache='ram' takes {} "

@@ -23,9 +23,23 @@ HostSample HostProbe::Sample(TimePoint now, std::vector<pid_t>* tree_pids) {
   sample.cpu_count = cpu_count_;
   double dt = 0;
   if (last_time_) dt = std::chrono::duration<double>(now - *last_time_).count();
-  bool rates = dt > 0;
-  std::string text;
+  SampleMachine(dt, sample);
+  SampleTree(now, dt, sample, tree_pids);
 
+  CgroupReading cgroup = cgroup_.Read();
+  sample.cgroup_cpu_limit_cores = cgroup.cpu_limit_cores;
+  sample.cgroup_cpu_throttled_seconds_total = cgroup.cpu_throttled_seconds;
+  sample.cgroup_cpu_throttled_periods_total = cgroup.cpu_throttled_periods;
+  sample.cgroup_memory_limit_bytes = cgroup.memory_limit_bytes;
+  sample.cgroup_memory_used_bytes = cgroup.memory_used_bytes;
+
+  last_time_ = now;
+  return sample;
+}
+
+void HostProbe::SampleMachine(double dt, HostSample& sample) {
+  const bool rates = dt > 0;
+  std::string text;
   if (ReadTextFile(proc_root_ + "/stat", &text)) {
     if (auto cpu = ParseProcStatCpu(text)) {
       if (!last_cpu_ || cpu->total < last_cpu_->total || cpu->busy < last_cpu_->busy) {
@@ -55,7 +69,11 @@ HostSample HostProbe::Sample(TimePoint now, std::vector<pid_t>* tree_pids) {
       last_disk_read_ = bytes;
     }
   }
+}
 
+void HostProbe::SampleTree(TimePoint now, double dt, HostSample& sample,
+                           std::vector<pid_t>* tree_pids) {
+  const bool rates = dt > 0;
   bool want_pss = !last_pss_time_ || now - *last_pss_time_ >= kPssPeriod;
   tree_pids->clear();
   if (auto tree = tree_.Read(want_pss)) {
@@ -96,16 +114,6 @@ HostSample HostProbe::Sample(TimePoint now, std::vector<pid_t>* tree_pids) {
       sample.tree_read_bytes_total = tree_read_bytes_;
     }
   }
-
-  CgroupReading cgroup = cgroup_.Read();
-  sample.cgroup_cpu_limit_cores = cgroup.cpu_limit_cores;
-  sample.cgroup_cpu_throttled_seconds_total = cgroup.cpu_throttled_seconds;
-  sample.cgroup_cpu_throttled_periods_total = cgroup.cpu_throttled_periods;
-  sample.cgroup_memory_limit_bytes = cgroup.memory_limit_bytes;
-  sample.cgroup_memory_used_bytes = cgroup.memory_used_bytes;
-
-  last_time_ = now;
-  return sample;
 }
 
 }  // namespace gpufeed

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "gpufeed/monitor.h"
 #include "core/cgroup_reader.h"
 #include "core/proc_text.h"
+#include "gpufeed/monitor.h"
 #include "monitor/process_tree.h"
 
 namespace gpufeed {
@@ -29,6 +29,12 @@ class HostProbe {
   HostSample Sample(std::chrono::steady_clock::time_point now, std::vector<pid_t>* tree_pids);
 
  private:
+  // The machine-wide figures: CPU, memory, disk reads (rates over `dt` seconds when > 0).
+  void SampleMachine(double dt, HostSample& sample);
+  // The watched tree's figures; fills `tree_pids`.
+  void SampleTree(std::chrono::steady_clock::time_point now, double dt, HostSample& sample,
+                  std::vector<pid_t>* tree_pids);
+
   using TimePoint = std::chrono::steady_clock::time_point;
   std::string proc_root_;
   ProcessTreeReader tree_;

@@ -218,13 +218,17 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
                 fmt::format("{}: inspecting it asks for an impossible size (damaged file?)", path));
   }
   bool any_costly = false;
+  size_t readable = 0;
   for (size_t i = 0; i < out.datasets.size(); ++i) {
     auto& d = out.datasets[i];
     d.recommendation = Recommend(d, storage[i], out.decoded_set_bytes, out.mem_available_bytes);
     any_costly = any_costly || Costly(d);
+    readable += d.unsupported.empty() ? 1 : 0;
   }
   if (out.datasets.empty()) {
     out.recommendation = "the file holds no datasets";
+  } else if (readable == 0) {
+    out.recommendation = "gpufeed can read none of its datasets (each says why)";
   } else if (!any_costly) {
     out.recommendation = "random access is cheap: read it with a full shuffle";
   } else if (static_cast<double>(out.decoded_set_bytes) <=

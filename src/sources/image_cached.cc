@@ -107,47 +107,29 @@ class StoredImageSource final : public Source {
 };
 
 // Crops cut from stored images read through the cache tier.
-class CachedImageSource final : public ImageSource {
+class CachedImageSource final : public ImageSetSource {
  public:
   CachedImageSource(std::shared_ptr<const ImageSet> set, std::shared_ptr<Source> cached)
-      : set_(std::move(set)), cached_(std::move(cached)) {
-    const int size = set_->options().size;
-    schema_.fields = {FieldSpec{"image", DType::kUInt8, {3, size, size}},
-                      FieldSpec{"label", DType::kInt64, {}}};
+      : ImageSetSource(std::move(set)), cached_(std::move(cached)) {
     stored_ = cached_->schema();
   }
 
-  const Schema& schema() const override { return schema_; }
-  int64_t size() const override { return set_->size(); }
   std::string Describe() const override {
     return fmt::format("images:{} ({} images, {} classes, {} crop {}, cached {} at {})",
                        set_->origin(), size(), set_->list().classes.size(), set_->options().crop,
-                       set_->options().size, cached_->cache_tier(), set_->options().cache_size);
+                       set_->options().size, CacheTierName(cached_->cache_tier()),
+                       set_->options().cache_size);
   }
   std::string Identity() const override {
     const ImageOptions& o = set_->options();
     return fmt::format("images-cached:{}:{}:{}|{}", o.crop, o.size, o.resize, cached_->Identity());
   }
-  std::string cache_tier() const override { return cached_->cache_tier(); }
+  CacheTier cache_tier() const override { return cached_->cache_tier(); }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
     auto worker = std::make_unique<ImageWorker>();
     worker->inner = cached_->NewWorkerState();
     return worker;
   }
-  const std::string& path(int64_t index) const override {
-    return set_->list().paths.at(static_cast<size_t>(index));
-  }
-  int64_t label(int64_t index) const override {
-    return set_->list().labels.at(static_cast<size_t>(index));
-  }
-  const std::vector<std::string>& classes() const override { return set_->list().classes; }
-  SkippedImages skipped() const override { return set_->skipped(); }
-
-  void Read(std::span<const int64_t> indices, const BatchView& out,
-            SourceWorkerState* state) const override {
-    ReadSeeded(indices, out, state, MixSeed(0, 0));
-  }
-
   void ReadSeeded(std::span<const int64_t> indices, const BatchView& out, SourceWorkerState* state,
                   uint64_t seed) const override {
     CheckReadRequest(*this, indices, out);
@@ -213,9 +195,7 @@ class CachedImageSource final : public ImageSource {
                   {resized_w, resized_h, left, top, size, size}, false, target, worker.resample);
   }
 
-  std::shared_ptr<const ImageSet> set_;
   std::shared_ptr<Source> cached_;
-  Schema schema_;
   Schema stored_;
 };
 
@@ -224,7 +204,7 @@ class CachedImageSource final : public ImageSource {
 std::shared_ptr<ImageSource> NewCachedImageSource(std::shared_ptr<const ImageSet> set) {
   const ImageOptions& o = set->options();
   CacheOptions cache;
-  cache.tier = ParseCacheTier(o.cache);
+  cache.tier = o.cache;
   cache.ram_budget_bytes = o.ram_budget_bytes;
   cache.shm_dir = o.shm_dir;
   cache.threads = o.cache_threads;

@@ -9,21 +9,23 @@
 #include "gpufeed/error.h"
 
 namespace gpufeed {
+
+ImageSetSource::ImageSetSource(std::shared_ptr<const ImageSet> set) : set_(std::move(set)) {
+  const int size = set_->options().size;
+  schema_.fields = {FieldSpec{"image", DType::kUInt8, {3, size, size}},
+                    FieldSpec{"label", DType::kInt64, {}}};
+}
+
 namespace {
 
 constexpr size_t kMaxSkipRecords = 8;
 
 // The streaming source: each sample decoded from its file and cropped as options say.
-class StreamingImageSource final : public ImageSource {
+class StreamingImageSource final : public ImageSetSource {
  public:
-  explicit StreamingImageSource(std::shared_ptr<const ImageSet> set) : set_(std::move(set)) {
-    const int size = set_->options().size;
-    schema_.fields = {FieldSpec{"image", DType::kUInt8, {3, size, size}},
-                      FieldSpec{"label", DType::kInt64, {}}};
-  }
+  explicit StreamingImageSource(std::shared_ptr<const ImageSet> set)
+      : ImageSetSource(std::move(set)) {}
 
-  const Schema& schema() const override { return schema_; }
-  int64_t size() const override { return set_->size(); }
   std::string Describe() const override {
     return fmt::format("images:{} ({} images, {} classes, {} crop {})", set_->origin(), size(),
                        set_->list().classes.size(), set_->options().crop, set_->options().size);
@@ -36,20 +38,6 @@ class StreamingImageSource final : public ImageSource {
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
     return std::make_unique<ImageWorker>();
   }
-  const std::string& path(int64_t index) const override {
-    return set_->list().paths.at(static_cast<size_t>(index));
-  }
-  int64_t label(int64_t index) const override {
-    return set_->list().labels.at(static_cast<size_t>(index));
-  }
-  const std::vector<std::string>& classes() const override { return set_->list().classes; }
-  SkippedImages skipped() const override { return set_->skipped(); }
-
-  void Read(std::span<const int64_t> indices, const BatchView& out,
-            SourceWorkerState* state) const override {
-    ReadSeeded(indices, out, state, MixSeed(0, 0));
-  }
-
   void ReadSeeded(std::span<const int64_t> indices, const BatchView& out, SourceWorkerState* state,
                   uint64_t seed) const override {
     CheckReadRequest(*this, indices, out);
@@ -101,9 +89,6 @@ class StreamingImageSource final : public ImageSource {
     ResampleToChw(View(worker.decoded), {0, 0, full_w / d, full_h / d},
                   {resized_w, resized_h, left, top, size, size}, false, image, worker.resample);
   }
-
-  std::shared_ptr<const ImageSet> set_;
-  Schema schema_;
 };
 
 }  // namespace
@@ -256,13 +241,13 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
   if (options.max_pixels == 0) {
     throw Error(ErrorCode::kInvalidArgument, "images: max_pixels must be > 0");
   }
-  if (options.cache != "none" && options.cache != "ram" && options.cache != "shm" &&
-      options.cache != "auto") {
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        fmt::format("images: cache must be none, ram, shm or auto, got \"{}\"", options.cache));
+  if (options.cache == CacheTier::kDevice) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "images: cache must be none, ram, shm or auto, got \"device\" (each epoch's "
+                "crops are cut on the host from the stored images)");
   }
-  if (options.cache != "none" && (options.cache_size < options.size || options.cache_size > 4096)) {
+  if (options.cache != CacheTier::kNone &&
+      (options.cache_size < options.size || options.cache_size > 4096)) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("images: cache_size ({}) must be at least size ({}) and at most 4096",
                             options.cache_size, options.size));
@@ -278,7 +263,7 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
                                        options.classes, options.on_error == "skip", &skipped_rows);
   auto set = std::make_shared<ImageSet>(path, std::move(list), options);
   for (const std::string& row : skipped_rows) set->RecordSkip(row);
-  if (options.cache == "none") return NewStreamingImageSource(std::move(set));
+  if (options.cache == CacheTier::kNone) return NewStreamingImageSource(std::move(set));
   return NewCachedImageSource(std::move(set));
 }
 

@@ -80,6 +80,33 @@ double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
 constexpr int kStoredAspectNum = 4;
 constexpr int kStoredAspectDen = 3;
 
+// What both image sources share: the ImageSet they read, the output schema (image uint8
+// [3, size, size], label int64) and the per-sample accessors; Read is ReadSeeded with the
+// unseeded generator.
+class ImageSetSource : public ImageSource {
+ public:
+  explicit ImageSetSource(std::shared_ptr<const ImageSet> set);
+
+  const Schema& schema() const override { return schema_; }
+  int64_t size() const override { return set_->size(); }
+  const std::string& path(int64_t index) const override {
+    return set_->list().paths.at(static_cast<size_t>(index));
+  }
+  int64_t label(int64_t index) const override {
+    return set_->list().labels.at(static_cast<size_t>(index));
+  }
+  const std::vector<std::string>& classes() const override { return set_->list().classes; }
+  SkippedImages skipped() const override { return set_->skipped(); }
+  void Read(std::span<const int64_t> indices, const BatchView& out,
+            SourceWorkerState* state) const override {
+    ReadSeeded(indices, out, state, MixSeed(0, 0));
+  }
+
+ protected:
+  std::shared_ptr<const ImageSet> set_;
+  Schema schema_;
+};
+
 // The streaming source (crops decoded straight from the files).
 std::shared_ptr<ImageSource> NewStreamingImageSource(std::shared_ptr<const ImageSet> set);
 // The cached source: stored images decoded once into `options.cache`'s tier, crops cut from

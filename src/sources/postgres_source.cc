@@ -12,10 +12,10 @@
 #include <set>
 #include <thread>
 
-#include "gpufeed/database.h"
-#include "gpufeed/error.h"
 #include "core/text.h"
 #include "core/thread_pool.h"
+#include "gpufeed/database.h"
+#include "gpufeed/error.h"
 #include "sources/database_table.h"
 #include "sources/postgres_connection.h"
 #include "sources/postgres_copy.h"
@@ -311,86 +311,35 @@ ColumnTable LoadRows(PgConnection& conn, const std::string& select, bool cursor,
   return parser.Take();
 }
 
-}  // namespace
+// The rows of `query` between each range's bounds of `key`, one connection per range, all on
+// the snapshot `snapshot`; the first failure stops the others and is rethrown.
+struct KeyRangeLoad {
+  const PgTarget& target;
+  const DatabaseOptions& options;
+  const std::string& query;
+  const std::string& quoted_key;
+  const std::string& snapshot;
+  const std::vector<PgColumn>& columns;
+  const std::string& context;
+};
 
-std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOptions options) {
-  PgTarget target = PgTarget::Parse(conninfo);
-  if (options.connections < 0 || options.connections > 64) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{}: connections = {}; expected 0 (auto) to 64", target.description,
-                            options.connections));
-  }
-  if (options.key.empty() && options.connections > 1) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{}: {} connections need a key column to split the rows by",
-                            target.description, options.connections));
-  }
-  PgConnection conn(target);
-  // The server's own view of where we are, for messages and the cache key (no password).
-  target.description =
-      fmt::format("postgresql host={} port={} dbname={} user={}", PQhost(conn.get()),
-                  PQport(conn.get()), PQdb(conn.get()), PQuser(conn.get()));
-  const std::string query = BuildQuery(options, conn);
-  const std::string context = fmt::format("{}: {}", target.description, ShortQuery(query));
-  const std::string identity = fmt::format("{}|{}", target.description, query);
-  std::vector<PgColumn> columns = DescribeColumns(conn, query, options);
-  std::atomic<bool> stop{false};
-
-  if (options.key.empty()) {
-    ColumnTable table = LoadRows(conn, query, options.cursor, columns, context, "", stop);
-    return NewDatabaseSource(std::move(table), context, identity);
-  }
-
-  const auto key = std::find_if(columns.begin(), columns.end(),
-                                [&](const PgColumn& c) { return c.name == options.key; });
-  if (key == columns.end() || key->is_array ||
-      (key->dtype != DType::kInt16 && key->dtype != DType::kInt32 && key->dtype != DType::kInt64)) {
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        fmt::format("{}: key '{}' must be an integer column of the query{}", context, options.key,
-                    key == columns.end() ? " (it has no such column)"
-                                         : fmt::format(" (it is {})", key->type_name)));
-  }
-  const std::string quoted_key = conn.QuoteIdentifier(options.key);
-  // Every connection reads the snapshot this transaction exports, so the key ranges are
-  // slices of one table even while others write to it.
-  conn.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", PGRES_COMMAND_OK, "BEGIN");
-  PgResult snap = conn.Exec("SELECT pg_export_snapshot()", PGRES_TUPLES_OK, "export snapshot");
-  const std::string snapshot = PQgetvalue(snap.get(), 0, 0);
-  PgResult bounds = conn.Exec(
-      fmt::format("SELECT min({0})::int8, max({0})::int8 FROM ({1}) AS gpufeed_q", quoted_key,
-                  query),
-      PGRES_TUPLES_OK, fmt::format("{}: the range of key '{}'", ShortQuery(query), options.key));
-  if (PQgetisnull(bounds.get(), 0, 0)) {
-    return NewDatabaseSource(ColumnTable{}, context, identity);  // no rows: says so
-  }
-  const auto bound = [&](int column) {
-    const std::optional<int64_t> value = ParseNumber<int64_t>(PQgetvalue(bounds.get(), 0, column));
-    if (!value) {
-      throw Error(ErrorCode::kCorruptData,
-                  fmt::format("{}: the server's {} of key '{}' is not an int8: '{}'", context,
-                              column == 0 ? "min" : "max", options.key,
-                              PQgetvalue(bounds.get(), 0, column)));
-    }
-    return *value;
-  };
-  const auto ranges =
-      SplitKeyRange(bound(0), bound(1), options.connections > 0 ? options.connections : 4);
-
+std::vector<ColumnTable> LoadKeyRanges(const KeyRangeLoad& in, const std::vector<KeyRange>& ranges,
+                                       const std::vector<std::string>& suffixes) {
   std::vector<ColumnTable> parts(ranges.size());
-  std::vector<std::string> suffixes(ranges.size());
+  std::atomic<bool> stop{false};
   std::mutex error_mutex;
   std::exception_ptr first_error;
   auto load = [&](size_t i) {
     try {
-      PgConnection worker(target);
+      PgConnection worker(in.target);
       worker.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", PGRES_COMMAND_OK, "BEGIN");
-      worker.Exec(fmt::format("SET TRANSACTION SNAPSHOT '{}'", snapshot), PGRES_COMMAND_OK,
+      worker.Exec(fmt::format("SET TRANSACTION SNAPSHOT '{}'", in.snapshot), PGRES_COMMAND_OK,
                   "SET TRANSACTION SNAPSHOT");
       const std::string select =
           fmt::format("SELECT * FROM ({}) AS gpufeed_q WHERE {} BETWEEN {} AND {} ORDER BY {}",
-                      query, quoted_key, ranges[i].first, ranges[i].last, quoted_key);
-      parts[i] = LoadRows(worker, select, options.cursor, columns, context, suffixes[i], stop);
+                      in.query, in.quoted_key, ranges[i].first, ranges[i].last, in.quoted_key);
+      parts[i] =
+          LoadRows(worker, select, in.options.cursor, in.columns, in.context, suffixes[i], stop);
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);
       // The first failure is the cause; the others were stopped because of it.
@@ -398,10 +347,6 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
       stop.store(true, std::memory_order_relaxed);
     }
   };
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    suffixes[i] = fmt::format(" of the rows with {} in [{}, {}]", options.key, ranges[i].first,
-                              ranges[i].last);
-  }
   {
     // One connection per range, all at once: each COPY waits on the server, not on a CPU.
     ThreadPool pool(static_cast<int>(ranges.size()));
@@ -409,12 +354,17 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
                      [&](int64_t i, int) { load(static_cast<size_t>(i)); });
   }
   if (first_error) std::rethrow_exception(first_error);
+  return parts;
+}
 
+// The parts in key order as one table; every part's array shapes must agree.
+ColumnTable ConcatParts(std::vector<ColumnTable> parts, const std::vector<PgColumn>& columns,
+                        const std::string& context, const std::vector<std::string>& suffixes) {
   ColumnTable table;
-  size_t shaped = ranges.size();  // the first part with rows: it set the array shapes
+  size_t shaped = parts.size();  // the first part with rows: it set the array shapes
   for (size_t i = 0; i < parts.size(); ++i) {
     if (parts[i].rows == 0) continue;
-    if (shaped == ranges.size()) {
+    if (shaped == parts.size()) {
       shaped = i;
       table = std::move(parts[i]);
       continue;
@@ -431,6 +381,98 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
     }
     table.Append(std::move(parts[i]));
   }
+  return table;
+}
+
+void CheckOptions(const PgTarget& target, const DatabaseOptions& options) {
+  if (options.connections < 0 || options.connections > 64) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: connections = {}; expected 0 (auto) to 64", target.description,
+                            options.connections));
+  }
+  if (options.key.empty() && options.connections > 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: {} connections need a key column to split the rows by",
+                            target.description, options.connections));
+  }
+}
+
+void CheckKeyColumn(const std::vector<PgColumn>& columns, const std::string& key_name,
+                    const std::string& context) {
+  const auto key = std::find_if(columns.begin(), columns.end(),
+                                [&](const PgColumn& c) { return c.name == key_name; });
+  if (key == columns.end() || key->is_array ||
+      (key->dtype != DType::kInt16 && key->dtype != DType::kInt32 && key->dtype != DType::kInt64)) {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("{}: key '{}' must be an integer column of the query{}", context, key_name,
+                    key == columns.end() ? " (it has no such column)"
+                                         : fmt::format(" (it is {})", key->type_name)));
+  }
+}
+
+// min and max of the key over the query, or nullopt when it has no rows.
+std::optional<std::pair<int64_t, int64_t>> KeyBounds(PgConnection& conn, const std::string& query,
+                                                     const std::string& quoted_key,
+                                                     const std::string& key_name,
+                                                     const std::string& context) {
+  PgResult bounds = conn.Exec(
+      fmt::format("SELECT min({0})::int8, max({0})::int8 FROM ({1}) AS gpufeed_q", quoted_key,
+                  query),
+      PGRES_TUPLES_OK, fmt::format("{}: the range of key '{}'", ShortQuery(query), key_name));
+  if (PQgetisnull(bounds.get(), 0, 0)) return std::nullopt;
+  const auto bound = [&](int column) {
+    const std::optional<int64_t> value = ParseNumber<int64_t>(PQgetvalue(bounds.get(), 0, column));
+    if (!value) {
+      throw Error(
+          ErrorCode::kCorruptData,
+          fmt::format("{}: the server's {} of key '{}' is not an int8: '{}'", context,
+                      column == 0 ? "min" : "max", key_name, PQgetvalue(bounds.get(), 0, column)));
+    }
+    return *value;
+  };
+  return std::make_pair(bound(0), bound(1));
+}
+
+}  // namespace
+
+std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOptions options) {
+  PgTarget target = PgTarget::Parse(conninfo);
+  CheckOptions(target, options);
+  PgConnection conn(target);
+  // The server's own view of where we are, for messages and the cache key (no password).
+  target.description =
+      fmt::format("postgresql host={} port={} dbname={} user={}", PQhost(conn.get()),
+                  PQport(conn.get()), PQdb(conn.get()), PQuser(conn.get()));
+  const std::string query = BuildQuery(options, conn);
+  const std::string context = fmt::format("{}: {}", target.description, ShortQuery(query));
+  const std::string identity = fmt::format("{}|{}", target.description, query);
+  std::vector<PgColumn> columns = DescribeColumns(conn, query, options);
+
+  if (options.key.empty()) {
+    std::atomic<bool> stop{false};
+    ColumnTable table = LoadRows(conn, query, options.cursor, columns, context, "", stop);
+    return NewDatabaseSource(std::move(table), context, identity);
+  }
+
+  CheckKeyColumn(columns, options.key, context);
+  const std::string quoted_key = conn.QuoteIdentifier(options.key);
+  // Every connection reads the snapshot this transaction exports, so the key ranges are
+  // slices of one table even while others write to it.
+  conn.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", PGRES_COMMAND_OK, "BEGIN");
+  PgResult snap = conn.Exec("SELECT pg_export_snapshot()", PGRES_TUPLES_OK, "export snapshot");
+  const std::string snapshot = PQgetvalue(snap.get(), 0, 0);
+  const auto bounds = KeyBounds(conn, query, quoted_key, options.key, context);
+  if (!bounds) return NewDatabaseSource(ColumnTable{}, context, identity);  // no rows: says so
+  const auto ranges = SplitKeyRange(bounds->first, bounds->second,
+                                    options.connections > 0 ? options.connections : 4);
+  std::vector<std::string> suffixes(ranges.size());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    suffixes[i] = fmt::format(" of the rows with {} in [{}, {}]", options.key, ranges[i].first,
+                              ranges[i].last);
+  }
+  const KeyRangeLoad in{target, options, query, quoted_key, snapshot, columns, context};
+  ColumnTable table = ConcatParts(LoadKeyRanges(in, ranges, suffixes), columns, context, suffixes);
   conn.Exec("COMMIT", PGRES_COMMAND_OK, "COMMIT");
   return NewDatabaseSource(std::move(table), context, identity);
 }

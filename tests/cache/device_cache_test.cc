@@ -96,7 +96,7 @@ TEST_F(DeviceCacheTest, EverySampleOfSeveralEpochsEqualsTheSource) {
   EXPECT_EQ(info.tier, CacheTier::kDevice);
   EXPECT_THAT(info.reason, HasSubstr("fits the device budget"));
   ASSERT_NE(cached->device_rows(), nullptr);
-  EXPECT_EQ(cached->cache_tier(), "device");  // what the doctor's advice goes by
+  EXPECT_EQ(cached->cache_tier(), CacheTier::kDevice);  // what the doctor's advice goes by
   const int64_t launches_before = fake_cuda_launches_completed();
   {
     Loader loader(cached, LoaderOpts(64));

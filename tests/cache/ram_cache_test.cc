@@ -23,8 +23,8 @@ std::shared_ptr<Source> Synthetic(int64_t samples) {
 TEST(RamCacheTest, ServesTheBaseSamplesAndReadsEachFromTheBaseOnce) {
   auto base = std::make_shared<InstrumentedSource>(Synthetic(1000));
   RamCachedSource cache(base);
-  EXPECT_EQ(cache.cache_tier(), "ram");
-  EXPECT_EQ(base->cache_tier(), "none");
+  EXPECT_EQ(cache.cache_tier(), CacheTier::kRam);
+  EXPECT_EQ(base->cache_tier(), CacheTier::kNone);
   const auto expected = ReadAll(*Synthetic(1000));
   base->samples_read = 0;
   std::vector<int64_t> order(1000);

@@ -4,13 +4,17 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <vector>
 
 #include "cache/cache_test_util.h"
 #include "cache/shm_format.h"
@@ -39,8 +43,8 @@ std::shared_ptr<Source> Synthetic() {
   return OpenSynthetic(ParseSchema("mel:float32[256],label:int64[]"), 600, 11);
 }
 
-ShmOpenOptions Options(const std::string& root) {
-  return {.dir = root, .threads = 1, .verbose = false};
+ShmOpenOptions Options(const std::string& root, std::optional<gid_t> group = std::nullopt) {
+  return {.dir = root, .group = group, .threads = 1, .verbose = false};
 }
 
 // Where row `index` of field `field` lies in the cache file of Synthetic().
@@ -201,6 +205,73 @@ TEST(ShmHostileTest, ACacheFileTruncatedUnderItsMappingIsAnIoError) {
   EXPECT_THAT(message, AllOf(HasSubstr(r.path), HasSubstr("changed size while being read")));
 }
 
+// Sharing with a group is asked for: the group's folder is 2770 of the group, its files 0640
+// of the group, and they are refused when open to others or writable by the whole group.
+TEST(ShmGroupTest, AGroupsCachesLiveInItsFolderWithGroupModes) {
+  ScratchDir root;
+  const gid_t group = getegid();  // a group this user is always in
+  ShmOpenResult r = OpenShmCache(Synthetic(), Options(root.path(), group));
+  ASSERT_TRUE(r.source);
+  EXPECT_TRUE(r.built);
+  const std::string dir = ShmUserDirPath(root.path(), group);
+  EXPECT_EQ(dir, fmt::format("{}/gpufeed-group-{}", root.path(), group));
+  EXPECT_EQ(fs::path(r.path).parent_path().string(), dir);
+  struct stat st {};
+  ASSERT_EQ(lstat(dir.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 02770u);
+  EXPECT_EQ(st.st_gid, group);
+  for (const std::string& file : {r.path, r.path + ".lock", dir + "/secret"}) {
+    ASSERT_EQ(lstat(file.c_str(), &st), 0) << file;
+    EXPECT_EQ(st.st_mode & 07777, 0640u) << file;
+    EXPECT_EQ(st.st_gid, group) << file;
+  }
+  // The user's own folder is untouched: sharing is per option, never the default.
+  EXPECT_FALSE(fs::exists(ShmUserDirPath(root.path())));
+  ShmOpenResult again = OpenShmCache(Synthetic(), Options(root.path(), group));
+  ASSERT_TRUE(again.source);
+  EXPECT_FALSE(again.built);
+  EXPECT_EQ(ReadAll(*again.source), ReadAll(*Synthetic()));
+  const auto listed = ListShmCaches(root.path(), std::to_string(group));
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].key, r.key);
+  EXPECT_TRUE(ListShmCaches(root.path()).empty());
+}
+
+TEST(ShmGroupTest, AGroupFileWritableByTheGroupIsRebuiltAndAFolderOpenToOthersRefused) {
+  ScratchDir root;
+  const gid_t group = getegid();
+  ShmOpenResult r = OpenShmCache(Synthetic(), Options(root.path(), group));
+  ASSERT_TRUE(r.source);
+  // Any member could rewrite a group-writable file: it is not served, it is rebuilt.
+  ASSERT_EQ(chmod(r.path.c_str(), 0660), 0);
+  ShmOpenResult again = OpenShmCache(Synthetic(), Options(root.path(), group));
+  ASSERT_TRUE(again.source);
+  EXPECT_TRUE(again.built);
+  const std::string dir = ShmUserDirPath(root.path(), group);
+  ASSERT_EQ(chmod(dir.c_str(), 02777), 0);
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf([&] { OpenShmCache(Synthetic(), Options(root.path(), group)); }, &message),
+            ErrorCode::kIo);
+  EXPECT_THAT(message, AllOf(HasSubstr(dir), HasSubstr("open to users outside group")));
+}
+
+TEST(ShmGroupTest, AnUnknownGroupIsAnInvalidArgument) {
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf([&] { ResolveShmGroup("no-such-group-gpufeed"); }, &message),
+            ErrorCode::kInvalidArgument);
+  EXPECT_THAT(message, HasSubstr("'no-such-group-gpufeed': no such group"));
+  EXPECT_EQ(ResolveShmGroup(std::to_string(getegid())), getegid());
+  ScratchDir root;
+  EXPECT_EQ(ErrorCodeOf([&] {
+              OpenCached(Synthetic(), {.tier = CacheTier::kRam,
+                                       .shm_dir = root.path(),
+                                       .shm_group = "no-such-group-gpufeed",
+                                       .verbose = false});
+            }),
+            ErrorCode::kInvalidArgument);
+}
+
 // Cross-user: a second uid (via setpriv, so only when run as root) plants things for the first.
 constexpr int kOtherUid = 54321;
 
@@ -209,9 +280,9 @@ bool CanSwitchUser() {
 }
 
 // Runs `script` with sh as kOtherUid; returns its exit status.
-int AsOtherUser(const std::string& script) {
+int AsOtherUser(const std::string& script, int uid = kOtherUid) {
   const std::string command = fmt::format(
-      "setpriv --reuid={0} --regid={0} --clear-groups sh -c '{1}' 2>/dev/null", kOtherUid, script);
+      "setpriv --reuid={0} --regid={0} --clear-groups sh -c '{1}' 2>/dev/null", uid, script);
   const int status = std::system(command.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -266,6 +337,71 @@ TEST(ShmCrossUserTest, AnotherUserCanNeitherReadNorPlantNorSquat) {
   ASSERT_TRUE(again.source);
   EXPECT_FALSE(again.built);
   EXPECT_EQ(ReadAll(*again.source), ReadAll(*Synthetic()));
+}
+
+// Two members of a group share one cache; a user outside the group can neither use nor read
+// it. Each user is a forked child that drops to its uid and groups (root only).
+constexpr gid_t kSharedGid = 54400;  // no user of these tests has it as its own gid
+
+// Runs `body` in a child as `uid` with primary group `uid` and supplementary `groups`;
+// returns the child's exit status (body's return value), or -1.
+int InChildAs(uid_t uid, std::vector<gid_t> groups, const std::function<int()>& body) {
+  std::fflush(nullptr);
+  const pid_t child = fork();
+  if (child == 0) {
+    if (setgroups(groups.size(), groups.data()) != 0 || setresgid(uid, uid, uid) != 0 ||
+        setresuid(uid, uid, uid) != 0) {
+      _exit(90);
+    }
+    int code = 91;
+    try {
+      code = body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child %d: %s\n", static_cast<int>(uid), e.what());
+      code = 92;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(ShmCrossUserTest, MembersOfTheGroupShareOneCacheOthersCannotUseIt) {
+  if (!CanSwitchUser()) GTEST_SKIP() << "needs root to act as other users";
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "forks a multi-threaded process";
+#endif
+  ScratchDir scratch;
+  const std::string root = SharedRoot(scratch);
+  const std::string group = std::to_string(kSharedGid);
+  const auto open = [&] {
+    return OpenShmCache(Synthetic(), Options(root, ResolveShmGroup(group)));
+  };
+  // Member 1 builds; member 2 maps what member 1 built and reads the same samples.
+  EXPECT_EQ(InChildAs(kOtherUid, {kSharedGid}, [&] { return open().built ? 0 : 1; }), 0);
+  EXPECT_EQ(InChildAs(kOtherUid + 1, {kSharedGid},
+                      [&] {
+                        ShmOpenResult r = open();
+                        if (!r.source || r.built) return 1;
+                        return ReadAll(*r.source) == ReadAll(*Synthetic()) ? 0 : 2;
+                      }),
+            0);
+  // Outside the group: naming the group is refused, and the files cannot be read.
+  EXPECT_EQ(InChildAs(kOtherUid + 2, {},
+                      [&] {
+                        try {
+                          open();
+                        } catch (const Error& e) {
+                          return e.code() == ErrorCode::kInvalidArgument ? 0 : 1;
+                        }
+                        return 2;
+                      }),
+            0);
+  const std::string path = ShmCachePath(root, CacheKey(*Synthetic()), kSharedGid);
+  EXPECT_NE(AsOtherUser(fmt::format("cat {} >/dev/null", path), kOtherUid + 2), 0);
+  EXPECT_NE(AsOtherUser(fmt::format("touch {}.tmp-1", path), kOtherUid + 2), 0);
+  EXPECT_EQ(AsOtherUser(fmt::format("cat {} >/dev/null", path), kOtherUid), 0);  // the maker
 }
 
 }  // namespace

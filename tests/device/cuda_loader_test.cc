@@ -103,7 +103,8 @@ TEST_F(CudaLoaderTest, TenThousandBatchesArriveIntactThroughDelayedCopies) {
   EXPECT_GE(device_->stats().copies, 2 * kBatches);
   const LoaderStats stats = loader->stats();
   EXPECT_EQ(stats.device, "cuda:0");
-  EXPECT_EQ(stats.buffers, (3 + 4 + 2) + (3 + 2));  // device batches + pinned staging
+  EXPECT_EQ(stats.buffers, (3 + 4 + 3) + (3 + 2));  // device batches (workers + prefetch
+                                                    // + max_outstanding) + pinned staging
 }
 
 TEST_F(CudaLoaderTest, PinnedBufferReusedBeforeItsCopyIsCaughtAsCorruptData) {
@@ -347,9 +348,9 @@ TEST_F(CudaLoaderTest, OutOfDeviceMemoryNamesBytesAndFreeMemoryAndLeaksNothing) 
   const size_t buffer = BatchLayout(TestSchema(), {}, 64).buffer_bytes();
   const auto expect_oom = [&](const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kDevice);
-    EXPECT_THAT(e.what(), AllOf(HasSubstr(std::to_string(buffer) + " byte"),
-                                HasSubstr("CUDA_ERROR_OUT_OF_MEMORY"),
-                                HasSubstr("1000 bytes (0.0 MiB) of")));
+    EXPECT_THAT(e.what(),
+                AllOf(HasSubstr(std::to_string(buffer) + " byte"),
+                      HasSubstr("CUDA_ERROR_OUT_OF_MEMORY"), HasSubstr("1000 bytes (0.0 MiB) of")));
   };
   {
     SCOPED_TRACE("the working set (workers + prefetch = 4 buffers) is allocated up front");

@@ -70,7 +70,6 @@ TEST(DoctorRules, BusyWorkersWithAnIdleCpuAreIoBound) {
 
 TEST(DoctorRules, SlowTransformsAreNamed) {
   DoctorInput in = Recorded(20, 10, 10, 50);
-  in.transforms = true;
   const Diagnosis d = Diagnose(in);
   EXPECT_EQ(d.verdict, Verdict::kInputBound);
   EXPECT_EQ(StageName(d.stage), "transform");
@@ -89,7 +88,7 @@ TEST(DoctorRules, CopyDominatingADataWaitIsCopyBound) {
 TEST(DoctorRules, CopyBoundOnTheDeviceCacheAdvisesACastBeforeTheUploadNotTheDeviceTier) {
   DoctorInput in = Recorded(20, 10, 8, 0, 40);
   in.device_copy = true;
-  in.cache = "device";
+  in.cache = CacheTier::kDevice;
   const Diagnosis d = Diagnose(in);
   EXPECT_EQ(d.verdict, Verdict::kCopyBound);
   ASSERT_EQ(d.advice.size(), 1u);

@@ -85,6 +85,22 @@ TEST(Hdf5InspectTest, UnreadableDatasetsAreReportedNotThrown) {
   EXPECT_THAT(FormatHdf5Inspection(in), HasSubstr("/t: float32 [200]"));
 }
 
+TEST(Hdf5InspectTest, AFileOfOnlyUnreadableDatasetsIsNotCalledCheap) {
+  if (!testing::HaveH5py()) GTEST_SKIP() << "needs /usr/bin/python3 with h5py";
+  testing::ScratchDir dir;
+  const std::string path = dir.Path("strings.h5");
+  ASSERT_TRUE(testing::RunPython(
+      dir.path(), "make.py",
+      "import sys, h5py\n"
+      "with h5py.File(sys.argv[1], 'w') as f:\n"
+      "    f.create_dataset('names', data=['a', 'bb', 'ccc'], dtype=h5py.string_dtype())\n",
+      path));
+  const auto in = InspectHdf5(path, nullptr, 16 * kGiB);
+  ASSERT_EQ(in.datasets.size(), 1u);
+  EXPECT_FALSE(in.datasets[0].unsupported.empty());
+  EXPECT_THAT(in.recommendation, HasSubstr("can read none of its datasets"));
+}
+
 TEST(Hdf5InspectTest, NotAnHdf5FileIsAnError) {
   testing::ScratchDir dir;
   const std::string path = dir.Write("x.h5", "definitely not hdf5");

@@ -223,8 +223,8 @@ TEST(ImageSourceTest, RamCacheServesStoredImagesAndCropsFromThem) {
   ScratchDir dir;
   MakeFolder(dir);
   auto cached =
-      OpenImages(dir.path(), {.size = 16, .cache = "ram", .cache_size = 24, .verbose = false});
-  EXPECT_EQ(cached->cache_tier(), "ram");
+      OpenImages(dir.path(), {.size = 16, .cache = CacheTier::kRam, .cache_size = 24, .verbose = false});
+  EXPECT_EQ(cached->cache_tier(), CacheTier::kRam);
   const Epoch first = RunEpoch(cached, 4, 0, 2);
   const Epoch again = RunEpoch(cached, 4, 0, 1);  // from the cache: same crops
   EXPECT_EQ(first.images, again.images);
@@ -244,7 +244,7 @@ TEST(ImageSourceTest, RamCacheServesStoredImagesAndCropsFromThem) {
   auto cached_eval = OpenImages(plain.path(), {.crop = "center",
                                                .size = 16,
                                                .resize = 24,
-                                               .cache = "ram",
+                                               .cache = CacheTier::kRam,
                                                .cache_size = 24,
                                                .verbose = false});
   EXPECT_EQ(RunEpoch(stream_eval, 0, 0, 1, 3).images, RunEpoch(cached_eval, 0, 0, 1, 3).images);
