@@ -76,6 +76,7 @@ fuzz: setup
 	cmake --build $(BUILD)-fuzz -j $(JOBS) --target gpufeed_fuzzers
 	$(PYTHON) fuzz/make_corpus.py $(BUILD)-fuzz/seeds
 	$(PYTHON) fuzz/make_corpus_hdf5.py $(BUILD)-fuzz/seeds/hdf5_fuzz
+	$(PYTHON) fuzz/make_corpus_chunks.py $(BUILD)-fuzz/seeds/hdf5_chunk_fuzz
 	fuzz/run_fuzzers.sh $(BUILD)-fuzz $(FUZZ_SECONDS)
 
 # A fixed seed: CI's short runs repeat the same exploration, so a red run reproduces.

@@ -48,6 +48,56 @@ def seeds(out):
             d.write(h5py.h5s.ALL, h5py.h5s.ALL, np.arange(6, dtype='<u2'))
 
 
+def latest_seeds(out):
+    """The structures gpufeed reads itself in libver="latest" files, one small file each: every
+    chunk index of layout version 4 (fixed array, paged too; extensible array past its index
+    block; v2 B-tree of depth 1, filtered and not; single chunk, filtered; implicit), groups
+    in dense link storage (name index, creation-order index, nested), external storage."""
+    def make(name, build):
+        with h5py.File(os.path.join(out, f'v4_{name}.h5'), 'w', libver='latest') as f:
+            build(f)
+    u1 = lambda n: np.arange(n, dtype='u1')
+    make('fixed_array', lambda f: f.create_dataset('x', data=u1(60).reshape(20, 3), chunks=(3, 2),
+                                                   compression='gzip'))
+    make('fixed_array_paged', lambda f: f.create_dataset('x', data=u1(1100), chunks=(1,)))
+    make('earray', lambda f: f.create_dataset('x', data=u1(200), chunks=(1,), maxshape=(None,),
+                                              compression='gzip'))
+    make('earray_axis1', lambda f: f.create_dataset('x', data=u1(60).reshape(3, 20),
+                                                    chunks=(2, 1), maxshape=(3, None)))
+    make('btree2', lambda f: f.create_dataset('x', data=np.zeros((300, 4), 'u1'), chunks=(1, 1),
+                                              maxshape=(None, None)))
+    make('btree2_gzip', lambda f: f.create_dataset('x', data=u1(120).reshape(30, 4),
+                                                   chunks=(2, 2), maxshape=(None, None),
+                                                   compression='gzip', shuffle=True))
+    make('single_gzip', lambda f: f.create_dataset('x', data=u1(12).reshape(4, 3), chunks=(4, 3),
+                                                   compression='gzip'))
+
+    def implicit(f):
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((3, 2))
+        dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+        h5py.h5d.create(f.id, b'x', h5py.h5t.STD_U8LE, h5py.h5s.create_simple((10, 3)), dcpl=dcpl)
+        f['x'][0:8] = u1(24).reshape(8, 3)
+    make('implicit', implicit)
+
+    def dense(f):
+        g = f.create_group('g')
+        for i in range(12):
+            g[f'd{i}'] = u1(i + 1)
+        h = g.create_group('inner', track_order=True)
+        for i in range(9):
+            h[f'e{i}'] = u1(3)
+        f['x'] = u1(5)
+    make('dense_groups', dense)
+
+    def external(f):
+        np.arange(8, dtype='<f4').tofile(os.path.join(out, 'raw.bin'))
+        f.create_dataset('x', shape=(8,), dtype='<f4', external=[('raw.bin', 0, 32)])
+        f['link'] = h5py.ExternalLink('v4_fixed_array.h5', '/x')
+    make('external', external)
+    os.remove(os.path.join(out, 'raw.bin'))  # not an HDF5 seed
+
+
 def _features(f):
     """What real files hold besides plain numeric datasets: attributes, links of every kind,
     committed and unsupported types, groups with creation order, a resizable dataset."""
@@ -70,6 +120,7 @@ def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
     seeds(out)
+    latest_seeds(out)
     for name, make in make_hostile_hdf5.CASES.items():
         make(os.path.join(out, 'hostile_' + name + '.h5'))
     # Inputs the fuzzer found, kept in git (small): corpus/hdf5_fuzz/.

@@ -42,18 +42,27 @@ struct DoctorInput {
   std::vector<BatchTiming> batches;
   int workers = 1;
   int prefetch = 1;
-  int max_workers = 1;      // what the autotuner or the user may go up to
+  int max_workers = 1;  // what the autotuner or the user may go up to
   int64_t batch_size = 0;
   double sample_bytes = 0;  // after transforms
   int64_t dataset_samples = 0;
-  bool device_copy = false;  // batches are copied to a GPU
+  bool device_copy = false;            // batches are copied to a GPU
   CacheTier cache = CacheTier::kNone;  // the loader's cache tier
+  // Samples the source stores together (Source::PreferredBlock: an HDF5 chunk's rows; 1 when
+  // any order reads alike), and whether the loader shuffles whole blocks.
+  int64_t source_block = 1;
+  bool block_shuffle = false;
+  // Bytes the process fetched from storage while the loader ran (LoaderStats::
+  // storage_read_bytes) against the bytes the loader delivered: reads served from the page
+  // cache or memory fetch nothing, and waiting on them is memory copying, not storage.
+  std::optional<uint64_t> storage_read_bytes;
+  uint64_t delivered_bytes = 0;
   // The machine (the monitor, /proc, cgroup v2). Unknown readings stay empty.
   int cpu_count = 1;
-  std::optional<double> cpu_limit_cores;      // cgroup cpu.max
-  std::optional<double> process_cpu_cores;    // the training process tree
-  std::optional<double> machine_cpu_ratio;    // every process on the machine, 0-1
-  std::optional<double> throttled_fraction;   // share of the window the cgroup throttled
+  std::optional<double> cpu_limit_cores;     // cgroup cpu.max
+  std::optional<double> process_cpu_cores;   // the training process tree
+  std::optional<double> machine_cpu_ratio;   // every process on the machine, 0-1
+  std::optional<double> throttled_fraction;  // share of the window the cgroup throttled
   std::optional<uint64_t> ram_available_bytes;
   std::optional<uint64_t> ram_total_bytes;
   std::optional<uint64_t> cgroup_memory_limit_bytes;
@@ -101,7 +110,6 @@ Diagnosis Diagnose(const DoctorInput& input);
 // Gathers the input from a running loader (its last `window` batches, with their
 // event-measured GPU figures) and, when given, the monitor (its latest snapshot, and the
 // throttling over the last 10 s of its history).
-DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor,
-                               size_t window = 64);
+DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, size_t window = 64);
 
 }  // namespace gpufeed

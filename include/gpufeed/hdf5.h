@@ -3,10 +3,14 @@
 // Reads never take libhdf5's lock on the hot path: contiguous unfiltered datasets are read
 // (pread, never a memory map: a file truncated under a running loader is an Error(kIo), not
 // SIGBUS) at their file offset, chunked ones through a chunk index built once at open; raw chunks
-// are read through the file seam and decoded (deflate, byte shuffle, fletcher32) in the
-// calling worker, each chunk once per batch, with a bounded decoded-chunk cache per worker.
-// Datasets with any other filter (szip, scale-offset, n-bit, plugins) fall back to
-// H5Dread under the process-wide libhdf5 lock, with a one-line warning on stderr.
+// are read through the file seam and decoded in the calling worker (deflate through
+// libdeflate, byte shuffle, fletcher32, and the filters h5py users add: LZF, Blosc with its
+// codecs and shuffles, LZ4, Bitshuffle with LZ4 or Zstd, Zstd; no HDF5 plugin needed), each
+// chunk once per batch, with a bounded decoded-chunk cache per worker. Datasets with any
+// other filter (szip, scale-offset, n-bit, other plugins) fall back to H5Dread under the
+// process-wide libhdf5 lock, with a one-line warning on stderr; when libhdf5 has no plugin
+// for the filter either, opening fails naming the filter and the package that provides it.
+// GPUFEED_HDF5_INFLATE=zlib inflates with zlib instead of libdeflate (for comparisons).
 //
 // Thread-safety: the returned Source is thread-safe (see source.h); Hdf5SourceCounters may be
 // read while workers run.

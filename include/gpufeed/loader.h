@@ -66,7 +66,13 @@ struct LoaderOptions {
   int max_prefetch = 0;                 // Default: 0 = 4 * max_workers, within 25% of available RAM
   std::shared_ptr<Device> device = {};  // Default: null = the host
   std::vector<std::shared_ptr<Transform>> transforms = {};  // Default: none
-  int64_t start_epoch = 0;                                  // Default: 0
+  int64_t start_epoch = 0;  // Default: 0
+  // Default: "" = no file. A path: the stage trace (Loader::WriteTrace) is written there when
+  // the loader is destroyed.
+  std::string trace = {};
+  // The batches the stage trace keeps. Default: 0 = those of the last minute (at most 65536);
+  // n > 0: the last n (at most 65536); -1: none (no recording at all).
+  int64_t trace_batches = 0;
 };
 
 // Where one field of a batch lives: `rows` samples of `spec`, contiguous, C order.
@@ -137,6 +143,10 @@ struct LoaderStats {
   int64_t gpu_busy_ns = 0;
   int64_t gpu_idle_ns = 0;
   int64_t gpu_drained_steps = 0;  // steps whose stream had run dry before the loop asked again
+  // Bytes the process fetched from storage since the loader was made (/proc/self/io
+  // read_bytes: page-cache hits excluded); -1 unknown. Against `bytes` it tells a read
+  // that waits on storage from one that copies memory.
+  int64_t storage_read_bytes = -1;
 
   // Fraction of the consumer's time spent waiting in Next(): the GPU's data stall.
   double ConsumerWaitFraction() const;
@@ -243,6 +253,14 @@ class Loader {
   // The last `n` delivered batches (at most 4096 are kept), oldest first. A batch's step_ns
   // is known once the consumer calls Next() again.
   std::vector<BatchTiming> RecentBatches(size_t n) const;
+
+  // Writes the stage trace of the last batches delivered (LoaderOptions::trace_batches) as
+  // Chrome trace-event JSON, for Perfetto or chrome://tracing: a track per worker with its
+  // buffer wait, read (the decodes inside it), transform and copy spans per batch, the
+  // consumer's track with its waits in Next() and the steps between, and counters (queue
+  // depth, buffers free, workers active). Throws Error(kIo) naming `path`, and
+  // Error(kInvalidArgument) when recording is off (trace_batches = -1).
+  void WriteTrace(const std::string& path) const;
 
   // Changes the number of active workers and the prefetch depth while the loader runs.
   // Clamped to [1, max_workers] and [1, max_prefetch]. What the autotuner calls; callable

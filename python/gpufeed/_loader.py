@@ -53,11 +53,21 @@ class _EpochIterator:
     def __next__(self):
         if self._done:
             raise StopIteration
-        handle = self._next()  # waits with the GIL released
+        if _profiling():
+            # The wait as a range of torch's profiler; nothing is recorded when it is off.
+            with torch.profiler.record_function("gpufeed.next"):
+                handle = self._next()
+        else:
+            handle = self._next()  # waits with the GIL released
         if handle is None:
             self._done = True
             raise StopIteration
         return self._make(handle)
+
+
+# Whether torch's profiler records now (one C call; a profiler started mid-epoch is seen at
+# the next batch).
+_profiling = torch._C._autograd._profiler_enabled
 
 
 def _device_spec(device):
@@ -121,6 +131,10 @@ class Loader:
     shm_group:  share cache="shm" files with the members of this group (a name or gid you
                 belong to) instead of keeping them your own; members trust each other's
                 caches, nobody else can read or plant them.
+    trace:      a path: the stage trace of the last batches (Chrome trace-event JSON, for
+                Perfetto or chrome://tracing) is written there when the loader is closed;
+                trace(path) writes it on request. trace_batches: the batches it keeps (None:
+                those of the last minute; -1: no recording).
     max_outstanding: batches the training loop may still hold when it asks for the next
                 one, planned for up front. Default (LoaderOptions::max_outstanding): the one in
                 the loop variable, one kept (say, for logging), one spare. Each one costs a
@@ -150,8 +164,9 @@ class Loader:
                  drop_last=None, workers=None, prefetch=None, device=None, transforms=(),
                  rank=None, world_size=None, max_outstanding=None, shuffle_block=None,
                  shuffle_window=None, autotune=None, max_workers=None, max_prefetch=None,
-                 cache=None, preload=None, shm_dir=None, shm_group=None, pad=None,
-                 held_budget_bytes=None, batch_transform=None, chunk_cache=None):
+                 cache=None, preload=None, shm_dir=None, shm_group=None, trace=None,
+                 trace_batches=None, pad=None, held_budget_bytes=None, batch_transform=None,
+                 chunk_cache=None):
         # None leaves an option unset: its default is the C++ one (gpufeed/loader.h,
         # gpufeed/cache.h), written there once.
         if batch_size is None:
@@ -173,6 +188,7 @@ class Loader:
                             ("max_outstanding", max_outstanding),
                             ("shuffle_block", shuffle_block), ("shuffle_window", shuffle_window),
                             ("max_workers", max_workers), ("max_prefetch", max_prefetch),
+                            ("trace_batches", trace_batches),
                             ("held_budget_bytes", held_budget_bytes)):
             if value is not None:
                 given[name] = _int(value, name)
@@ -180,7 +196,8 @@ class Loader:
                             ("autotune", autotune), ("preload", preload)):
             if value is not None:
                 given[name] = bool(value)
-        for name, value in (("cache", cache), ("shm_dir", shm_dir), ("shm_group", shm_group)):
+        for name, value in (("cache", cache), ("shm_dir", shm_dir), ("shm_group", shm_group),
+                            ("trace", trace)):
             if value is not None:
                 given[name] = str(value)
         if device is not None:
@@ -274,6 +291,13 @@ class Loader:
         """Changes the reader threads and the prefetch depth while the loader runs (clamped to
         max_workers and max_prefetch)."""
         self._impl.set_parallelism(int(workers), int(prefetch))
+
+    def trace(self, path):
+        """Writes the stage trace of the last batches to `path` as Chrome trace-event JSON
+        (open it in Perfetto or chrome://tracing): a track per worker thread with read
+        (decode inside), transform and copy spans per batch, the training loop's waits in
+        next() and its steps, and counters (queue depth, buffers free, workers active)."""
+        self._impl.write_trace(str(path))
 
     def diagnose(self, monitor=None, window=64):
         """The doctor's verdict over the last `window` batches: which stage makes the loop

@@ -62,6 +62,8 @@ void BindLoaderOptions(py::module_& m) {
   LoaderField(c, "max_workers", &LoaderOptions::max_workers);
   LoaderField(c, "max_prefetch", &LoaderOptions::max_prefetch);
   LoaderField(c, "start_epoch", &LoaderOptions::start_epoch);
+  LoaderField(c, "trace", &LoaderOptions::trace);
+  LoaderField(c, "trace_batches", &LoaderOptions::trace_batches);
   c.def_readwrite("device", &CachedLoaderOptions::device);
   c.def_readwrite("transforms", &CachedLoaderOptions::transforms);
   c.def_property(
@@ -133,6 +135,10 @@ void BindLoader(py::module_& m) {
           "workers", [](PyLoader& l) { return l.Any([](Loader& x) { return x.workers(); }); })
       .def_property_readonly(
           "prefetch", [](PyLoader& l) { return l.Any([](Loader& x) { return x.prefetch(); }); })
+      .def("write_trace",
+           [](PyLoader& l, const std::string& path) {
+             l.Any([&](Loader& x) { x.WriteTrace(path); });
+           })
       .def("stats_json",
            [](PyLoader& l) { return l.Any([](Loader& x) { return x.stats().ToJson(); }); })
       .def_property_readonly(

@@ -150,6 +150,12 @@ void RegisterBenchCommand(CLI::App& app) {
                 "and final values are reported");
   cmd->add_option("--max-workers", args->config.open.loader.max_workers,
                   "With --autotune: the most workers to try (0: the CPU count)");
+  cmd->add_option("--trace", args->config.open.loader.trace,
+                  "Write the stage trace of the run's last batches (Chrome trace-event JSON: "
+                  "open it in Perfetto or chrome://tracing) to this file at the end");
+  cmd->add_option("--trace-batches", args->config.open.loader.trace_batches,
+                  "Batches the trace keeps (0: the last minute; -1: record nothing)")
+      ->capture_default_str();
   cmd->callback([args] {
     const int code = RunReportingErrors([&] { return RunBenchCommand(*args); });
     if (code != 0) throw CLI::RuntimeError(code);

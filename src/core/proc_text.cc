@@ -1,5 +1,4 @@
 #include "core/proc_text.h"
-#include "core/text.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,6 +7,8 @@
 #include <charconv>
 #include <string>
 #include <vector>
+
+#include "core/text.h"
 
 namespace gpufeed {
 namespace {
@@ -180,6 +181,12 @@ std::optional<uint64_t> ParseDiskstatsReadBytes(std::string_view text) {
     if (!partition) bytes += disk.sectors_read * 512;
   }
   return bytes;
+}
+
+std::optional<uint64_t> ProcessStorageReadBytes() {
+  std::string text;
+  if (!ReadTextFile("/proc/self/io", &text)) return std::nullopt;
+  return ParseKeyedValue(text, "read_bytes");
 }
 
 }  // namespace gpufeed

@@ -48,6 +48,11 @@ std::optional<PidStat> ParsePidStat(std::string_view text);
 // `key: 123` line (io) as is when the line has no kB suffix.
 std::optional<uint64_t> ParseKeyedValue(std::string_view text, std::string_view key);
 
+// Bytes this process has caused to be fetched from storage (/proc/self/io read_bytes: reads
+// and page faults that reached a device, not those served by the page cache); nullopt where
+// the kernel does not say.
+std::optional<uint64_t> ProcessStorageReadBytes();
+
 // Bytes read from whole disks in /proc/diskstats (sectors are always 512 bytes). Loop, ram,
 // zram, device-mapper and md devices and partitions are left out so no read counts twice.
 std::optional<uint64_t> ParseDiskstatsReadBytes(std::string_view text);

@@ -1,7 +1,7 @@
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "gpufeed/doctor.h"
@@ -24,8 +24,8 @@ std::string Diagnosis::ToJson() const {
                       {"consumer_wait_fraction", consumer_wait_fraction},
                       {"worker_busy_fraction", worker_busy_fraction},
                       {"gpu_measure", gpu_measure}};
-  j["gpu_busy_fraction"] = gpu_busy_fraction >= 0 ? nlohmann::json(gpu_busy_fraction)
-                                                  : nlohmann::json();
+  j["gpu_busy_fraction"] =
+      gpu_busy_fraction >= 0 ? nlohmann::json(gpu_busy_fraction) : nlohmann::json();
   return j.dump();
 }
 
@@ -41,6 +41,13 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
   in.dataset_samples = loader.source().size();
   in.device_copy = loader.device().needs_copy();
   in.cache = loader.source().cache_tier();
+  in.source_block = loader.source().PreferredBlock();
+  in.block_shuffle = o.shuffle_block != 0;
+  const LoaderStats stats = loader.stats();
+  if (stats.storage_read_bytes >= 0) {
+    in.storage_read_bytes = static_cast<uint64_t>(stats.storage_read_bytes);
+  }
+  in.delivered_bytes = static_cast<uint64_t>(std::max<int64_t>(0, stats.bytes));
   const DeviceMemoryInfo ram = HostDevice()->MemoryInfo();
   in.cpu_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   in.ram_available_bytes = ram.free_bytes;
@@ -79,9 +86,9 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
     if (span >= 10 || std::next(it) == history.rend()) {
       if (span > 0 && h.cgroup_cpu_throttled_seconds_total &&
           it->host.cgroup_cpu_throttled_seconds_total) {
-        in.throttled_fraction = (*h.cgroup_cpu_throttled_seconds_total -
-                                 *it->host.cgroup_cpu_throttled_seconds_total) /
-                                span;
+        in.throttled_fraction =
+            (*h.cgroup_cpu_throttled_seconds_total - *it->host.cgroup_cpu_throttled_seconds_total) /
+            span;
       }
       break;
     }

@@ -21,6 +21,9 @@ constexpr double kWaitInputBound = 0.10;  // the loop waits this share of its ti
 constexpr double kCpuSaturated = 0.90;    // of the usable cores
 constexpr double kGpuIdle = 0.50;         // below this GPU utilization the GPU idles
 constexpr double kMemoryFull = 0.95;      // of RAM or of the cgroup limit
+// Reads are storage-bound only when the process fetched at least this share of the bytes it
+// delivered from a device; below it the reads were served by the page cache or memory.
+constexpr double kFromStorage = 0.10;
 
 // What shortens the copy stage. With the device cache tier the "copy" is the gather on the
 // GPU, and the loader cannot run host transforms on rows that never reach the host.
@@ -38,8 +41,9 @@ void AddCopyAdvice(const DoctorInput& in, double batch_bytes, Diagnosis& d) {
       "cast floating fields to float16 or bfloat16 on the host (transforms=['cast:FIELD:"
       "float16']): each batch moves {} instead of {}",
       Gb(batch_bytes / 2), Gb(batch_bytes)));
-  d.advice.push_back("cache='device' keeps the data set on the GPU and gathers batches "
-                     "there, with no copy per batch, where it fits the VRAM budget");
+  d.advice.push_back(
+      "cache='device' keeps the data set on the GPU and gathers batches "
+      "there, with no copy per batch, where it fits the VRAM budget");
 }
 
 // "batch 128 uses 4.5 of 24.0 GB VRAM; about 512 fits (a suggestion; your setting stands)"
@@ -54,9 +58,10 @@ std::optional<std::string> BatchSizeAdvice(const DoctorInput& in) {
     fits *= 2;
   }
   if (fits == in.batch_size) return {};
-  return fmt::format("batch {} uses {} of {} VRAM; about {} fits (a suggestion; your setting "
-                     "stands)",
-                     in.batch_size, Gb(used), Gb(total), fits);
+  return fmt::format(
+      "batch {} uses {} of {} VRAM; about {} fits (a suggestion; your setting "
+      "stands)",
+      in.batch_size, Gb(used), Gb(total), fits);
 }
 
 }  // namespace
@@ -217,6 +222,37 @@ void TransformBound(const DoctorInput& in, const Figures& f, const CpuPicture& c
   AddCacheAdvice(in, f, "reading and decoding", d);
 }
 
+// Whether the reads came from memory: the process fetched (almost) nothing from storage for
+// the bytes it delivered. Unknown counters (no /proc/self/io) say nothing either way.
+bool ServedFromMemory(const DoctorInput& in) {
+  return in.storage_read_bytes && in.delivered_bytes > 0 &&
+         static_cast<double>(*in.storage_read_bytes) <
+             kFromStorage * static_cast<double>(in.delivered_bytes);
+}
+
+// Reads served by the page cache (or memory) that still take the time: the workers copy
+// memory. Faster storage would change nothing; fewer bytes or no host copy would.
+void MemoryBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu, double stage_busy,
+                 Diagnosis& d) {
+  d.headline = fmt::format(
+      "input-bound on read, memory-bound: the loop waited {} of its time for data; the "
+      "workers spend {} of their time in reads while {}, but the process fetched only {} from "
+      "storage for {} delivered: the reads are memory copies (from the page cache), not "
+      "waits on storage",
+      Pct(d.consumer_wait_fraction), Pct(stage_busy), cpu.text,
+      Gb(static_cast<double>(*in.storage_read_bytes)), Gb(static_cast<double>(in.delivered_bytes)));
+  if (in.device_copy && in.cache != CacheTier::kDevice) {
+    d.advice.push_back(
+        "cache='device' keeps the data set on the GPU and gathers batches there: no host "
+        "copy per batch, where it fits the VRAM budget");
+  }
+  d.advice.push_back(fmt::format(
+      "fewer bytes per sample: a cast to float16 or bfloat16 before the data set is written "
+      "(or a device-cache transform) halves the {} each batch copies",
+      Gb(f.batch_bytes)));
+  AddCacheAdvice(in, f, "the page-table cost of gathering rows out of a file mapping", d);
+}
+
 void ReadBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu, double stage_busy,
                Diagnosis& d) {
   if (cpu.saturated) {
@@ -225,9 +261,13 @@ void ReadBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu, d
         "{} busy on {} worker(s) and {}",
         Pct(d.consumer_wait_fraction), Pct(stage_busy), f.workers, cpu.text);
     AddCacheAdvice(in, f, "reading and decoding", d);
-    d.advice.push_back(
-        "compressed HDF5 with large chunks: block shuffle decodes each chunk "
-        "once per window instead of once per sample");
+    if (in.source_block > 1 && !in.block_shuffle) {
+      d.advice.push_back(fmt::format(
+          "the source stores {} samples together (an HDF5 chunk): block shuffle "
+          "(shuffle_block=-1) reads and decodes each chunk once per window instead of once "
+          "per sample",
+          in.source_block));
+    }
   } else if (f.workers < std::max<double>(f.usable, in.max_workers)) {
     const int target = static_cast<int>(std::max<double>(f.usable, in.max_workers));
     d.headline = fmt::format(
@@ -246,11 +286,18 @@ void ReadBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu, d
         fmt::format("drop each batch as soon as the step has used it; or raise "
                     "prefetch from {} to {}",
                     in.prefetch, 2 * in.prefetch));
+  } else if (ServedFromMemory(in)) {
+    MemoryBound(in, f, cpu, stage_busy, d);
   } else {
     d.headline = fmt::format(
         "input-bound on read, I/O-bound: the loop waited {} of its time for data; the "
-        "workers spend {} of their time in reads while {}: they wait on storage",
-        Pct(d.consumer_wait_fraction), Pct(stage_busy), cpu.text);
+        "workers spend {} of their time in reads while {}: they wait on storage{}",
+        Pct(d.consumer_wait_fraction), Pct(stage_busy), cpu.text,
+        in.storage_read_bytes
+            ? fmt::format(" (the process fetched {} from storage for {} delivered)",
+                          Gb(static_cast<double>(*in.storage_read_bytes)),
+                          Gb(static_cast<double>(in.delivered_bytes)))
+            : std::string());
     if (in.disk_read_bytes_per_second) {
       d.evidence.push_back(
           fmt::format("the disks read {:.0f} MB/s", *in.disk_read_bytes_per_second / 1e6));

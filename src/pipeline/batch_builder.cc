@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "core/nvtx.h"
 #include "gpufeed/error.h"
 #include "pipeline/batch_parts.h"
 #include "pipeline/random.h"
@@ -100,12 +101,18 @@ BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int
   built.timing.epoch = epoch;
   built.timing.batch = batch;
   built.timing.rows = static_cast<int64_t>(indices.size());
+  built.stamps.worker = worker;
+  // Nsight's view of the batch: its stages nest inside one range per batch.
+  std::string range_name;
+  if (NvtxEnabled()) range_name = fmt::format("gpufeed.batch {}:{}", epoch, batch);
+  NvtxRange batch_range(range_name.c_str());
   if (resident_ != nullptr) {
     Gather(built, stopping);
     return built;
   }
 
   const int64_t t0 = NowNs();
+  built.stamps.start_ns = t0;
   BufferPool::Handle host = (staging_pool_ ? staging_pool_ : batch_pool_)->Acquire(stopping);
   if (!host) return built;
   // Staging buffers are held only from read to copy completion, so waiting for one is
@@ -123,24 +130,37 @@ BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int
 }
 
 void BatchBuilder::ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker) {
+  const DecodeTally before = ThreadDecodeTally();
   const int64_t t1 = NowNs();
   BatchView view = layout_.View(buffer, built.timing.rows);
-  source_->ReadSeeded(built.indices, view, worker_states_[static_cast<size_t>(worker)].get(),
-                      MixSeed(seed_, static_cast<uint64_t>(built.epoch)));
+  {
+    NvtxRange range("gpufeed.read");
+    source_->ReadSeeded(built.indices, view, worker_states_[static_cast<size_t>(worker)].get(),
+                        MixSeed(seed_, static_cast<uint64_t>(built.epoch)));
+  }
   const int64_t t2 = NowNs();
   built.timing.read_ns = t2 - t1;
+  built.stamps.read_start_ns = t1;
+  built.stamps.read_end_ns = t2;
+  built.stamps.transform_end_ns = t2;
+  built.stamps.decode_ns = ThreadDecodeTally().ns - before.ns;
+  built.stamps.decodes = ThreadDecodeTally().count - before.count;
   if (transforms_.empty()) return;
+  NvtxRange range("gpufeed.transform");
   const uint64_t batch_seed = MixSeed(MixSeed(seed_, static_cast<uint64_t>(built.epoch)),
                                       static_cast<uint64_t>(built.batch));
   for (size_t i = 0; i < transforms_.size(); ++i) {
     transforms_[i]->Apply(layout_.stage_schema(i), view, MixSeed(batch_seed, i));
   }
-  built.timing.transform_ns = NowNs() - t2;
+  built.stamps.transform_end_ns = NowNs();
+  built.timing.transform_ns = built.stamps.transform_end_ns - t2;
 }
 
 void BatchBuilder::CopyToDevice(BuiltBatch& built, BufferPool::Handle staging,
                                 const std::function<bool()>& stopping) {
+  NvtxRange range("gpufeed.copy");
   const int64_t t0 = NowNs();
+  built.stamps.copy_start_ns = t0;
   BufferPool::Handle target = batch_pool_->Acquire(stopping);
   if (!target) return;
   const int64_t t1 = NowNs();
@@ -154,7 +174,8 @@ void BatchBuilder::CopyToDevice(BuiltBatch& built, BufferPool::Handle staging,
   });
   // The staging buffer comes back once the copy that reads it is done.
   staging.ReleaseAfter(built.event);
-  built.timing.copy_ns += NowNs() - t1;
+  built.stamps.copy_end_ns = NowNs();
+  built.timing.copy_ns += built.stamps.copy_end_ns - t1;
   built.buffer = std::move(target);
 }
 
@@ -162,7 +183,9 @@ void BatchBuilder::CopyToDevice(BuiltBatch& built, BufferPool::Handle staging,
 // enqueues the batch's gather (its indices, a kernel per field) on the copy stream. Issuing
 // counts as copy time.
 void BatchBuilder::Gather(BuiltBatch& built, const std::function<bool()>& stopping) {
+  NvtxRange range("gpufeed.copy");
   const int64_t t0 = NowNs();
+  built.stamps.start_ns = t0;
   BufferPool::Handle target = batch_pool_->Acquire(stopping);
   if (!target) return;
   const int64_t t1 = NowNs();
@@ -175,6 +198,8 @@ void BatchBuilder::Gather(BuiltBatch& built, const std::function<bool()>& stoppi
   built.event = EnqueueHolding(
       target, [&](DeviceStream& stream) { stream.GatherRows(fields, built.indices); });
   built.timing.copy_ns = NowNs() - t1;
+  built.stamps.copy_start_ns = t1;
+  built.stamps.copy_end_ns = t1 + built.timing.copy_ns;
   built.buffer = std::move(target);
   built.ready_ns = NowNs();
 }
@@ -239,6 +264,8 @@ void BatchBuilder::SynchronizeStream() noexcept {
 int BatchBuilder::buffers() const {
   return batch_pool_->capacity() + (staging_pool_ ? staging_pool_->capacity() : 0);
 }
+
+int BatchBuilder::buffers_free() const { return batch_pool_->capacity() - batch_pool_->in_use(); }
 
 int BatchBuilder::buffers_allocated() const {
   return batch_pool_->allocated() + (staging_pool_ ? staging_pool_->allocated() : 0);

@@ -26,6 +26,7 @@
 #include "gpufeed/loader.h"
 #include "pipeline/batch_layout.h"
 #include "pipeline/gpu_busy_tracker.h"
+#include "pipeline/trace_recorder.h"
 
 namespace gpufeed {
 
@@ -38,6 +39,7 @@ struct BuiltBatch {
   std::shared_ptr<DeviceEvent> event;  // after its copy; null on the host
   int64_t ready_ns = 0;
   BatchTiming timing;  // the worker stages: read, transform, copy, buffer wait
+  BatchStamps stamps;  // when each stage ran, for the trace
 };
 
 class BatchBuilder {
@@ -85,6 +87,7 @@ class BatchBuilder {
   size_t buffer_bytes() const { return layout_.buffer_bytes(); }
   int buffers() const;            // in the pools
   int buffers_allocated() const;  // of those, allocated so far
+  int buffers_free() const;       // batch buffers neither built into nor held by the consumer
 
  private:
   void ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker);

@@ -16,6 +16,7 @@
 
 #include "core/format.h"
 #include "core/log.h"
+#include "core/nvtx.h"
 #include "core/system_memory.h"
 #include "core/thread_annotations.h"
 #include "core/thread_pool.h"
@@ -26,6 +27,7 @@
 #include "pipeline/gpu_busy_tracker.h"
 #include "pipeline/loader_metrics.h"
 #include "pipeline/reorder_queue.h"
+#include "pipeline/trace_recorder.h"
 
 namespace gpufeed {
 namespace {
@@ -63,6 +65,11 @@ LoaderOptions CheckOptions(LoaderOptions o) {
   if (o.max_outstanding < 1) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("max_outstanding must be >= 1, got {}", o.max_outstanding));
+  }
+  if (o.trace_batches < -1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("trace_batches must be >= -1 (0 = the last minute, -1 = off), got {}",
+                            o.trace_batches));
   }
   if (o.start_epoch < 0) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -251,6 +258,9 @@ class Loader::Impl {
         gpu_busy_(std::make_shared<GpuBusyTracker>(options_.device)),
         metrics_(gpu_busy_),
         queue_(options_.workers, options_.prefetch) {
+    if (options_.trace_batches >= 0) {
+      trace_ = std::make_unique<TraceRecorder>(options_.trace_batches);
+    }
     ResolveMaxPrefetch(options_, builder_.buffer_bytes());
     if (options_.autotune) {
       tuner_ = std::make_unique<Autotuner>(options_.max_workers, options_.max_prefetch);
@@ -269,7 +279,26 @@ class Loader::Impl {
     Start(options_.start_epoch, 0);
   }
 
-  ~Impl() { Stop(); }
+  ~Impl() {
+    Stop();
+    if (!options_.trace.empty() && trace_) {
+      try {
+        trace_->WriteChromeTrace(options_.trace);
+      } catch (const std::exception& e) {  // destructors never throw
+        Log(LogLevel::kWarning, fmt::format("warning: {}", e.what()));
+      }
+    }
+  }
+
+  void WriteTrace(const std::string& path) const {
+    if (!trace_) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("cannot write the trace {}: the loader records none "
+                              "(trace_batches = -1)",
+                              path));
+    }
+    trace_->WriteChromeTrace(path);
+  }
 
   // True in a child process forked after the loader was made.
   bool Forked() const { return getpid() != owner_pid_; }
@@ -293,13 +322,17 @@ class Loader::Impl {
     // Only a call that hands out a batch needs a free buffer: the end of an epoch does not.
     const int held = held_->load();
     if (held >= held_limit_) GrowForHeld(held);
-    BuiltBatch built = queue_.Pop();
+    BuiltBatch built = [&] {
+      NvtxRange range("gpufeed.next");  // the consumer's wait, in Nsight's timeline
+      return queue_.Pop();
+    }();
     {
       MutexLock lock(&position_mu_);
       ++consumer_batch_;
     }
     const BatchTiming timing = built.timing;
     const int64_t ready_ns = built.ready_ns;
+    const BatchStamps stamps = built.stamps;
     const int64_t step = gpu_busy_->BeginStep(built.epoch, built.batch);
     std::unique_ptr<Batch> batch = builder_.MakeBatch(std::move(built), held_, gpu_busy_, step);
     int64_t bytes = 0;
@@ -307,6 +340,19 @@ class Loader::Impl {
       bytes += static_cast<int64_t>(batch->field(i).bytes());
     }
     metrics_.Delivered(timing, called, ready_ns, step, bytes, queue_.workers(), queue_.prefetch());
+    if (trace_) {
+      BatchTraceRecord record;
+      record.epoch = timing.epoch;
+      record.batch = timing.batch;
+      record.rows = timing.rows;
+      record.stamps = stamps;
+      record.next_call_ns = called;
+      record.queue_depth = queue_.ready();
+      record.buffers_free = builder_.buffers_free();
+      record.workers_active = queue_.workers();
+      record.next_return_ns = NowNs();
+      trace_->Record(record);
+    }
     return batch;
   }
 
@@ -543,7 +589,8 @@ class Loader::Impl {
   LoaderMetrics metrics_;
   ReorderQueue<BuiltBatch> queue_;
   EpochOrders orders_{sampler_};
-  std::unique_ptr<Autotuner> tuner_;  // consumer thread only
+  std::unique_ptr<Autotuner> tuner_;      // consumer thread only
+  std::unique_ptr<TraceRecorder> trace_;  // null when recording is off; thread-safe
   const pid_t owner_pid_ = getpid();
   // Consumer thread only: how many held batches the pool has buffers for, the budget it may
   // grow within, and whether the growth was reported.
@@ -584,6 +631,7 @@ const Device& Loader::device() const { return impl_->device(); }
 int Loader::held_batches() const { return impl_->held(); }
 LoaderStats Loader::stats() const { return impl_->Stats(); }
 std::vector<BatchTiming> Loader::RecentBatches(size_t n) const { return impl_->RecentBatches(n); }
+void Loader::WriteTrace(const std::string& path) const { impl_->WriteTrace(path); }
 void Loader::SetParallelism(int workers, int prefetch) { impl_->SetParallelism(workers, prefetch); }
 int Loader::workers() const { return impl_->workers(); }
 int Loader::prefetch() const { return impl_->prefetch(); }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "core/proc_text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -18,7 +19,7 @@ int64_t NowNs() {
 }  // namespace
 
 LoaderMetrics::LoaderMetrics(std::shared_ptr<GpuBusyTracker> gpu_busy)
-    : gpu_busy_(std::move(gpu_busy)) {}
+    : gpu_busy_(std::move(gpu_busy)), storage_read_bytes_at_start_(ProcessStorageReadBytes()) {}
 
 void LoaderMetrics::AddWorkerTiming(const BatchTiming& timing) {
   read_ns_.fetch_add(timing.read_ns, std::memory_order_relaxed);
@@ -140,6 +141,11 @@ LoaderStats LoaderMetrics::Stats() const {
   s.gpu_busy_ns = gpu.busy_ns;
   s.gpu_idle_ns = gpu.idle_ns;
   s.gpu_drained_steps = gpu.drained_steps;
+  if (storage_read_bytes_at_start_) {
+    if (const auto now = ProcessStorageReadBytes(); now && *now >= *storage_read_bytes_at_start_) {
+      s.storage_read_bytes = static_cast<int64_t>(*now - *storage_read_bytes_at_start_);
+    }
+  }
   return s;
 }
 
@@ -186,6 +192,8 @@ std::string LoaderStats::ToJson() const {
   // add up to no time at all.
   const double gpu_busy = GpuBusyFraction();
   j["gpu_busy_fraction"] = gpu_busy >= 0 ? nlohmann::json(gpu_busy) : nlohmann::json();
+  j["storage_read_bytes"] =
+      storage_read_bytes >= 0 ? nlohmann::json(storage_read_bytes) : nlohmann::json();
   return j.dump();
 }
 

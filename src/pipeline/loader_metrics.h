@@ -69,6 +69,7 @@ class LoaderMetrics {
   };
 
   const std::shared_ptr<GpuBusyTracker> gpu_busy_;
+  const std::optional<uint64_t> storage_read_bytes_at_start_;  // /proc/self/io at construction
 
   std::atomic<int64_t> delivered_batches_{0};
   std::atomic<int64_t> delivered_samples_{0};

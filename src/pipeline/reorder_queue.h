@@ -127,6 +127,11 @@ class ReorderQueue {
     MutexLock lock(&mu_);
     return prefetch_;
   }
+  // Built items waiting for delivery.
+  int ready() const EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    return static_cast<int>(ready_.size());
+  }
 
   // Closed or failed. Lock-free.
   bool halted() const { return halted_.load(); }

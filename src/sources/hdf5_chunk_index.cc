@@ -9,6 +9,7 @@
 
 #include "core/checked_math.h"
 #include "gpufeed/error.h"
+#include "sources/hdf5_chunk_index_v4.h"
 
 namespace gpufeed {
 namespace {
@@ -47,14 +48,15 @@ class Fields {
 
 class IndexReader {
  public:
-  IndexReader(const File& file, const Hdf5ObjectLocation& where, int rank, uint64_t max_chunks,
+  IndexReader(const File& file, const Hdf5ObjectLocation& where, const Hdf5ChunkGrid& grid,
               const std::string& what)
       : file_(file),
         where_(where),
-        rank_(rank),
-        max_chunks_(max_chunks),
+        grid_(grid),
+        rank_(static_cast<int>(grid.grid.size())),
+        max_chunks_(grid.grid_total),
         // A real tree has at most one leaf per chunk and fewer inner nodes than leaves.
-        max_nodes_(2 * std::min<uint64_t>(max_chunks, uint64_t{1} << 40) + kMaxTreeLevel + 1),
+        max_nodes_(2 * std::min<uint64_t>(max_chunks_, uint64_t{1} << 40) + kMaxTreeLevel + 1),
         what_(what) {
     for (unsigned width : {where.sizeof_addr, where.sizeof_size}) {
       if (width != 2 && width != 4 && width != 8) {
@@ -66,13 +68,18 @@ class IndexReader {
     }
   }
 
-  std::optional<std::vector<Hdf5RawChunk>> Read() {
+  std::optional<Hdf5ChunkList> Read() {
     std::vector<uint8_t> layout;
     if (!FindLayoutMessage(layout)) {
       throw Error(ErrorCode::kCorruptData,
                   fmt::format("{}: the object header has no data layout message", what_));
     }
     Fields f(layout, what_);
+    if (f.Uint(0, 1) == 4 && f.Uint(1, 1) == 2) {
+      Hdf5MetadataReader r(file_, where_, what_);
+      const std::string name = what_ + ": data layout message";
+      return ReadV4ChunkIndex(r, Bytes(layout, &name), grid_);
+    }
     // Version 3, class 2 (chunked): dimensionality, B-tree address, chunk dims.
     if (f.Uint(0, 1) != 3 || f.Uint(1, 1) != 2) return std::nullopt;
     const uint64_t dimensionality = f.Uint(2, 1);
@@ -82,9 +89,10 @@ class IndexReader {
                               what_, dimensionality, rank_));
     }
     const uint64_t root = f.Uint(3, where_.sizeof_addr);
-    std::vector<Hdf5RawChunk> chunks;
-    if (!IsUndefined(root)) Walk(root, -1, chunks);
-    return chunks;
+    Hdf5ChunkList list;
+    list.method = "v1 B-tree, read directly";
+    if (!IsUndefined(root)) Walk(root, -1, list.chunks);
+    return list;
   }
 
   // The absolute file offset `relative` + `plus` names, or a damaged-file error when the sum
@@ -254,6 +262,7 @@ class IndexReader {
 
   const File& file_;
   const Hdf5ObjectLocation where_;
+  const Hdf5ChunkGrid& grid_;
   const int rank_;
   const uint64_t max_chunks_;
   const uint64_t max_nodes_;
@@ -263,21 +272,20 @@ class IndexReader {
 
 }  // namespace
 
-std::optional<std::vector<Hdf5RawChunk>> ReadV1BTreeChunkIndex(const File& file,
-                                                               const Hdf5ObjectLocation& where,
-                                                               int rank, uint64_t max_chunks,
-                                                               const std::string& what) {
+std::optional<Hdf5ChunkList> ReadHdf5ChunkIndex(const File& file, const Hdf5ObjectLocation& where,
+                                                const Hdf5ChunkGrid& grid,
+                                                const std::string& what) {
   try {
-    return IndexReader(file, where, rank, max_chunks, what).Read();
+    return IndexReader(file, where, grid, what).Read();
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::kCorruptData,
                 fmt::format("{}: the chunk index asks for more memory than there is (a damaged "
-                            "B-tree?)",
+                            "index?)",
                             what));
   } catch (const std::length_error&) {
     throw Error(
         ErrorCode::kCorruptData,
-        fmt::format("{}: the chunk index asks for an impossible size (a damaged B-tree?)", what));
+        fmt::format("{}: the chunk index asks for an impossible size (a damaged index?)", what));
   }
 }
 

@@ -1,6 +1,7 @@
 // What `gpufeed inspect` says about an HDF5 file: per dataset its shape, dtype, layout,
 // chunking, filters, compression ratio, what one randomly accessed sample costs to read and
-// decode, and a recommendation computed from those figures and the machine's free RAM.
+// decode, the measured decode throughput of its filter chain, and a recommendation computed
+// from those figures and the machine's free RAM.
 //
 // Thread-safety: pure functions (InspectHdf5 takes the libhdf5 lock while it opens the file).
 #pragma once
@@ -35,6 +36,11 @@ struct Hdf5DatasetInspection {
   double compression_ratio = 1;           // logical / storage (1 when nothing stored)
   uint64_t read_bytes_per_sample = 0;     // from disk, for one random sample
   uint64_t decoded_bytes_per_sample = 0;  // decompressed, for one random sample
+  // Filtered chunks gpufeed decodes: its filter chain's measured decode throughput on this
+  // machine, one thread, in MB (1e6 bytes) of output per second, from a sample of chunks.
+  double decode_mb_per_s = 0;
+  int64_t decode_chunks_sampled = 0;
+  std::string decode_error;  // a sampled chunk did not decode: why
   std::string recommendation;
 };
 

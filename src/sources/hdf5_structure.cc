@@ -11,6 +11,10 @@
 
 #include "core/checked_math.h"
 #include "gpufeed/error.h"
+#include "sources/hdf5_dense_links.h"
+#include "sources/hdf5_message_checks.h"
+#include "sources/hdf5_metadata_bytes.h"
+#include "sources/hdf5_metadata_reader.h"
 
 namespace gpufeed {
 namespace {
@@ -31,52 +35,6 @@ constexpr unsigned kAttributeInfo = 0x0015;
 
 constexpr uint64_t kMaxObjects = uint64_t{1} << 20;
 constexpr int kMaxTreeLevel = 64;
-constexpr int kMaxTypeDepth = 16;  // nested compound / array / vlen / enum base types
-constexpr unsigned kMaxRank = 32;
-constexpr unsigned kMaxLayoutDims = 33;  // rank + 1 (the element size)
-constexpr unsigned kMaxFilters = 32;
-
-// A bounds-checked view of one structure's bytes: a field past its end is a damaged file.
-class Bytes {
- public:
-  Bytes(std::span<const uint8_t> b, const std::string* where) : b_(b), where_(where) {}
-  size_t size() const { return b_.size(); }
-  uint64_t Uint(size_t pos, size_t width) const {
-    Need(pos, width);
-    uint64_t v = 0;
-    for (size_t i = 0; i < width; ++i) v |= uint64_t{b_[pos + i]} << (8 * i);
-    return v;
-  }
-  void Need(size_t pos, size_t width) const {
-    if (pos > b_.size() || width > b_.size() - pos) {
-      throw Error(ErrorCode::kCorruptData,
-                  fmt::format("{}: ends early ({} bytes, a field needs {} at {})", *where_,
-                              b_.size(), width, pos));
-    }
-  }
-  bool Signature(size_t pos, const char* sig) const {
-    return pos + 4 <= b_.size() && std::memcmp(b_.data() + pos, sig, 4) == 0;
-  }
-  // Length of the NUL-terminated string at `pos` (without the NUL); throws when no NUL
-  // follows inside the view.
-  size_t StringAt(size_t pos) const {
-    Need(pos, 1);
-    const void* nul = std::memchr(b_.data() + pos, 0, b_.size() - pos);
-    if (nul == nullptr) {
-      throw Error(ErrorCode::kCorruptData,
-                  fmt::format("{}: a name at {} has no terminating NUL", *where_, pos));
-    }
-    return static_cast<size_t>(static_cast<const uint8_t*>(nul) - (b_.data() + pos));
-  }
-  Bytes Sub(size_t pos, size_t n) const {
-    Need(pos, n);
-    return Bytes(b_.subspan(pos, n), where_);
-  }
-
- private:
-  std::span<const uint8_t> b_;
-  const std::string* where_;
-};
 
 class StructureWalker {
  public:
@@ -85,6 +43,9 @@ class StructureWalker {
         sb_(sb),
         o_(sb.sizeof_addr),
         l_(sb.sizeof_size),
+        ctx_{file.path(), sb.sizeof_addr, sb.sizeof_size},
+        dense_(file, Hdf5ObjectLocation{0, sb.base_address, sb.sizeof_addr, sb.sizeof_size},
+               file.path()),
         // Each structure is read once; overlapping ones may share bytes, but not more than a
         // few times over in a file a library wrote.
         read_budget_(4 * file.Size() + (uint64_t{1} << 20)) {}
@@ -247,22 +208,22 @@ class StructureWalker {
     }
     switch (type) {
       case kDataspace:
-        CheckDataspace(m);
+        CheckDataspaceMessage(ctx_, m);
         break;
       case kDatatype:
-        CheckDatatype(m, 0, 0);
+        CheckDatatypeMessage(ctx_, m, 0, 0);
         break;
       case kFillOld:
         m.Need(4, m.Uint(0, 4));
         break;
       case kFill:
-        CheckFill(m);
+        CheckFillMessage(ctx_, m);
         break;
       case kLayout:
-        CheckLayout(m);
+        CheckLayoutMessage(ctx_, m);
         break;
       case kPipeline:
-        CheckPipeline(m);
+        CheckPipelineMessage(ctx_, m);
         break;
       case kSymbolTable:
         CheckGroupTree(m.Uint(0, o_), m.Uint(o_, o_));
@@ -314,211 +275,8 @@ class StructureWalker {
     pending_.push_back(addr);
   }
 
-  void CheckDataspace(const Bytes& m) {
-    const uint64_t version = m.Uint(0, 1);
-    const uint64_t rank = m.Uint(1, 1);
-    const uint64_t flags = m.Uint(2, 1);
-    if (version != 1 && version != 2) Damaged(fmt::format("dataspace version {}", version));
-    if (rank > kMaxRank) Damaged(fmt::format("dataspace of rank {}", rank));
-    const size_t start = version == 1 ? 8 : 4;
-    size_t arrays = 1 + ((flags & 0x01) ? 1 : 0) + (version == 1 && (flags & 0x02) ? 1 : 0);
-    m.Need(start, rank * l_ * arrays);
-  }
-
-  // Checks the datatype at the start of `m`; returns its encoded length.
-  size_t CheckDatatype(const Bytes& m, size_t at, int depth) {
-    if (depth > kMaxTypeDepth) Damaged(fmt::format("datatype nested more than {} deep", depth));
-    const uint64_t cv = m.Uint(at, 1);
-    const unsigned cls = cv & 0x0f;
-    const unsigned version = static_cast<unsigned>(cv >> 4);
-    const uint64_t bits = m.Uint(at + 1, 3);
-    const uint64_t size = m.Uint(at + 4, 4);
-    if (version < 1 || version > 3) Damaged(fmt::format("datatype version {}", version));
-    if (size == 0 && cls != 9) Damaged(fmt::format("datatype of class {} with size 0", cls));
-    size_t pos = at + 8;
-    switch (cls) {
-      case 0:  // fixed-point: bit offset, precision
-      case 4:  // bitfield
-        m.Need(pos, 4);
-        return pos + 4 - at;
-      case 1:  // floating point
-        m.Need(pos, 12);
-        return pos + 12 - at;
-      case 2:  // time
-        m.Need(pos, 2);
-        return pos + 2 - at;
-      case 3:  // string
-      case 7:  // reference
-        return pos - at;
-      case 5: {  // opaque: an ASCII tag of (bits & 0xff) bytes
-        m.Need(pos, bits & 0xff);
-        return pos + (bits & 0xff) - at;
-      }
-      case 6: {  // compound
-        const uint64_t members = bits & 0xffff;
-        if (version < 3 && members == 0) Damaged("compound datatype without members");
-        for (uint64_t i = 0; i < members; ++i) {
-          const size_t name = m.StringAt(pos);
-          pos += version < 3 ? ((name + 1 + 7) / 8) * 8 : name + 1;
-          if (version < 3) {
-            pos += 4;                     // byte offset
-            if (version == 1) pos += 28;  // dimensionality, reserved, permutation, dims
-          } else {
-            size_t width = 1;
-            while (width < 4 && (size >> (8 * width)) != 0) ++width;
-            pos += width;
-          }
-          m.Need(pos, 0);
-          pos += CheckDatatype(m, pos, depth + 1);
-        }
-        return pos - at;
-      }
-      case 8: {  // enumeration: base type, names, values
-        pos += CheckDatatype(m, pos, depth + 1);
-        const uint64_t members = bits & 0xffff;
-        for (uint64_t i = 0; i < members; ++i) {
-          const size_t name = m.StringAt(pos);
-          pos += version < 3 ? ((name + 1 + 7) / 8) * 8 : name + 1;
-        }
-        const auto values = CheckedMul(members, size);  // one value of the type's size each
-        if (!values) Damaged("enumeration values overflow");
-        m.Need(pos, *values);
-        return pos + *values - at;
-      }
-      case 9:  // variable length: base type
-        pos += CheckDatatype(m, pos, depth + 1);
-        return pos - at;
-      case 10: {  // array
-        const uint64_t rank = m.Uint(pos, 1);
-        if (rank == 0 || rank > kMaxRank) Damaged(fmt::format("array datatype of rank {}", rank));
-        pos += version < 3 ? 4 + 8 * rank : 1 + 4 * rank;
-        m.Need(pos, 0);
-        pos += CheckDatatype(m, pos, depth + 1);
-        return pos - at;
-      }
-      default:
-        Damaged(fmt::format("datatype class {}", cls));
-    }
-  }
-
-  void CheckFill(const Bytes& m) {
-    const uint64_t version = m.Uint(0, 1);
-    if (version == 1 || version == 2) {
-      const uint64_t defined = m.Uint(3, 1);
-      if (version == 1 || defined) m.Need(8, m.Uint(4, 4));
-    } else if (version == 3) {
-      const uint64_t flags = m.Uint(1, 1);
-      if (flags & 0x20) m.Need(6, m.Uint(2, 4));
-    } else {
-      Damaged(fmt::format("fill value version {}", version));
-    }
-  }
-
-  void CheckLayout(const Bytes& m) {
-    const uint64_t version = m.Uint(0, 1);
-    if (version == 1 || version == 2) {
-      const uint64_t dims = m.Uint(1, 1);
-      const uint64_t cls = m.Uint(2, 1);
-      if (dims == 0 || dims > kMaxLayoutDims || cls > 2) {
-        Damaged(fmt::format("layout version {}: {} dimensions, class {}", version, dims, cls));
-      }
-      size_t pos = 8 + (cls != 0 ? o_ : 0) + 4 * dims;
-      if (cls == 2) pos += 4;  // element size
-      if (cls == 0) pos += 4 + m.Uint(pos, 4);
-      m.Need(pos, 0);
-      return;
-    }
-    if (version == 3) {
-      const uint64_t cls = m.Uint(1, 1);
-      if (cls == 0) {
-        m.Need(4, m.Uint(2, 2));
-      } else if (cls == 1) {
-        m.Need(2, o_ + l_);
-      } else if (cls == 2) {
-        const uint64_t dims = m.Uint(2, 1);
-        if (dims < 2 || dims > kMaxLayoutDims)
-          Damaged(fmt::format("chunked layout of {} dims", dims));
-        m.Need(3 + o_, 4 * dims);
-      } else {
-        Damaged(fmt::format("layout version 3 class {}", cls));
-      }
-      return;
-    }
-    if (version == 4) {
-      const uint64_t cls = m.Uint(1, 1);
-      if (cls == 0) {
-        m.Need(4, m.Uint(2, 2));
-      } else if (cls == 1) {
-        m.Need(2, o_ + l_);
-      } else if (cls == 2) {
-        const uint64_t flags = m.Uint(2, 1);
-        const uint64_t dims = m.Uint(3, 1);
-        const uint64_t width = m.Uint(4, 1);
-        if (dims < 2 || dims > kMaxLayoutDims || width < 1 || width > 8) {
-          Damaged(fmt::format("chunked layout of {} dims of {} bytes", dims, width));
-        }
-        size_t pos = 5 + dims * width;
-        const uint64_t index = m.Uint(pos, 1);
-        pos += 1;
-        switch (index) {
-          case 1:  // single chunk
-            if (flags & 0x02) pos += l_ + 4;
-            break;
-          case 2:  // implicit
-            break;
-          case 3:  // fixed array
-            pos += 1;
-            break;
-          case 4:  // extensible array
-            pos += 5;
-            break;
-          case 5:  // v2 B-tree
-            pos += 6;
-            break;
-          default:
-            Damaged(fmt::format("chunk index type {}", index));
-        }
-        m.Need(pos, o_);
-      } else if (cls == 3) {
-        m.Need(2, o_ + 4);
-      } else {
-        Damaged(fmt::format("layout version 4 class {}", cls));
-      }
-      return;
-    }
-    Damaged(fmt::format("layout version {}", version));
-  }
-
-  void CheckPipeline(const Bytes& m) {
-    const uint64_t version = m.Uint(0, 1);
-    const uint64_t filters = m.Uint(1, 1);
-    if ((version != 1 && version != 2) || filters > kMaxFilters) {
-      Damaged(fmt::format("filter pipeline version {} with {} filters", version, filters));
-    }
-    size_t pos = version == 1 ? 8 : 2;
-    for (uint64_t i = 0; i < filters; ++i) {
-      const uint64_t id = m.Uint(pos, 2);
-      pos += 2;
-      uint64_t name_length = 0;
-      if (version == 1 || id >= 256) {
-        name_length = m.Uint(pos, 2);
-        pos += 2;
-      }
-      pos += 2;  // flags
-      const uint64_t values = m.Uint(pos, 2);
-      pos += 2;
-      if (name_length > 0) {
-        m.Need(pos, name_length);
-        m.Sub(pos, name_length).StringAt(0);  // libhdf5 copies it as a C string
-        pos += name_length;
-      }
-      pos += 4 * values;
-      if (version == 1 && values % 2 == 1) pos += 4;
-      m.Need(pos, 0);
-    }
-  }
-
-  void CheckLink(const Bytes& m) {
+  // Checks a link message; returns the link's name.
+  std::string CheckLink(const Bytes& m) {
     if (m.Uint(0, 1) != 1) Damaged(fmt::format("link message version {}", m.Uint(0, 1)));
     const uint64_t flags = m.Uint(1, 1);
     size_t pos = 2;
@@ -531,6 +289,7 @@ class StructureWalker {
     pos += width;
     if (name == 0) Damaged("link with an empty name");
     m.Need(pos, name);
+    std::string link_name(reinterpret_cast<const char*>(m.span().data() + pos), name);
     pos += name;
     if (kind == 0) {
       const uint64_t addr = m.Uint(pos, o_);
@@ -541,6 +300,7 @@ class StructureWalker {
     } else {
       Damaged(fmt::format("link of type {}", kind));
     }
+    return link_name;
   }
 
   // Link info / attribute info: dense storage is a fractal heap and a v2 B-tree name index.
@@ -555,14 +315,12 @@ class StructureWalker {
     if (Undefined(heap)) return;
     if (links) {
       // libhdf5 walks the links' fractal heap and v2 B-tree blindly (a crafted one crashes
-      // H5Ovisit2 in H5G__dense_iterate); gpufeed does not read them, so it does not hand
-      // them to libhdf5 either.
-      throw Error(ErrorCode::kUnsupported,
-                  fmt::format("{}: a group stores its links densely (a fractal heap: libver="
-                              "\"latest\" or track_order files with more than 8 links in a "
-                              "group), which gpufeed cannot check; rewrite the file with "
-                              "h5repack, or with h5py's default libver and track_order=False",
-                              file_.path()));
+      // H5Ovisit2 in H5G__dense_iterate): gpufeed reads and checks them first.
+      const uint64_t none = o_ >= 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * o_)) - 1;
+      const uint64_t order = (flags & 0x02) ? m.Uint(pos + 2 * o_, o_) : none;
+      const Hdf5DenseLinks where{heap, names, order};
+      ReadHdf5DenseLinks(dense_, where, [&](const Bytes& link) { return CheckLink(link); });
+      return;
     }
     // Attributes: libhdf5 only reads the name index's header (to count them).
     CheckSignatureAt(heap, "FRHP", fmt::format("{} heap", what));
@@ -681,6 +439,8 @@ class StructureWalker {
   const File& file_;
   const Hdf5Superblock& sb_;
   const size_t o_, l_;
+  const Hdf5MessageContext ctx_;
+  Hdf5MetadataReader dense_;  // dense link storage: heaps and name indexes, each block once
   uint64_t read_budget_;
   unsigned group_leaf_k_ = sb_.group_leaf_k;
   unsigned group_internal_k_ = sb_.group_internal_k;

@@ -5,20 +5,20 @@
 // symbol node with more entries than its node holds, names without a terminator, cycles),
 // so gpufeed reads the metadata first and refuses what libhdf5 would misread. From the
 // superblock extension and the root group it follows hard links through old-style groups
-// (symbol table: a v1 B-tree of symbol nodes, names in a local heap) and compact new-style
-// groups (link messages), and reads every object header once: every block inside the file,
-// every message inside its block, continuations visited once; the messages libhdf5 decodes
-// on open (dataspace, datatype, fill value, layout, filter pipeline, shared-message pointers)
-// bounds-checked field by field; B-tree levels descending, every node visited once; heap
-// names terminated inside their heap; free lists without cycles. The walk reads each
-// structure once and at most a few times the file's size in all, so a crafted file costs no
-// more than a valid one of its size.
+// (symbol table: a v1 B-tree of symbol nodes, names in a local heap), compact new-style
+// groups (link messages) and dense ones (link messages in a fractal heap, found through a v2
+// B-tree name index: hdf5_dense_links.h, used by libver="latest" and track_order files for
+// groups of more than 8 links), and reads every object header once: every block inside the
+// file, every message inside its block, continuations visited once; the messages libhdf5
+// decodes on open (dataspace, datatype, fill value, layout, filter pipeline, shared-message
+// pointers) bounds-checked field by field (hdf5_message_checks.h); B-tree levels descending,
+// every node visited once; heap names terminated inside their heap; free lists without
+// cycles; heap blocks and index nodes checksummed. The walk reads each structure once and at
+// most a few times the file's size in all, so a crafted file costs no more than a valid one
+// of its size.
 //
-// Refused (kUnsupported): groups that store their links densely (a fractal heap and a v2
-// B-tree, used by libver="latest" and track_order files for groups of more than 8 links):
-// gpufeed does not read those structures, and libhdf5 crashes on crafted ones. Dense
-// attribute storage is checked only for its signatures (libhdf5 reads just the B-tree header,
-// to count attributes).
+// Dense attribute storage is checked only for its signatures (libhdf5 reads just the B-tree
+// header, to count attributes).
 //
 // Thread-safety: pure function over a File (which is thread-safe).
 #pragma once
@@ -36,8 +36,8 @@ struct Hdf5StructureSummary {
 
 // Walks and checks the objects of `file` whose superblock `sb` passed CheckHdf5Superblock.
 // Throws Error(kCorruptData) naming the file, the structure and its offset when one is
-// damaged; kUnsupported for dense link storage and for shared messages kept in a
-// shared-message table.
+// damaged; kUnsupported for shared messages kept in a shared-message table and for link heaps
+// libhdf5 does not write (filtered, or links kept as huge objects).
 Hdf5StructureSummary CheckHdf5Structure(const File& file, const Hdf5Superblock& sb);
 
 }  // namespace gpufeed

@@ -8,10 +8,11 @@ namespace gpufeed {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // `n` identical batches: wait, step, read, transform, copy in milliseconds.
-DoctorInput Recorded(double wait, double step, double read, double transform = 0,
-                     double copy = 0, int n = 32) {
+DoctorInput Recorded(double wait, double step, double read, double transform = 0, double copy = 0,
+                     int n = 32) {
   DoctorInput in;
   BatchTiming t;
   t.rows = 8192;
@@ -138,6 +139,48 @@ TEST(DoctorRules, NothingMeasuredIsSaidPlainly) {
 
 namespace gpufeed {
 namespace {
+
+// The same busy reads, but the process fetched almost nothing from storage for what it
+// delivered: the page cache served them, so the workers copy memory. Never "faster storage".
+TEST(DoctorRules, ReadsServedByThePageCacheAreMemoryBoundNotStorage) {
+  DoctorInput in = Recorded(30, 10, 76);
+  in.process_cpu_cores = 0.3;
+  in.device_copy = true;
+  in.delivered_bytes = uint64_t{2460} * 1000 * 1000;
+  in.storage_read_bytes = 12 * 1000 * 1000;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound);
+  EXPECT_EQ(StageName(d.stage), "read");
+  EXPECT_THAT(d.headline, HasSubstr("memory-bound"));
+  EXPECT_THAT(d.headline, HasSubstr("fetched only 0.0 GB from storage for 2.5 GB delivered"));
+  EXPECT_THAT(d.headline, Not(HasSubstr("wait on storage")));
+  for (const std::string& advice : d.advice) {
+    EXPECT_THAT(advice, Not(HasSubstr("faster storage"))) << advice;
+  }
+  ASSERT_FALSE(d.advice.empty());
+  EXPECT_THAT(d.advice[0], HasSubstr("cache='device'"));
+  // A tenth or more of the delivered bytes from a device: that is storage.
+  in.storage_read_bytes = in.delivered_bytes / 5;
+  const Diagnosis io = Diagnose(in);
+  EXPECT_THAT(io.headline, HasSubstr("I/O-bound"));
+  EXPECT_THAT(io.headline, HasSubstr("fetched 0.5 GB from storage for 2.5 GB delivered"));
+}
+
+TEST(DoctorRules, BlockShuffleAdviceOnlyForSourcesThatStoreSamplesTogether) {
+  DoctorInput in = Recorded(30, 10, 78);
+  in.process_cpu_cores = 1.98;
+  const auto mentions_block_shuffle = [](const Diagnosis& d) {
+    for (const std::string& advice : d.advice) {
+      if (advice.find("block shuffle") != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_FALSE(mentions_block_shuffle(Diagnose(in)));  // a NumPy folder: any order reads alike
+  in.source_block = 256;
+  EXPECT_TRUE(mentions_block_shuffle(Diagnose(in)));
+  in.block_shuffle = true;  // already on
+  EXPECT_FALSE(mentions_block_shuffle(Diagnose(in)));
+}
 
 TEST(DoctorRules, AMachineBusyWithOtherProcessesIsCpuSaturatedNotIoBound) {
   DoctorInput in = Recorded(30, 10, 76);

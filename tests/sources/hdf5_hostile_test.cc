@@ -51,8 +51,21 @@ const HostileCase kCases[] = {
     {"message_overrun", ErrorCode::kCorruptData, "runs past its block"},
     // Item 5: a local heap free list that loops (libhdf5 follows it forever).
     {"heap_free_list_loop", ErrorCode::kCorruptData, "its free list loops"},
-    // Item 5: dense link storage, which gpufeed does not check, is not handed to libhdf5.
-    {"dense_links", ErrorCode::kUnsupported, "stores its links densely"},
+    // Chunk indexes of libver="latest" files (layout version 4), read by gpufeed itself: a
+    // fixed array block changed after its checksum; a fixed array header (checksum intact)
+    // claiming 2^40 entries; two extensible array pointers naming one data block; a v2
+    // B-tree node that is its own child; a v2 B-tree leaf listing one chunk twice.
+    {"fa_checksum", ErrorCode::kCorruptData, "fixed array data block at offset"},
+    {"fa_count", ErrorCode::kCorruptData, "holds 1099511627776 entries for a chunk grid of 100"},
+    {"earray_shared", ErrorCode::kCorruptData, "data block at offset"},
+    {"bt2_cycle", ErrorCode::kCorruptData, "is reached twice"},
+    {"bt2_duplicate", ErrorCode::kCorruptData, "] twice"},
+    // Dense link storage (a group of more than 8 links, libver="latest"), read by gpufeed
+    // before libhdf5 walks it: a name index hash that is not its name's; a heap ID past its
+    // block; a heap block changed after its checksum.
+    {"dense_hash", ErrorCode::kCorruptData, "hash of 'd"},
+    {"dense_heap_id", ErrorCode::kCorruptData, "outside its direct block"},
+    {"dense_heap_checksum", ErrorCode::kCorruptData, "fails its checksum"},
 };
 
 class Hdf5HostileTest : public ::testing::TestWithParam<HostileCase> {

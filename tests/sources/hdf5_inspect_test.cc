@@ -85,6 +85,30 @@ TEST(Hdf5InspectTest, UnreadableDatasetsAreReportedNotThrown) {
   EXPECT_THAT(FormatHdf5Inspection(in), HasSubstr("/t: float32 [200]"));
 }
 
+TEST(Hdf5InspectTest, EveryLatestChunkIndexIsReadByGpufeedItself) {
+  GPUFEED_REQUIRE_HDF5_FILES(files);
+  const auto in = InspectHdf5(files->File("latest_index"), nullptr, 16 * kGiB);
+  const std::pair<const char*, const char*> kinds[] = {
+      {"/fa_paged", "fixed array"},
+      {"/fa_small", "fixed array"},
+      {"/ea_axis0", "extensible array"},
+      {"/ea_axis1", "extensible array"},
+      {"/bt2", "v2 B-tree"},
+      {"/bt2_plain", "v2 B-tree"},
+      {"/single_gzip", "single chunk"},
+      {"/single_plain", "single chunk"},
+      {"/implicit", "implicit"},
+  };
+  for (const auto& [name, kind] : kinds) {
+    EXPECT_EQ(Find(in, name).index_method, std::string(kind) + ", read directly") << name;
+  }
+  // (301, 40) in chunks of (1, 3): 301 x 14 positions, rows 100 to 249 never written.
+  EXPECT_EQ(Find(in, "/fa_paged").chunks_stored, 151 * 14);
+  EXPECT_EQ(Find(in, "/ea_axis0").chunks_stored, 301 * 8);
+  EXPECT_EQ(Find(in, "/bt2").chunks_stored, 76 * 9);
+  EXPECT_EQ(Find(in, "/implicit").chunks_stored, 43 * 3);
+}
+
 TEST(Hdf5InspectTest, AFileOfOnlyUnreadableDatasetsIsNotCalledCheap) {
   if (!testing::HaveH5py()) GTEST_SKIP() << "needs /usr/bin/python3 with h5py";
   testing::ScratchDir dir;

@@ -106,7 +106,8 @@ TEST_P(Hdf5CaseTest, EverySampleEqualsWhatH5pyReads) {
       for (size_t f = 0; f < entries.size(); ++f) {
         const std::string want = files->Expected(name, datasets[f]);
         EXPECT_TRUE(got[f] == want)
-            << name << ": " << datasets[f] << " (batch " << batch << ", cache " << options.chunk_cache_bytes << "): first difference at "
+            << name << ": " << datasets[f] << " (batch " << batch << ", cache "
+            << options.chunk_cache_bytes << "): first difference at "
             << FirstDifference(got[f], want, source->schema().fields[f].SampleBytes());
       }
     }
@@ -115,8 +116,9 @@ TEST_P(Hdf5CaseTest, EverySampleEqualsWhatH5pyReads) {
 
 INSTANTIATE_TEST_SUITE_P(Files, Hdf5CaseTest,
                          ::testing::Values("plain", "gzip", "h5py_defaults", "multi_axis", "dtypes",
-                                           "fill", "fletcher", "compact", "latest", "userblock",
-                                           "btree", "scaleoffset", "groups"));
+                                           "fill", "fletcher", "compact", "latest", "latest_index",
+                                           "dense_groups", "userblock", "btree", "scaleoffset",
+                                           "groups"));
 
 TEST(Hdf5SourceTest, FilesConcatenateInOrder) {
   GPUFEED_REQUIRE_HDF5_FILES(files);

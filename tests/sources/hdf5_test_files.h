@@ -153,6 +153,51 @@ def latest(f):
     return ['fixed', 'ext', 'v2', 'one', 'implicit']
 case('latest', latest, libver='latest')
 
+def latest_index(f):
+    # Every chunk index of layout version 4, read by gpufeed itself: each with partial edge
+    # chunks, gzip and plain, and chunks never written (fill value). Nine datasets: the root
+    # group keeps its links densely too.
+    a = f.create_dataset('fa_paged', shape=(301, 40), dtype='f4', chunks=(1, 3),
+                         compression='gzip', shuffle=True, fillvalue=-2)
+    a[0:100] = values((100, 40), 'f4')  # pages of the fixed array never written
+    a[250:301] = values((51, 40), 'f4')
+    f.create_dataset('fa_small', data=values((301, 7), 'u2'), chunks=(40, 3))
+    f.create_dataset('ea_axis0', data=values((301, 50), 'f8'), chunks=(1, 7),
+                     maxshape=(None, 50), compression='gzip')
+    f.create_dataset('ea_axis1', data=values((301, 9), 'i4'), chunks=(4, 2), maxshape=(301, None))
+    f.create_dataset('bt2', data=values((301, 33), 'u1'), chunks=(4, 4), maxshape=(None, None),
+                     compression='gzip')
+    b = f.create_dataset('bt2_plain', shape=(301, 9), dtype='i8', chunks=(3, 2),
+                         maxshape=(None, None), fillvalue=5)
+    b[10:290] = values((280, 9), 'i8')
+    f.create_dataset('single_gzip', data=values((301, 6), 'f4'), chunks=(301, 6),
+                     compression='gzip')
+    f.create_dataset('single_plain', data=values((301, 6), 'i2'), chunks=(301, 6))
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_chunk((7, 3))
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    space = h5py.h5s.create_simple((301, 8))
+    h5py.h5d.create(f.id, b'implicit', h5py.h5t.STD_I16LE, space, dcpl=dcpl)
+    f['implicit'][0:295] = values((295, 8), 'i2')
+    return ['fa_paged', 'fa_small', 'ea_axis0', 'ea_axis1', 'bt2', 'bt2_plain', 'single_gzip',
+            'single_plain', 'implicit']
+case('latest_index', latest_index, libver='latest')
+
+def dense_groups(f):
+    # Groups of more than 8 links in a libver="latest" file keep them in a fractal heap with a
+    # v2 B-tree name index; track_order adds a creation-order index.
+    g = f.create_group('g')
+    for i in range(24):
+        g.create_dataset('d%02d' % i, data=values((30, i % 3 + 1), 'i4'))
+    h = f.create_group('h', track_order=True)
+    for i in range(12):
+        h.create_dataset('e%02d' % i, data=values((30,), 'f4'), chunks=(7,), compression='gzip')
+    inner = g.create_group('inner')
+    for i in range(10):
+        inner['x%d' % i] = values((30, 2), 'u1')
+    return ['/g/d00', '/g/d07', '/g/d23', '/h/e00', '/h/e11', '/g/inner/x9']
+case('dense_groups', dense_groups, libver='latest')
+
 def userblock(f):
     f['a'] = values((100, 4), 'f4')
     f.create_dataset('b', data=values((100, 4), 'f4'), chunks=(8, 4), compression='gzip')

@@ -180,14 +180,172 @@ def heap_free_list_loop(path):
     open(path, 'wb').write(data)
 
 
-def dense_links(path):
-    # Item 5: a group of 10 links in a libver="latest" file keeps them in a fractal heap,
-    # which gpufeed does not read and libhdf5 walks blindly: refused (not damaged, though).
+def lookup3(data):
+    """libhdf5's metadata checksum (Bob Jenkins' lookup3 hashlittle, initval 0)."""
+    M = 0xFFFFFFFF
+
+    def rot(x, k):
+        return ((x << k) | (x >> (32 - k))) & M
+
+    length = len(data)
+    a = b = c = (0xDEADBEEF + length) & M
+    i = 0
+    while length > 12:
+        a = (a + int.from_bytes(data[i:i + 4], 'little')) & M
+        b = (b + int.from_bytes(data[i + 4:i + 8], 'little')) & M
+        c = (c + int.from_bytes(data[i + 8:i + 12], 'little')) & M
+        a = (a - c) & M; a ^= rot(c, 4); c = (c + b) & M
+        b = (b - a) & M; b ^= rot(a, 6); a = (a + c) & M
+        c = (c - b) & M; c ^= rot(b, 8); b = (b + a) & M
+        a = (a - c) & M; a ^= rot(c, 16); c = (c + b) & M
+        b = (b - a) & M; b ^= rot(a, 19); a = (a + c) & M
+        c = (c - b) & M; c ^= rot(b, 4); b = (b + a) & M
+        i += 12
+        length -= 12
+    if length == 0:
+        return c
+    tail = bytes(data[i:i + length]) + bytes(12 - length)
+    a = (a + int.from_bytes(tail[0:4], 'little')) & M
+    b = (b + int.from_bytes(tail[4:8], 'little')) & M
+    c = (c + int.from_bytes(tail[8:12], 'little')) & M
+    c ^= b; c = (c - rot(b, 14)) & M
+    a ^= c; a = (a - rot(c, 11)) & M
+    b ^= a; b = (b - rot(a, 25)) & M
+    c ^= b; c = (c - rot(b, 16)) & M
+    a ^= c; a = (a - rot(c, 4)) & M
+    b ^= a; b = (b - rot(a, 14)) & M
+    c ^= b; c = (c - rot(b, 24)) & M
+    return c
+
+
+def reseal(data, start, end):
+    """Rewrites the checksum at data[end:end + 4] over data[start:end]."""
+    struct.pack_into('<I', data, end, lookup3(bytes(data[start:end])))
+
+
+def latest_file(path, build):
     with h5py.File(path, 'w', libver='latest') as f:
+        build(f)
+    return bytearray(open(path, 'rb').read())
+
+
+def only(data, sig):
+    at = data.find(sig)
+    if at < 0 or data.find(sig, at + 1) >= 0:
+        raise SystemExit(f'expected exactly one {sig!r}')
+    return at
+
+
+def fa_checksum(path):
+    # A fixed array data block whose bytes changed after its checksum: refused, not read.
+    data = latest_file(path, lambda f: f.create_dataset('x', data=np.arange(100, dtype='u1'),
+                                                        chunks=(1,)))
+    at = only(data, b'FADB')
+    data[at + 6 + 8 + 3 * 8] ^= 0x40  # the fourth chunk's address
+    open(path, 'wb').write(data)
+
+
+def fa_count(path):
+    # A fixed array header (checksum intact) claiming 2^40 entries for a grid of 100 chunks.
+    data = latest_file(path, lambda f: f.create_dataset('x', data=np.arange(100, dtype='u1'),
+                                                        chunks=(1,)))
+    at = only(data, b'FAHD')
+    struct.pack_into('<Q', data, at + 8, 1 << 40)
+    reseal(data, at, at + 8 + 8 + 8)
+    open(path, 'wb').write(data)
+
+
+def earray_shared(path):
+    # Two data block pointers of an extensible array's index block name one block: a walk
+    # without a visited set reads it twice (or, nested, exponentially often).
+    data = latest_file(path, lambda f: f.create_dataset(
+        'x', data=np.arange(100, dtype='u1'), chunks=(1,), maxshape=(None,)))
+    head = only(data, b'EAHD')
+    max_bits, index_elements, min_elements, min_pointers = data[head + 7:head + 11]
+    at = only(data, b'EAIB')
+    dblks = at + 6 + 8 + index_elements * 8
+    data[dblks + 8:dblks + 16] = data[dblks:dblks + 8]
+    direct = 2 * (min_pointers - 1)
+    supers = 1 + max_bits - (min_elements.bit_length() - 1) - 2 * (min_pointers.bit_length() - 1)
+    reseal(data, at, dblks + (direct + supers) * 8)
+    open(path, 'wb').write(data)
+
+
+def bt2_tree(path):
+    data = latest_file(path, lambda f: f.create_dataset(
+        'x', data=np.zeros((300, 4), dtype='u1'), chunks=(1, 1), maxshape=(None, None)))
+    at = only(data, b'BTHD')
+    rec_size, depth = struct.unpack_from('<HH', data, at + 10)
+    root, root_nrec = struct.unpack_from('<QH', data, at + 16)
+    if depth != 1:
+        raise SystemExit(f'{path}: expected a chunk B-tree of depth 1, not {depth}')
+    return data, root, root_nrec, rec_size
+
+
+def bt2_cycle(path):
+    # The v2 B-tree root's first child is the root itself (checksum intact).
+    data, root, nrec, rec_size = bt2_tree(path)
+    ptrs = root + 6 + nrec * rec_size
+    struct.pack_into('<Q', data, ptrs, root)
+    reseal(data, root, ptrs + (nrec + 1) * 9)  # a child pointer: address, 1-byte record count
+    open(path, 'wb').write(data)
+
+
+def leaf_records(data, leaf, rec_size):
+    """The record count of the v2 B-tree leaf at `leaf`: where its checksum holds."""
+    for nrec in range(1, 512):
+        end = leaf + 6 + nrec * rec_size
+        if lookup3(bytes(data[leaf:end])) == struct.unpack_from('<I', data, end)[0]:
+            return nrec
+    raise SystemExit('cannot find the leaf checksum')
+
+
+def bt2_duplicate(path):
+    # A v2 B-tree leaf listing one chunk twice (checksum intact).
+    data, _, _, rec_size = bt2_tree(path)
+    leaf = data.find(b'BTLF')
+    nrec = leaf_records(data, leaf, rec_size)
+    first, second = leaf + 6, leaf + 6 + rec_size
+    data[second + 8:second + rec_size] = data[first + 8:first + rec_size]
+    reseal(data, leaf, leaf + 6 + nrec * rec_size)
+    open(path, 'wb').write(data)
+
+
+def dense_file(path):
+    def build(f):
         g = f.create_group('g')
         for i in range(10):
             g[f'd{i}'] = np.arange(3)
         f['x'] = np.arange(3)
+    data = latest_file(path, build)
+    heap = only(data, b'FRHP')
+    leaf = only(data, b'BTLF')  # the name index fits in one leaf
+    return data, heap, leaf, leaf_records(data, leaf, 11)  # 4-byte hash, 7-byte heap ID
+
+
+def dense_hash(path):
+    # A link name index record whose hash is not its link's name's (checksum intact).
+    data, _, leaf, nrec = dense_file(path)
+    data[leaf + 6] ^= 0x01
+    reseal(data, leaf, leaf + 6 + nrec * 11)  # records: 4-byte hash, 7-byte heap ID
+    open(path, 'wb').write(data)
+
+
+def dense_heap_id(path):
+    # A heap ID naming bytes past its direct block (checksum of the index intact).
+    data, _, leaf, nrec = dense_file(path)
+    data[leaf + 6 + 4 + 1:leaf + 6 + 4 + 5] = struct.pack('<I', 0xFFFF00)
+    reseal(data, leaf, leaf + 6 + nrec * 11)
+    open(path, 'wb').write(data)
+
+
+def dense_heap_checksum(path):
+    # A link in the fractal heap rewritten after the direct block's checksum.
+    data, _, _, _ = dense_file(path)
+    block = only(data, b'FHDB')
+    at = data.find(b'd3', block)
+    data[at + 1] = ord('9')
+    open(path, 'wb').write(data)
 
 
 CASES = {
@@ -202,7 +360,14 @@ CASES = {
     'symbol_node_overflow': symbol_node_overflow,
     'message_overrun': message_overrun,
     'heap_free_list_loop': heap_free_list_loop,
-    'dense_links': dense_links,
+    'fa_checksum': fa_checksum,
+    'fa_count': fa_count,
+    'earray_shared': earray_shared,
+    'bt2_cycle': bt2_cycle,
+    'bt2_duplicate': bt2_duplicate,
+    'dense_hash': dense_hash,
+    'dense_heap_id': dense_heap_id,
+    'dense_heap_checksum': dense_heap_checksum,
 }
 
 
