@@ -38,8 +38,10 @@ class CMakeBuild(build_ext):
         configure += shlex.split(os.environ.get("GPUFEED_CMAKE_ARGS", ""))
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
         subprocess.check_call(configure)
+        # The module and the `gpufeed` command-line tool, which ships inside the package
+        # (gpufeed/bin/gpufeed; the `gpufeed` entry point of pyproject.toml runs it).
         subprocess.check_call(["cmake", "--build", build_dir, "--target", "gpufeed_python",
-                               "--parallel", jobs])
+                               "gpufeed_main", "--parallel", jobs])
         built_dir = os.path.join(build_dir, "python", "gpufeed")
         built = [f for f in os.listdir(built_dir) if f.startswith("_gpufeed") and f.endswith(".so")]
         if len(built) != 1:
@@ -47,6 +49,9 @@ class CMakeBuild(build_ext):
         target = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(os.path.join(built_dir, built[0]), target)
+        tool = os.path.join(os.path.dirname(target), "bin", "gpufeed")
+        os.makedirs(os.path.dirname(tool), exist_ok=True)
+        shutil.copy2(os.path.join(build_dir, "src", "cli", "gpufeed"), tool)
 
 
 setup(

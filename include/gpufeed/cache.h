@@ -163,6 +163,13 @@ std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir = "/dev/shm",
 // copy until they unmap it. Returns false when there was nothing to remove.
 bool RemoveShmCache(const std::string& key, const std::string& dir = "/dev/shm",
                     const std::string& group = "");
+// Removes the caches of older versions of the files `identity` names (a Source::Identity():
+// the same files, rewritten since) that no process maps, in the folder ListShmCaches(dir,
+// group) reads; returns what it removed. Called when a new version is built, so a data set
+// rewritten daily does not fill /dev/shm.
+std::vector<ShmCacheEntry> RemoveOlderShmVersions(const std::string& identity,
+                                                  const std::string& dir = "/dev/shm",
+                                                  const std::string& group = "");
 // Removes leftovers of dead builders, invalid files and stale caches; returns what it removed.
 std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir = "/dev/shm",
                                              const std::string& group = "");

@@ -22,6 +22,10 @@ class File {
   // Last modification time in nanoseconds since the epoch, for cache keys (Source::Identity).
   // 0 where the file system does not know it.
   virtual int64_t ModificationTimeNs() const { return 0; }
+  // What a rewrite changes even when it keeps the size and restores the mtime: the inode and
+  // the status change time (ctime, which no call sets back), as "ino:ctime_ns"; for cache
+  // keys. Empty where the file system does not know them.
+  virtual std::string VersionStamp() const { return {}; }
   // Reads up to `n` bytes at `offset` into `buf`, like pread: returns the bytes read, which
   // may be fewer than `n` (a short read, or the end of the file). Throws Error(kIo) naming
   // the path and offset when the OS fails the read.

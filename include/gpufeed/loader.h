@@ -15,10 +15,15 @@
 //
 // Thread-safety: Next, SetEpoch, State and Restore are for one consumer thread at a time.
 // stats() may be called from any thread. A Batch may be dropped on any thread.
+// fork(): a loader belongs to the process that made it. In a child forked after that, Next,
+// SetEpoch and Restore throw Error(kInvalidArgument) saying so, and destroying it there
+// frees nothing (its threads and locks were not copied into the child; the memory goes when
+// the child exits).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,10 +48,16 @@ struct LoaderOptions {
   int shuffle_window = 4;     // Default: 4 (see SamplerOptions)
   int workers = 0;            // Default: 0 = min(4, hardware threads)
   int prefetch = 0;           // Default: 0 = 2 * workers: batches kept ready beyond the workers'
-  // Default: 3 batches the consumer may hold when it asks for more: a Python loop still holds
-  // the last batch in its loop variable when it asks for the next, and one kept for logging
-  // plus a spare should not raise.
+  // Default: 3 batches the consumer may hold when it asks for more, planned for up front: a
+  // Python loop still holds the last batch in its loop variable when it asks for the next, and
+  // one kept for logging plus a spare should not grow the pool. A consumer that holds more
+  // (keeps batches, or tensors of them, for metrics) makes the pool grow by one batch buffer
+  // per extra batch held, with one warning naming the cost, up to held_budget_bytes of batch
+  // buffers in all; past that Next() throws.
   int max_outstanding = 3;
+  // Default: 0 = 10% of RAM (at most half of what is available) for host batches, a quarter
+  // of the free device memory for device batches; never less than the planned pool.
+  int64_t held_budget_bytes = 0;
   // Default: false. True: workers and prefetch are tuned online (hill climbing on measured
   // consumer wait and throughput) within max_workers and max_prefetch, starting from
   // `workers` and `prefetch`; every change is logged with its reason (stats().tuning_log).
@@ -55,7 +66,7 @@ struct LoaderOptions {
   int max_prefetch = 0;                 // Default: 0 = 4 * max_workers, within 25% of available RAM
   std::shared_ptr<Device> device = {};  // Default: null = the host
   std::vector<std::shared_ptr<Transform>> transforms = {};  // Default: none
-  int64_t start_epoch = 0;    // Default: 0
+  int64_t start_epoch = 0;  // Default: 0
   // Default: "" = no file. A path: the stage trace (Loader::WriteTrace) is written there when
   // the loader is destroyed.
   std::string trace = {};
@@ -146,7 +157,10 @@ struct LoaderStats {
 };
 
 // Where a loader stands: the epoch and the next batch of it to deliver. Restore() resumes
-// exactly there. `seed`, `world_size`, `rank` and `batch_size` are checked on restore.
+// exactly there. Everything that shapes the plan is checked on restore: `seed`,
+// `world_size`, `rank`, `batch_size`, and, in states saved since they were recorded (older
+// states lack them and skip those checks), the data set's sample count and schema, the
+// shuffle mode, drop_last and pad.
 struct LoaderState {
   int64_t epoch = 0;
   int64_t batch = 0;
@@ -154,6 +168,11 @@ struct LoaderState {
   int rank = 0;
   int world_size = 1;
   int64_t batch_size = 0;
+  std::optional<int64_t> samples;      // the source's sample count
+  std::optional<std::string> schema;   // the source's schema, as Schema::ToString
+  std::optional<std::string> shuffle;  // "none", "full" or "block:N"
+  std::optional<bool> drop_last;
+  std::optional<bool> pad;
 
   std::string ToJson() const;
   // Throws Error(kInvalidArgument) for malformed JSON.
@@ -210,7 +229,9 @@ class Loader {
 
   // The next batch of the current epoch, or null once the epoch is over; the call after
   // that starts the next epoch. Rethrows a worker's error. Throws Error(kInvalidArgument)
-  // when the consumer still holds max_outstanding batches.
+  // when the consumer holds so many batches that one more buffer would pass
+  // held_budget_bytes, and when called in a child process forked after the loader was made
+  // (its worker threads do not exist there).
   std::unique_ptr<Batch> Next();
 
   // The epoch the next batch comes from. SetEpoch(e) makes the next Next() start epoch e

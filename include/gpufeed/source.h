@@ -51,6 +51,14 @@ class SourceWorkerState {
   virtual ~SourceWorkerState() = default;
 };
 
+// How a source stores its samples, for the loader's advice on shuffling (Source::chunking).
+struct SourceChunking {
+  int64_t samples_per_chunk = 1;    // samples stored together (PreferredBlock)
+  bool compressed = false;          // a chunk is decoded whole to read any sample of it
+  int64_t decoded_chunk_bytes = 0;  // one chunk row of every compressed field, decoded
+  int64_t cache_bytes = 0;          // decoded chunks the workers keep between batches, in all
+};
+
 class Source {
  public:
   virtual ~Source() = default;
@@ -65,6 +73,8 @@ class Source {
   // Samples stored together (an HDF5 chunk along axis 0); 1 when any order reads alike.
   // Block shuffle uses it.
   virtual int64_t PreferredBlock() const { return 1; }
+  // Default: samples stored alone, nothing to decode.
+  virtual SourceChunking chunking() const { return {}; }
 
   virtual std::unique_ptr<SourceWorkerState> NewWorkerState() const { return nullptr; }
 
@@ -100,7 +110,6 @@ class Source {
 // The checks every Source::Read makes first: one row per index, one pointer per field
 // (asserted: the loader's invariants), and every index in [0, source.size()) (an
 // Error(kInvalidArgument) naming the source and the index: user input).
-void CheckReadRequest(const Source& source, std::span<const int64_t> indices,
-                      const BatchView& out);
+void CheckReadRequest(const Source& source, std::span<const int64_t> indices, const BatchView& out);
 
 }  // namespace gpufeed

@@ -41,7 +41,7 @@ from gpufeed._images import images
 from gpufeed._loader import Batch, Loader
 from gpufeed._monitor import Monitor
 from gpufeed._progress import tqdm
-from gpufeed._sources import memory, open, synthetic
+from gpufeed._sources import hdf5, memory, open, synthetic
 
 __all__ = [
     "Batch",
@@ -56,6 +56,7 @@ __all__ = [
     "Source",
     "Monitor",
     "Unsupported",
+    "hdf5",
     "images",
     "memory",
     "open",

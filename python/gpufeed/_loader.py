@@ -1,6 +1,7 @@
 """gpufeed.Loader: batches as dicts of torch tensors, fed by the C++ engine."""
 
 import json
+import os
 import sys
 
 import torch
@@ -13,9 +14,14 @@ class Batch(dict):
 
     The tensors share the loader's batch buffer (zero-copy); it goes back to the loader's
     pool only once every tensor of the batch is freed.
+
+    It pickles (pickle, torch.save, copy.deepcopy) as a plain dict of its tensors.
     """
 
     __slots__ = ("_handle",)
+
+    def __reduce__(self):
+        return dict, (dict(self),)
 
     @property
     def indices(self):
@@ -77,16 +83,31 @@ def _int(value, name):
     return int(value)
 
 
+def _seed(value):
+    seed = _int(value, "seed")
+    if not 0 <= seed < 2**64:
+        raise _gpufeed.InvalidArgument(
+            f"seed must be an integer in [0, 2**64), got {seed} (torch.initial_seed() is one)")
+    return seed
+
+
 class Loader:
     """Loads batches of a data set in C++ threads and yields them as dicts of tensors.
 
     source:     a path (a folder of .npy files, one per field, or an HDF5 file), a dict
                 name -> NumPy array / CPU tensor (read in place), or a gpufeed.Source such as
                 gpufeed.synthetic(...).
-    fields:     the fields to read, in order (None: all).
+                Several HDF5 files (a list of paths) are one data set, concatenated in the
+                order given; every file holds the same datasets.
+    fields:     the fields to read, in order (None: all); one name may be given as a string.
     batch_size: samples per batch (required).
     shuffle, seed, drop_last: as torch's DataLoader + DistributedSampler; a seed gives the
                 same batches on every run.
+    pad:        without drop_last, pad every rank's shard to the same length by repeating
+                samples from the start of the epoch's order, as DistributedSampler does
+                (default True): every rank runs the same number of batches of the same sizes,
+                so DDP's collectives stay paired. False: every sample exactly once, shards of
+                unequal length (evaluation without collectives).
     workers:    reader threads (None: min(4, cores)). prefetch: batches kept ready beyond
                 the workers (None: 2 * workers).
     device:     "auto" (CUDA when there is a GPU), "cpu", "cuda", "cuda:N" or a torch.device.
@@ -115,16 +136,28 @@ class Loader:
                 trace(path) writes it on request. trace_batches: the batches it keeps (None:
                 those of the last minute; -1: no recording).
     max_outstanding: batches the training loop may still hold when it asks for the next
-                one; beyond that the loader raises instead of recycling a buffer in use.
-                Default (LoaderOptions::max_outstanding): the one in the loop variable, one
-                kept (say, for logging), one spare. Each one costs a batch buffer (on the
-                device for device="cuda").
+                one, planned for up front. Default (LoaderOptions::max_outstanding): the one in
+                the loop variable, one kept (say, for logging), one spare. Each one costs a
+                batch buffer (on the device for device="cuda"). A loop that holds more
+                (`list(loader)`, `targets.append(batch["label"])`) makes the pool grow by a
+                buffer per extra batch held, with one warning naming the cost; past
+                held_budget_bytes of batch buffers (default: 10% of RAM for host batches, a
+                quarter of free GPU memory for device ones) the loader raises. Keep copies of
+                small fields (batch["label"].clone()) so the buffers go back to the pool.
+    chunk_cache: HDF5 files: bytes of decoded chunks the workers keep between batches, one
+                budget they share (None: the decoded data set's size, within 1/16 of the
+                available RAM and 16 MiB to 1 GiB).
+    batch_transform: a function called on each batch dict, after the copy (on the batch's
+                device), in the thread that iterates: normalisation, GPU augmentation, a
+                custom collate. What it returns is what the loop gets.
 
     Every option left None keeps its C++ default (gpufeed/loader.h and gpufeed/cache.h).
 
     Iterating yields the rest of the current epoch, then stops; the next loop runs the next
     epoch (set_epoch() picks one). Batch tensors stay valid for as long as they are held.
-    Use one loader from one thread at a time.
+    Use one loader from one thread at a time, in the process that created it: a loader
+    made before fork() cannot be iterated in the child (create it in the child, e.g. inside a
+    DataLoader worker).
     """
 
     def __init__(self, source, fields=None, batch_size=None, *, shuffle=None, seed=None,
@@ -132,24 +165,34 @@ class Loader:
                  rank=None, world_size=None, max_outstanding=None, shuffle_block=None,
                  shuffle_window=None, autotune=None, max_workers=None, max_prefetch=None,
                  cache=None, preload=None, shm_dir=None, shm_group=None, trace=None,
-                 trace_batches=None):
+                 trace_batches=None, pad=None, held_budget_bytes=None, batch_transform=None,
+                 chunk_cache=None):
         # None leaves an option unset: its default is the C++ one (gpufeed/loader.h,
         # gpufeed/cache.h), written there once.
         if batch_size is None:
             raise _gpufeed.InvalidArgument("batch_size is required (samples per batch)")
         if isinstance(transforms, str):
             transforms = [transforms]
+        if isinstance(fields, str):
+            fields = [fields]
+        if batch_transform is not None and not callable(batch_transform):
+            raise _gpufeed.InvalidArgument(
+                f"batch_transform must be callable, got {type(batch_transform).__name__}")
+        self._batch_transform = batch_transform
         given = {"batch_size": _int(batch_size, "batch_size"),
                  "transforms": [str(t) for t in transforms]}
-        for name, value in (("seed", seed), ("rank", rank), ("world_size", world_size),
+        if seed is not None:
+            given["seed"] = _seed(seed)
+        for name, value in (("rank", rank), ("world_size", world_size),
                             ("workers", workers), ("prefetch", prefetch),
                             ("max_outstanding", max_outstanding),
                             ("shuffle_block", shuffle_block), ("shuffle_window", shuffle_window),
                             ("max_workers", max_workers), ("max_prefetch", max_prefetch),
-                            ("trace_batches", trace_batches)):
+                            ("trace_batches", trace_batches),
+                            ("held_budget_bytes", held_budget_bytes)):
             if value is not None:
                 given[name] = _int(value, name)
-        for name, value in (("shuffle", shuffle), ("drop_last", drop_last),
+        for name, value in (("shuffle", shuffle), ("drop_last", drop_last), ("pad", pad),
                             ("autotune", autotune), ("preload", preload)):
             if value is not None:
                 given[name] = bool(value)
@@ -160,7 +203,7 @@ class Loader:
         if device is not None:
             given["device"] = _device_spec(device)
         options = _gpufeed._LoaderOptions(**given)
-        self._source = _sources.as_source(source, fields)
+        self._source = _sources.as_source(source, fields, chunk_cache)
         self._impl = _gpufeed._Loader(self._source, options)
         self.cache_info = json.loads(self._impl.cache_json)
         self._batch_size = int(batch_size)
@@ -191,6 +234,8 @@ class Loader:
             name = self._names[position]
             batch[name] = batch[name].view(dtype)
         batch._handle = handle
+        if self._batch_transform is not None:
+            return self._batch_transform(batch)
         return batch
 
     def __len__(self):
@@ -214,7 +259,8 @@ class Loader:
 
     def load_state_dict(self, state):
         """Resumes at a state_dict(): the next batch is the one that followed it. The seed,
-        rank, world_size and batch_size must match this loader's."""
+        rank, world_size, batch_size, shuffle mode, drop_last, pad and the data set (its
+        sample count and fields) must match this loader's."""
         self._impl.restore_json(json.dumps(dict(state)))
 
     # Figures -----------------------------------------------------------------------------

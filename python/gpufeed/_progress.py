@@ -34,7 +34,7 @@ def tqdm(loader, *, interval=0.5, monitor=None, **kwargs):
         own_monitor = monitor = Monitor(interval=max(interval, 0.1)).start()
     try:
         with tqdm_module.tqdm(**kwargs) as bar:
-            last = (loader.stats()["samples"], time.monotonic())
+            last = start = (loader.stats()["samples"], time.monotonic())
             next_refresh = last[1] + interval
             for batch in loader:
                 yield batch
@@ -44,7 +44,9 @@ def tqdm(loader, *, interval=0.5, monitor=None, **kwargs):
                     figures, last = _postfix(loader, last, now, monitor)
                     bar.set_postfix(figures, refresh=False)
                     next_refresh = now + interval
-            figures, _ = _postfix(loader, last, time.monotonic(), monitor)
+            # The final figures cover the whole bar: the last interval may hold no batch at
+            # all (a refresh just before the end), which would show samples/s=0.
+            figures, _ = _postfix(loader, start, time.monotonic(), monitor)
             bar.set_postfix(figures)
     finally:
         if own_monitor is not None:

@@ -25,12 +25,36 @@ _TORCH_DTYPE_NAMES = {
 }
 
 
-def open(path, fields=None):  # noqa: A001 - mirrors the builtin on purpose
+def open(path, fields=None, chunk_cache=None):  # noqa: A001 - mirrors the builtin on purpose
     """Opens a data set on disk: a folder of .npy files (one per field) or an HDF5 file.
 
     `fields` picks the fields (datasets) to read, in order; None reads them all.
+    `chunk_cache` (HDF5): bytes of decoded chunks the loader's workers keep between batches,
+    one budget they share (None: the decoded data set's size within 1/16 of free RAM, 16 MiB
+    to 1 GiB).
     """
+    if isinstance(fields, str):
+        fields = [fields]
+    if chunk_cache is not None and not os.path.isdir(path):
+        return hdf5([path], fields, chunk_cache=chunk_cache)
     return _gpufeed.open_path(os.fspath(path), list(fields or []))
+
+
+def hdf5(paths, fields=None, chunk_cache=None):
+    """HDF5 files as one data set: `fields` (dataset paths, None: every dataset of the first
+    file) of every file in `paths`, concatenated along axis 0 in the order given.
+    `chunk_cache` as in open()."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        paths = [paths]
+    if isinstance(fields, str):
+        fields = [fields]
+    budget = None
+    if chunk_cache is not None:
+        budget = int(chunk_cache)
+        if budget < 0 or budget != chunk_cache:
+            raise _gpufeed.InvalidArgument(
+                f"chunk_cache must be a number of bytes >= 0 (0 keeps none), got {chunk_cache!r}")
+    return _gpufeed.open_hdf5([os.fsdecode(p) for p in paths], list(fields or []), budget)
 
 
 def synthetic(schema, samples, seed=0):
@@ -81,6 +105,8 @@ def memory(arrays, fields=None):
     if not isinstance(arrays, Mapping):
         raise _gpufeed.InvalidArgument(
             f"memory source: expected a dict of arrays or tensors, got {type(arrays).__name__}")
+    if isinstance(fields, str):
+        fields = [fields]
     names = list(arrays) if fields is None else list(fields)
     if not names:
         raise _gpufeed.InvalidArgument("memory source: no fields given")
@@ -103,8 +129,13 @@ def memory(arrays, fields=None):
     return _gpufeed.memory(specs, tuple(owners))
 
 
-def as_source(source, fields):
+def as_source(source, fields, chunk_cache=None):
     """The Source a Loader reads from, whatever the user passed."""
+    if chunk_cache is not None and not isinstance(source, (str, bytes, os.PathLike, list,
+                                                           tuple)):
+        raise _gpufeed.InvalidArgument(
+            "chunk_cache applies to HDF5 files given by path; for an open source pass it to "
+            "gpufeed.open() / gpufeed.hdf5()")
     if isinstance(source, _gpufeed.Source):
         if fields is not None:
             names = [f[0] for f in source.schema]
@@ -115,9 +146,13 @@ def as_source(source, fields):
         return source
     if isinstance(source, (str, bytes, os.PathLike)):
         path = os.fsdecode(source)
-        return open(path, fields)
+        return open(path, fields, chunk_cache)
+    if isinstance(source, (list, tuple)) and source and all(
+            isinstance(p, (str, bytes, os.PathLike)) for p in source):
+        return hdf5([os.fsdecode(p) for p in source], fields, chunk_cache)
     if isinstance(source, Mapping):
         return memory(source, fields)
     raise _gpufeed.InvalidArgument(
-        "source must be a path (NumPy folder or HDF5 file), a dict of arrays or tensors, or a "
+        "source must be a path (NumPy folder or HDF5 file), a list of HDF5 files, a dict of "
+        "arrays or tensors, or a "
         f"gpufeed.Source; got {type(source).__name__}")

@@ -49,6 +49,8 @@ void BindLoaderOptions(py::module_& m) {
   LoaderField(c, "shuffle", &LoaderOptions::shuffle);
   LoaderField(c, "seed", &LoaderOptions::seed);
   LoaderField(c, "drop_last", &LoaderOptions::drop_last);
+  LoaderField(c, "pad", &LoaderOptions::pad);
+  LoaderField(c, "held_budget_bytes", &LoaderOptions::held_budget_bytes);
   LoaderField(c, "rank", &LoaderOptions::rank);
   LoaderField(c, "world_size", &LoaderOptions::world_size);
   LoaderField(c, "shuffle_block", &LoaderOptions::shuffle_block);

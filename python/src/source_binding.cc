@@ -6,12 +6,14 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "bindings.h"
 #include "gpufeed/error.h"
+#include "gpufeed/hdf5.h"
 #include "gpufeed/sampler.h"
 #include "gpufeed/sources.h"
 
@@ -73,6 +75,33 @@ void BindSources(py::module_& m) {
       },
       py::arg("path"), py::arg("fields") = std::vector<std::string>{},
       "A NumPy folder or an HDF5 file, by what lies at `path`.");
+
+  m.def(
+      "open_hdf5",
+      [](const std::vector<std::string>& paths, const std::vector<std::string>& fields,
+         std::optional<size_t> chunk_cache_bytes) {
+        py::gil_scoped_release release;
+        Hdf5Options options;
+        if (chunk_cache_bytes) options.chunk_cache_bytes = *chunk_cache_bytes;
+        return OpenHdf5(paths, fields, options);
+      },
+      py::arg("paths"), py::arg("fields") = std::vector<std::string>{},
+      py::arg("chunk_cache_bytes") = py::none(),
+      "HDF5 files as one source: `fields` of every file, concatenated in the order given; "
+      "chunk_cache_bytes: the decoded-chunk budget its workers share (None: automatic, 0: none).");
+  m.def(
+      "hdf5_counters",
+      [](const Source& source) {
+        const Hdf5Counters c = Hdf5SourceCounters(source);
+        py::dict d;
+        d["chunks_decoded"] = c.chunks_decoded;
+        d["chunk_cache_hits"] = c.chunk_cache_hits;
+        d["bytes_read"] = c.bytes_read;
+        d["library_reads"] = c.library_reads;
+        d["chunk_cache_bytes"] = c.chunk_cache_bytes;
+        return d;
+      },
+      py::arg("source"), "An HDF5 source's work counters and its decoded-chunk budget.");
 
   m.def(
       "synthetic",

@@ -1,11 +1,13 @@
-"""A 2-process torchrun on the CPU (gloo): disjoint shards that cover the data set, and DDP
-trains in step."""
+"""A 2-process torchrun on the CPU (gloo): disjoint shards that cover the data set, DDP trains
+in step, and uneven shards run the same steps of the same sizes on both ranks."""
 
+import importlib.util
 import os
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from conftest import SCRIPTS, make_arrays, script_env, write_numpy_dir
 
@@ -17,6 +19,8 @@ def test_torchrun_two_ranks_shard_the_data_and_train(tmp_path):
     out.mkdir()
     env = script_env()
     env["OMP_NUM_THREADS"] = "1"
+    if importlib.util.find_spec("torch.distributed.run") is None:
+        pytest.skip("torchrun (torch.distributed.run) is not available")
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
          # torch 1.13 on Python 3.11 cannot parse the default "0" of these two (IntFlag
@@ -32,3 +36,10 @@ def test_torchrun_two_ranks_shard_the_data_and_train(tmp_path):
     # DDP kept the replicas identical through 10 steps (5 batches x 2 epochs).
     np.testing.assert_array_equal(np.load(out / "weights0.npy"), np.load(out / "weights1.npy"))
     assert proc.stdout.count("10 steps") == 2, proc.stdout
+
+    # Uneven shards (9 samples, batch 4): padded, both ranks ran [4, 1] per epoch and every
+    # all_reduce paired with the other rank's.
+    uneven = sorted(line.split("uneven ", 1)[1] for line in proc.stdout.splitlines()
+                    if "uneven rank" in line)
+    want = "len 2 sizes [4, 1, 4, 1] sums [8, 2, -2, 8, 2, -2]"
+    assert uneven == [f"rank 0: {want}", f"rank 1: {want}"], proc.stdout

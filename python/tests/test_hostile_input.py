@@ -38,7 +38,8 @@ def test_a_schema_whose_sample_size_overflows_is_invalid():
 
 
 def test_a_batch_whose_size_overflows_is_invalid():
-    source = gpufeed.synthetic("x:uint8[1099511627776]", samples=10)  # 1 TiB per sample
+    # 1 TiB per sample; batches hold min(batch_size, samples) rows, so both are 2**30.
+    source = gpufeed.synthetic("x:uint8[1099511627776]", samples=2**30)
     with pytest.raises(gpufeed.InvalidArgument, match="overflow"):
         gpufeed.Loader(source, batch_size=2**30, device="cpu")
 

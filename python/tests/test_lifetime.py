@@ -43,14 +43,16 @@ def test_the_buffer_is_held_until_the_last_tensor_is_freed():
     assert loader.stats()["held_batches"] == 0
 
 
-def test_holding_more_than_max_outstanding_raises_instead_of_reusing():
+def test_holding_past_the_budget_raises_instead_of_reusing():
+    # Buffers of 512 bytes; 2 workers + 2 prefetch + 2 held fill the 3 KiB budget exactly,
+    # so a third held batch cannot grow the pool.
     loader = gpufeed.Loader(gpufeed.synthetic("x:float32[8]", samples=100), batch_size=10,
-                            max_outstanding=2, device="cpu")
+                            max_outstanding=2, device="cpu", workers=2, prefetch=2,
+                            held_budget_bytes=3 * 1024)
     it = iter(loader)
     kept = [next(it), next(it)]
     with pytest.raises(gpufeed.InvalidArgument,
-                       match="2 batches are still referenced; release them or raise "
-                             "max_outstanding"):
+                       match="2 batches are still referenced, and one more host batch buffer"):
         next(it)
     kept.pop(0)
     batch = next(it)  # released one: the loader goes on, in order

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -41,7 +42,8 @@ bool NoBuilder(const ShmUserDir& dir, const std::string& lock_name) {
   return free;
 }
 
-// A file the identity names ("/abs/path:size:mtime_ns") that is gone or differs now.
+// A file the identity names ("/abs/path:size:mtime_ns", and "stamp:/abs/path=ino:ctime_ns")
+// that is gone or differs now.
 bool IdentityStale(const std::string& identity) {
   static const std::regex kFile(R"((/[^|:=\s]+):(\d+):(-?\d+))");
   for (std::sregex_iterator it(identity.begin(), identity.end(), kFile), end; it != end; ++it) {
@@ -52,7 +54,27 @@ bool IdentityStale(const std::string& identity) {
       return true;
     }
   }
+  static const std::regex kStamp(R"(stamp:(/[^|=]+)=(\d+):(-?\d+))");
+  for (std::sregex_iterator it(identity.begin(), identity.end(), kStamp), end; it != end; ++it) {
+    struct stat st {};
+    if (stat((*it)[1].str().c_str(), &st) != 0) return true;
+    const int64_t ctime = int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
+    if (std::to_string(st.st_ino) != (*it)[2].str() || std::to_string(ctime) != (*it)[3].str()) {
+      return true;
+    }
+  }
   return false;
+}
+
+// The data files an identity names (its "stamp:" entries), sorted.
+std::vector<std::string> StampedFiles(const std::string& identity) {
+  static const std::regex kStamp(R"(stamp:(/[^|=]+)=)");
+  std::vector<std::string> files;
+  for (std::sregex_iterator it(identity.begin(), identity.end(), kStamp), end; it != end; ++it) {
+    files.push_back((*it)[1].str());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 ShmCacheEntry ReadPublished(const ShmUserDir& dir, const std::string& name,
@@ -172,6 +194,24 @@ bool RemoveShmCache(const std::string& key, const std::string& root, const std::
   // The lock file goes only when no builder holds it: removing a held lock would let a new
   // process build beside the one already building.
   if (no_builder) fs::remove(lock, ec);
+  return removed;
+}
+
+std::vector<ShmCacheEntry> RemoveOlderShmVersions(const std::string& identity,
+                                                  const std::string& root,
+                                                  const std::string& group) {
+  std::vector<ShmCacheEntry> removed;
+  const std::vector<std::string> files = StampedFiles(identity);
+  if (files.empty()) return removed;
+  for (auto& e : ListShmCaches(root, group)) {
+    // Only published, stale caches of the same files that no process maps (a known 0: with
+    // the holders unknown, keep it).
+    if (!e.valid || !e.stale || e.identity == identity || e.processes != 0 ||
+        StampedFiles(e.identity) != files) {
+      continue;
+    }
+    if (RemoveShmCache(e.key, root, group)) removed.push_back(std::move(e));
+  }
   return removed;
 }
 

@@ -17,6 +17,7 @@
 #include "cache/flock_holders.h"
 #include "cache/shm_source.h"
 #include "cache/shm_user_dir.h"
+#include "core/format.h"
 #include "core/log.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
@@ -223,6 +224,19 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
   result.built = true;
   result.source =
       std::make_shared<ShmCachedSource>(base, built.fd, result.path, std::move(built.header));
+  // A new version of the data: older versions' caches that nobody maps any more go now, not
+  // at the next `gpufeed cache gc`. Best effort: the new cache is built either way.
+  try {
+    const std::string group = options.group ? std::to_string(*options.group) : std::string();
+    for (const ShmCacheEntry& old : RemoveOlderShmVersions(base->Identity(), options.dir, group)) {
+      if (options.verbose) {
+        Log(LogLevel::kInfo, fmt::format("cache: removed {} ({}), the cache of an older version "
+                                         "of the same files",
+                                         old.path, FormatBytes(static_cast<double>(old.bytes))));
+      }
+    }
+  } catch (const Error&) {
+  }
   return result;
 }
 

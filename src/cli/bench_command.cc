@@ -8,7 +8,9 @@
 #include "cli/bench_run.h"
 #include "cli/exit_codes.h"
 #include "cli/progress_line.h"
+#include "core/checked_math.h"
 #include "gpufeed/error.h"
+#include "gpufeed/hdf5.h"
 #include "gpufeed/images.h"
 #include "gpufeed/sources.h"
 #include "sources/open_path.h"
@@ -23,6 +25,7 @@ struct BenchArgs {
   std::vector<std::string> fields;
   bool no_shuffle = false;
   bool block_shuffle = false;
+  int64_t chunk_cache_mib = -1;  // -1: the HDF5 source's default
   bool json = false;
   bool quiet = false;
   std::string cache{CacheTierName(CachedLoaderOptions{}.cache.tier)};
@@ -42,6 +45,13 @@ int RunBenchCommand(BenchArgs& args) {
     // Images: RandomResizedCrop(224) + flip; --cache caches the decoded images.
     source = OpenImages(args.path, {.cache = ParseCacheTier(args.cache), .verbose = !args.json});
     args.cache = "none";
+  } else if (args.chunk_cache_mib >= 0 &&
+             ClassifyPath(args.path, *DefaultFileSystem()) == PathKind::kHdf5) {
+    Hdf5Options hdf5;
+    hdf5.chunk_cache_bytes = static_cast<size_t>(
+        MulOrThrow(static_cast<uint64_t>(args.chunk_cache_mib), uint64_t{1} << 20,
+                   "--chunk-cache-mib", ErrorCode::kInvalidArgument));
+    source = OpenHdf5({args.path}, args.fields, hdf5);
   } else {
     source = OpenPath(args.path, args.fields);
   }
@@ -106,6 +116,11 @@ void RegisterBenchCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", args->config.open.loader.seed, "Shuffle seed")->capture_default_str();
   cmd->add_flag("--no-shuffle", args->no_shuffle, "Read in order");
+  cmd->add_option("--chunk-cache-mib", args->chunk_cache_mib,
+                  "HDF5: MiB of decoded chunks the workers keep between batches, one budget "
+                  "they share; 0 keeps none (default: the decoded data set's size within 1/16 "
+                  "of free RAM, 16 MiB to 1 GiB)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--block-shuffle", args->block_shuffle,
                 "Shuffle whole chunks, then samples within a window of chunks (for compressed "
                 "HDF5: each chunk is decoded once per window instead of once per sample)");

@@ -24,8 +24,8 @@ void BufferPool::Handle::ReleaseAfter(std::shared_ptr<Fence> fence) noexcept {
   pool_.reset();
 }
 
-std::shared_ptr<BufferPool> BufferPool::Create(std::string name, size_t buffer_bytes,
-                                               int capacity, AllocFn alloc, FreeFn free) {
+std::shared_ptr<BufferPool> BufferPool::Create(std::string name, size_t buffer_bytes, int capacity,
+                                               AllocFn alloc, FreeFn free) {
   GPUFEED_ASSERT(buffer_bytes > 0 && capacity > 0, "empty buffer pool");
   return std::shared_ptr<BufferPool>(
       new BufferPool(std::move(name), buffer_bytes, capacity, std::move(alloc), std::move(free)));
@@ -35,9 +35,9 @@ BufferPool::BufferPool(std::string name, size_t buffer_bytes, int capacity, Allo
                        FreeFn free)
     : name_(std::move(name)),
       buffer_bytes_(buffer_bytes),
-      capacity_(capacity),
       alloc_(std::move(alloc)),
-      free_fn_(std::move(free)) {}
+      free_fn_(std::move(free)),
+      capacity_(capacity) {}
 
 BufferPool::~BufferPool() {
   // Handles keep the pool alive, so only pending fences can still reference a buffer here.
@@ -54,6 +54,18 @@ BufferPool::~BufferPool() {
 int BufferPool::allocated() const {
   std::lock_guard lock(mu_);
   return static_cast<int>(all_.size());
+}
+
+int BufferPool::capacity() const {
+  std::lock_guard lock(mu_);
+  return capacity_;
+}
+
+void BufferPool::Grow(int more) {
+  GPUFEED_ASSERT(more >= 0, "a pool only grows");
+  std::lock_guard lock(mu_);
+  capacity_ += more;
+  cv_.notify_all();
 }
 
 int BufferPool::in_use() const {
@@ -122,8 +134,8 @@ BufferPool::Handle BufferPool::Acquire(const std::function<bool()>& should_stop)
 }
 
 void BufferPool::Reserve(int count) {
-  count = std::min(count, capacity_);
   std::lock_guard lock(mu_);
+  count = std::min(count, capacity_);
   while (static_cast<int>(all_.size()) + allocating_ < count) {
     auto* data = static_cast<std::byte*>(alloc_(buffer_bytes_));
     all_.push_back(data);

@@ -1,7 +1,7 @@
-// BufferPool: a fixed number of equal-sized buffers, allocated lazily (at most `capacity`,
-// never freed before the pool dies), handed out as move-only Handles that give their
-// buffer back when dropped. A handle released with ReleaseAfter(fence) comes back only once
-// the fence is done: a pinned buffer is not reused while a copy still reads it.
+// BufferPool: a bounded number of equal-sized buffers, allocated lazily (at most `capacity`,
+// which Grow may raise; never freed before the pool dies), handed out as move-only Handles that
+// give their buffer back when dropped. A handle released with ReleaseAfter(fence) comes back only
+// once the fence is done: a pinned buffer is not reused while a copy still reads it.
 //
 // The pool is owned by shared_ptr and every Handle keeps it alive, so a batch the consumer
 // keeps (a torch tensor) stays valid after its loader is gone.
@@ -43,7 +43,8 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
    private:
     friend class BufferPool;
-    Handle(std::shared_ptr<BufferPool> pool, std::byte* data) : pool_(std::move(pool)), data_(data) {}
+    Handle(std::shared_ptr<BufferPool> pool, std::byte* data)
+        : pool_(std::move(pool)), data_(data) {}
     std::shared_ptr<BufferPool> pool_;
     std::byte* data_ = nullptr;
   };
@@ -57,6 +58,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   // whoever sets what should_stop reads must then call WakeAll(). Fence failures throw.
   Handle Acquire(const std::function<bool()>& should_stop);
   void WakeAll();
+  // Raises the capacity by `more` buffers (allocated lazily, like the rest) and wakes the
+  // threads waiting in Acquire. REQUIRES: more >= 0.
+  void Grow(int more);
   // Allocates buffers now until `count` exist (at most capacity), so the working set's
   // allocation and first-touch page faults happen before the first batch, and running out
   // of memory is reported up front. Throws what `alloc` throws; buffers made stay pooled.
@@ -64,7 +68,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
   const std::string& name() const { return name_; }
   size_t buffer_bytes() const { return buffer_bytes_; }
-  int capacity() const { return capacity_; }
+  int capacity() const;
   // Buffers allocated so far (reserved up front, then lazily up to capacity).
   int allocated() const;
   // Buffers held by handles or waiting on a fence.
@@ -83,7 +87,6 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
   const std::string name_;
   const size_t buffer_bytes_;
-  const int capacity_;
   AllocFn alloc_;
   FreeFn free_fn_;
 
@@ -93,6 +96,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   std::vector<std::byte*> free_;  // LIFO: the warmest buffer is reused first
   std::deque<Pending> pending_;   // oldest first
   int allocating_ = 0;
+  int capacity_;  // guarded by mu_
 };
 
 }  // namespace gpufeed

@@ -28,8 +28,12 @@ const std::byte kEmptyMapping[1] = {};
 
 class PosixFile final : public File {
  public:
-  PosixFile(std::string path, int fd, uint64_t size, int64_t mtime_ns)
-      : path_(std::move(path)), fd_(fd), size_(size), mtime_ns_(mtime_ns) {}
+  PosixFile(std::string path, int fd, uint64_t size, int64_t mtime_ns, std::string stamp)
+      : path_(std::move(path)),
+        fd_(fd),
+        size_(size),
+        mtime_ns_(mtime_ns),
+        stamp_(std::move(stamp)) {}
 
   ~PosixFile() override {
     if (map_ != nullptr && map_ != kEmptyMapping) munmap(const_cast<std::byte*>(map_), size_);
@@ -39,6 +43,7 @@ class PosixFile final : public File {
   const std::string& path() const override { return path_; }
   uint64_t Size() const override { return size_; }
   int64_t ModificationTimeNs() const override { return mtime_ns_; }
+  std::string VersionStamp() const override { return stamp_; }
 
   size_t ReadAt(uint64_t offset, void* buf, size_t n) const override {
     auto* dst = static_cast<char*>(buf);
@@ -76,6 +81,7 @@ class PosixFile final : public File {
   const int fd_;
   const uint64_t size_;
   const int64_t mtime_ns_;
+  const std::string stamp_;  // VersionStamp
   // Written once inside call_once, which orders that write before every return of Map().
   mutable std::once_flag map_once_;
   mutable const std::byte* map_ = nullptr;
@@ -107,7 +113,9 @@ class PosixFileSystem final : public FileSystem {
                   fmt::format("{}: is a folder, expected a file", path));
     }
     const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-    return std::make_unique<PosixFile>(path, fd, static_cast<uint64_t>(st.st_size), mtime_ns);
+    const int64_t ctime_ns = int64_t{st.st_ctim.tv_sec} * 1'000'000'000 + st.st_ctim.tv_nsec;
+    return std::make_unique<PosixFile>(path, fd, static_cast<uint64_t>(st.st_size), mtime_ns,
+                                       fmt::format("{}:{}", st.st_ino, ctime_ns));
   }
 };
 

@@ -247,6 +247,10 @@ void BatchBuilder::WakeAll() {
   if (staging_pool_) staging_pool_->WakeAll();
 }
 
+void BatchBuilder::GrowBatchBuffers(int more) { batch_pool_->Grow(more); }
+
+int BatchBuilder::batch_buffers() const { return batch_pool_->capacity(); }
+
 void BatchBuilder::SynchronizeStream() noexcept {
   MutexLock lock(&stream_mu_);
   if (!stream_) return;

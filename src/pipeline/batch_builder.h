@@ -75,6 +75,10 @@ class BatchBuilder {
 
   // Wakes workers waiting for a buffer (to see `stopping`).
   void WakeAll();
+  // Raises the batch pool's capacity by `more` buffers (the consumer holds more batches than
+  // planned); the staging pool is unchanged, its buffers are held only until a copy is done.
+  void GrowBatchBuffers(int more);
+  int batch_buffers() const;  // the batch pool's capacity
   // Waits for everything on the copy stream; errors are dropped (each failed copy was
   // reported by its batch's worker).
   void SynchronizeStream() noexcept EXCLUDES(stream_mu_);

@@ -5,13 +5,16 @@
 #include "gpufeed/loader.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <map>
 
+#include "core/format.h"
 #include "core/log.h"
 #include "core/nvtx.h"
 #include "core/system_memory.h"
@@ -78,7 +81,19 @@ LoaderOptions CheckOptions(LoaderOptions o) {
                             "and {}",
                             o.max_workers, o.max_prefetch));
   }
-  if (o.workers == 0) o.workers = std::min(4, UsableCpus());
+  // More threads than this only contend: cap what was asked, and say so (a typo such as
+  // workers=1000 would otherwise start a thousand threads on a 2-core machine).
+  const int cpus = UsableCpus();
+  const int most_workers = std::max(16, 4 * cpus);
+  if (o.workers > most_workers || o.max_workers > most_workers) {
+    Log(LogLevel::kWarning,
+        fmt::format("workers={} (max_workers={}) is more than 4 threads per usable CPU ({} "
+                    "CPUs): using {} at most",
+                    o.workers, o.max_workers, cpus, most_workers));
+    o.workers = std::min(o.workers, most_workers);
+    o.max_workers = std::min(o.max_workers, most_workers);
+  }
+  if (o.workers == 0) o.workers = std::min(4, cpus);
   if (o.prefetch == 0) o.prefetch = 2 * o.workers;
   if (o.max_workers == 0) o.max_workers = o.autotune ? UsableCpus() : o.workers;
   o.max_workers = std::max(o.max_workers, o.workers);
@@ -103,15 +118,65 @@ void ResolveMaxPrefetch(LoaderOptions& o, size_t buffer_bytes) {
   o.max_prefetch = std::max(o.max_prefetch, o.prefetch);
 }
 
+// A full shuffle over compressed chunks decodes a chunk for every few samples read: often
+// 50-140x slower than block shuffle. Estimates the decodes per epoch and, past ~4 per chunk,
+// says so once with the fixes that apply.
+void AdviseOnShuffle(const Source& source, const Sampler& sampler, int workers) {
+  const SourceChunking c = source.chunking();
+  const SamplerOptions& o = sampler.options();
+  if (!c.compressed || !o.shuffle || o.shuffle_block != 0 || c.samples_per_chunk <= 1 ||
+      sampler.batches_per_epoch() == 0 || c.decoded_chunk_bytes <= 0) {
+    return;
+  }
+  const double chunks =
+      std::ceil(static_cast<double>(source.size()) / static_cast<double>(c.samples_per_chunk));
+  const double rows = static_cast<double>(
+      std::min<int64_t>(o.batch_size, std::max<int64_t>(1, sampler.shard_size())));
+  // Distinct chunks a batch of random samples touches, and the share a worker finds decoded
+  // (its cache keeps the first chunks it met, up to its share of the budget).
+  const double per_batch = chunks * (1.0 - std::pow(1.0 - 1.0 / chunks, rows));
+  const double kept = static_cast<double>(c.cache_bytes) / std::max(1, workers) /
+                      static_cast<double>(c.decoded_chunk_bytes);
+  const double hit = std::min(1.0, kept / chunks);
+  const double decodes = static_cast<double>(sampler.batches_per_epoch()) * per_batch * (1.0 - hit);
+  if (decodes <= 4.0 * chunks) return;
+  int64_t data = 0;
+  for (const auto& f : source.schema().fields) {
+    data += source.size() * static_cast<int64_t>(f.SampleBytes());
+  }
+  const uint64_t budget = RamBudgetBytes();
+  const std::string cache =
+      static_cast<uint64_t>(data) <= budget
+          ? fmt::format(
+                "; or cache the decoded data set (cache=\"ram\" or \"shm\": {}, "
+                "within the RAM budget of {})",
+                FormatBytes(static_cast<double>(data)), FormatBytes(static_cast<double>(budget)))
+          : "";
+  Log(LogLevel::kWarning,
+      fmt::format("{}: a full shuffle over compressed chunks of {} samples decodes each chunk "
+                  "about {:.0f} times an epoch ({:.0f} decodes of {:.0f} chunks): block "
+                  "shuffle (shuffle_block=-1, CLI --block-shuffle) decodes each about once{}",
+                  source.Describe(), c.samples_per_chunk, decodes / chunks, decodes, chunks,
+                  cache));
+}
+
 const Source& CheckSource(const std::shared_ptr<Source>& source) {
   if (!source) throw Error(ErrorCode::kInvalidArgument, "the loader needs a source, got null");
   return *source;
 }
 
+// The shuffle mode as LoaderState records it.
+std::string ShuffleMode(const Sampler& sampler) {
+  const SamplerOptions& o = sampler.options();
+  if (!o.shuffle) return "none";
+  if (o.shuffle_block == 0) return "full";
+  return fmt::format("block:{}:{}", o.shuffle_block, o.shuffle_window);
+}
+
 // Throws Error(kInvalidArgument) unless `state` was saved by a loader like this one and names a
 // batch of an epoch.
-void CheckRestorable(const LoaderState& state, const LoaderOptions& options,
-                     const Sampler& sampler) {
+void CheckRestorable(const LoaderState& state, const LoaderOptions& options, const Sampler& sampler,
+                     const Source& source) {
   const auto mismatch = [](std::string_view what, auto saved, auto now) {
     return Error(ErrorCode::kInvalidArgument,
                  fmt::format("cannot restore loader state: it was saved with {} {}, this "
@@ -125,6 +190,27 @@ void CheckRestorable(const LoaderState& state, const LoaderOptions& options,
   }
   if (state.batch_size != options.batch_size) {
     throw mismatch("batch_size", state.batch_size, options.batch_size);
+  }
+  if (state.samples && *state.samples != sampler.num_samples()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("cannot restore loader state: it was saved over a data set of {} "
+                            "samples, this loader reads {} ({}): another file?",
+                            *state.samples, sampler.num_samples(), source.Describe()));
+  }
+  if (state.schema && *state.schema != source.schema().ToString()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("cannot restore loader state: it was saved over fields {}, this "
+                            "loader reads {} ({}): another file?",
+                            *state.schema, source.schema().ToString(), source.Describe()));
+  }
+  if (state.shuffle && *state.shuffle != ShuffleMode(sampler)) {
+    throw mismatch("shuffle", *state.shuffle, ShuffleMode(sampler));
+  }
+  if (state.drop_last && *state.drop_last != sampler.options().drop_last) {
+    throw mismatch("drop_last", *state.drop_last, sampler.options().drop_last);
+  }
+  if (state.pad && *state.pad != sampler.options().pad) {
+    throw mismatch("pad", *state.pad, sampler.options().pad);
   }
   if (state.epoch < 0 || state.batch < 0 || state.batch > sampler.batches_per_epoch()) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -165,7 +251,10 @@ class Loader::Impl {
       : source_(std::move(source)),
         options_(CheckOptions(std::move(options))),
         sampler_(source_ ? source_->size() : 0, ToSamplerOptions(options_, CheckSource(source_))),
-        builder_(source_, options_.device, options_.transforms, options_.seed, options_.batch_size),
+        // Buffers hold the largest batch an epoch can give this rank, not batch_size rows: a
+        // batch_size beyond the data set's length must not allocate for samples never read.
+        builder_(source_, options_.device, options_.transforms, options_.seed,
+                 std::max<int64_t>(1, std::min(options_.batch_size, sampler_.shard_size()))),
         gpu_busy_(std::make_shared<GpuBusyTracker>(options_.device)),
         metrics_(gpu_busy_),
         queue_(options_.workers, options_.prefetch) {
@@ -184,6 +273,9 @@ class Loader::Impl {
     capacity.staging_buffers = options_.max_workers + 2;
     capacity.reserve_staging = options_.workers + 2;
     builder_.Prepare(capacity);
+    held_limit_ = options_.max_outstanding;
+    AdviseOnShuffle(*source_, sampler_, options_.max_workers);
+    held_budget_bytes_ = HeldBudget(capacity.batch_buffers);
     Start(options_.start_epoch, 0);
   }
 
@@ -208,7 +300,11 @@ class Loader::Impl {
     trace_->WriteChromeTrace(path);
   }
 
+  // True in a child process forked after the loader was made.
+  bool Forked() const { return getpid() != owner_pid_; }
+
   std::unique_ptr<Batch> Next() {
+    CheckProcess();
     const int64_t called = NowNs();
     metrics_.BeginNext(called);
     // The step ends here: all its GPU work is queued before this call.
@@ -225,12 +321,7 @@ class Loader::Impl {
     }
     // Only a call that hands out a batch needs a free buffer: the end of an epoch does not.
     const int held = held_->load();
-    if (held >= options_.max_outstanding) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{} batches are still referenced; release them or raise "
-                              "max_outstanding (now {})",
-                              held, options_.max_outstanding));
-    }
+    if (held >= held_limit_) GrowForHeld(held);
     BuiltBatch built = [&] {
       NvtxRange range("gpufeed.next");  // the consumer's wait, in Nsight's timeline
       return queue_.Pop();
@@ -271,6 +362,7 @@ class Loader::Impl {
   }
 
   void SetEpoch(int64_t epoch) EXCLUDES(position_mu_) {
+    CheckProcess();
     if (epoch < 0) {
       throw Error(ErrorCode::kInvalidArgument, fmt::format("epoch must be >= 0, got {}", epoch));
     }
@@ -299,11 +391,17 @@ class Loader::Impl {
     state.rank = sampler_.rank();
     state.world_size = sampler_.world_size();
     state.batch_size = options_.batch_size;
+    state.samples = sampler_.num_samples();
+    state.schema = source_->schema().ToString();
+    state.shuffle = ShuffleMode(sampler_);
+    state.drop_last = sampler_.options().drop_last;
+    state.pad = sampler_.options().pad;
     return state;
   }
 
   void Restore(const LoaderState& state) {
-    CheckRestorable(state, options_, sampler_);
+    CheckProcess();
+    CheckRestorable(state, options_, sampler_, *source_);
     Restart(state.epoch, state.batch);
   }
 
@@ -335,6 +433,67 @@ class Loader::Impl {
   }
 
  private:
+  void CheckProcess() const {
+    if (Forked()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("this loader was created in process {} and is used in process {}, "
+                              "forked from it: its worker threads do not exist here. Create the "
+                              "loader in the process that iterates it (in a torch DataLoader "
+                              "worker: inside the worker, e.g. in worker_init_fn or the "
+                              "dataset's __iter__; or use gpufeed.Loader without a DataLoader)",
+                              owner_pid_, getpid()));
+    }
+  }
+
+  // The most bytes of batch buffers the pool may grow to for a consumer holding batches.
+  int64_t HeldBudget(int planned_buffers) const {
+    const auto planned =
+        static_cast<int64_t>(builder_.buffer_bytes()) * static_cast<int64_t>(planned_buffers);
+    if (options_.held_budget_bytes > 0) return std::max(planned, options_.held_budget_bytes);
+    uint64_t budget = 0;
+    if (options_.device->needs_copy()) {
+      budget = options_.device->MemoryInfo().free_bytes / 4;
+    } else {
+      const DeviceMemoryInfo ram = HostDevice()->MemoryInfo();
+      budget = std::min(ram.total_bytes / 10, ram.free_bytes / 2);
+    }
+    return std::max<int64_t>(planned, static_cast<int64_t>(std::min<uint64_t>(budget, INT64_MAX)));
+  }
+
+  // The consumer holds `held` batches, as many as the pool was planned for, and asks for
+  // another: grow the batch pool by the buffers it lacks, within held_budget_bytes_ (one
+  // warning the first time), or throw.
+  void GrowForHeld(int held) {
+    const int more = held + 1 - held_limit_;
+    const auto buffer = static_cast<int64_t>(builder_.buffer_bytes());
+    const int64_t grown = static_cast<int64_t>(builder_.batch_buffers() + more) * buffer;
+    const std::string where = options_.device->needs_copy() ? options_.device->name() : "host";
+    if (grown > held_budget_bytes_) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{} batches are still referenced, and one more {} batch buffer "
+                              "({}) would pass the loader's budget for them ({}). Keep copies "
+                              "of the fields you need instead of the batches (e.g. "
+                              "batch[\"label\"].clone()), so each buffer goes back to the "
+                              "pool, or raise held_budget_bytes / max_outstanding (now {})",
+                              held, where, FormatBytes(static_cast<double>(buffer)),
+                              FormatBytes(static_cast<double>(held_budget_bytes_)),
+                              options_.max_outstanding));
+    }
+    builder_.GrowBatchBuffers(more);
+    held_limit_ = held + 1;
+    if (!warned_held_) {
+      warned_held_ = true;
+      Log(LogLevel::kWarning,
+          fmt::format("the training loop holds {} batches (max_outstanding={}): each batch "
+                      "held costs a {} batch buffer ({}), so the pool grows, up to {}. To "
+                      "keep small fields (labels, metrics), keep copies instead: "
+                      "batch[\"label\"].clone() lets the buffer go back to the pool",
+                      held, options_.max_outstanding, where,
+                      FormatBytes(static_cast<double>(buffer)),
+                      FormatBytes(static_cast<double>(held_budget_bytes_))));
+    }
+  }
+
   // Moves the consumer past a finished epoch; true when it was at one.
   bool AtEndOfEpoch() EXCLUDES(position_mu_) {
     MutexLock lock(&position_mu_);
@@ -432,6 +591,12 @@ class Loader::Impl {
   EpochOrders orders_{sampler_};
   std::unique_ptr<Autotuner> tuner_;      // consumer thread only
   std::unique_ptr<TraceRecorder> trace_;  // null when recording is off; thread-safe
+  const pid_t owner_pid_ = getpid();
+  // Consumer thread only: how many held batches the pool has buffers for, the budget it may
+  // grow within, and whether the growth was reported.
+  int held_limit_ = 0;
+  int64_t held_budget_bytes_ = 0;
+  bool warned_held_ = false;
 
   // Where the current run of workers started: written by Start before it starts them, then
   // only read (by the workers).
@@ -447,7 +612,11 @@ class Loader::Impl {
 
 Loader::Loader(std::shared_ptr<Source> source, LoaderOptions options)
     : impl_(std::make_unique<Impl>(std::move(source), std::move(options))) {}
-Loader::~Loader() = default;
+Loader::~Loader() {
+  // In a forked child the workers were not copied and a lock may have been copied held:
+  // joining or freeing could hang. Leave everything; the child's exit reclaims it.
+  if (impl_ && impl_->Forked()) static_cast<void>(impl_.release());
+}
 std::unique_ptr<Batch> Loader::Next() { return impl_->Next(); }
 int64_t Loader::epoch() const { return impl_->epoch(); }
 void Loader::SetEpoch(int64_t epoch) { impl_->SetEpoch(epoch); }

@@ -200,6 +200,11 @@ std::string LoaderStats::ToJson() const {
 std::string LoaderState::ToJson() const {
   nlohmann::json j = {{"epoch", epoch}, {"batch", batch},           {"seed", seed},
                       {"rank", rank},   {"world_size", world_size}, {"batch_size", batch_size}};
+  if (samples) j["samples"] = *samples;
+  if (schema) j["schema"] = *schema;
+  if (shuffle) j["shuffle"] = *shuffle;
+  if (drop_last) j["drop_last"] = *drop_last;
+  if (pad) j["pad"] = *pad;
   return j.dump();
 }
 
@@ -213,6 +218,11 @@ LoaderState LoaderState::FromJson(std::string_view json) {
     s.rank = j.at("rank").get<int>();
     s.world_size = j.at("world_size").get<int>();
     s.batch_size = j.at("batch_size").get<int64_t>();
+    if (j.contains("samples")) s.samples = j.at("samples").get<int64_t>();
+    if (j.contains("schema")) s.schema = j.at("schema").get<std::string>();
+    if (j.contains("shuffle")) s.shuffle = j.at("shuffle").get<std::string>();
+    if (j.contains("drop_last")) s.drop_last = j.at("drop_last").get<bool>();
+    if (j.contains("pad")) s.pad = j.at("pad").get<bool>();
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorCode::kInvalidArgument,

@@ -31,8 +31,9 @@ DecodedChunkCache::Buffer DecodedChunkCache::Find(uint64_t key) {
 void DecodedChunkCache::Insert(uint64_t key, Buffer chunk) {
   GPUFEED_ASSERT(index_.find(key) == index_.end(), "chunk inserted twice");
   const size_t n = chunk->size();
-  if (n > capacity_) return;
-  while (bytes_ + n > capacity_ && !lru_.empty()) {
+  const size_t capacity = this->capacity();
+  if (n > capacity) return;
+  while (bytes_ + n > capacity && !lru_.empty()) {
     if (lru_.back().generation == generation_) return;  // all used by this batch: keep them
     Buffer& victim = lru_.back().chunk;
     bytes_ -= victim->size();

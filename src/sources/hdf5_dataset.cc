@@ -98,8 +98,9 @@ Hdf5Id OpenOrExplain(hid_t file_id, const Hdf5Dataset& ds, const std::string& wh
   }
   throw Error(ErrorCode::kNotFound,
               fmt::format("{}: no dataset '{}'; the datasets there are: {}", ds.path, name,
-                          present.empty() ? std::string("none")
-                                          : fmt::format("{}", fmt::join(present, ", "))));
+                          present.empty()
+                              ? fmt::format("none (an empty file, or a damaged one: {})", reason)
+                              : fmt::format("{}", fmt::join(present, ", "))));
 }
 
 // dtype, element size, byte order and shape.
@@ -293,9 +294,27 @@ Hdf5Id OpenHdf5File(const File& file) {
   Hdf5Lock lock;
   Hdf5Id id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!id.valid()) {
+    const std::string reason = Hdf5ErrorMessage();
+    // A writer holds it: HDF5's file lock, or the superblock's "open for writing" flags
+    // (SWMR, or a writer that crashed). That is no damage; say who holds it.
+    if (reason.find("unable to lock file") != std::string::npos) {
+      throw Error(ErrorCode::kIo,
+                  fmt::format("{}: another process has this HDF5 file open for writing (HDF5's "
+                              "file lock refused a reader): close it there first (h5py: "
+                              "File.close()) and try again ({})",
+                              path, reason));
+    }
+    if (reason.find("already open for write") != std::string::npos) {
+      throw Error(ErrorCode::kIo,
+                  fmt::format("{}: this HDF5 file is marked open for writing (its superblock's "
+                              "consistency flags): a process is writing it, or one that did "
+                              "crashed; close the writer, or clear the flags with `h5clear -s "
+                              "{}` if none runs ({})",
+                              path, path, reason));
+    }
     throw Error(ErrorCode::kCorruptData,
                 fmt::format("{}: not a readable HDF5 file (truncated or damaged?): {}", path,
-                            Hdf5ErrorMessage()));
+                            reason));
   }
   return id;
 }
@@ -303,7 +322,16 @@ Hdf5Id OpenHdf5File(const File& file) {
 std::vector<std::string> ListHdf5Datasets(hid_t file_id) {
   Hdf5Lock lock;
   std::vector<std::string> names;
-  H5Ovisit2(file_id, H5_INDEX_NAME, H5_ITER_INC, CollectDataset, &names, H5O_INFO_BASIC);
+  if (H5Ovisit2(file_id, H5_INDEX_NAME, H5_ITER_INC, CollectDataset, &names, H5O_INFO_BASIC) <
+      0) {
+    const std::string reason = Hdf5ErrorMessage();
+    char path[4096] = "the HDF5 file";
+    H5Fget_name(file_id, path, sizeof(path));
+    H5Eclear2(H5E_DEFAULT);
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: the file is damaged: its objects cannot be listed ({})", path,
+                            reason));
+  }
   H5Eclear2(H5E_DEFAULT);
   std::sort(names.begin(), names.end());
   return names;

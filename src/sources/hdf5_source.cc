@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "core/log.h"
+#include "core/system_memory.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "sources/hdf5_dataset.h"
@@ -23,6 +24,7 @@ namespace {
 class Hdf5WorkerState final : public SourceWorkerState {
  public:
   explicit Hdf5WorkerState(size_t cache_bytes) : scratch(cache_bytes) {}
+  explicit Hdf5WorkerState(std::shared_ptr<ChunkCacheBudget> budget) : scratch(std::move(budget)) {}
   Hdf5ReadScratch scratch;
   std::vector<std::pair<int64_t, int64_t>> order;  // (sample, batch row), sorted
   std::vector<Hdf5RowTarget> targets;
@@ -51,7 +53,32 @@ class Hdf5Source final : public Source {
         break;
       }
     }
+    for (size_t f = 0; f < parts_.front().readers.size(); ++f) {
+      const Hdf5Dataset& ds = parts_.front().readers[f]->dataset();
+      if (ds.storage == Hdf5Storage::kChunked && ds.filtered()) {
+        chunking_.compressed = true;
+        chunking_.decoded_chunk_bytes +=
+            block_ * static_cast<int64_t>(schema_.fields[f].SampleBytes());
+      }
+    }
+    chunking_.samples_per_chunk = block_;
+    // The default budget: the decoded data set (nothing more is ever worth keeping), within
+    // a 16th of the RAM available now and [16 MiB, 1 GiB].
+    size_t budget = options_.chunk_cache_bytes;
+    if (budget == kAutoChunkCache) {
+      const uint64_t ram =
+          std::clamp<uint64_t>(AvailableRamBytes() / 16, uint64_t{16} << 20, uint64_t{1} << 30);
+      uint64_t data = 0;
+      for (const auto& field : schema_.fields) {
+        data += static_cast<uint64_t>(samples_) * field.SampleBytes();
+      }
+      budget = static_cast<size_t>(std::min(ram, std::max<uint64_t>(data, 1)));
+    }
+    chunk_budget_ = std::make_shared<ChunkCacheBudget>(budget);
+    chunking_.cache_bytes = static_cast<int64_t>(budget);
   }
+
+  SourceChunking chunking() const override { return chunking_; }
 
   const Schema& schema() const override { return schema_; }
   int64_t size() const override { return samples_; }
@@ -68,12 +95,16 @@ class Hdf5Source final : public Source {
     std::string id = fmt::format("hdf5:[{}]", fmt::join(datasets_, ","));
     for (const auto& p : parts_) {
       id += fmt::format("|{}:{}:{}", p.file->path(), p.file->Size(), p.file->ModificationTimeNs());
+      // A rewrite that keeps the size and restores the mtime still changes these.
+      if (const std::string stamp = p.file->VersionStamp(); !stamp.empty()) {
+        id += fmt::format("|stamp:{}={}", p.file->path(), stamp);
+      }
     }
     return id + "|" + schema_.ToString();
   }
 
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
-    return std::make_unique<Hdf5WorkerState>(options_.chunk_cache_bytes);
+    return std::make_unique<Hdf5WorkerState>(chunk_budget_);
   }
 
   void Read(std::span<const int64_t> indices, const BatchView& out,
@@ -125,6 +156,7 @@ class Hdf5Source final : public Source {
     c.chunk_cache_hits = chunk_cache_hits_.load(std::memory_order_relaxed);
     c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
     c.library_reads = library_reads_.load(std::memory_order_relaxed);
+    c.chunk_cache_bytes = chunk_budget_->total();
     return c;
   }
 
@@ -151,6 +183,8 @@ class Hdf5Source final : public Source {
   const Hdf5Options options_;
   int64_t samples_ = 0;
   int64_t block_ = 1;
+  SourceChunking chunking_;
+  std::shared_ptr<ChunkCacheBudget> chunk_budget_;  // shared by the workers' caches
   mutable std::atomic<int64_t> chunks_decoded_{0};
   mutable std::atomic<int64_t> chunk_cache_hits_{0};
   mutable std::atomic<int64_t> bytes_read_{0};

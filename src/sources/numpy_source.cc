@@ -67,6 +67,10 @@ class NumpySource final : public Source {
     for (const auto& f : fields_) {
       id += fmt::format("|{}={}/{}.npy:{}:{}:{}", f.spec.ToString(), identity_dir_, f.spec.name,
                         f.file->Size(), f.file->ModificationTimeNs(), f.data_offset);
+      // A rewrite that keeps the size and restores the mtime still changes these.
+      if (const std::string stamp = f.file->VersionStamp(); !stamp.empty()) {
+        id += fmt::format("|stamp:{}/{}.npy={}", identity_dir_, f.spec.name, stamp);
+      }
     }
     return id;
   }

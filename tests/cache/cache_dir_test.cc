@@ -1,5 +1,7 @@
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <map>
@@ -66,6 +68,47 @@ TEST(CacheDirTest, ListsCountsUsersRemovesAndCollects) {
   EXPECT_EQ(row, want);
   EXPECT_TRUE(ListShmCaches(dir.path()).empty());
   EXPECT_TRUE(fs::exists(ShmUserDirPath(dir.path()) + "/unrelated"));
+}
+
+// A .npy file of 4 float32 values, all `value`.
+std::string Npy(float value) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  for (int i = 0; i < 4; ++i) out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+  return out;
+}
+
+// A rewrite that keeps the size and restores the mtime is a new version (inode/ctime in the
+// key), and building it removes the older version's cache, which nobody maps any more.
+TEST(CacheDirTest, ARewriteKeepingSizeAndMtimeIsANewVersionAndTheOldOneGoes) {
+  ScratchDir shm;
+  ScratchDir data;
+  const std::string file = data.Write("d/x.npy", Npy(1.0f));
+  const std::string folder = data.path() + "/d";
+  auto first = OpenShmCache(OpenNumpy(folder), {.dir = shm.path(), .threads = 1, .verbose = false});
+  ASSERT_TRUE(first.built);
+  first.source.reset();
+  struct stat before {};
+  ASSERT_EQ(stat(file.c_str(), &before), 0);
+  data.Write("d/x.npy", Npy(2.0f));  // same size
+  const struct timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(utimensat(AT_FDCWD, file.c_str(), times, 0), 0);  // same mtime
+  auto second =
+      OpenShmCache(OpenNumpy(folder), {.dir = shm.path(), .threads = 1, .verbose = false});
+  EXPECT_TRUE(second.built);
+  EXPECT_NE(second.key, first.key);
+  EXPECT_FALSE(fs::exists(first.path));
+  const auto list = ListShmCaches(shm.path());
+  ASSERT_EQ(list.size(), 1U);
+  EXPECT_EQ(list[0].key, second.key);
+  EXPECT_FALSE(list[0].stale);
 }
 
 }  // namespace

@@ -140,5 +140,24 @@ TEST(BufferPool, StopWakesAWaiterWithAnEmptyHandle) {
   EXPECT_TRUE(empty.load());
 }
 
+// A waiter blocked on a full pool gets a new buffer once the pool grows.
+TEST(BufferPool, GrowWakesAWaiterWithANewBuffer) {
+  CountingAllocator a;
+  auto pool = BufferPool::Create("t", 64, 1, a.Alloc(), a.Free());
+  auto h = pool->Acquire(kNever);
+  std::atomic<bool> got{false};
+  std::thread t([&] {
+    auto second = pool->Acquire(kNever);
+    got = second && second.data() != h.data();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(got.load());
+  pool->Grow(1);
+  t.join();
+  EXPECT_TRUE(got.load());
+  EXPECT_EQ(pool->capacity(), 2);
+  EXPECT_EQ(pool->allocated(), 2);
+}
+
 }  // namespace
 }  // namespace gpufeed

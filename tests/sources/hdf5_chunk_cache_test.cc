@@ -38,6 +38,27 @@ TEST(DecodedChunkCacheTest, EvictsLeastRecentlyUsedWithinBudget) {
   EXPECT_FALSE(cache.Fits(301));
 }
 
+// The workers of a source share one budget: each of n caches alive keeps at most 1/n.
+TEST(DecodedChunkCacheTest, WorkersShareOneBudget) {
+  auto budget = std::make_shared<ChunkCacheBudget>(400);
+  auto first = std::make_unique<DecodedChunkCache>(budget);
+  EXPECT_EQ(first->capacity(), 400U);
+  {
+    DecodedChunkCache second(budget);
+    DecodedChunkCache third(budget);
+    EXPECT_EQ(first->capacity(), 133U);
+    for (uint64_t k = 1; k <= 4; ++k) {
+      second.BeginBatch();
+      second.Insert(k, Chunk(60, static_cast<int>(k)));
+    }
+    EXPECT_EQ(second.size(), 2U);  // 2 x 60 bytes within its 133
+    EXPECT_LE(second.bytes(), 133U);
+    EXPECT_FALSE(third.Fits(200));
+  }
+  EXPECT_EQ(first->capacity(), 400U);  // the others are gone: the whole budget again
+  EXPECT_EQ(budget->total(), 400U);
+}
+
 TEST(DecodedChunkCacheTest, KeepsThisBatchsChunksOverNewOnes) {
   DecodedChunkCache cache(200);
   cache.BeginBatch();

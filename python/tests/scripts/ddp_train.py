@@ -1,9 +1,11 @@
 """Run by torchrun (2 processes, gloo): each rank's loader reads its shard of the data set;
-DDP trains a few steps. Writes the rank's sample indices and final weights to OUT_DIR.
+DDP trains a few steps. Writes the rank's sample indices and final weights to OUT_DIR. Then
+uneven shards (9 samples over 2 ranks) with an all_reduce per step: prints the sizes and sums.
 
 usage: torchrun --nproc_per_node 2 ddp_train.py DATA_DIR OUT_DIR
 """
 
+import datetime
 import os
 import sys
 
@@ -15,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel
 import gpufeed
 
 data_dir, out_dir = sys.argv[1], sys.argv[2]
-dist.init_process_group("gloo")
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
 
@@ -34,6 +36,26 @@ for epoch in range(2):
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
+
+# A data set whose length is no multiple of the world size, default drop_last=False: 9 samples,
+# batch 4. Padded, both ranks run batches [4, 1] each epoch, so one all_reduce per step stays
+# paired with the other rank's (unpadded, rank 0 would run 2 steps and rank 1 one: the job
+# desynchronises, then hangs; the process group's timeout turns a hang into an error).
+uneven = gpufeed.Loader(gpufeed.synthetic("x:float32[4]", samples=9), batch_size=4, seed=1,
+                        device="cpu", workers=1)
+sizes, sums = [], []
+for epoch in range(2):
+    uneven.set_epoch(epoch)
+    for batch in uneven:
+        sizes.append(len(batch["x"]))
+        step = torch.tensor([float(len(batch["x"]))])
+        dist.all_reduce(step)
+        sums.append(int(step.item()))
+    end = torch.tensor([-1.0])  # a rank with a step more would pair this with that step
+    dist.all_reduce(end)
+    sums.append(int(end.item()))
+print(f"uneven rank {rank}: len {len(uneven)} sizes {sizes} sums {sums}", flush=True)
+uneven.close()
 
 weights = torch.cat([p.detach().flatten() for p in model.parameters()])
 np.save(os.path.join(out_dir, f"indices{rank}.npy"), np.concatenate(seen))
