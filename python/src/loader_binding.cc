@@ -92,26 +92,62 @@ std::string CacheJson(const CacheInfo& info) {
       .dump();
 }
 
+// The loader's read-only figures: epoch, sizes, held batches, device, source, schema.
+void BindLoaderProperties(py::class_<PyLoader>& c) {
+  c.def_property_readonly(
+       "epoch", [](PyLoader& l) { return l.Consumer([](Loader& x) { return x.epoch(); }); })
+      .def_property_readonly(
+          "batches_per_epoch",
+          [](PyLoader& l) { return l.Any([](Loader& x) { return x.batches_per_epoch(); }); })
+      .def_property_readonly(
+          "samples_per_epoch",
+          [](PyLoader& l) { return l.Any([](Loader& x) { return x.samples_per_epoch(); }); })
+      .def_property_readonly(
+          "held_batches",
+          [](PyLoader& l) { return l.Any([](Loader& x) { return x.held_batches(); }); })
+      .def_property_readonly(
+          "device", [](PyLoader& l) { return l.Any([](Loader& x) { return x.device().name(); }); })
+      .def_property_readonly(
+          "device_id",
+          [](PyLoader& l) {
+            const DeviceId id = l.Any([](Loader& x) { return x.device().id(); });
+            return std::pair{std::string(DeviceTypeName(id.type)), id.ordinal};
+          },
+          "(type, ordinal) of the batches' device: ('cpu', 0), ('cuda', N).")
+      .def_property_readonly(
+          "source",
+          [](PyLoader& l) { return l.Any([](Loader& x) { return x.source().Describe(); }); })
+      .def_property_readonly("schema", [](PyLoader& l) {
+        return l.Any([](Loader& x) {
+          std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>> out;
+          for (const auto& f : x.schema().fields) {
+            out.emplace_back(f.name, std::string(DTypeName(f.dtype)), f.shape);
+          }
+          return out;
+        });
+      });
+}
+
 }  // namespace
 
 void BindLoader(py::module_& m) {
   BindLoaderOptions(m);
-  py::class_<PyLoader>(m, "_Loader", "The C++ loader; use gpufeed.Loader.")
-      .def(py::init([](std::shared_ptr<Source> source, const CachedLoaderOptions& options) {
-             CachedLoader opened;
-             {
-               // Opening a device, a preload, an shm build or upload and the loader's start
-               // may each take a while: let Python run.
-               py::gil_scoped_release release;
-               opened = OpenCachedLoader(std::move(source), options);
-             }
-             auto loader = std::make_unique<PyLoader>(std::move(opened.loader));
-             if (options.cache.tier != CacheTier::kNone) {
-               loader->cache_json = CacheJson(opened.cache);  // else "caching is off"
-             }
-             return loader;
-           }),
-           py::arg("source"), py::arg("options"))
+  py::class_<PyLoader> c(m, "_Loader", "The C++ loader; use gpufeed.Loader.");
+  c.def(py::init([](std::shared_ptr<Source> source, const CachedLoaderOptions& options) {
+          CachedLoader opened;
+          {
+            // Opening a device, a preload, an shm build or upload and the loader's start
+            // may each take a while: let Python run.
+            py::gil_scoped_release release;
+            opened = OpenCachedLoader(std::move(source), options);
+          }
+          auto loader = std::make_unique<PyLoader>(std::move(opened.loader));
+          if (options.cache.tier != CacheTier::kNone) {
+            loader->cache_json = CacheJson(opened.cache);  // else "caching is off"
+          }
+          return loader;
+        }),
+        py::arg("source"), py::arg("options"))
       .def_property_readonly("cache_json", [](const PyLoader& l) { return l.cache_json; })
       .def("next", &PyLoader::Next,
            "The next BatchHandle of the current epoch, or None once it is over (the call after "
@@ -141,42 +177,9 @@ void BindLoader(py::module_& m) {
            })
       .def("stats_json",
            [](PyLoader& l) { return l.Any([](Loader& x) { return x.stats().ToJson(); }); })
-      .def_property_readonly(
-          "epoch", [](PyLoader& l) { return l.Consumer([](Loader& x) { return x.epoch(); }); })
-      .def_property_readonly(
-          "batches_per_epoch",
-          [](PyLoader& l) { return l.Any([](Loader& x) { return x.batches_per_epoch(); }); })
-      .def_property_readonly(
-          "samples_per_epoch",
-          [](PyLoader& l) { return l.Any([](Loader& x) { return x.samples_per_epoch(); }); })
-      .def_property_readonly(
-          "held_batches",
-          [](PyLoader& l) { return l.Any([](Loader& x) { return x.held_batches(); }); })
-      .def_property_readonly(
-          "device", [](PyLoader& l) { return l.Any([](Loader& x) { return x.device().name(); }); })
-      .def_property_readonly(
-          "device_id",
-          [](PyLoader& l) {
-            const DeviceId id = l.Any([](Loader& x) { return x.device().id(); });
-            return std::pair{std::string(DeviceTypeName(id.type)), id.ordinal};
-          },
-          "(type, ordinal) of the batches' device: ('cpu', 0), ('cuda', N).")
-      .def_property_readonly(
-          "source",
-          [](PyLoader& l) { return l.Any([](Loader& x) { return x.source().Describe(); }); })
-      .def_property_readonly(
-          "schema",
-          [](PyLoader& l) {
-            return l.Any([](Loader& x) {
-              std::vector<std::tuple<std::string, std::string, std::vector<int64_t>>> out;
-              for (const auto& f : x.schema().fields) {
-                out.emplace_back(f.name, std::string(DTypeName(f.dtype)), f.shape);
-              }
-              return out;
-            });
-          })
       .def("close", &PyLoader::Close, "Stops and joins the workers; the loader is unusable after.")
       .def_property_readonly("closed", &PyLoader::closed);
+  BindLoaderProperties(c);
 }
 
 }  // namespace gpufeed::python

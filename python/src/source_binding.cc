@@ -54,6 +54,9 @@ std::shared_ptr<const void> HoldPythonObject(const py::object& object) {
 using MemoryFieldTuple =
     std::tuple<std::string, std::string, std::vector<int64_t>, uintptr_t, int64_t>;
 
+void BindFileSources(py::module_& m);
+void BindTestingHelpers(py::module_& m);
+
 }  // namespace
 
 void BindSources(py::module_& m) {
@@ -76,6 +79,15 @@ void BindSources(py::module_& m) {
       py::arg("path"), py::arg("fields") = std::vector<std::string>{},
       "A NumPy folder or an HDF5 file, by what lies at `path`.");
 
+  BindFileSources(m);
+  BindTestingHelpers(m);
+  BindImages(m);
+}
+
+namespace {
+
+// The file sources: a path of either kind, HDF5 files, and an HDF5 source's counters.
+void BindFileSources(py::module_& m) {
   m.def(
       "open_hdf5",
       [](const std::vector<std::string>& paths, const std::vector<std::string>& fields,
@@ -102,7 +114,11 @@ void BindSources(py::module_& m) {
         return d;
       },
       py::arg("source"), "An HDF5 source's work counters and its decoded-chunk budget.");
+}
 
+// Synthetic and in-memory sources, and the helpers tests compare with (schema parsing, the
+// synthetic values, the sampler's order).
+void BindTestingHelpers(py::module_& m) {
   m.def(
       "synthetic",
       [](const std::string& spec, int64_t samples, uint64_t seed) {
@@ -155,8 +171,8 @@ void BindSources(py::module_& m) {
       py::arg("shuffle") = true, py::arg("drop_last") = false, py::arg("rank") = 0,
       py::arg("world_size") = 1,
       "This rank's samples of `epoch` in delivery order, as the C++ sampler plans them.");
-
-  BindImages(m);
 }
+
+}  // namespace
 
 }  // namespace gpufeed::python

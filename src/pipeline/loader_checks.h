@@ -1,0 +1,35 @@
+// The loader's checks of what it is given: its options (filled in and bounded), the source,
+// a saved state against this loader, and the one-line advice on a costly shuffle. Functions
+// of their arguments only. Thread-safety: stateless.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "gpufeed/loader.h"
+#include "gpufeed/sampler.h"
+
+namespace gpufeed {
+
+// The sampler's options from the loader's (and the source's preferred block).
+SamplerOptions ToSamplerOptions(const LoaderOptions& o, const Source& source);
+// `o` with every automatic value filled in; Error(kInvalidArgument) for values out of range.
+LoaderOptions CheckOptions(LoaderOptions o);
+// Prefetched batches are memory: under the autotuner, keep the deepest it may go within a
+// quarter of the RAM available now.
+void ResolveMaxPrefetch(LoaderOptions& o, size_t buffer_bytes);
+// A full shuffle over compressed chunks decodes a chunk for every few samples read: often
+// 50-140x slower than block shuffle. Estimates the decodes per epoch and, past ~4 per chunk,
+// says so once with the fixes that apply.
+void AdviseOnShuffle(const Source& source, const Sampler& sampler, int workers);
+// *source; Error(kInvalidArgument) when it is null.
+const Source& CheckSource(const std::shared_ptr<Source>& source);
+// The shuffle mode as LoaderState records it: "none", "full" or "block:N:W".
+std::string ShuffleMode(const Sampler& sampler);
+// Throws Error(kInvalidArgument) unless `state` was saved by a loader like this one and names a
+// batch of an epoch.
+void CheckRestorable(const LoaderState& state, const LoaderOptions& options, const Sampler& sampler,
+                     const Source& source);
+
+}  // namespace gpufeed
