@@ -124,7 +124,7 @@ def run_ceiling(binary, path, zlib=False):
     return json.loads(out.stdout)["samples_per_s"]
 
 
-def main():
+def parse_args():
     here = os.path.dirname(os.path.abspath(__file__))
     build = os.path.join(os.path.dirname(here), "build")
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -141,7 +141,11 @@ def main():
                    help="epochs per block-shuffle run (start-up weighs less over several)")
     p.add_argument("--full-epochs", type=int, default=3)
     p.add_argument("--json", action="store_true", help="also print one JSON line of results")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
     for b in (args.gpufeed, args.ceiling):
         if not os.access(b, os.X_OK):
             sys.exit(f"{b} not found: build it (make build) or pass its path")

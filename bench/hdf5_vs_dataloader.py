@@ -102,7 +102,7 @@ def run_gpufeed(binary, path, workers, block_shuffle, epochs):
     return json.loads(out.stdout)
 
 
-def main():
+def parse_args():
     here = os.path.dirname(os.path.abspath(__file__))
     default_bin = os.environ.get(
         "GPUFEED_BIN", os.path.join(os.path.dirname(here), "build", "src", "cli", "gpufeed"))
@@ -116,7 +116,11 @@ def main():
                    help="DataLoader batch size timed on the gzip file (per-sample cost)")
     p.add_argument("--dl-gzip-batches", type=int, default=2)
     p.add_argument("--json", action="store_true", help="also print one JSON line of results")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def main():
+    args = parse_args()
     if not os.access(args.gpufeed, os.X_OK):
         sys.exit(f"gpufeed binary not found at {args.gpufeed}: build it or pass --gpufeed")
 
