@@ -33,14 +33,11 @@ import subprocess
 import sys
 import time
 
-import h5py
-import hdf5plugin
-import numpy as np
-import torch
-from torch.utils.data import DataLoader, Dataset
+import hdf5plugin  # noqa: F401  (registers the filters for h5py, and for the DataLoader's workers)
 
-SHAPE = (1, 64, 32)
-CHUNK = 256
+# The seed-like file and the per-sample h5py DataLoader, as the uncompressed comparison has them.
+from hdf5_vs_dataloader import build_file, measure_dataloader
+
 BATCH = 8192
 WORKERS = 2
 
@@ -53,56 +50,6 @@ FORMATS = {
     "lz4": lambda: dict(hdf5plugin.LZ4()),
 }
 
-
-def build_file(path, samples, kw):
-    if os.path.exists(path):
-        return
-    tmp = path + ".tmp"
-    rng = np.random.default_rng(0)
-    with h5py.File(tmp, "w") as f:
-        mel = f.create_dataset("mel", shape=(samples,) + SHAPE, dtype="f4",
-                               chunks=(CHUNK,) + SHAPE, **kw)
-        label = f.create_dataset("label", shape=(samples,), dtype="i8", chunks=(CHUNK,), **kw)
-        step = CHUNK * 64
-        for start in range(0, samples, step):
-            end = min(samples, start + step)
-            # Log-mel-like values: smooth, so the compressors find something to compress.
-            base = rng.standard_normal((end - start,) + SHAPE).astype("f4")
-            mel[start:end] = np.round(base * 4) / 4
-            label[start:end] = np.arange(start, end) % 1000
-    os.replace(tmp, path)
-
-
-class H5SampleDataset(Dataset):
-    """The per-sample h5py reader users write: one __getitem__ per sample."""
-
-    def __init__(self, path):
-        self.path = path
-        self.file = None
-        with h5py.File(path, "r") as f:
-            self.n = len(f["label"])
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        if self.file is None:  # opened in the worker: h5py handles do not survive fork
-            self.file = h5py.File(self.path, "r")
-        return torch.from_numpy(self.file["mel"][i]), int(self.file["label"][i])
-
-
-def measure_dataloader(path, batch, batches):
-    loader = DataLoader(H5SampleDataset(path), batch_size=batch, shuffle=True,
-                        num_workers=WORKERS, persistent_workers=False)
-    start = time.perf_counter()
-    it = iter(loader)
-    n = 0
-    for _ in range(batches):
-        mel, _ = next(it)
-        n += mel.shape[0]
-    elapsed = time.perf_counter() - start
-    del it
-    return n / elapsed
 
 
 def run_gpufeed(binary, path, block_shuffle, epochs=1, env=None, extra=()):
@@ -155,7 +102,7 @@ def main():
     t = time.perf_counter()
     for name, kw in FORMATS.items():
         paths[name] = os.path.join(args.cache_dir, f"seed_{args.samples}_{name}.h5")
-        build_file(paths[name], args.samples, kw())
+        build_file(paths[name], args.samples, **kw())
     print(f"files: {args.samples} samples each, in {args.cache_dir} "
           f"[{time.perf_counter() - t:.1f} s to build what was missing]")
     print(f"cores: {os.cpu_count()}, load average: {os.getloadavg()[0]:.1f}; "
@@ -171,7 +118,7 @@ def main():
     for name, path in paths.items():
         block = run_gpufeed(args.gpufeed, path, True, epochs=args.block_epochs)
         full = run_gpufeed(args.gpufeed, path, False, epochs=args.full_epochs)
-        dl = measure_dataloader(path, args.dl_batch, args.dl_batches)
+        dl = measure_dataloader(path, args.dl_batch, args.dl_batches, WORKERS)[0]
         ceiling = run_ceiling(args.ceiling, path)
         results[name] = dict(block=block, full=full, dataloader=dl, ceiling=ceiling,
                              mib=os.path.getsize(path) / 2**20)

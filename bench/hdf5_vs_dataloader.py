@@ -38,12 +38,12 @@ CHUNK = 256
 BATCH = 8192
 
 
-def build_file(path, samples, compression):
+def build_file(path, samples, **kw):
+    """The seed-like file at `path` (once), both datasets created with h5py keywords `kw`."""
     if os.path.exists(path):
         return
     tmp = path + ".tmp"
     rng = np.random.default_rng(0)
-    kw = dict(compression="gzip", compression_opts=1) if compression else {}
     with h5py.File(tmp, "w") as f:
         mel = f.create_dataset("mel", shape=(samples,) + SHAPE, dtype="f4",
                                chunks=(CHUNK,) + SHAPE, **kw)
@@ -51,7 +51,7 @@ def build_file(path, samples, compression):
         step = CHUNK * 64
         for start in range(0, samples, step):
             end = min(samples, start + step)
-            # Log-mel-like values: smooth, so gzip finds something to compress.
+            # Log-mel-like values: smooth, so the compressors find something to compress.
             base = rng.standard_normal((end - start,) + SHAPE).astype("f4")
             mel[start:end] = np.round(base * 4) / 4
             label[start:end] = np.arange(start, end) % 1000
@@ -128,8 +128,8 @@ def main():
     plain = os.path.join(args.cache_dir, f"seed_{args.samples}_plain.h5")
     gzip = os.path.join(args.cache_dir, f"seed_{args.samples}_gzip1.h5")
     t = time.perf_counter()
-    build_file(plain, args.samples, compression=False)
-    build_file(gzip, args.samples, compression=True)
+    build_file(plain, args.samples)
+    build_file(gzip, args.samples, compression="gzip", compression_opts=1)
     print(f"files: {plain} ({os.path.getsize(plain) / 2**20:.0f} MiB), "
           f"{gzip} ({os.path.getsize(gzip) / 2**20:.0f} MiB) [{time.perf_counter() - t:.1f} s]")
     print(f"cores: {os.cpu_count()}, load average: {os.getloadavg()[0]:.1f}")
