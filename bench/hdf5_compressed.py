@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 
-import hdf5plugin  # noqa: F401  (registers the filters for h5py, and for the DataLoader's workers)
+import hdf5plugin  # the filters for h5py here and in the DataLoader's forked workers
 
 # The seed-like file and the per-sample h5py DataLoader, as the uncompressed comparison has them.
 from hdf5_vs_dataloader import build_file, measure_dataloader
