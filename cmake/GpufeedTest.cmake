@@ -9,6 +9,10 @@ function(gpufeed_add_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest_main GTest::gmock)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  # Where test files written by h5py are kept for every later test process of this tree
+  # (tests/sources/hdf5_test_files.h: SharedFixtureDir).
+  target_compile_definitions(${name} PRIVATE
+    GPUFEED_TEST_FIXTURE_ROOT="${PROJECT_BINARY_DIR}/test-fixtures")
   if("tsan" IN_LIST ARG_LABELS)
     add_dependencies(gpufeed_tsan_tests ${name})
   endif()
