@@ -103,6 +103,23 @@ struct BatchTiming {
   int64_t step_ns = 0;           // from that Next() returning to the next Next() call
   int workers = 0;               // active workers when it was delivered
   int prefetch = 0;
+  // The critical path: where this batch was while the consumer waited for it in Next(),
+  // summing to consumer_wait_ns. Not yet taken by a worker (every worker busy with earlier
+  // batches); a worker waiting for a free batch buffer; reading; transforming; copying to the
+  // device; ready, but the consumer not yet running again (a wake-up the scheduler delayed).
+  int64_t waited_queued_ns = 0;
+  int64_t waited_buffer_ns = 0;
+  int64_t waited_read_ns = 0;
+  int64_t waited_transform_ns = 0;
+  int64_t waited_copy_ns = 0;
+  int64_t waited_handoff_ns = 0;
+  // Run-queue delay (runnable, but no CPU free: /proc/thread-self/schedstat) of the worker
+  // while it built this batch and handed it over, and of the consumer while it waited for it;
+  // -1 = unknown. build_wall_ns: the worker's wall time from starting the batch to handing it
+  // over.
+  int64_t worker_runqueue_ns = -1;
+  int64_t consumer_runqueue_ns = -1;
+  int64_t build_wall_ns = 0;
   // On the GPU's clock, from timing events on the consumer's stream, when the consumer named
   // it (WaitOn / __dlpack__(stream)); -1 = not measured (no stream, or not harvested yet).
   // gpu_idle_ns: the GPU waited for this batch: from when it had finished the previous step

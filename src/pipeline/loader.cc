@@ -17,6 +17,7 @@
 #include "core/format.h"
 #include "core/log.h"
 #include "core/nvtx.h"
+#include "core/schedstat.h"
 #include "core/system_memory.h"
 #include "core/thread_annotations.h"
 #include "core/thread_pool.h"
@@ -141,15 +142,20 @@ class Loader::Impl {
     // Only a call that hands out a batch needs a free buffer: the end of an epoch does not.
     const int held = held_->load();
     if (held >= held_limit_) GrowForHeld(held);
+    const int64_t runqueue_before = ThreadRunqueueNs();
     BuiltBatch built = [&] {
       NvtxRange range("gpufeed.next");  // the consumer's wait, in Nsight's timeline
       return queue_.Pop();
     }();
+    const int64_t runqueue_after = ThreadRunqueueNs();
     {
       MutexLock lock(&position_mu_);
       ++consumer_batch_;
     }
-    const BatchTiming timing = built.timing;
+    BatchTiming timing = built.timing;
+    if (runqueue_before >= 0 && runqueue_after >= runqueue_before) {
+      timing.consumer_runqueue_ns = runqueue_after - runqueue_before;
+    }
     const int64_t ready_ns = built.ready_ns;
     const BatchStamps stamps = built.stamps;
     const int64_t step = gpu_busy_->BeginStep(built.epoch, built.batch);
@@ -158,7 +164,8 @@ class Loader::Impl {
     for (int i = 0; i < static_cast<int>(batch->schema().fields.size()); ++i) {
       bytes += static_cast<int64_t>(batch->field(i).bytes());
     }
-    metrics_.Delivered(timing, called, ready_ns, step, bytes, queue_.workers(), queue_.prefetch());
+    metrics_.Delivered(timing, stamps, called, ready_ns, step, bytes, queue_.workers(),
+                       queue_.prefetch());
     if (trace_) {
       BatchTraceRecord record;
       record.epoch = timing.epoch;
@@ -379,10 +386,16 @@ class Loader::Impl {
       try {
         const auto [epoch, batch] = Position(*seq);
         const auto order = orders_.Of(epoch);
+        const int64_t runqueue_before = ThreadRunqueueNs();
         BuiltBatch built =
             builder_.Build(epoch, batch, sampler_.BatchOf(*order, batch), worker, stopping);
         if (!built.buffer) return;  // stopped while waiting for a buffer
         metrics_.AddWorkerTiming(built.timing);
+        const int64_t runqueue_after = ThreadRunqueueNs();
+        if (runqueue_before >= 0 && runqueue_after >= runqueue_before) {
+          built.timing.worker_runqueue_ns = runqueue_after - runqueue_before;
+        }
+        built.stamps.handed_ns = NowNs();
         queue_.Put(*seq, std::move(built));
       } catch (...) {
         queue_.Fail(std::current_exception());
