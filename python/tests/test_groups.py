@@ -1,6 +1,10 @@
 """Grouped data: packed batches of whole groups, GroupReducer against a per-file loop, and
 the errors for bad group metadata."""
 
+import json
+import os
+import subprocess
+
 import h5py
 import numpy as np
 import pytest
@@ -265,3 +269,31 @@ def test_group_options_are_checked(tmp_path):
                        device="cpu")
     with pytest.raises(gpufeed.InvalidArgument, match="how must be"):
         gpufeed.GroupReducer(3, how="median")
+
+
+def test_cli_bench_reports_files_per_second_and_fill(tmp_path):
+    binary = os.environ.get("GPUFEED_BIN")
+    if not binary:
+        pytest.skip("GPUFEED_BIN (the built CLI) is not set")
+    data = make_groups(files=60)
+    path = tmp_path / "grouped.h5"
+    with h5py.File(path, "w") as f:
+        f["x"] = data["x"]
+        f["file_offsets"] = data["file_offsets"]
+    run = subprocess.run([binary, "bench", str(path), "--fields", "x", "--group-offsets",
+                          "file_offsets", "--pack", "-b", "64", "-e", "2", "-w", "1", "--json",
+                          "-d", "cpu"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["groups"] == 60
+    assert result["groups_per_s"] > 0
+    assert 0.9 < result["pack_fill"] <= 1.0
+    assert result["samples"] == 2 * len(data["x"])
+    text = subprocess.run([binary, "bench", str(path), "--fields", "x", "--group-offsets",
+                           "file_offsets", "--pack", "-b", "64", "-q", "-d", "cpu"],
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0, text.stderr
+    assert "files/s (60 groups per epoch" in text.stdout
+    bad = subprocess.run([binary, "bench", str(path), "--group-offsets", "file_offsets", "--pack"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--fields" in bad.stderr
