@@ -48,7 +48,7 @@ struct SamplerOptions {
   // group granularity; drop_last and shuffle_block do not apply). The table's row count must
   // be the sample count.
   std::shared_ptr<const GroupTable> groups = {};
-  int64_t pack_window = 0;  // Default: 0 = automatic: groups first-fit decreasing sorts at once
+  int64_t pack_window = 0;  // Default: 0 = automatic: groups for about 4 batches, at least 64
 };
 
 // One epoch of a rank: the samples in delivery order and, for packed groups, where each
