@@ -101,7 +101,9 @@ TEST(GroupTable, OffsetErrorsNameTheDatasetAndRow) {
       {{0, 5, 8}, "the last row (2) holds 8, short of the row count 9"},
       {{}, "no offsets"},
   };
-  for (const auto& [offsets, expected] : cases) {
+  for (const auto& one : cases) {
+    const std::vector<int64_t>& offsets = one.first;
+    const std::string& expected = one.second;
     std::string message;
     EXPECT_EQ(ErrorCodeOf([&] { GroupTable::FromOffsets(offsets, 9, "'file_offsets' (a.h5)"); },
                           &message),
