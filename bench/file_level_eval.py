@@ -64,8 +64,13 @@ def build_file(path, files, seed=0):
     os.replace(tmp, path)
 
 
-def make_model(device):
+def make_model(device, kind="cnn"):
     torch.manual_seed(0)
+    if kind == "linear":
+        # Less compute per segment than the CNN, standing in for a GPU's fast forward pass:
+        # more of what is left is the data path and the voting.
+        model = nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(SHAPE)), CLASSES))
+        return model.to(device).eval()
     model = nn.Sequential(
         nn.Conv2d(1, 8, 3, stride=2, padding=1), nn.ReLU(),
         nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
@@ -160,6 +165,9 @@ def main():
     p.add_argument("--prefetch", type=int, default=2,
                    help="gpufeed batches kept ready (the model is the slower side here)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--model", choices=("cnn", "linear"), default="cnn",
+                   help="cnn: the small CNN (default); linear: one linear layer, a stand-in "
+                        "for a forward pass that costs little per segment (as on a GPU)")
     p.add_argument("--forward-rows", type=int, default=None,
                    help="segments per forward pass within a packed batch (default: the whole "
                         "batch on CUDA, 64 on the CPU)")
@@ -171,12 +179,12 @@ def main():
     rows_per_forward = args.forward_rows
     if rows_per_forward is None:
         rows_per_forward = 0 if device.type == "cuda" else 64
-    model = make_model(device)
+    model = make_model(device, args.model)
     with h5py.File(path, "r") as f:
         rows, files = f["mel"].shape[0], f["label"].shape[0]
         labels = f["label"][:]
     print(f"{path}: {files} files, {rows} segments of float32{list(SHAPE)} "
-          f"({rows * 4 * int(np.prod(SHAPE)) / 1e9:.2f} GB); device {device}, "
+          f"({rows * 4 * int(np.prod(SHAPE)) / 1e9:.2f} GB); model {args.model}, device {device}, "
           f"torch threads {torch.get_num_threads()}, forward passes of "
           f"{rows_per_forward or 'whole'} segments within a packed batch")
     with torch.no_grad():
