@@ -136,6 +136,7 @@ std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
 std::span<const int64_t> Sampler::BatchOf(const std::vector<int64_t>& order,
                                           int64_t batch) const {
   GPUFEED_ASSERT(batch >= 0 && batch < batches_per_epoch_, "batch outside the epoch");
+  GPUFEED_ASSERT(!packer_, "packed batches vary in size: use BatchOf(EpochPlan)");
   const int64_t begin = batch * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size,
                                         static_cast<int64_t>(order.size()));
@@ -151,17 +152,17 @@ std::span<const int64_t> Sampler::BatchOf(const EpochPlan& plan, int64_t batch) 
   if (plan.batch_starts.empty()) return BatchOf(plan.order, batch);
   GPUFEED_ASSERT(batch >= 0 && batch < batches_per_epoch_, "batch outside the epoch");
   const auto b = static_cast<size_t>(batch);
-  return std::span<const int64_t>(plan.order.data() + plan.batch_starts[b],
-                                  static_cast<size_t>(plan.batch_starts[b + 1] -
-                                                      plan.batch_starts[b]));
+  return std::span<const int64_t>(
+      plan.order.data() + plan.batch_starts[b],
+      static_cast<size_t>(plan.batch_starts[b + 1] - plan.batch_starts[b]));
 }
 
 std::span<const BatchGroup> Sampler::GroupsOf(const EpochPlan& plan, int64_t batch) const {
   if (plan.group_starts.empty()) return {};
   const auto b = static_cast<size_t>(batch);
-  return std::span<const BatchGroup>(plan.groups.data() + plan.group_starts[b],
-                                     static_cast<size_t>(plan.group_starts[b + 1] -
-                                                         plan.group_starts[b]));
+  return std::span<const BatchGroup>(
+      plan.groups.data() + plan.group_starts[b],
+      static_cast<size_t>(plan.group_starts[b + 1] - plan.group_starts[b]));
 }
 
 }  // namespace gpufeed

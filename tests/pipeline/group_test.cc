@@ -371,6 +371,35 @@ TEST(GroupLoader, PackedBatchesCarryGroupIdsAndParts) {
   // The state names the packing: a loader without groups refuses it.
   const LoaderState state = loader.State();
   EXPECT_EQ(state.shuffle.value_or(""), "packed:shuffle:0");
+
+  // Resuming mid-epoch gives the batches that followed, groups and all.
+  loader.SetEpoch(3);
+  loader.Next();
+  loader.Next();
+  const LoaderState middle = loader.State();
+  std::vector<std::vector<int64_t>> rest;
+  std::vector<std::vector<int64_t>> rest_ids;
+  while (auto batch = loader.Next()) {
+    rest.emplace_back(batch->indices().begin(), batch->indices().end());
+    rest_ids.emplace_back();
+    for (const BatchGroup& p : batch->groups()) rest_ids.back().push_back(p.id);
+  }
+  Loader resumed(source, options);
+  resumed.Restore(middle);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    auto batch = resumed.Next();
+    ASSERT_NE(batch, nullptr);
+    EXPECT_EQ(std::vector<int64_t>(batch->indices().begin(), batch->indices().end()), rest[i]);
+    std::vector<int64_t> ids;
+    for (const BatchGroup& p : batch->groups()) ids.push_back(p.id);
+    EXPECT_EQ(ids, rest_ids[i]);
+  }
+  EXPECT_EQ(resumed.Next(), nullptr);
+  LoaderOptions plain = options;
+  plain.groups = nullptr;
+  plain.pack = false;
+  Loader unpacked(source, plain);
+  EXPECT_EQ(ErrorCodeOf([&] { unpacked.Restore(middle); }), ErrorCode::kInvalidArgument);
 }
 
 TEST(GroupLoader, OptionsAreChecked) {
