@@ -182,8 +182,10 @@ class Loader:
                 (groups of equal size trade places, batches are reordered), not rows; ranks
                 get whole groups and equal batch counts. Batches carry batch["group"] (int64
                 per row, on the device) and batch.groups (the groups in the batch); reduce
-                outputs per group with gpufeed.GroupReducer(loader.num_groups, ...). With a
-                path source, `fields` must name the per-row datasets.
+                outputs per group with gpufeed.GroupReducer(loader.num_groups, ...);
+                loader.group_fields holds the per-group fields ({name: CPU tensor [F, ...]})
+                and loader.group_sizes the rows of each group. With a path source, `fields`
+                must name the per-row datasets.
 
     Every option left None keeps its C++ default (gpufeed/loader.h and gpufeed/cache.h).
 

@@ -148,6 +148,8 @@ GroupPacker::GroupPacker(std::shared_ptr<const GroupTable> table, GroupPackOptio
             }
           }
         }
+        // rows_ >= target > count: some batch holds two rows or more.
+        GPUFEED_ASSERT(longest >= 2, "a part to split");
         Part& part = mine[best_unit][best_bin][0];
         const int64_t head = part.length / 2;
         moved.push_back(Part{part.group, part.offset + head, part.length - head, part.complete});
