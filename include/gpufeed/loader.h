@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "gpufeed/device.h"
+#include "gpufeed/groups.h"
 #include "gpufeed/schema.h"
 #include "gpufeed/source.h"
 #include "gpufeed/transforms.h"
@@ -73,6 +74,13 @@ struct LoaderOptions {
   // The batches the stage trace keeps. Default: 0 = those of the last minute (at most 65536);
   // n > 0: the last n (at most 65536); -1: none (no recording at all).
   int64_t trace_batches = 0;
+  // Default: null. Grouped data (gpufeed/groups.h), with pack = true: batches of whole groups
+  // (packed as src/pipeline/group_packer.h says; every row once per epoch, shuffle moves
+  // groups), each listing its groups (Batch::groups()) and carrying an int64 field "group"
+  // (the group of each row). drop_last does not apply.
+  std::shared_ptr<const GroupTable> groups = {};
+  bool pack = false;         // Default: false; required (true) with groups
+  int64_t pack_window = 0;   // Default: 0 = automatic (groups for about 4 batches)
 };
 
 // Where one field of a batch lives: `rows` samples of `spec`, contiguous, C order.
@@ -208,6 +216,8 @@ class Batch {
   const Schema& schema() const { return *schema_; }
   // The sample indices of the rows, in row order.
   std::span<const int64_t> indices() const { return indices_; }
+  // The group parts of the batch, in row order (packed groups only; else empty).
+  std::span<const BatchGroup> groups() const { return groups_; }
   // Throws Error(kNotFound) naming the fields when there is no such field.
   FieldView field(std::string_view name) const;
   FieldView field(int index) const;
@@ -231,6 +241,7 @@ class Batch {
   int64_t index_ = 0;
   int64_t rows_ = 0;
   std::vector<int64_t> indices_;
+  std::vector<BatchGroup> groups_;
   std::vector<std::byte*> fields_;
   std::shared_ptr<DeviceEvent> ready_;
 };
@@ -265,6 +276,11 @@ class Loader {
   int64_t samples_per_epoch() const;
   const Source& source() const;
   const Device& device() const;
+  // The groups of a grouped loader (LoaderOptions::groups), or null.
+  const GroupTable* groups() const;
+  // Packed groups: this rank's rows per epoch over its batches' capacity
+  // (batches_per_epoch() * batch_size); 0 without groups.
+  double pack_fill() const;
   int held_batches() const;  // batches the consumer has not dropped yet
   LoaderStats stats() const;
   // The last `n` delivered batches (at most 4096 are kept), oldest first. A batch's step_ns
