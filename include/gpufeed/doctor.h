@@ -143,7 +143,8 @@ struct Diagnosis {
 // measured yet".
 Diagnosis Diagnose(const DoctorInput& input);
 
-// Gathers the input from a running loader (its last `window` batches, with their
+// Gathers the input from a running loader (its last `window` batches, or as many more as
+// cover DoctorInput::min_seconds of the loop's time, with their
 // event-measured GPU figures) and, when given, the monitor (its latest snapshot, and the
 // throttling over the last 10 s of its history).
 DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, size_t window = 64);

@@ -13,9 +13,14 @@ double Share(int64_t part_ns, double total_s) {
 }  // namespace
 
 std::string FormatProgress(const BenchProgress& p) {
-  std::string line = fmt::format("epoch {}/{}  batch {}/{}  {} samples/s  wait {:.1f}%",
-                                 p.epoch + 1, p.epochs, p.batch, p.batches_per_epoch,
-                                 FormatCount(p.samples_per_s), 100.0 * p.consumer_wait_fraction);
+  std::string line =
+      p.seconds > 0
+          ? fmt::format("{:.0f}/{:.0f} s  epoch {}  batch {}/{}  {} samples/s  wait {:.1f}%",
+                        p.elapsed_s, p.seconds, p.epoch + 1, p.batch, p.batches_per_epoch,
+                        FormatCount(p.samples_per_s), 100.0 * p.consumer_wait_fraction)
+          : fmt::format("epoch {}/{}  batch {}/{}  {} samples/s  wait {:.1f}%", p.epoch + 1,
+                        p.epochs, p.batch, p.batches_per_epoch, FormatCount(p.samples_per_s),
+                        100.0 * p.consumer_wait_fraction);
   if (!p.status_line.empty()) line += "  | " + p.status_line;
   return line;
 }

@@ -163,8 +163,14 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   std::chrono::steady_clock::time_point first_batch{};
   BenchProgress progress;
   progress.epochs = config.epochs;
+  progress.seconds = config.seconds;
   progress.batches_per_epoch = loader.batches_per_epoch();
   for (int e = 0; e < config.epochs; ++e) {
+    if (config.seconds > 0 && e > 0 &&
+        Seconds(std::chrono::steady_clock::now() - start) >= config.seconds) {
+      result.epochs = e;
+      break;
+    }
     progress.epoch = e;
     progress.batch = 0;
     while (auto batch = loader.Next()) {

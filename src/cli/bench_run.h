@@ -18,6 +18,9 @@ struct BenchConfig {
   // The loader, its device, transforms and cache, as OpenCachedLoader assembles them.
   CachedLoaderOptions open;
   int epochs = 1;        // Default: 1
+  // Default: 0 = run `epochs`. > 0: whole epochs until this many seconds have passed (at
+  // least one epoch, at most `epochs`): a run long enough to measure, whatever the speed.
+  double seconds = 0;
   // Default: 0 = no simulated step: a sleep on the host. On a CUDA device the step is work
   // on the legacy default stream instead (torch's default; a host function that sleeps,
   // enqueued after the batch's copy, waited for as loss.item() would), so the loader times
@@ -35,6 +38,7 @@ struct BenchProgress {
   int64_t batches_per_epoch = 0;
   int64_t samples = 0;            // so far, all epochs
   double elapsed_s = 0;
+  double seconds = 0;  // BenchConfig::seconds: the run's planned length, when timed
   double samples_per_s = 0;
   double consumer_wait_fraction = 0;
   std::string status_line;  // the monitor's GPU/VRAM/CPU/RAM line, when it runs

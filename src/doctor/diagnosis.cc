@@ -47,6 +47,7 @@ std::string Diagnosis::ToJson() const {
 namespace {
 
 constexpr int64_t kWarmupBatches = 2;  // the first batches after start-up, reported apart
+constexpr size_t kMostBatchesJudged = 4096;  // as many as a loader keeps
 
 // Leaves the first batches after start-up out of `in.batches` when the window holds them
 // (`delivered`: every batch the loader handed out; the newest may still be open, not in the
@@ -111,7 +112,19 @@ std::vector<std::string> TopCpuProcesses(std::chrono::milliseconds span, size_t 
 DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, size_t window) {
   DoctorInput in;
   const LoaderOptions& o = loader.options();
-  in.batches = loader.RecentBatches(window);
+  // The last `window` batches, or as many more as cover min_seconds of the loop's time (a
+  // fast loop's 64 batches can be a fraction of a second).
+  in.batches = loader.RecentBatches(std::max<size_t>(window, kMostBatchesJudged));
+  {
+    size_t keep = 0;
+    double seconds = 0;
+    for (auto it = in.batches.rbegin(); it != in.batches.rend(); ++it, ++keep) {
+      if (keep >= window && seconds >= in.min_seconds) break;
+      seconds += 1e-9 * static_cast<double>(it->consumer_wait_ns + it->step_ns);
+    }
+    in.batches.erase(in.batches.begin(),
+                     in.batches.begin() + static_cast<std::ptrdiff_t>(in.batches.size() - keep));
+  }
   SetWarmupApart(in, loader.stats().batches);
   // Starved threads: name who takes the cores (a fifth of a second of sampling, only then).
   if (const doctor::Totals t = doctor::Sum(in.batches);
