@@ -160,7 +160,8 @@ def run_setup(setup, path, samples, workdir):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = f"sqlite:///{workdir}/{setup}.db"
+    # A generous lock timeout: two processes write the one SQLite file on a busy machine.
+    storage = f"sqlite:///{workdir}/{setup}.db?timeout=60"
     study_name = f"hpo-{setup}"
     optuna.create_study(study_name=study_name, storage=storage, direction="minimize")
     start = time.perf_counter()
