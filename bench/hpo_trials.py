@@ -112,11 +112,11 @@ def worker(setup, path, storage, study_name, samples):
             return torch.from_numpy(self.file["mel"][i]), int(self.file["label"][i])
 
     def objective(trial):
+        start = time.time()  # the objective's start, for both set-ups alike
         lr = trial.suggest_float("lr", 1e-4, 1e-1, log=True)
         model = torch.nn.Linear(SHAPE[2], 1000).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=lr)
         first = None
-        start = trial.datetime_start.timestamp()
         if setup == "dataloader":
             loader = DataLoader(H5SampleDataset(), batch_size=BATCH, shuffle=True, num_workers=4,
                                 persistent_workers=True, prefetch_factor=3)
@@ -124,7 +124,7 @@ def worker(setup, path, storage, study_name, samples):
         else:
             loader = gpufeed.Loader(path, fields=["mel", "label"], batch_size=BATCH,
                                     shuffle=True, cache=setup, device=device)
-            tracker = gopt.track(trial, loader)
+            tracker = gopt.track(trial, loader, started=start)
             epochs_of = lambda: tracker  # noqa: E731
         loss = None
         for epoch in range(EPOCHS):
@@ -154,6 +154,22 @@ def worker(setup, path, storage, study_name, samples):
 
 
 # --- the driver -----------------------------------------------------------------------------
+
+
+def idle_baseline():
+    """The summed PSS of PROCESSES idle workers: Python with torch, h5py, optuna and gpufeed
+    imported, no data touched; what every set-up pays before its data."""
+    code = ("import sys, torch, h5py, optuna, gpufeed, gpufeed.optuna; "
+            "print('ready', flush=True); sys.stdin.read()")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for _ in range(PROCESSES)]
+    for p in procs:
+        p.stdout.readline()
+    total = sum(pss_bytes(p.pid) for p in procs)
+    for p in procs:
+        p.stdin.close()
+        p.wait()
+    return total
 
 
 def run_setup(setup, path, samples, workdir):
@@ -213,6 +229,9 @@ def main():
           f"{data_bytes / 1e9:.2f} GB ({path}); {TRIALS} trials, {PROCESSES} worker processes, "
           f"{EPOCHS} epochs each, batch {BATCH}, device "
           f"{'cuda' if torch.cuda.is_available() else 'cpu'}; {os.cpu_count()} CPUs")
+    baseline = idle_baseline()
+    print(f"idle baseline: {PROCESSES} processes with torch, h5py, optuna and gpufeed imported "
+          f"and no data: summed PSS {baseline / 1e9:.2f} GB")
     with tempfile.TemporaryDirectory(prefix="gpufeed-hpo-") as workdir:
         storages = {}
         for setup in setups:
@@ -221,7 +240,8 @@ def main():
             firsts = [t.user_attrs.get("gpufeed_first_batch_s") for t in trials]
             print(f"\n{setup}: study wall time {wall:.1f} s; peak summed PSS of the "
                   f"{PROCESSES} processes (and children) {peak / 1e9:.2f} GB = "
-                  f"{peak / data_bytes:.2f}x the data set")
+                  f"{peak / data_bytes:.2f}x the data set; above the idle baseline "
+                  f"{(peak - baseline) / 1e9:.2f} GB = {(peak - baseline) / data_bytes:.2f}x")
             print("  time from objective start to first batch, per trial (start order): " +
                   ", ".join("-" if f is None else f"{f:.3f} s" for f in firsts))
             later = [f for f in firsts[1:] if f is not None]

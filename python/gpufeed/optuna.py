@@ -51,14 +51,19 @@ class Tracker:
     end of every epoch iterated through the tracker; call it yourself before raising
     TrialPruned mid-epoch)."""
 
-    def __init__(self, trial, loader, monitor=None):
+    def __init__(self, trial, loader, monitor=None, started=None):
         self._trial = trial
         self._loader = loader
         self._monitor = monitor
         start = getattr(trial, "datetime_start", None)
-        # The objective starts when Optuna starts the trial; a trial without a start time
-        # (a FixedTrial) counts from now.
-        self._start = _timestamp(start) if isinstance(start, _datetime.datetime) else _time.time()
+        if started is not None:
+            self._start = float(started)
+        elif isinstance(start, _datetime.datetime):
+            # Optuna stamps the trial when it creates it in the storage, just before it calls
+            # the objective (its sampler and storage writes fall in between).
+            self._start = _timestamp(start)
+        else:
+            self._start = _time.time()  # a trial without a start time (a FixedTrial)
         self._first_batch_at = None
 
     @property
@@ -121,15 +126,18 @@ class Tracker:
         return attrs
 
 
-def track(trial, loader, monitor=None):
+def track(trial, loader, monitor=None, started=None):
     """Records on an Optuna `trial`, as user attributes, where its time went with `loader`:
     seconds from the objective's start to the first batch, the share of the loop's time
     spent waiting for data, samples/s, the GPU's busy share (CUDA events; else the mean GPU
     utilization of a running gpufeed.Monitor given as `monitor`), the cache tier (and how a
-    device copy is shared) and the doctor's verdict. Returns a Tracker: iterate it instead
+    device copy is shared) and the doctor's verdict. The objective's start is `started`
+    (time.time() taken on entering the objective) when given, else the trial's
+    datetime_start, stamped by Optuna just before it calls the objective (so its sampler's
+    and storage's time count as start-up). Returns a Tracker: iterate it instead
     of the loader to time the first batch exactly; figures are written at the end of each
     epoch iterated through it, and by Tracker.record()."""
-    return Tracker(trial, loader, monitor)
+    return Tracker(trial, loader, monitor, started)
 
 
 # --- the study's summary ------------------------------------------------------------------
