@@ -164,8 +164,10 @@ class Device {
     throw Error(ErrorCode::kDevice, "ExportIpc: " + IpcUnavailable());
   }
   // Maps another process's exported allocation; release it with CloseIpc (never
-  // FreeDevice). Throws Error(kDevice) with the driver's reason (exporter gone, another GPU).
-  virtual void* OpenIpc(const std::array<std::byte, 64>& /*handle*/) {
+  // FreeDevice). `*mapped_bytes` receives the size of the mapped allocation as the driver
+  // reports it (0 when it cannot say). Throws Error(kDevice) with the driver's reason
+  // (exporter gone, another GPU).
+  virtual void* OpenIpc(const std::array<std::byte, 64>& /*handle*/, size_t* /*mapped_bytes*/) {
     throw Error(ErrorCode::kDevice, "OpenIpc: " + IpcUnavailable());
   }
   virtual void CloseIpc(void* /*ptr*/) noexcept {}

@@ -384,7 +384,17 @@ std::shared_ptr<DeviceShare> DeviceShare::Acquire(const DeviceShareRequest& requ
         std::array<std::byte, 64> handle{};
         std::memcpy(handle.data(), h.handle, handle.size());
         try {
-          auto* block = static_cast<std::byte*>(device->OpenIpc(handle));
+          size_t mapped = 0;
+          auto* block = static_cast<std::byte*>(device->OpenIpc(handle, &mapped));
+          // The handle must map at least the block the file claims (a planted or stale handle
+          // of a smaller allocation would let gathers read past its end).
+          if (mapped < total) {
+            device->CloseIpc(block);
+            throw Error(ErrorCode::kDevice,
+                        mapped == 0 ? std::string("the driver cannot tell the mapped size")
+                                    : fmt::format("the handle maps {} bytes, the copy needs {}",
+                                                  mapped, total));
+          }
           if (flock(files->holders_fd, LOCK_SH) != 0) {
             device->CloseIpc(block);
             throw Error(ErrorCode::kIo,

@@ -115,7 +115,7 @@ std::array<std::byte, 64> CudaDevice::ExportIpc(void* base) {
   return out;
 }
 
-void* CudaDevice::OpenIpc(const std::array<std::byte, 64>& handle) {
+void* CudaDevice::OpenIpc(const std::array<std::byte, 64>& handle, size_t* mapped_bytes) {
   if (std::string why = IpcUnavailable(); !why.empty()) throw Error(ErrorCode::kDevice, why);
   CurrentContextScope scope(*context_);
   CUipcMemHandle h{};
@@ -124,6 +124,13 @@ void* CudaDevice::OpenIpc(const std::array<std::byte, 64>& handle) {
   // Flags 0: no peer access to another GPU; a handle of another device is refused.
   driver().Check(driver().IpcOpenMemHandle(&ptr, h, 0),
                  fmt::format("{}: cuIpcOpenMemHandle", name()));
+  *mapped_bytes = 0;
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  if (driver().MemGetAddressRange != nullptr &&
+      driver().MemGetAddressRange(&base, &bytes, ptr) == kSuccess && base == ptr) {
+    *mapped_bytes = bytes;
+  }
   return reinterpret_cast<void*>(ptr);
 }
 

@@ -120,7 +120,8 @@ inline void* const kLaunchParamBufferSize = reinterpret_cast<void*>(0x02);
 // which must not be queried; without it the loader does not look.
 // cuIpc{Get,Open,Close}MemHandle (CUDA 4.1+; cuda.h 11+ maps cuIpcOpenMemHandle to `_v2`,
 // same C signature) share the device cache tier across processes; without them each
-// process uploads its own copy.
+// process uploads its own copy. cuMemGetAddressRange_v2 (3.2+) checks that an imported
+// handle maps as many bytes as the copy it claims to be.
 #define GPUFEED_CUDA_DRIVER_OPTIONAL_SYMBOLS(X)                                     \
   X(EventElapsedTime, "cuEventElapsedTime_v2", cuEventElapsedTime,                  \
     CUresult(float*, CUevent, CUevent), "cuEventElapsedTime")                       \
@@ -131,7 +132,9 @@ inline void* const kLaunchParamBufferSize = reinterpret_cast<void*>(0x02);
   X(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2", cuIpcOpenMemHandle,                  \
     CUresult(CUdeviceptr*, CUipcMemHandle, unsigned int), "cuIpcOpenMemHandle")     \
   X(IpcCloseMemHandle, "cuIpcCloseMemHandle", cuIpcCloseMemHandle,                  \
-    CUresult(CUdeviceptr), "cuIpcCloseMemHandle")
+    CUresult(CUdeviceptr), "cuIpcCloseMemHandle")                                   \
+  X(MemGetAddressRange, "cuMemGetAddressRange_v2", cuMemGetAddressRange,            \
+    CUresult(CUdeviceptr*, size_t*, CUdeviceptr), "cuMemGetAddressRange_v2")
 
 class CudaDriver {
  public:

@@ -8,7 +8,8 @@
 // device) and both gather correct rows; the copy is freed when the last holder lets go,
 // whichever goes first (the owner's copy lingers while an importer uses it); a holder killed
 // with SIGKILL does not keep it; an owner killed with SIGKILL is replaced by a fresh upload;
-// a driver without IPC gets a private copy and says why; planted files are refused.
+// a driver without IPC gets a private copy and says why; planted files are refused, and a
+// handle that maps less than the copy it claims is never used.
 #include "cache/device_share.h"
 
 #include <dirent.h>
@@ -260,6 +261,39 @@ TEST_F(DeviceShareTest, AnOwnerKilledWithSigkillIsReplacedByAFreshUpload) {
   EXPECT_EQ(c.Ask("release"), "RELEASED 0");
   EXPECT_EQ(LiveExports(), 0);
   EXPECT_EQ(c.Quit(), 0);
+}
+
+TEST_F(DeviceShareTest, AHandleMappingLessThanTheCopyItClaimsIsNeverUsed) {
+  Holder a(shm_.path());
+  ASSERT_FALSE(ParseReady(a.Line()).imported);
+  // The published handle, rewritten (by its own user, as a bug or a hostile process of the
+  // same user could) to name only 1000 bytes of a's block: the fake maps what the handle says.
+  const std::string folder = shm_.path() + "/gpufeed-user-" + std::to_string(getuid());
+  std::string ipc;
+  DIR* d = opendir(folder.c_str());
+  ASSERT_NE(d, nullptr);
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > 4 && name.substr(name.size() - 4) == ".ipc") ipc = folder + "/" + name;
+  }
+  closedir(d);
+  ASSERT_FALSE(ipc.empty());
+  const int fd = open(ipc.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const uint64_t small = 1000;
+  // The header's handle starts at byte 56; the fake's handle keeps the size at its byte 16.
+  ASSERT_EQ(pwrite(fd, &small, sizeof(small), 56 + 16), static_cast<ssize_t>(sizeof(small)));
+  close(fd);
+  Holder b(shm_.path());
+  const Ready rb = ParseReady(b.Line());
+  EXPECT_FALSE(rb.imported);
+  EXPECT_GT(rb.upload_copies, 0);  // its own private copy instead
+  EXPECT_TRUE(rb.rows_ok);
+  EXPECT_THAT(rb.note, HasSubstr("the handle maps 1000 bytes, the copy needs 67328"));
+  EXPECT_EQ(b.Quit(), 0);
+  EXPECT_EQ(a.Ask("release"), "RELEASED 0");
+  EXPECT_EQ(LiveExports(), 0);
+  EXPECT_EQ(a.Quit(), 0);
 }
 
 Schema TestSchema() { return ParseSchema("y:float32[8],x:float32[6],b:uint8[3],label:int64"); }

@@ -348,6 +348,19 @@ CUresult cuIpcCloseMemHandle(unsigned long long dptr) {
   return fc::kSuccess;
 }
 
+CUresult cuMemGetAddressRange_v2(unsigned long long* base, size_t* size, unsigned long long ptr) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuMemGetAddressRange_v2"); r != fc::kSuccess) return r;
+  const fc::Allocation* a = fc::FindAllocation(s, reinterpret_cast<void*>(ptr), 1, true);
+  if (a == nullptr) return fc::kNotFound;
+  auto it = s.allocations.upper_bound(static_cast<uintptr_t>(ptr));
+  --it;
+  if (base != nullptr) *base = it->first;
+  if (size != nullptr) *size = a->bytes;
+  return fc::kSuccess;
+}
+
 CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   State& s = GetState();
   Lock lock(s.mu);
