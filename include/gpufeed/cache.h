@@ -89,6 +89,10 @@ struct CacheInfo {
   // The transforms the loader must still run: CacheOptions::transforms, or none when the
   // device tier applied them before its upload.
   std::vector<std::shared_ptr<Transform>> loader_transforms;
+  // The device tier: how this process holds the copy ("uploaded here and shared with this
+  // GPU's other processes (CUDA IPC)", "imported the copy process 1234 uploaded (CUDA IPC)",
+  // "a private copy: <why it is not shared>"); empty for other tiers.
+  std::string device_share;
 
   // "shm (0.8 GB fits the RAM budget 11.2 GB; /dev/shm/gpufeed-0123456789abcdef)"
   std::string ToString() const;

@@ -6,6 +6,7 @@
 // unless its backend says otherwise; DeviceEvent is thread-safe.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -13,6 +14,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+
+#include "gpufeed/error.h"
 
 namespace gpufeed {
 
@@ -151,6 +154,23 @@ class Device {
   // that cannot be told: querying such a stream, or recording a timing event on it, would
   // break the user's capture. False on devices without graphs. Never blocks, never throws.
   virtual bool StreamCapturing(uintptr_t /*stream*/) { return false; }
+
+  // Cross-process sharing of device memory (CUDA IPC), for the device cache tier.
+  // Why memory of this device cannot be shared with other processes; empty when it can.
+  virtual std::string IpcUnavailable() { return "the device is not a CUDA device"; }
+  // The handle of the allocation at `base` (an AllocDevice result) another process opens
+  // with OpenIpc. Throws Error(kDevice) with the driver's reason.
+  virtual std::array<std::byte, 64> ExportIpc(void* /*base*/) {
+    throw Error(ErrorCode::kDevice, "ExportIpc: " + IpcUnavailable());
+  }
+  // Maps another process's exported allocation; release it with CloseIpc (never
+  // FreeDevice). `*mapped_bytes` receives the size of the mapped allocation as the driver
+  // reports it (0 when it cannot say). Throws Error(kDevice) with the driver's reason
+  // (exporter gone, another GPU).
+  virtual void* OpenIpc(const std::array<std::byte, 64>& /*handle*/, size_t* /*mapped_bytes*/) {
+    throw Error(ErrorCode::kDevice, "OpenIpc: " + IpcUnavailable());
+  }
+  virtual void CloseIpc(void* /*ptr*/) noexcept {}
 };
 
 // Whether two Device objects are the same device: the same object, or CUDA devices of the

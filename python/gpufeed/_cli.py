@@ -15,6 +15,12 @@ def binary():
 
 
 def main(argv=None):
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["trials"]:
+        # Reads an Optuna storage, which takes Optuna: implemented in Python, not the binary.
+        from gpufeed.optuna import main as trials_main
+
+        return trials_main(args[1:])
     path = binary()
     if not os.access(path, os.X_OK):
         sys.stderr.write(
@@ -22,7 +28,6 @@ def main(argv=None):
             f"(pip install .), or build it with `make build` and set GPUFEED_BIN to "
             f"build/src/cli/gpufeed\n")
         return 127
-    args = list(sys.argv[1:] if argv is None else argv)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(path, ["gpufeed", *args])  # replaces this process: signals and exit codes as is

@@ -92,14 +92,16 @@ void BindLoaderOptions(py::module_& m) {
 }
 
 std::string CacheJson(const CacheInfo& info) {
-  return nlohmann::json{{"tier", CacheTierName(info.tier)},
-                        {"reason", info.reason},
-                        {"path", info.path},
-                        {"key", info.key},
-                        {"bytes", info.bytes},
-                        {"built", info.built},
-                        {"open_seconds", info.open_seconds}}
-      .dump();
+  nlohmann::json json{{"tier", CacheTierName(info.tier)},
+                      {"reason", info.reason},
+                      {"path", info.path},
+                      {"key", info.key},
+                      {"bytes", info.bytes},
+                      {"built", info.built},
+                      {"open_seconds", info.open_seconds}};
+  // Only the device tier says how its copy is held (shared through CUDA IPC, or why not).
+  if (!info.device_share.empty()) json["device_share"] = info.device_share;
+  return json.dump();
 }
 
 // The loader's read-only figures: epoch, sizes, held batches, device, source, schema.

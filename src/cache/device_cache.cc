@@ -1,6 +1,7 @@
 #include "cache/device_cache.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "core/checked_math.h"
 #include "core/format.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -104,6 +106,7 @@ DeviceCachedSource::DeviceCachedSource(std::shared_ptr<Source> base, std::shared
 }
 
 DeviceCachedSource::~DeviceCachedSource() {
+  if (share_ != nullptr) return;  // the share frees (or keeps) its block
   for (const std::byte* array : rows_.fields) {
     if (array != nullptr) rows_.device->FreeDevice(const_cast<std::byte*>(array));
   }
@@ -127,12 +130,47 @@ void DeviceCachedSource::UploadAll(const DeviceUploadOptions& options) {
   Device& device = *rows_.device;
   const int64_t samples = base_->size();
   for (const FieldSpec& field : schema_.fields) {
-    const uint64_t bytes = field.SampleBytes() * static_cast<uint64_t>(samples);
-    array_bytes_.push_back(bytes);
+    array_bytes_.push_back(MulOrThrow(field.SampleBytes(), static_cast<uint64_t>(samples),
+                                      "device cache array", ErrorCode::kInvalidArgument));
+  }
+  if (options.share) {
+    const std::string text = fmt::format("gpufeed-device-v1|{}|{}", Identity(), schema_.ToString());
+    DeviceShareRequest request{.shm_dir = options.shm_dir,
+                               .group = options.shm_group,
+                               .key = fmt::format("{:016x}", XXH3_64bits(text.data(), text.size())),
+                               .array_bytes = array_bytes_};
+    try {
+      share_ = DeviceShare::Acquire(request, rows_.device, [&](const std::vector<std::byte*>& f) {
+        rows_.fields.assign(f.begin(), f.end());
+        FillArrays(options);
+      });
+    } catch (...) {
+      rows_.fields.clear();  // Acquire freed the block they pointed into
+      throw;
+    }
+    rows_.fields.assign(share_->fields().begin(), share_->fields().end());
+    upload_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return;
+  }
+  for (const uint64_t bytes : array_bytes_) {
     // One byte for an empty array keeps every field's pointer distinct and valid.
     rows_.fields.push_back(
         static_cast<std::byte*>(device.AllocDevice(std::max<uint64_t>(1, bytes))));
   }
+  FillArrays(options);
+  upload_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string DeviceCachedSource::share_note() const {
+  return share_ != nullptr ? share_->note() : std::string();
+}
+
+bool DeviceCachedSource::imported() const { return share_ != nullptr && share_->imported(); }
+
+void DeviceCachedSource::FillArrays(const DeviceUploadOptions& options) {
+  Device& device = *rows_.device;
+  const int64_t samples = base_->size();
   if (samples == 0) return;
   const size_t sample_bytes = std::max<size_t>(1, base_->schema().SampleBytes());
   const int64_t chunk =
@@ -184,7 +222,6 @@ void DeviceCachedSource::UploadAll(const DeviceUploadOptions& options) {
     }
   });
   for (auto& lane : lanes) lane->Finish();
-  upload_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 std::string DeviceCachedSource::Describe() const {

@@ -11,12 +11,16 @@
 // Thread-safety: thread-safe after construction, like every Source.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gpufeed/device.h"
 #include "cache/cached_source.h"
+#include "cache/device_share.h"
 #include "gpufeed/transforms.h"
 
 namespace gpufeed {
@@ -26,6 +30,13 @@ struct DeviceUploadOptions {
   bool verbose = false;  // Default: false. Progress logged when the upload takes > 2 s
   // Default: 8 MiB. Rows per staging chunk: this many bytes of samples, at least one row.
   size_t chunk_bytes = size_t{8} << 20;
+  // Default: false = a private copy. True: one copy for every process on this GPU that uploads
+  // the same rows, through CUDA IPC (DeviceShare: the files live in the user's folder under
+  // shm_dir, or shm_group's); a process that cannot share gets a private copy and share_note()
+  // says why.
+  bool share = false;
+  std::string shm_dir = "/dev/shm";
+  std::optional<gid_t> shm_group = std::nullopt;
 };
 
 class DeviceCachedSource : public CachedSource {
@@ -51,18 +62,26 @@ class DeviceCachedSource : public CachedSource {
   const DeviceResidentRows* device_rows() const override { return &rows_; }
 
   uint64_t device_bytes() const;  // what the arrays take on the device
+  // Seconds the upload took (for an imported copy: the import).
   double upload_seconds() const { return upload_seconds_; }
+  // How the copy is held: "uploaded here and shared ...", "imported the copy process N
+  // uploaded ...", "a private copy: <why>"; empty when sharing was not asked for.
+  std::string share_note() const;
+  bool imported() const;
 
  private:
   DeviceCachedSource(std::shared_ptr<Source> base, std::shared_ptr<Device> device,
                      std::vector<std::shared_ptr<Transform>> transforms);
   void UploadAll(const DeviceUploadOptions& options);
+  // Fills the arrays rows_.fields points at from the base source.
+  void FillArrays(const DeviceUploadOptions& options);
 
   std::vector<std::shared_ptr<Transform>> transforms_;
   Schema schema_;  // after the transforms
   DeviceResidentRows rows_;
   std::vector<uint64_t> array_bytes_;
   double upload_seconds_ = 0;
+  std::shared_ptr<DeviceShare> share_;  // holds the arrays when sharing was asked for
 };
 
 }  // namespace gpufeed

@@ -89,9 +89,16 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
     try {
       // The kernels first: a GPU whose driver cannot load them should not get the data set.
       options.device->PrepareGather();
-      auto device =
-          DeviceCachedSource::Upload(source, options.device, options.transforms,
-                                     {.threads = std::min(threads, 4), .verbose = options.verbose});
+      DeviceUploadOptions upload{.threads = std::min(threads, 4), .verbose = options.verbose};
+      // One copy per GPU for every process opening the same rows, where the source's
+      // identity means the same in another process.
+      upload.share = in.shareable;
+      upload.shm_dir = options.shm_dir;
+      upload.shm_group = group;
+      auto device = DeviceCachedSource::Upload(source, options.device, options.transforms, upload);
+      result.device_share = in.shareable ? device->share_note()
+                                         : "a private copy: the source's identity is "
+                                           "not meaningful in another process";
       result.loader_transforms.clear();
       result.bytes = in.device_bytes != 0 ? in.device_bytes : in.bytes;
       cached = device;
@@ -105,6 +112,9 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   }
   result.tier = choice.tier;
   result.reason = choice.reason;
+  if (choice.tier == CacheTier::kDevice && !result.device_share.empty()) {
+    result.reason += "; " + result.device_share;
+  }
   if (choice.tier == CacheTier::kRam) {
     auto ram = std::make_shared<RamCachedSource>(source);
     if (options.preload) ram->Preload(threads, options.verbose);

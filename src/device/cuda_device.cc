@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/text.h"
 #include "gpufeed/error.h"
@@ -88,6 +89,55 @@ void CudaDevice::FreeDevice(void* ptr) noexcept {
   try {
     CurrentContextScope scope(*context_);
     driver().MemFree(reinterpret_cast<CUdeviceptr>(ptr));
+  } catch (...) {
+  }
+}
+
+std::string CudaDevice::IpcUnavailable() {
+  const CudaDriver& d = driver();
+  if (d.IpcGetMemHandle == nullptr || d.IpcOpenMemHandle == nullptr ||
+      d.IpcCloseMemHandle == nullptr) {
+    return fmt::format("the CUDA driver {} lacks cuIpcGetMemHandle/cuIpcOpenMemHandle",
+                       d.library());
+  }
+  return {};
+}
+
+std::array<std::byte, 64> CudaDevice::ExportIpc(void* base) {
+  if (std::string why = IpcUnavailable(); !why.empty()) throw Error(ErrorCode::kDevice, why);
+  static_assert(sizeof(CUipcMemHandle) == 64);
+  CurrentContextScope scope(*context_);
+  CUipcMemHandle handle{};
+  driver().Check(driver().IpcGetMemHandle(&handle, reinterpret_cast<CUdeviceptr>(base)),
+                 fmt::format("{}: cuIpcGetMemHandle", name()));
+  std::array<std::byte, 64> out{};
+  std::memcpy(out.data(), &handle, sizeof(handle));
+  return out;
+}
+
+void* CudaDevice::OpenIpc(const std::array<std::byte, 64>& handle, size_t* mapped_bytes) {
+  if (std::string why = IpcUnavailable(); !why.empty()) throw Error(ErrorCode::kDevice, why);
+  CurrentContextScope scope(*context_);
+  CUipcMemHandle h{};
+  std::memcpy(&h, handle.data(), sizeof(h));
+  CUdeviceptr ptr = 0;
+  // Flags 0: no peer access to another GPU; a handle of another device is refused.
+  driver().Check(driver().IpcOpenMemHandle(&ptr, h, 0),
+                 fmt::format("{}: cuIpcOpenMemHandle", name()));
+  *mapped_bytes = 0;
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  if (driver().MemGetAddressRange != nullptr &&
+      driver().MemGetAddressRange(&base, &bytes, ptr) == kSuccess && base == ptr) {
+    *mapped_bytes = bytes;
+  }
+  return reinterpret_cast<void*>(ptr);
+}
+
+void CudaDevice::CloseIpc(void* ptr) noexcept {
+  try {
+    CurrentContextScope scope(*context_);
+    driver().IpcCloseMemHandle(reinterpret_cast<CUdeviceptr>(ptr));
   } catch (...) {
   }
 }

@@ -58,6 +58,11 @@ class CudaDevice : public Device {
   bool StreamDrained(uintptr_t stream) override;
   void PrepareGather() override;
   bool StreamCapturing(uintptr_t stream) override;
+  // CUDA IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle_v2 / cuIpcCloseMemHandle).
+  std::string IpcUnavailable() override;
+  std::array<std::byte, 64> ExportIpc(void* base) override;
+  void* OpenIpc(const std::array<std::byte, 64>& handle, size_t* mapped_bytes) override;
+  void CloseIpc(void* ptr) noexcept override;
 
   // The GPU's product name ("NVIDIA H100 80GB HBM3").
   std::string product_name() const;

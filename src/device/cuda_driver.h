@@ -33,6 +33,11 @@ using CUstream = CUstream_st*;
 using CUevent = CUevent_st*;
 using CUmodule = CUmod_st*;
 using CUfunction = CUfunc_st*;
+// cuda.h's CUipcMemHandle: an opaque 64-byte handle passed by value.
+inline constexpr size_t kIpcHandleSize = 64;  // CU_IPC_HANDLE_SIZE
+struct CUipcMemHandle {
+  char reserved[kIpcHandleSize];
+};
 
 inline constexpr CUresult kSuccess = 0;
 inline constexpr CUresult kErrorInvalidValue = 1;
@@ -48,6 +53,7 @@ inline constexpr CUresult kErrorNotFound = 500;
 inline constexpr CUresult kErrorNotReady = 600;
 inline constexpr CUresult kErrorIllegalAddress = 700;
 inline constexpr CUresult kErrorMisalignedAddress = 716;
+inline constexpr CUresult kErrorNotSupported = 801;
 
 inline constexpr unsigned int kMemHostAllocPortable = 0x01;  // pinned for every context
 inline constexpr unsigned int kStreamNonBlocking = 0x1;      // no implicit sync with stream 0
@@ -112,11 +118,23 @@ inline void* const kLaunchParamBufferSize = reinterpret_cast<void*>(0x02);
 // fallback rather than a reason to refuse the driver (notes section 1.6).
 // cuStreamIsCapturing (CUDA 10+, no versioned name) tells a stream capturing a CUDA graph,
 // which must not be queried; without it the loader does not look.
+// cuIpc{Get,Open,Close}MemHandle (CUDA 4.1+; cuda.h 11+ maps cuIpcOpenMemHandle to `_v2`,
+// same C signature) share the device cache tier across processes; without them each
+// process uploads its own copy. cuMemGetAddressRange_v2 (3.2+) checks that an imported
+// handle maps as many bytes as the copy it claims to be.
 #define GPUFEED_CUDA_DRIVER_OPTIONAL_SYMBOLS(X)                                     \
   X(EventElapsedTime, "cuEventElapsedTime_v2", cuEventElapsedTime,                  \
     CUresult(float*, CUevent, CUevent), "cuEventElapsedTime")                       \
   X(StreamIsCapturing, "cuStreamIsCapturing", cuStreamIsCapturing,                  \
-    CUresult(CUstream, int*), "cuStreamIsCapturing")
+    CUresult(CUstream, int*), "cuStreamIsCapturing")                                \
+  X(IpcGetMemHandle, "cuIpcGetMemHandle", cuIpcGetMemHandle,                        \
+    CUresult(CUipcMemHandle*, CUdeviceptr), "cuIpcGetMemHandle")                    \
+  X(IpcOpenMemHandle, "cuIpcOpenMemHandle_v2", cuIpcOpenMemHandle,                  \
+    CUresult(CUdeviceptr*, CUipcMemHandle, unsigned int), "cuIpcOpenMemHandle")     \
+  X(IpcCloseMemHandle, "cuIpcCloseMemHandle", cuIpcCloseMemHandle,                  \
+    CUresult(CUdeviceptr), "cuIpcCloseMemHandle")                                   \
+  X(MemGetAddressRange, "cuMemGetAddressRange_v2", cuMemGetAddressRange,            \
+    CUresult(CUdeviceptr*, size_t*, CUdeviceptr), "cuMemGetAddressRange_v2")
 
 class CudaDriver {
  public:

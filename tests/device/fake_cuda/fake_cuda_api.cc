@@ -1,9 +1,17 @@
 // The driver entry points the fake exports, under the exact names gpufeed dlsyms (the
 // `_v2` ones where cuda.h maps the base name to them). Signatures follow cuda.h; handles
 // are the fake's own objects, device pointers are host addresses.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
+#include <string>
 
 #include "fake_cuda/fake_cuda_state.h"
 
@@ -50,6 +58,41 @@ const ErrorText* FindError(CUresult code) {
   return nullptr;
 }
 
+uint64_t NewToken() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device random;
+  return (uint64_t{random()} << 32 | random()) ^ (counter.fetch_add(1) + 1);
+}
+
+// The fake's IPC handle: which process exported which memfd, as a real handle is opaque.
+struct FakeIpcHandle {
+  char magic[8];  // "FAKEIPC"
+  int32_t pid;
+  int32_t fd;
+  uint64_t bytes;
+  uint64_t token;
+  char unused[32];
+};
+static_assert(sizeof(FakeIpcHandle) == 64);
+constexpr char kIpcMagic[8] = "FAKEIPC";
+
+struct IpcHandle {
+  char reserved[64];
+};
+
+void LedgerTouch(const char* kind, uint64_t token, bool create) {
+  const std::string dir = fc::IpcLedgerDir();
+  if (dir.empty()) return;
+  const std::string name =
+      dir + "/" + kind + "-" + std::to_string(token) + "-" + std::to_string(getpid());
+  if (create) {
+    const int fd = open(name.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd >= 0) close(fd);
+  } else {
+    unlink(name.c_str());
+  }
+}
+
 CUresult Allocate(void** out, size_t bytes, bool device, const char* call) {
   State& s = GetState();
   Lock lock(s.mu);
@@ -59,11 +102,32 @@ CUresult Allocate(void** out, size_t bytes, bool device, const char* call) {
              : s.config.pinned_limit != 0 && s.pinned_used + bytes > s.config.pinned_limit) {
     return fc::kOutOfMemory;
   }
-  void* p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
-  if (p == nullptr) return fc::kOutOfMemory;
+  Allocation a{bytes, device};
+  void* p = nullptr;
+  if (device) {
+    // In a memfd so that cuIpcOpenMemHandle in another process can map the same pages.
+    a.token = NewToken();
+    const std::string name = "fake_cuda_" + std::to_string(a.token);
+    a.fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+    const long page = sysconf(_SC_PAGESIZE);
+    a.mapped = (bytes + static_cast<size_t>(page) - 1) / static_cast<size_t>(page) *
+               static_cast<size_t>(page);
+    if (a.fd < 0 || ftruncate(a.fd, static_cast<off_t>(a.mapped)) != 0) {
+      if (a.fd >= 0) close(a.fd);
+      return fc::kOutOfMemory;
+    }
+    p = mmap(nullptr, a.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, a.fd, 0);
+    if (p == MAP_FAILED) {
+      close(a.fd);
+      return fc::kOutOfMemory;
+    }
+  } else {
+    p = std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+    if (p == nullptr) return fc::kOutOfMemory;
+  }
   // Garbage, not zeros: a batch whose copy never ran must not read as valid data.
   std::memset(p, 0xA5, bytes);
-  s.allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{bytes, device};
+  s.allocations[reinterpret_cast<uintptr_t>(p)] = a;
   (device ? s.device_used : s.pinned_used) += bytes;
   *out = p;
   return fc::kSuccess;
@@ -187,6 +251,114 @@ CUresult cuMemFree_v2(unsigned long long ptr) {
   Lock lock(s.mu);
   if (CUresult r = fc::RequireContext(s, "cuMemFree_v2"); r != fc::kSuccess) return r;
   return fc::Free(s, lock, reinterpret_cast<void*>(ptr), true, "cuMemFree_v2");
+}
+
+CUresult cuIpcGetMemHandle(IpcHandle* handle, unsigned long long dptr) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuIpcGetMemHandle"); r != fc::kSuccess) return r;
+  if (!s.config.ipc_supported) return fc::kNotSupported;
+  auto it = s.allocations.find(static_cast<uintptr_t>(dptr));
+  if (handle == nullptr || it == s.allocations.end() || !it->second.device || it->second.imported) {
+    fc::RecordFailure(s, "cuIpcGetMemHandle: not the base of a live cuMemAlloc allocation");
+    return fc::kInvalidValue;
+  }
+  Allocation& a = it->second;
+  FakeIpcHandle h{};
+  std::memcpy(h.magic, kIpcMagic, sizeof(h.magic));
+  h.pid = getpid();
+  h.fd = a.fd;
+  h.bytes = a.bytes;
+  h.token = a.token;
+  std::memcpy(handle, &h, sizeof(h));
+  if (!a.exported) LedgerTouch("export", a.token, true);
+  a.exported = true;
+  ++s.ipc_exports;
+  return fc::kSuccess;
+}
+
+CUresult cuIpcOpenMemHandle_v2(unsigned long long* dptr, IpcHandle handle, unsigned int flags) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuIpcOpenMemHandle_v2"); r != fc::kSuccess) return r;
+  if (dptr == nullptr || flags > 1) return fc::kInvalidValue;
+  FakeIpcHandle h{};
+  std::memcpy(&h, &handle, sizeof(h));
+  if (std::memcmp(h.magic, kIpcMagic, sizeof(h.magic)) != 0) return fc::kInvalidValue;
+  // A real driver refuses a handle this context exported itself.
+  if (h.pid == getpid()) return fc::kInvalidContext;
+  for (auto& [base, a] : s.allocations) {
+    if (a.imported && a.token == h.token) {
+      ++a.import_refs;
+      *dptr = base;
+      return fc::kSuccess;
+    }
+  }
+  // The exporter's descriptor, checked to be the memfd the token names (not a reused number).
+  const std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
+  char target[256] = {};
+  const ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+  const std::string expected = "/memfd:fake_cuda_" + std::to_string(h.token);
+  if (n <= 0 || std::string(target, static_cast<size_t>(n)).rfind(expected, 0) != 0) {
+    return fc::kInvalidHandle;  // the exporter is gone or freed the allocation
+  }
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return fc::kInvalidHandle;
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < h.bytes || h.bytes == 0) {
+    close(fd);
+    return fc::kInvalidHandle;
+  }
+  const size_t mapped = static_cast<size_t>(st.st_size);
+  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return fc::kOutOfMemory;
+  Allocation a{h.bytes, true};
+  a.mapped = mapped;
+  a.token = h.token;
+  a.imported = true;
+  a.import_refs = 1;
+  s.allocations[reinterpret_cast<uintptr_t>(p)] = a;
+  LedgerTouch("open", h.token, true);
+  ++s.ipc_opens;
+  *dptr = reinterpret_cast<uintptr_t>(p);
+  return fc::kSuccess;
+}
+
+CUresult cuIpcCloseMemHandle(unsigned long long dptr) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuIpcCloseMemHandle"); r != fc::kSuccess) return r;
+  auto it = s.allocations.find(static_cast<uintptr_t>(dptr));
+  if (it == s.allocations.end() || !it->second.imported) {
+    fc::RecordFailure(s, "cuIpcCloseMemHandle: not a pointer cuIpcOpenMemHandle returned");
+    return fc::kInvalidValue;
+  }
+  if (--it->second.import_refs > 0) return fc::kSuccess;
+  const void* p = reinterpret_cast<void*>(dptr);
+  if (const int unfinished = fc::UnfinishedCopies(s, p, it->second.bytes, true); unfinished > 0) {
+    fc::RecordFailure(s, "cuIpcCloseMemHandle while unfinished work reads the mapping");
+    s.cv.wait(lock, [&] { return fc::UnfinishedCopies(s, p, it->second.bytes, true) == 0; });
+  }
+  const Allocation closed = it->second;
+  s.allocations.erase(it);
+  munmap(reinterpret_cast<void*>(dptr), closed.mapped);
+  LedgerTouch("open", closed.token, false);
+  s.cv.notify_all();
+  return fc::kSuccess;
+}
+
+CUresult cuMemGetAddressRange_v2(unsigned long long* base, size_t* size, unsigned long long ptr) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuMemGetAddressRange_v2"); r != fc::kSuccess) return r;
+  const fc::Allocation* a = fc::FindAllocation(s, reinterpret_cast<void*>(ptr), 1, true);
+  if (a == nullptr) return fc::kNotFound;
+  auto it = s.allocations.upper_bound(static_cast<uintptr_t>(ptr));
+  --it;
+  if (base != nullptr) *base = it->first;
+  if (size != nullptr) *size = a->bytes;
+  return fc::kSuccess;
 }
 
 CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {

@@ -28,6 +28,8 @@ void fake_cuda_reset(void) {
   s.copies_completed = 0;
   s.pageable_copies = 0;
   s.launches_completed = 0;
+  s.ipc_exports = 0;
+  s.ipc_opens = 0;
   // A sticky error belongs to the test that injected it.
   if (s.default_stream) {
     s.default_stream->error_seq = 0;
@@ -98,6 +100,24 @@ const char* fake_cuda_failure(int index) {
   Lock lock(s.mu);
   if (index < 0 || index >= static_cast<int>(s.failures.size())) return nullptr;
   return s.failures[static_cast<size_t>(index)].c_str();
+}
+
+void fake_cuda_set_ipc_supported(int supported) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  s.config.ipc_supported = supported != 0;
+}
+
+int64_t fake_cuda_ipc_exports(void) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  return s.ipc_exports;
+}
+
+int64_t fake_cuda_ipc_opens(void) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  return s.ipc_opens;
 }
 
 int64_t fake_cuda_outstanding_allocations(void) {

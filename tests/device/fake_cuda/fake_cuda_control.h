@@ -42,6 +42,11 @@ void fake_cuda_fail_copy(int64_t nth, int result, int asynchronous);
 // premature reuse is caught; cuStreamSynchronize stays truthful.
 void fake_cuda_set_events_lie(int lie);
 
+// cuIpcGetMemHandle answers CUDA_ERROR_NOT_SUPPORTED when 0 (a driver or setup without
+// IPC); default 1. Device memory is always a shared mapping another process can open (see
+// fake_cuda_state.h for the ledger $FAKE_CUDA_IPC_DIR keeps across processes).
+void fake_cuda_set_ipc_supported(int supported);
+
 // --- inspection ------------------------------------------------------------------------------
 // Calls a real driver would reject; each one is described by fake_cuda_failure(i).
 int fake_cuda_failures(void);
@@ -55,6 +60,8 @@ int64_t fake_cuda_copies_completed(void);
 int64_t fake_cuda_pageable_copies(void);  // copies whose source was not pinned memory
 int64_t fake_cuda_launches_completed(void);  // kernels (host twins) run by streams
 int fake_cuda_live_modules(void);           // loaded and not unloaded
+int64_t fake_cuda_ipc_exports(void);        // cuIpcGetMemHandle calls that succeeded
+int64_t fake_cuda_ipc_opens(void);          // cuIpcOpenMemHandle calls that succeeded
 // Copies and kernel launches enqueued (on any stream) but not finished that write
 // [ptr, ptr + bytes).
 int fake_cuda_pending_writes(const void* ptr, size_t bytes);

@@ -1,7 +1,13 @@
 #include "fake_cuda/fake_cuda_state.h"
 
+#include <dirent.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -279,11 +285,59 @@ CUresult Free(State& s, std::unique_lock<std::mutex>& lock, void* ptr, bool devi
     s.cv.wait(lock, [&] { return UnfinishedCopies(s, ptr, bytes, true) == 0; });
     it = s.allocations.find(reinterpret_cast<uintptr_t>(ptr));
   }
+  if (it->second.imported) {
+    RecordFailure(
+        s, std::string(call) + ": an imported IPC mapping (release it with cuIpcCloseMemHandle)");
+    return kInvalidValue;
+  }
+  if (it->second.exported) {
+    for (const int pid : LiveOpeners(it->second.token)) {
+      char text[200];
+      std::snprintf(text, sizeof(text),
+                    "%s(%p): an exported allocation that process %d still has open "
+                    "(undefined behaviour on a real driver)",
+                    call, ptr, pid);
+      RecordFailure(s, text);
+    }
+    if (const std::string dir = IpcLedgerDir(); !dir.empty()) {
+      const std::string name =
+          dir + "/export-" + std::to_string(it->second.token) + "-" + std::to_string(getpid());
+      unlink(name.c_str());
+    }
+  }
   (device ? s.device_used : s.pinned_used) -= bytes;
+  const Allocation freed = it->second;
   s.allocations.erase(it);
-  std::free(ptr);
+  if (freed.fd >= 0) {
+    munmap(ptr, freed.mapped);
+    close(freed.fd);
+  } else {
+    std::free(ptr);
+  }
   s.cv.notify_all();
   return kSuccess;
+}
+
+std::string IpcLedgerDir() {
+  const char* dir = std::getenv("FAKE_CUDA_IPC_DIR");
+  return dir != nullptr ? dir : "";
+}
+
+std::vector<int> LiveOpeners(uint64_t token) {
+  std::vector<int> pids;
+  const std::string dir = IpcLedgerDir();
+  if (dir.empty()) return pids;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return pids;
+  const std::string prefix = "open-" + std::to_string(token) + "-";
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    const int pid = std::atoi(name.c_str() + prefix.size());
+    if (pid > 0 && (kill(pid, 0) == 0 || errno == EPERM)) pids.push_back(pid);
+  }
+  closedir(d);
+  return pids;
 }
 
 }  // namespace fake_cuda

@@ -34,6 +34,7 @@ inline constexpr CUresult kNotReady = 600;
 inline constexpr CUresult kStreamCaptureUnsupported = 900;
 inline constexpr CUresult kIllegalAddress = 700;
 inline constexpr CUresult kMisalignedAddress = 716;
+inline constexpr CUresult kNotSupported = 801;
 
 inline constexpr int kMaxDevices = 16;
 
@@ -121,6 +122,15 @@ struct Event {
 struct Allocation {
   size_t bytes = 0;
   bool device = false;  // else pinned host memory
+  // Device memory lives in a memfd mapped MAP_SHARED, so another process can map it through
+  // cuIpcOpenMemHandle (the handle names this process, the descriptor and the token, which
+  // is also the memfd's name). `fd` is -1 for host memory and for imported mappings.
+  int fd = -1;
+  size_t mapped = 0;  // bytes mapped (whole pages); 0 for host memory
+  uint64_t token = 0;
+  bool exported = false;  // cuIpcGetMemHandle was called on it
+  bool imported = false;  // a mapping of another process's allocation (cuIpcOpenMemHandle)
+  int import_refs = 0;    // cuIpcOpenMemHandle calls not yet closed
 };
 
 struct Config {
@@ -134,6 +144,7 @@ struct Config {
   CUresult fail_copy_result = kSuccess;
   bool fail_copy_async = false;
   bool events_lie = false;
+  bool ipc_supported = true;  // else cuIpcGetMemHandle answers CUDA_ERROR_NOT_SUPPORTED
 };
 
 struct State {
@@ -156,6 +167,8 @@ struct State {
   int64_t copies_started = 0;        // for fail_copy_nth
   int64_t copies_completed = 0;
   int64_t pageable_copies = 0;
+  int64_t ipc_exports = 0;  // cuIpcGetMemHandle calls that succeeded
+  int64_t ipc_opens = 0;    // cuIpcOpenMemHandle calls that succeeded
 };
 
 // The one state, never destroyed (stream threads may still run at exit).
@@ -188,6 +201,15 @@ int64_t NowNs();
 // a real driver need not wait for them).
 CUresult Free(State& s, std::unique_lock<std::mutex>& lock, void* ptr, bool device,
               const char* call);
+
+// Cross-process bookkeeping of IPC, when $FAKE_CUDA_IPC_DIR names a folder: an exported
+// allocation is the file export-<token>-<pid> there until freed, an open mapping the file
+// open-<token>-<pid> until closed, so a test sees across processes what is alive, and a
+// cuMemFree of an allocation a live process still has open is recorded as a failure (the
+// driver documents it as undefined behaviour). Empty when unset.
+std::string IpcLedgerDir();
+// Processes (other than dead ones) with `token` open, from the ledger.
+std::vector<int> LiveOpeners(uint64_t token);
 
 // The calling thread's current context (cuCtxSetCurrent).
 Context*& CurrentContext();
