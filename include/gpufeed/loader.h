@@ -198,6 +198,9 @@ struct LoaderState {
   std::optional<std::string> shuffle;  // "none", "full" or "block:N"
   std::optional<bool> drop_last;
   std::optional<bool> pad;
+  // A hash of the data set's first, middle and last samples ("xxh3:..."), so that a state is
+  // not restored over another file of the same length and fields.
+  std::optional<std::string> data;
 
   std::string ToJson() const;
   // Throws Error(kInvalidArgument) for malformed JSON.

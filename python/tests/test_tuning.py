@@ -1,6 +1,7 @@
 """Online parallelism, the autotuner's log, and the doctor's verdict from Python."""
 
 import io
+import time
 
 import pytest
 
@@ -33,6 +34,16 @@ def test_diagnose_reports_a_verdict_with_its_numbers():
                             device="cpu")
     for batch in loader:
         pass
+    del batch
+    # One short epoch is too little to judge: the doctor says what it saw, not a verdict.
+    early = loader.diagnose()
+    assert early["verdict"] == "measuring", early["text"]
+    assert "a verdict needs at least 16 batches and 1.0 s" in early["headline"]
+    # A second of the loop's time is enough.
+    started = time.monotonic()
+    while time.monotonic() - started < 1.3:
+        for batch in loader:
+            pass
     del batch
     report = loader.diagnose()
     assert report["verdict"] == "input-bound", report["text"]

@@ -224,6 +224,7 @@ class Loader::Impl {
     state.shuffle = ShuffleMode(sampler_);
     state.drop_last = sampler_.options().drop_last;
     state.pad = sampler_.options().pad;
+    state.data = DataFingerprint(*source_);
     return state;
   }
 

@@ -1,9 +1,11 @@
 #include "pipeline/loader_checks.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/format.h"
 #include "core/log.h"
@@ -161,6 +163,34 @@ std::string ShuffleMode(const Sampler& sampler) {
   return fmt::format("block:{}:{}", o.shuffle_block, o.shuffle_window);
 }
 
+std::optional<std::string> DataFingerprint(const Source& source) {
+  const int64_t n = source.size();
+  if (n <= 0 || source.device_rows() != nullptr) return std::nullopt;
+  const Schema& schema = source.schema();
+  const std::vector<int64_t> rows = n >= 3 ? std::vector<int64_t>{0, n / 2, n - 1}
+                                           : std::vector<int64_t>{0, n - 1};
+  std::vector<std::vector<std::byte>> fields(schema.fields.size());
+  BatchView view;
+  view.rows = static_cast<int64_t>(rows.size());
+  for (size_t f = 0; f < fields.size(); ++f) {
+    fields[f].resize(schema.fields[f].SampleBytes() * rows.size());
+    view.fields.push_back(fields[f].data());
+  }
+  try {
+    const auto state = source.NewWorkerState();
+    source.Read(rows, view, state.get());
+  } catch (const Error&) {
+    return std::nullopt;  // a read that fails here fails in the workers too, and says why there
+  }
+  XXH3_state_t* h = XXH3_createState();
+  if (h == nullptr) return std::nullopt;
+  XXH3_64bits_reset(h);
+  for (const auto& bytes : fields) XXH3_64bits_update(h, bytes.data(), bytes.size());
+  const uint64_t digest = XXH3_64bits_digest(h);
+  XXH3_freeState(h);
+  return fmt::format("xxh3:{:016x}", digest);
+}
+
 // Throws Error(kInvalidArgument) unless `state` was saved by a loader like this one and names a
 // batch of an epoch.
 void CheckRestorable(const LoaderState& state, const LoaderOptions& options, const Sampler& sampler,
@@ -190,6 +220,16 @@ void CheckRestorable(const LoaderState& state, const LoaderOptions& options, con
                 fmt::format("cannot restore loader state: it was saved over fields {}, this "
                             "loader reads {} ({}): another file?",
                             *state.schema, source.schema().ToString(), source.Describe()));
+  }
+  if (state.data) {
+    const std::optional<std::string> here = DataFingerprint(source);
+    if (here && *here != *state.data) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("cannot restore loader state: it was saved over other data (the "
+                              "first, middle and last samples hash to {} there and {} in {}): "
+                              "another file of the same length and fields?",
+                              *state.data, *here, source.Describe()));
+    }
   }
   if (state.shuffle && *state.shuffle != ShuffleMode(sampler)) {
     throw mismatch("shuffle", *state.shuffle, ShuffleMode(sampler));

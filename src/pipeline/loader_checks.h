@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gpufeed/loader.h"
@@ -27,8 +28,14 @@ void AdviseOnShuffle(const Source& source, const Sampler& sampler, int workers);
 const Source& CheckSource(const std::shared_ptr<Source>& source);
 // The shuffle mode as LoaderState records it: "none", "full" or "block:N:W".
 std::string ShuffleMode(const Sampler& sampler);
+// What the data set holds, for LoaderState::data: the XXH3 hash of three samples' bytes (the
+// first, the middle and the last), so a state saved over another file of the same length and
+// fields is told apart wherever the data now lives (another path, a copy on local disk).
+// nullopt where the source cannot be read on the host (the device tier) or the read fails.
+std::optional<std::string> DataFingerprint(const Source& source);
 // Throws Error(kInvalidArgument) unless `state` was saved by a loader like this one and names a
-// batch of an epoch.
+// batch of an epoch; a state that records its data (LoaderState::data) must match this
+// loader's DataFingerprint.
 void CheckRestorable(const LoaderState& state, const LoaderOptions& options, const Sampler& sampler,
                      const Source& source);
 

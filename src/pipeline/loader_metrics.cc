@@ -234,6 +234,7 @@ std::string LoaderState::ToJson() const {
   if (shuffle) j["shuffle"] = *shuffle;
   if (drop_last) j["drop_last"] = *drop_last;
   if (pad) j["pad"] = *pad;
+  if (data) j["data"] = *data;
   return j.dump();
 }
 
@@ -252,6 +253,7 @@ LoaderState LoaderState::FromJson(std::string_view json) {
     if (j.contains("shuffle")) s.shuffle = j.at("shuffle").get<std::string>();
     if (j.contains("drop_last")) s.drop_last = j.at("drop_last").get<bool>();
     if (j.contains("pad")) s.pad = j.at("pad").get<bool>();
+    if (j.contains("data")) s.data = j.at("data").get<std::string>();
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorCode::kInvalidArgument,

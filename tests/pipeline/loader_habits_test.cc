@@ -143,6 +143,37 @@ TEST(Loader, ALoaderIsRefusedInAForkedChild) {
   EXPECT_NE(loader->Next(), nullptr);
 }
 
+// Another file of the same length and fields is told apart by its data; the same data read
+// from elsewhere (a copy) restores.
+TEST(Loader, RestoreRefusesOtherDataOfTheSameLengthAndFields) {
+  Data data(100);
+  Loader saved(data.Open(), Opts(10));
+  saved.Next();
+  const LoaderState state = LoaderState::FromJson(saved.State().ToJson());
+  ASSERT_TRUE(state.data.has_value());
+  EXPECT_THAT(*state.data, ::testing::StartsWith("xxh3:"));
+
+  Data copy(100);  // the same values in other memory
+  Loader same(copy.Open(), Opts(10));
+  EXPECT_NO_THROW(same.Restore(state));
+
+  Data changed(100);
+  changed.x[50 * 4 + 2] += 1;  // the middle sample differs
+  Loader other(changed.Open(), Opts(10));
+  try {
+    other.Restore(state);
+    ADD_FAILURE() << "restored over other data";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("saved over other data"));
+    EXPECT_THAT(e.what(), HasSubstr(*state.data));
+  }
+  // A state without the field (saved before it existed) still restores.
+  LoaderState old = state;
+  old.data.reset();
+  EXPECT_NO_THROW(other.Restore(old));
+}
+
 // A state records what shapes the plan; restoring it into a loader with another plan fails.
 TEST(Loader, RestoreRefusesAnotherDataSetShuffleModeOrDropLast) {
   Data data(100);
