@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "pipeline/loader_checks.h"
 #include "device/cuda_device.h"
 #include "gpufeed/doctor.h"
 #include "gpufeed/monitor.h"
@@ -115,6 +116,55 @@ double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int thread
   });
   const double s = Seconds(std::chrono::steady_clock::now() - start);
   return s > 0 ? static_cast<double>(chunks * chunk_bytes) / s : 0;
+}
+
+double MeasureSameWork(const Source& source, const Sampler& sampler, int epochs, int threads) {
+  threads = std::max(1, threads);
+  const int64_t batches = sampler.batches_per_epoch();
+  if (batches == 0 || epochs <= 0) return 0;
+  const Schema& schema = source.schema();
+  const auto batch_rows = static_cast<size_t>(sampler.options().batch_size);
+  // Batch buffers from the host device, as the loader's (the process-wide pool hands back
+  // the loader's own, already faulted in), one set per thread, one buffer per field.
+  const std::shared_ptr<Device> host = HostDevice();
+  struct Buffers {
+    std::vector<void*> blocks;
+    BatchView view;
+    std::unique_ptr<SourceWorkerState> state;
+  };
+  std::vector<Buffers> per_thread(static_cast<size_t>(threads));
+  struct FreeAll {
+    std::vector<Buffers>& sets;
+    const std::shared_ptr<Device>& device;
+    ~FreeAll() {
+      for (auto& set : sets) {
+        for (void* p : set.blocks) device->FreeHost(p);
+      }
+    }
+  } free_all{per_thread, host};
+  for (auto& set : per_thread) {
+    for (const auto& field : schema.fields) {
+      const size_t bytes = std::max<size_t>(1, field.SampleBytes() * batch_rows);
+      set.blocks.push_back(host->AllocHost(bytes));
+      set.view.fields.push_back(static_cast<std::byte*>(set.blocks.back()));
+    }
+    set.state = source.NewWorkerState();
+  }
+  ThreadPool pool(threads);
+  int64_t samples = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int e = 0; e < epochs; ++e) {
+    const std::vector<int64_t> order = sampler.EpochOrder(e);
+    samples += static_cast<int64_t>(order.size());
+    pool.ParallelFor(batches, [&](int64_t b, int thread) {
+      Buffers& set = per_thread[static_cast<size_t>(thread)];
+      const std::span<const int64_t> rows = sampler.BatchOf(order, b);
+      set.view.rows = static_cast<int64_t>(rows.size());
+      source.Read(rows, set.view, set.state.get());
+    });
+  }
+  const double s = Seconds(std::chrono::steady_clock::now() - start);
+  return s > 0 ? static_cast<double>(samples) / s : 0;
 }
 
 BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
@@ -249,6 +299,14 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
     const double sample_bytes = static_cast<double>(result.bytes) / result.samples;
     result.ceiling_samples_per_s = result.ceiling_bytes_per_s / sample_bytes;
     result.ratio_to_ceiling = result.samples_per_s / result.ceiling_samples_per_s;
+    const Sampler sampler(loader.source().size(),
+                          ToSamplerOptions(loader.options(), loader.source()));
+    result.same_work_samples_per_s =
+        MeasureSameWork(loader.source(), sampler, config.epochs, result.stats.workers);
+    result.same_work_bytes_per_s = result.same_work_samples_per_s * sample_bytes;
+    if (result.same_work_samples_per_s > 0) {
+      result.ratio_to_same_work = result.samples_per_s / result.same_work_samples_per_s;
+    }
   }
   return result;
 }
@@ -268,6 +326,9 @@ std::string BenchResult::ToJson() const {
       {"ceiling_bytes_per_s", ceiling_bytes_per_s},
       {"ceiling_samples_per_s", ceiling_samples_per_s},
       {"ratio_to_ceiling", ratio_to_ceiling},
+      {"same_work_samples_per_s", same_work_samples_per_s},
+      {"same_work_bytes_per_s", same_work_bytes_per_s},
+      {"ratio_to_same_work", ratio_to_same_work},
       {"consumer_wait_fraction", consumer_wait_fraction},
       {"step_ms", step_ms},
       {"gpu_busy_fraction", gpu_busy_fraction},

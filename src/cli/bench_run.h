@@ -11,6 +11,7 @@
 
 #include "gpufeed/cache.h"
 #include "gpufeed/loader.h"
+#include "gpufeed/sampler.h"
 
 namespace gpufeed::cli {
 
@@ -54,6 +55,14 @@ struct BenchResult {
   double ceiling_bytes_per_s = 0;   // memcpy of the same bytes, same threads
   double ceiling_samples_per_s = 0;
   double ratio_to_ceiling = 0;
+  // The same work without the loader: the same epochs' batches (the same shuffled rows)
+  // read by as many threads from the same source (the same memory: the cache or the file)
+  // with Source::Read into batch buffers, after the loader's run. 1.0 = the loader adds
+  // nothing. Its memory is warm (the loader's run touched it first), so a first epoch's
+  // page faults count against the loader.
+  double same_work_samples_per_s = 0;
+  double same_work_bytes_per_s = 0;
+  double ratio_to_same_work = 0;
   double consumer_wait_fraction = 0;
   double step_ms = 0;
   double gpu_busy_fraction = 0;     // simulated steps over wall time from the first batch
@@ -80,6 +89,11 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
 // Bytes per second memcpy moves with `threads` threads, copying `total_bytes` in chunks of
 // `chunk_bytes` from a source buffer larger than the caches.
 double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int threads);
+
+// Samples per second `threads` threads read `epochs` epochs of `sampler`'s batches from
+// `source` with Source::Read, each into its own batch buffers: the loader's work without the
+// loader.
+double MeasureSameWork(const Source& source, const Sampler& sampler, int epochs, int threads);
 
 // Human formatting: "1.23 GB", "612,345".
 std::string FormatCount(double count);
