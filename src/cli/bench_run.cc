@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "pipeline/loader_checks.h"
 #include "device/cuda_device.h"
 #include "gpufeed/doctor.h"
 #include "gpufeed/monitor.h"
+#include "pipeline/loader_checks.h"
 
 namespace gpufeed::cli {
 namespace {
@@ -176,9 +176,8 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   CachedLoader opened = OpenCachedLoader(std::move(source), config.open);
   Loader& loader = *opened.loader;
   result.source = loader.source().Describe();
-  result.setup_s =
-      std::max(0.0, Seconds(std::chrono::steady_clock::now() - setup_start) -
-                        opened.cache.open_seconds);
+  result.setup_s = std::max(
+      0.0, Seconds(std::chrono::steady_clock::now() - setup_start) - opened.cache.open_seconds);
   if (opened.cache.tier != CacheTier::kNone || config.open.cache.tier != CacheTier::kNone) {
     result.cache = opened.cache.ToString();
   }
@@ -333,9 +332,8 @@ std::string BenchResult::ToJson() const {
       {"step_ms", step_ms},
       {"gpu_busy_fraction", gpu_busy_fraction},
       {"gpu_busy_fraction_with_startup", gpu_busy_fraction_with_startup},
-      {"gpu_busy_fraction_events", gpu_busy_fraction_events >= 0
-                                       ? nlohmann::json(gpu_busy_fraction_events)
-                                       : nlohmann::json()},
+      {"gpu_busy_fraction_events",
+       gpu_busy_fraction_events >= 0 ? nlohmann::json(gpu_busy_fraction_events) : nlohmann::json()},
       {"peak_rss_bytes", peak_rss_bytes},
       {"peak_anon_rss_bytes", peak_anon_rss_bytes},
       {"bound_anon_rss_bytes", bound_anon_rss_bytes},

@@ -18,23 +18,23 @@ namespace gpufeed::cli {
 struct BenchConfig {
   // The loader, its device, transforms and cache, as OpenCachedLoader assembles them.
   CachedLoaderOptions open;
-  int epochs = 1;        // Default: 1
+  int epochs = 1;  // Default: 1
   // Default: 0 = no simulated step: a sleep on the host. On a CUDA device the step is work
   // on the legacy default stream instead (torch's default; a host function that sleeps,
   // enqueued after the batch's copy, waited for as loss.item() would), so the loader times
   // that stream with events: BenchResult::gpu_busy_fraction_events.
   double step_ms = 0;
   bool measure_ceiling = true;
-  bool monitor = true;   // Default: true: sample GPU/CPU/RAM and show them in the progress
-  bool doctor = false;   // Default: false: diagnose the run at its end
+  bool monitor = true;  // Default: true: sample GPU/CPU/RAM and show them in the progress
+  bool doctor = false;  // Default: false: diagnose the run at its end
 };
 
 struct BenchProgress {
   int64_t epoch = 0;
   int epochs = 0;
-  int64_t batch = 0;              // batches done in this epoch
+  int64_t batch = 0;  // batches done in this epoch
   int64_t batches_per_epoch = 0;
-  int64_t samples = 0;            // so far, all epochs
+  int64_t samples = 0;  // so far, all epochs
   double elapsed_s = 0;
   double samples_per_s = 0;
   double consumer_wait_fraction = 0;
@@ -46,13 +46,13 @@ struct BenchResult {
   int epochs = 0;
   int64_t samples = 0;
   int64_t bytes = 0;
-  double wall_s = 0;                // first Next() call to the end of the last step
+  double wall_s = 0;  // first Next() call to the end of the last step
   double samples_per_s = 0;
   double bytes_per_s = 0;
   double time_to_first_batch_s = 0;  // from the first Next() call
   // Constructing the loader (buffers allocated and touched), not opening its cache.
   double setup_s = 0;
-  double ceiling_bytes_per_s = 0;   // memcpy of the same bytes, same threads
+  double ceiling_bytes_per_s = 0;  // memcpy of the same bytes, same threads
   double ceiling_samples_per_s = 0;
   double ratio_to_ceiling = 0;
   // The same work without the loader: the same epochs' batches (the same shuffled rows)
@@ -65,14 +65,14 @@ struct BenchResult {
   double ratio_to_same_work = 0;
   double consumer_wait_fraction = 0;
   double step_ms = 0;
-  double gpu_busy_fraction = 0;     // simulated steps over wall time from the first batch
+  double gpu_busy_fraction = 0;               // simulated steps over wall time from the first batch
   double gpu_busy_fraction_with_startup = 0;  // ... over wall time from the first Next()
   // Measured by events on the consumer stream (LoaderStats::GpuBusyFraction): the GPU's
   // time not spent waiting for batches; -1 when nothing was timed (host device, no step).
   double gpu_busy_fraction_events = -1;
-  int64_t peak_rss_bytes = 0;       // VmHWM
-  int64_t peak_anon_rss_bytes = 0;  // peak RssAnon sampled per batch: memory not mapped files
-  int64_t bound_anon_rss_bytes = 0; // (prefetch + workers) * batch bytes + 100 MB
+  int64_t peak_rss_bytes = 0;        // VmHWM
+  int64_t peak_anon_rss_bytes = 0;   // peak RssAnon sampled per batch: memory not mapped files
+  int64_t bound_anon_rss_bytes = 0;  // (prefetch + workers) * batch bytes + 100 MB
   std::string source;
   std::string device;
   std::string cache;           // CacheInfo::ToString() when a cache was asked for
