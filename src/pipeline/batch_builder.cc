@@ -82,7 +82,7 @@ void BatchBuilder::Prepare(const Capacity& capacity) {
         [device](size_t n) { return device->AllocHost(n); },
         [device](void* p) { device->FreeHost(p); });
   }
-  // What the first batch needs is allocated (and its pages touched) now, so running out of
+  // What the loader reserves is allocated (and its pages touched) now, so running out of
   // memory is reported by the constructor; the rest is allocated by workers as they go.
   batch_pool_->Reserve(capacity.reserve_batches);
   if (staging_pool_) staging_pool_->Reserve(capacity.reserve_staging);
