@@ -17,6 +17,12 @@
 // it got. It is stopped and joined by the destructor (in a process forked from the owner,
 // where the thread does not exist, it is left alone).
 //
+// The warmer is off unless GPUFEED_MAPPING_WARMER=1: then every range counts as warm from the
+// start and every row comes from the mapping. Measured on the 2-core VM (README), the warmer
+// halves a new process's first batch but its preads and its own touches cost more CPU than
+// the traps they avoid: a 3-epoch demo run streamed 0.6-0.7x as fast. So it is opt-in, for
+// a first batch that must come fast (a short validation pass, a process per trial).
+//
 // Thread-safety: thread-safe; WarmEnd may be read by any number of readers.
 #pragma once
 

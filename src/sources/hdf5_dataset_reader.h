@@ -5,8 +5,10 @@
 // unfiltered chunks are read per sample at the sample's offset inside the chunk. Only
 // datasets the file layout puts out of reach (kLibrary) take the libhdf5 lock.
 // Reads are preads through the file seam, except contiguous data, which is copied from the
-// file's mapping where a background warmer has touched it (core/warmed_mapping.h: a warm
-// mapping gathers 2-5x faster than a pread per row, a cold one is slower than pread on a VM).
+// file's mapping (a warm mapping gathers 2-5x faster than a pread per row: README, "Streaming
+// at memory speed"); with GPUFEED_MAPPING_WARMER=1 only where a background warmer has touched
+// it, and by pread elsewhere (core/warmed_mapping.h: a cold mapping is slower than pread on
+// a VM).
 // Either way a file truncated or rewritten while a loader reads it is Error(kIo) "changed
 // size while being read" naming the file (mapping copies run under GuardMappedRead), never
 // a SIGBUS.

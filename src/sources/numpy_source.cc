@@ -96,8 +96,10 @@ class NumpySource final : public Source {
         // Which way wins, measured (bench/stream_gather.cc, README): from a warm mapping a
         // shuffled gather runs 2-5x faster than pread of the same rows (a system call per
         // 8 KB row), but each page of a new mapping traps on first access on a VM, which made
-        // a new process's first batches 5-10x slower than pread. So the mapping serves the
-        // rows where it is warm (the sorted prefix below WarmEnd) and pread the rest.
+        // a new process's first batches 5-10x slower than pread. With the warmer on
+        // (GPUFEED_MAPPING_WARMER=1) the mapping serves the rows where it is warm (the sorted
+        // prefix below WarmEnd) and pread the rest; off (the default: it costs more CPU than
+        // it saves over a few epochs), WarmEnd is the end and every row is a mapping copy.
         field.warm->StartWarming();
         const uint64_t warm = field.warm->WarmEnd();
         size_t cut = 0;

@@ -16,6 +16,9 @@ namespace {
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
+// The warmer is opt-in (GPUFEED_MAPPING_WARMER=1); these tests are about it.
+const bool kWarmerOn = setenv("GPUFEED_MAPPING_WARMER", "1", 1) == 0;
+
 // A temporary file of `bytes`, mapped read-only; unlinked and unmapped at the end.
 struct MappedFile {
   std::string path;
@@ -52,6 +55,18 @@ TEST(WarmedMapping, ASmallRangeIsWarmFromTheStart) {
   WarmedMapping w(f.map, 128, 4 * kMiB, f.path, /*min_bytes=*/8 * kMiB);
   EXPECT_EQ(w.WarmEnd(), 4 * kMiB);
   EXPECT_TRUE(w.Warm(4 * kMiB));
+}
+
+TEST(WarmedMapping, WithoutTheEnvironmentSwitchEverythingIsWarmFromTheStart) {
+  ASSERT_TRUE(kWarmerOn);
+  MappedFile f(4 * kMiB);
+  unsetenv("GPUFEED_MAPPING_WARMER");
+  WarmedMapping off(f.map, 0, 4 * kMiB, f.path, /*min_bytes=*/1);
+  setenv("GPUFEED_MAPPING_WARMER", "1", 1);
+  EXPECT_EQ(off.WarmEnd(), 4 * kMiB) << "every row from the mapping: the default";
+  EXPECT_TRUE(off.Settled());
+  WarmedMapping on(f.map, 0, 4 * kMiB, f.path, /*min_bytes=*/1);
+  EXPECT_EQ(on.WarmEnd(), 0u);
 }
 
 TEST(WarmedMapping, NoMappingCountsAsWarmSoReadersNeverWaitForIt) {

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <cstdint>
@@ -23,6 +24,9 @@ namespace {
 
 constexpr hsize_t kRows = 4100;  // of 8 KiB: just over WarmedMapping::kMinWarmedBytes
 constexpr hsize_t kRowBytes = 8192;
+
+// The warmer is opt-in (GPUFEED_MAPPING_WARMER=1); these tests are about it.
+const bool kWarmerOn = setenv("GPUFEED_MAPPING_WARMER", "1", 1) == 0;
 
 uint8_t Pattern(hsize_t row, hsize_t byte) { return static_cast<uint8_t>(row * 31 + byte * 7); }
 

@@ -1,5 +1,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -401,6 +402,10 @@ TEST_F(NumpySourceTest, ZeroSamplesIsAnEmptySource) {
 
 namespace gpufeed {
 namespace {
+
+// The warmer is opt-in (GPUFEED_MAPPING_WARMER=1); the tests below are about it, and the
+// rest of this program's files are too small for it to matter.
+const bool kWarmerOn = setenv("GPUFEED_MAPPING_WARMER", "1", 1) == 0;
 
 // A field large enough for the background warmer (WarmedMapping::kMinWarmedBytes): while it
 // warms, a batch's rows come partly from the mapping and partly by pread; every split must
