@@ -15,7 +15,15 @@
 //   host-bound       no data wait, yet the GPU idles: the host side of the step (launches,
 //                    synchronizations, small batches) is the bottleneck
 //   memory-pressure  RAM or the cgroup memory limit is nearly exhausted
+//   cpu-starved      the consumer waits for data while the loader's threads are runnable but
+//                    not running (run-queue delay): other processes, or too many threads of
+//                    this one, take the cores; no stage of the loader is to blame
 //   healthy          the loader keeps up and the GPU (or the step) is the bottleneck
+//   measuring        too little measured for a verdict yet (fewer than min_batches batches
+//                    or min_seconds of the loop's time): what was seen so far
+// The stage named for input-bound and copy-bound is the one the loop's wait was spent on
+// (BatchTiming::waited_*: where each batch was while the loop waited for it), not the one
+// left over once the others are ruled out.
 // Thread-safety: pure functions.
 #pragma once
 
@@ -23,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "gpufeed/loader.h"
@@ -30,7 +39,15 @@
 
 namespace gpufeed {
 
-enum class Verdict { kHealthy, kInputBound, kCopyBound, kHostBound, kMemoryPressure };
+enum class Verdict {
+  kHealthy,
+  kInputBound,
+  kCopyBound,
+  kHostBound,
+  kMemoryPressure,
+  kCpuStarved,
+  kMeasuring,
+};
 std::string_view VerdictName(Verdict verdict);  // "input-bound", ...
 
 // The pipeline stage a verdict names, if any.
@@ -83,11 +100,22 @@ struct DoctorInput {
   int64_t gpu_drained_steps = 0;
   std::optional<uint64_t> vram_used_bytes;
   std::optional<uint64_t> vram_total_bytes;
+  // The busiest processes on the machine while the loader was CPU-starved ("pid 4242
+  // cc1plus: 0.98 cores"), busiest first; filled by CollectDoctorInput only then.
+  std::vector<std::string> top_cpu_processes;
+  // The first batches after start-up (threads, buffers, first reads), left out of `batches`
+  // and reported apart.
+  int64_t warmup_batches = 0;
+  double warmup_seconds = 0;
+  // Below this much measurement the doctor says what it saw, not a verdict.
+  int64_t min_batches = 16;
+  double min_seconds = 1.0;  // of the loop's time (its waits plus its steps)
 };
 
 struct Diagnosis {
   Verdict verdict = Verdict::kHealthy;
-  Stage stage = Stage::kNone;         // named for input-bound and copy-bound
+  Stage stage = Stage::kNone;  // named for input-bound and copy-bound (and cpu-starved, the
+                               // stage its wait was spent in, where one holds a good part)
   std::string headline;               // one sentence with the deciding numbers
   std::vector<std::string> evidence;  // the figures behind it
   std::vector<std::string> advice;    // what to change, each with its numbers
@@ -98,6 +126,14 @@ struct Diagnosis {
   // training stream), the gpu_utilization_source ("NVML"), or "" (-1: unknown).
   double gpu_busy_fraction = -1;
   std::string gpu_measure;
+  // What was judged: batches and seconds of the loop's time; the share of the loop's wait its
+  // loader threads spent runnable without a CPU (-1: unknown); and where the batches were
+  // while the loop waited (shares of the wait: queued, buffer, read, transform, copy,
+  // handoff; empty when unknown).
+  int64_t batches = 0;
+  double measured_seconds = 0;
+  double starved_fraction = -1;
+  std::vector<std::pair<std::string, double>> wait_path;
 
   std::string ToText() const;
   std::string ToJson() const;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "gpufeed/device.h"
+#include "gpufeed/groups.h"
 #include "gpufeed/schema.h"
 #include "gpufeed/source.h"
 #include "gpufeed/transforms.h"
@@ -73,6 +74,13 @@ struct LoaderOptions {
   // The batches the stage trace keeps. Default: 0 = those of the last minute (at most 65536);
   // n > 0: the last n (at most 65536); -1: none (no recording at all).
   int64_t trace_batches = 0;
+  // Default: null. Grouped data (gpufeed/groups.h), with pack = true: batches of whole groups
+  // (packed as src/pipeline/group_packer.h says; every row once per epoch, shuffle moves
+  // groups), each listing its groups (Batch::groups()) and carrying an int64 field "group"
+  // (the group of each row). drop_last does not apply.
+  std::shared_ptr<const GroupTable> groups = {};
+  bool pack = false;         // Default: false; required (true) with groups
+  int64_t pack_window = 0;   // Default: 0 = automatic (groups for about 4 batches)
 };
 
 // Where one field of a batch lives: `rows` samples of `spec`, contiguous, C order.
@@ -103,6 +111,23 @@ struct BatchTiming {
   int64_t step_ns = 0;           // from that Next() returning to the next Next() call
   int workers = 0;               // active workers when it was delivered
   int prefetch = 0;
+  // The critical path: where this batch was while the consumer waited for it in Next(),
+  // summing to consumer_wait_ns. Not yet taken by a worker (every worker busy with earlier
+  // batches); a worker waiting for a free batch buffer; reading; transforming; copying to the
+  // device; ready, but the consumer not yet running again (a wake-up the scheduler delayed).
+  int64_t waited_queued_ns = 0;
+  int64_t waited_buffer_ns = 0;
+  int64_t waited_read_ns = 0;
+  int64_t waited_transform_ns = 0;
+  int64_t waited_copy_ns = 0;
+  int64_t waited_handoff_ns = 0;
+  // Run-queue delay (runnable, but no CPU free: /proc/thread-self/schedstat) of the worker
+  // while it built this batch and handed it over, and of the consumer while it waited for it;
+  // -1 = unknown. build_wall_ns: the worker's wall time from starting the batch to handing it
+  // over.
+  int64_t worker_runqueue_ns = -1;
+  int64_t consumer_runqueue_ns = -1;
+  int64_t build_wall_ns = 0;
   // On the GPU's clock, from timing events on the consumer's stream, when the consumer named
   // it (WaitOn / __dlpack__(stream)); -1 = not measured (no stream, or not harvested yet).
   // gpu_idle_ns: the GPU waited for this batch: from when it had finished the previous step
@@ -191,6 +216,8 @@ class Batch {
   const Schema& schema() const { return *schema_; }
   // The sample indices of the rows, in row order.
   std::span<const int64_t> indices() const { return indices_; }
+  // The group parts of the batch, in row order (packed groups only; else empty).
+  std::span<const BatchGroup> groups() const { return groups_; }
   // Throws Error(kNotFound) naming the fields when there is no such field.
   FieldView field(std::string_view name) const;
   FieldView field(int index) const;
@@ -214,6 +241,7 @@ class Batch {
   int64_t index_ = 0;
   int64_t rows_ = 0;
   std::vector<int64_t> indices_;
+  std::vector<BatchGroup> groups_;
   std::vector<std::byte*> fields_;
   std::shared_ptr<DeviceEvent> ready_;
 };
@@ -248,6 +276,11 @@ class Loader {
   int64_t samples_per_epoch() const;
   const Source& source() const;
   const Device& device() const;
+  // The groups of a grouped loader (LoaderOptions::groups), or null.
+  const GroupTable* groups() const;
+  // Packed groups: this rank's rows per epoch over its batches' capacity
+  // (batches_per_epoch() * batch_size); 0 without groups.
+  double pack_fill() const;
   int held_batches() const;  // batches the consumer has not dropped yet
   LoaderStats stats() const;
   // The last `n` delivered batches (at most 4096 are kept), oldest first. A batch's step_ns

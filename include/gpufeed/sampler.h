@@ -23,10 +23,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
+#include "gpufeed/groups.h"
+
 namespace gpufeed {
+
+class GroupPacker;
 
 struct SamplerOptions {
   int64_t batch_size = 0;     // Required: > 0
@@ -38,6 +43,21 @@ struct SamplerOptions {
   int world_size = -1;        // Default: -1 = $WORLD_SIZE, else 1
   int64_t shuffle_block = 0;  // Default: 0 = full shuffle; > 0: block shuffle (above)
   int shuffle_window = 4;     // Default: 4 blocks per within-window shuffle
+  // Default: null. Packed groups (gpufeed/groups.h): batches of whole groups, packed as
+  // src/pipeline/group_packer.h says (shuffle moves groups, not rows; shards are dealt at
+  // group granularity; drop_last and shuffle_block do not apply). The table's row count must
+  // be the sample count.
+  std::shared_ptr<const GroupTable> groups = {};
+  int64_t pack_window = 0;  // Default: 0 = automatic: groups for about 4 batches, at least 64
+};
+
+// One epoch of a rank: the samples in delivery order and, for packed groups, where each
+// batch starts and the group parts each batch holds.
+struct EpochPlan {
+  std::vector<int64_t> order;
+  std::vector<int64_t> batch_starts = {};  // packed: batches + 1 offsets into `order`
+  std::vector<BatchGroup> groups = {};     // packed: every batch's parts, batch after batch
+  std::vector<int64_t> group_starts = {};  // packed: batches + 1 offsets into `groups`
 };
 
 class Sampler {
@@ -60,11 +80,20 @@ class Sampler {
   // Rows of batch `batch` within an EpochOrder.
   std::span<const int64_t> BatchOf(const std::vector<int64_t>& order, int64_t batch) const;
 
+  // The epoch's plan: EpochOrder, plus the batch boundaries and groups when packing.
+  EpochPlan Plan(int64_t epoch) const;
+  std::span<const int64_t> BatchOf(const EpochPlan& plan, int64_t batch) const;
+  // The group parts of batch `batch` (none unless packing groups).
+  std::span<const BatchGroup> GroupsOf(const EpochPlan& plan, int64_t batch) const;
+  // The packing, or null.
+  const GroupPacker* packer() const { return packer_.get(); }
+
  private:
   SamplerOptions options_;
   int64_t num_samples_;
   int64_t shard_size_ = 0;
   int64_t batches_per_epoch_ = 0;
+  std::shared_ptr<const GroupPacker> packer_;
 };
 
 }  // namespace gpufeed

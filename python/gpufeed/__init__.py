@@ -37,6 +37,7 @@ from gpufeed._gpufeed import (
     Source,
     Unsupported,
 )
+from gpufeed._groups import GroupReducer
 from gpufeed._images import images
 from gpufeed._loader import Batch, Loader
 from gpufeed._monitor import Monitor
@@ -49,6 +50,7 @@ __all__ = [
     "CorruptData",
     "DeviceError",
     "Error",
+    "GroupReducer",
     "InvalidArgument",
     "IoError",
     "Loader",

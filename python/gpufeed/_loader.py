@@ -6,7 +6,9 @@ import sys
 
 import torch
 
-from gpufeed import _gpufeed, _sources, _tensors
+from collections.abc import Mapping
+
+from gpufeed import _gpufeed, _groups, _sources, _tensors
 
 
 class Batch(dict):
@@ -18,7 +20,7 @@ class Batch(dict):
     It pickles (pickle, torch.save, copy.deepcopy) as a plain dict of its tensors.
     """
 
-    __slots__ = ("_handle",)
+    __slots__ = ("_handle", "_group_fields")
 
     def __reduce__(self):
         return dict, (dict(self),)
@@ -31,6 +33,24 @@ class Batch(dict):
     @property
     def epoch(self):
         return self._handle.epoch
+
+    @property
+    def groups(self):
+        """Packed groups (Loader(group=..., pack=True)): the group parts in this batch, in row
+        order, as a dict of CPU tensors: "id" (int64), "begin" / "end" (its rows in the
+        batch), "offset" (the part's first row within its group: > 0 for a later part of a
+        group longer than a batch), "complete" (bool: the part holds the group's last row),
+        and each per-group field gathered for those ids. batch["group"] is the per-row id on
+        the batch's device."""
+        fields = getattr(self, "_group_fields", None)
+        if fields is None:
+            raise _gpufeed.InvalidArgument("this batch is not from a grouped loader")
+        ids, begin, end, offset, complete = (torch.from_numpy(a) for a in
+                                             _gpufeed.batch_groups(self._handle))
+        out = {"id": ids, "begin": begin, "end": end, "offset": offset, "complete": complete}
+        for name, values in fields.items():
+            out[name] = values[ids]
+        return out
 
     @property
     def index(self):
@@ -150,6 +170,22 @@ class Loader:
     batch_transform: a function called on each batch dict, after the copy (on the batch's
                 device), in the thread that iterates: normalisation, GPU augmentation, a
                 custom collate. What it returns is what the loop gets.
+    group, group_offsets, group_fields, pack, pack_window: grouped data (the segments of one
+                recording), delivered as packed batches of whole groups (pack=True is
+                required). group= names a per-row integer field (rows of a group need not be
+                contiguous); group_offsets= names a dataset of F+1 increasing row offsets
+                (HDF5 or NumPy); either may also be an array. group_fields= names per-group
+                datasets of F rows (a file label). Each batch holds whole groups, first-fit
+                decreasing within windows of pack_window groups (None: about 4 batches' worth)
+                so batches come out nearly full; a group longer than a batch is split over
+                consecutive batches, in order. Every row once per epoch; shuffle moves groups
+                (groups of equal size trade places, batches are reordered), not rows; ranks
+                get whole groups and equal batch counts. Batches carry batch["group"] (int64
+                per row, on the device) and batch.groups (the groups in the batch); reduce
+                outputs per group with gpufeed.GroupReducer(loader.num_groups, ...);
+                loader.group_fields holds the per-group fields ({name: CPU tensor [F, ...]})
+                and loader.group_sizes the rows of each group. With a path source, `fields`
+                must name the per-row datasets.
 
     Every option left None keeps its C++ default (gpufeed/loader.h and gpufeed/cache.h).
 
@@ -166,7 +202,8 @@ class Loader:
                  shuffle_window=None, autotune=None, max_workers=None, max_prefetch=None,
                  cache=None, preload=None, shm_dir=None, shm_group=None, trace=None,
                  trace_batches=None, pad=None, held_budget_bytes=None, batch_transform=None,
-                 chunk_cache=None):
+                 chunk_cache=None, group=None, group_offsets=None, group_fields=None,
+                 pack=None, pack_window=None):
         # None leaves an option unset: its default is the C++ one (gpufeed/loader.h,
         # gpufeed/cache.h), written there once.
         if batch_size is None:
@@ -189,11 +226,12 @@ class Loader:
                             ("shuffle_block", shuffle_block), ("shuffle_window", shuffle_window),
                             ("max_workers", max_workers), ("max_prefetch", max_prefetch),
                             ("trace_batches", trace_batches),
-                            ("held_budget_bytes", held_budget_bytes)):
+                            ("held_budget_bytes", held_budget_bytes),
+                            ("pack_window", pack_window)):
             if value is not None:
                 given[name] = _int(value, name)
         for name, value in (("shuffle", shuffle), ("drop_last", drop_last), ("pad", pad),
-                            ("autotune", autotune), ("preload", preload)):
+                            ("autotune", autotune), ("preload", preload), ("pack", pack)):
             if value is not None:
                 given[name] = bool(value)
         for name, value in (("cache", cache), ("shm_dir", shm_dir), ("shm_group", shm_group),
@@ -202,8 +240,28 @@ class Loader:
                 given[name] = str(value)
         if device is not None:
             given["device"] = _device_spec(device)
-        options = _gpufeed._LoaderOptions(**given)
+        grouped = group is not None or group_offsets is not None
+        if grouped and fields is None:
+            if isinstance(source, Mapping):
+                skip = _groups.excluded_names(group, group_offsets, group_fields)
+                fields = [name for name in source if name not in skip]
+            elif isinstance(source, (str, bytes, os.PathLike, list, tuple)):
+                raise _gpufeed.InvalidArgument(
+                    "with groups, pass fields=[...]: the per-row datasets to read (the file "
+                    "also holds the group datasets, of other lengths)")
         self._source = _sources.as_source(source, fields, chunk_cache)
+        self._group_table = None
+        self.group_fields = None
+        if grouped:
+            self._group_table = _groups.group_table(self._source, source, group, group_offsets,
+                                                    group_fields, len(self._source))
+            given["groups"] = self._group_table
+            self.group_fields = _groups.group_fields(self._group_table)
+        elif pack:
+            raise _gpufeed.InvalidArgument(
+                "pack=True packs groups into batches: declare them with group= or "
+                "group_offsets=")
+        options = _gpufeed._LoaderOptions(**given)
         self._impl = _gpufeed._Loader(self._source, options)
         self.cache_info = json.loads(self._impl.cache_json)
         self._batch_size = int(batch_size)
@@ -234,6 +292,7 @@ class Loader:
             name = self._names[position]
             batch[name] = batch[name].view(dtype)
         batch._handle = handle
+        batch._group_fields = self.group_fields
         if self._batch_transform is not None:
             return self._batch_transform(batch)
         return batch
@@ -321,6 +380,23 @@ class Loader:
     @property
     def batch_size(self):
         return self._batch_size
+
+    @property
+    def num_groups(self):
+        """Groups of a grouped loader (the ids run 0..num_groups-1); None without groups."""
+        return None if self._group_table is None else self._group_table.num_groups
+
+    @property
+    def group_sizes(self):
+        """Rows of each group, an int64 tensor [num_groups]; None without groups."""
+        if self._group_table is None:
+            return None
+        return torch.from_numpy(self._group_table.sizes())
+
+    @property
+    def pack_fill(self):
+        """Packed groups: rows per epoch / (batches per epoch * batch_size) for this rank."""
+        return self._impl.pack_fill
 
     @property
     def samples_per_epoch(self):

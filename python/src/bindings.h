@@ -17,6 +17,8 @@ void BindImages(py::module_& m);
 void BindBatch(py::module_& m);
 // _Loader: the C++ Loader with the GIL released while it waits.
 void BindLoader(py::module_& m);
+// _GroupTable, read_groups, group_table, batch_groups: grouped data.
+void BindGroups(py::module_& m);
 // Monitor, where the monitor part is built.
 void BindMonitor(py::module_& m);
 // diagnose(), where the doctor part is built.

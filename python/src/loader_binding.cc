@@ -64,6 +64,16 @@ void BindLoaderOptions(py::module_& m) {
   LoaderField(c, "start_epoch", &LoaderOptions::start_epoch);
   LoaderField(c, "trace", &LoaderOptions::trace);
   LoaderField(c, "trace_batches", &LoaderOptions::trace_batches);
+  LoaderField(c, "pack", &LoaderOptions::pack);
+  LoaderField(c, "pack_window", &LoaderOptions::pack_window);
+  c.def_property(
+      "groups",
+      [](const CachedLoaderOptions& o) {
+        return std::const_pointer_cast<GroupTable>(o.loader.groups);
+      },
+      [](CachedLoaderOptions& o, std::shared_ptr<GroupTable> t) {
+        o.loader.groups = std::move(t);
+      });
   c.def_readwrite("device", &CachedLoaderOptions::device);
   c.def_readwrite("transforms", &CachedLoaderOptions::transforms);
   c.def_property(
@@ -175,6 +185,8 @@ void BindLoader(py::module_& m) {
           "workers", [](PyLoader& l) { return l.Any([](Loader& x) { return x.workers(); }); })
       .def_property_readonly(
           "prefetch", [](PyLoader& l) { return l.Any([](Loader& x) { return x.prefetch(); }); })
+      .def_property_readonly(
+          "pack_fill", [](PyLoader& l) { return l.Any([](Loader& x) { return x.pack_fill(); }); })
       .def("write_trace",
            [](PyLoader& l, const std::string& path) {
              l.Any([&](Loader& x) { x.WriteTrace(path); });

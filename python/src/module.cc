@@ -7,6 +7,7 @@ PYBIND11_MODULE(_gpufeed, m) {
   gpufeed::python::BindErrors(m);
   gpufeed::python::BindSources(m);
   gpufeed::python::BindBatch(m);
+  gpufeed::python::BindGroups(m);
   gpufeed::python::BindLoader(m);
   gpufeed::python::BindMonitor(m);
   gpufeed::python::BindDoctor(m);

@@ -10,6 +10,7 @@
 #include "cli/progress_line.h"
 #include "core/checked_math.h"
 #include "gpufeed/error.h"
+#include "gpufeed/groups.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/images.h"
 #include "gpufeed/sources.h"
@@ -29,6 +30,9 @@ struct BenchArgs {
   bool json = false;
   bool quiet = false;
   std::string cache{CacheTierName(CachedLoaderOptions{}.cache.tier)};
+  std::string group;          // a per-row group id dataset
+  std::string group_offsets;  // an F+1 offsets dataset
+  bool pack = false;
   BenchConfig config;
 };
 
@@ -37,6 +41,18 @@ int RunBenchCommand(BenchArgs& args) {
     throw Error(ErrorCode::kInvalidArgument,
                 "give a data set PATH or --synthetic SPEC (e.g. --synthetic "
                 "'mel:float32[1,64,32],label:int64'), not both");
+  }
+  if (!args.group.empty() || !args.group_offsets.empty()) {
+    if (args.path.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--group / --group-offsets read the groups from the data set's file: give "
+                  "its PATH");
+    }
+    if (args.fields.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "with --group / --group-offsets, name the per-row datasets with --fields (the "
+                  "file also holds the group datasets, of other lengths)");
+    }
   }
   std::shared_ptr<Source> source;
   if (!args.synthetic.empty()) {
@@ -56,6 +72,15 @@ int RunBenchCommand(BenchArgs& args) {
     source = OpenPath(args.path, args.fields);
   }
   CachedLoaderOptions& o = args.config.open;
+  if (!args.group.empty() || !args.group_offsets.empty()) {
+    o.loader.groups = ReadGroups(args.path, {.id_field = args.group, .offsets = args.group_offsets},
+                                 source->size());
+    o.loader.pack = args.pack;
+  } else if (args.pack) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "--pack packs groups into batches: declare them with --group FIELD or "
+                "--group-offsets DATASET");
+  }
   o.loader.shuffle = !args.no_shuffle;
   if (args.block_shuffle) o.loader.shuffle_block = -1;  // the source's own block (HDF5 chunk)
   o.cache.tier = ParseCacheTier(args.cache);
@@ -70,9 +95,12 @@ int RunBenchCommand(BenchArgs& args) {
   }
   args.config.monitor = !args.json && !args.quiet;
   ProgressLine line(!args.json && !args.quiet);
-  const BenchResult result = RunBench(
-      source, args.config, [&](const BenchProgress& p) { line.Update(FormatProgress(p)); });
+  BenchResult result = RunBench(source, args.config,
+                                [&](const BenchProgress& p) { line.Update(FormatProgress(p)); });
   line.Finish();
+  if (result.groups > 0 && result.wall_s > 0) {
+    result.groups_per_s = static_cast<double>(result.groups) * result.epochs / result.wall_s;
+  }
   if (args.json) {
     fmt::print("{}\n", result.ToJson());
   } else {
@@ -153,6 +181,14 @@ void RegisterBenchCommand(CLI::App& app) {
   cmd->add_option("--trace", args->config.open.loader.trace,
                   "Write the stage trace of the run's last batches (Chrome trace-event JSON: "
                   "open it in Perfetto or chrome://tracing) to this file at the end");
+  cmd->add_option("--group", args->group,
+                  "Grouped data: a per-row integer dataset naming each row's group (file); "
+                  "with --pack, batches of whole groups (reports files/s and fill)");
+  cmd->add_option("--group-offsets", args->group_offsets,
+                  "Grouped data: a dataset of F+1 increasing row offsets (instead of --group)");
+  cmd->add_flag("--pack", args->pack,
+                "Pack whole groups into batches (first-fit decreasing; needs --group or "
+                "--group-offsets)");
   cmd->add_option("--trace-batches", args->config.open.loader.trace_batches,
                   "Batches the trace keeps (0: the last minute; -1: record nothing)")
       ->capture_default_str();

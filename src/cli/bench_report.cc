@@ -31,6 +31,12 @@ std::string FormatBenchReport(const BenchResult& r) {
                      FormatCount(r.samples), s.batches, r.epochs, r.wall_s);
   out += fmt::format("throughput  {} samples/s   {}/s\n", FormatCount(r.samples_per_s),
                      FormatBytes(r.bytes_per_s));
+  if (r.groups > 0) {
+    out += fmt::format("groups      {} files/s ({} groups per epoch, whole in packed batches); "
+                       "fill {:.4f} of the batches' capacity\n",
+                       FormatCount(r.groups_per_s), FormatCount(static_cast<double>(r.groups)),
+                       r.pack_fill);
+  }
   if (r.ceiling_bytes_per_s > 0) {
     out += fmt::format(
         "ceiling     {} samples/s   {}/s  (memcpy of the same bytes, {} threads, same run)\n",

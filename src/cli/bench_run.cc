@@ -262,6 +262,10 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
     result.monitor_summary = monitor->Summary().ToText();
   }
   result.stats = loader.stats();
+  if (const GroupTable* groups = loader.groups()) {
+    result.groups = groups->num_groups();
+    result.pack_fill = loader.pack_fill();
+  }
   result.bytes = result.stats.bytes;
   result.wall_s = Seconds(end - start);
   result.samples_per_s = result.wall_s > 0 ? result.samples / result.wall_s : 0;
@@ -339,6 +343,11 @@ std::string BenchResult::ToJson() const {
       {"bound_anon_rss_bytes", bound_anon_rss_bytes},
       {"stats", nlohmann::json::parse(stats.ToJson())},
   };
+  if (groups > 0) {
+    j["groups"] = groups;
+    j["groups_per_s"] = groups_per_s;
+    j["pack_fill"] = pack_fill;
+  }
   if (!diagnosis_json.empty()) j["doctor"] = nlohmann::json::parse(diagnosis_json);
   return j.dump(2);
 }

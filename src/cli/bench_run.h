@@ -79,6 +79,11 @@ struct BenchResult {
   std::string diagnosis_text;  // with BenchConfig::doctor
   std::string diagnosis_json;
   std::string monitor_summary;  // mean, p5, p95 per metric over the run
+  // Packed groups (LoaderOptions::groups): groups per epoch, their rate (every group is
+  // delivered whole once an epoch), and the loader's fill (rows / batch capacity).
+  int64_t groups = 0;
+  double groups_per_s = 0;
+  double pack_fill = 0;
 
   std::string ToJson() const;
 };

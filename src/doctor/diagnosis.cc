@@ -1,9 +1,17 @@
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <functional>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/proc_text.h"
+#include "doctor/figures.h"
 #include "gpufeed/doctor.h"
 
 namespace gpufeed {
@@ -26,13 +34,90 @@ std::string Diagnosis::ToJson() const {
                       {"gpu_measure", gpu_measure}};
   j["gpu_busy_fraction"] =
       gpu_busy_fraction >= 0 ? nlohmann::json(gpu_busy_fraction) : nlohmann::json();
+  j["batches"] = batches;
+  j["measured_seconds"] = measured_seconds;
+  j["starved_fraction"] =
+      starved_fraction >= 0 ? nlohmann::json(starved_fraction) : nlohmann::json();
+  nlohmann::json path = nlohmann::json::object();
+  for (const auto& [where, share] : wait_path) path[where] = share;
+  j["wait_path"] = path;
   return j.dump();
 }
+
+namespace {
+
+constexpr int64_t kWarmupBatches = 2;  // the first batches after start-up, reported apart
+
+// Leaves the first batches after start-up out of `in.batches` when the window holds them
+// (`delivered`: every batch the loader handed out; the newest may still be open, not in the
+// window), counting them apart.
+void SetWarmupApart(DoctorInput& in, int64_t delivered) {
+  const auto window = static_cast<int64_t>(in.batches.size());
+  const int64_t before_window = std::max<int64_t>(0, delivered - window - 1);
+  const int64_t warm = std::min(window - 1, kWarmupBatches - before_window);
+  if (warm <= 0) return;
+  for (int64_t i = 0; i < warm; ++i) {
+    const BatchTiming& b = in.batches[static_cast<size_t>(i)];
+    in.warmup_seconds += 1e-9 * static_cast<double>(b.consumer_wait_ns + b.step_ns);
+  }
+  in.warmup_batches = warm;
+  in.batches.erase(in.batches.begin(), in.batches.begin() + warm);
+}
+
+// The busiest processes on the machine over `span`: "pid 4242 cc1plus: 0.98 cores", at most
+// `n`, busiest first. Reads /proc/<pid>/stat twice; processes that come or go meanwhile are
+// skipped.
+std::vector<std::string> TopCpuProcesses(std::chrono::milliseconds span, size_t n) {
+  const auto sample = [] {
+    std::map<pid_t, std::pair<uint64_t, std::string>> ticks;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string text, comm;
+      if (!ReadTextFile(entry.path().string() + "/stat", &text)) continue;
+      const auto stat = ParsePidStat(text);
+      if (!stat) continue;
+      const size_t open = text.find('('), close = text.rfind(')');
+      if (open != std::string::npos && close != std::string::npos && close > open) {
+        comm = text.substr(open + 1, close - open - 1);
+      }
+      ticks[stat->pid] = {stat->utime + stat->stime, comm};
+    }
+    return ticks;
+  };
+  const auto before = sample();
+  std::this_thread::sleep_for(span);
+  const auto after = sample();
+  const double hz = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double seconds = std::chrono::duration<double>(span).count();
+  std::vector<std::pair<double, std::string>> busiest;
+  for (const auto& [pid, now] : after) {
+    const auto was = before.find(pid);
+    if (was == before.end() || now.first < was->second.first) continue;
+    const double cores = static_cast<double>(now.first - was->second.first) / hz / seconds;
+    if (cores < 0.05) continue;
+    busiest.emplace_back(cores, fmt::format("pid {} {}{}: {:.2f} cores", pid, now.second,
+                                            pid == getpid() ? " (this process)" : "", cores));
+  }
+  std::sort(busiest.begin(), busiest.end(), std::greater<>());
+  std::vector<std::string> out;
+  for (size_t i = 0; i < busiest.size() && i < n; ++i) out.push_back(busiest[i].second);
+  return out;
+}
+
+}  // namespace
 
 DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, size_t window) {
   DoctorInput in;
   const LoaderOptions& o = loader.options();
   in.batches = loader.RecentBatches(window);
+  SetWarmupApart(in, loader.stats().batches);
+  // Starved threads: name who takes the cores (a fifth of a second of sampling, only then).
+  if (const doctor::Totals t = doctor::Sum(in.batches);
+      t.wait_with_runqueue > 0 && t.starved >= 0.3 * t.wait_with_runqueue) {
+    in.top_cpu_processes = TopCpuProcesses(std::chrono::milliseconds(200), 3);
+  }
   in.workers = loader.workers();
   in.prefetch = loader.prefetch();
   in.max_workers = o.max_workers;

@@ -30,6 +30,27 @@ Totals Sum(const std::vector<BatchTiming>& batches) {
     t.transform += static_cast<double>(b.transform_ns);
     t.copy += static_cast<double>(b.copy_ns);
     t.buffer_wait += static_cast<double>(b.buffer_wait_ns);
+    t.waited_queued += static_cast<double>(b.waited_queued_ns);
+    t.waited_buffer += static_cast<double>(b.waited_buffer_ns);
+    t.waited_read += static_cast<double>(b.waited_read_ns);
+    t.waited_transform += static_cast<double>(b.waited_transform_ns);
+    t.waited_copy += static_cast<double>(b.waited_copy_ns);
+    t.waited_handoff += static_cast<double>(b.waited_handoff_ns);
+    if (b.consumer_runqueue_ns >= 0 && b.worker_runqueue_ns >= 0) {
+      const double build =
+          b.build_wall_ns > 0 ? static_cast<double>(b.build_wall_ns)
+                              : static_cast<double>(b.buffer_wait_ns + b.read_ns +
+                                                    b.transform_ns + b.copy_ns);
+      const double on_path = static_cast<double>(b.waited_buffer_ns + b.waited_read_ns +
+                                                 b.waited_transform_ns + b.waited_copy_ns);
+      const double worker_share =
+          build > 0 ? static_cast<double>(b.worker_runqueue_ns) * std::min(1.0, on_path / build)
+                    : 0.0;
+      const double wait = static_cast<double>(b.consumer_wait_ns);
+      t.starved += std::min(wait, static_cast<double>(b.consumer_runqueue_ns) + worker_share);
+      t.runqueue_batches += 1;
+      t.wait_with_runqueue += wait;
+    }
     if (b.gpu_busy_ns >= 0 && b.gpu_idle_ns >= 0) {
       t.gpu_busy += static_cast<double>(b.gpu_busy_ns);
       t.gpu_idle += static_cast<double>(b.gpu_idle_ns);
@@ -47,6 +68,14 @@ Figures Measure(const DoctorInput& in, Diagnosis& d) {
   f.consumer = f.t.wait + f.t.step;
   f.workers = std::max(1, in.workers);
   d.consumer_wait_fraction = f.consumer > 0 ? f.t.wait / f.consumer : 0;
+  d.batches = static_cast<int64_t>(f.t.n);
+  d.measured_seconds = f.ConsumerSeconds();
+  if (f.t.wait_with_runqueue > 0) d.starved_fraction = f.t.starved / f.t.wait_with_runqueue;
+  if (const double w = f.t.WaitedTotal(); w > 0) {
+    d.wait_path = {{"queued", f.t.waited_queued / w},       {"buffer", f.t.waited_buffer / w},
+                   {"read", f.t.waited_read / w},           {"transform", f.t.waited_transform / w},
+                   {"copy", f.t.waited_copy / w},           {"handoff", f.t.waited_handoff / w}};
+  }
   d.worker_busy_fraction =
       f.consumer > 0 ? (f.t.read + f.t.transform + f.t.copy) / (f.workers * f.consumer) : 0;
   f.usable =
@@ -84,6 +113,26 @@ void AddEvidence(const DoctorInput& in, const Figures& f, Diagnosis& d) {
       "waiting for a buffer {:.1f} ms; workers {} busy",
       f.workers, f.PerBatch(t.read), f.PerBatch(t.transform), f.PerBatch(t.copy),
       f.PerBatch(t.buffer_wait), Pct(d.worker_busy_fraction)));
+  if (t.WaitedTotal() > 0) {
+    const double w = t.WaitedTotal();
+    d.evidence.push_back(fmt::format(
+        "while the loop waited, its batch was: not yet taken by a worker {}, waiting for a "
+        "buffer {}, being read {}, transformed {}, copied {}, ready but not yet handed over {}",
+        Pct(t.waited_queued / w), Pct(t.waited_buffer / w), Pct(t.waited_read / w),
+        Pct(t.waited_transform / w), Pct(t.waited_copy / w), Pct(t.waited_handoff / w)));
+  }
+  if (t.runqueue_batches > 0 && t.wait_with_runqueue > 0) {
+    d.evidence.push_back(fmt::format(
+        "the loader's threads on that path were runnable but had no CPU for {} of the wait "
+        "({:.1f} ms per batch)",
+        Pct(t.starved / t.wait_with_runqueue), Ms(t.starved / t.runqueue_batches)));
+  }
+  if (in.warmup_batches > 0) {
+    d.evidence.push_back(fmt::format(
+        "the first {} batch(es) after start-up took {:.2f} s (threads, buffers, first reads) "
+        "and are not judged",
+        in.warmup_batches, in.warmup_seconds));
+  }
   if (in.process_cpu_cores) {
     d.evidence.push_back(fmt::format("the process used {:.2f} of {:.1f} usable cores",
                                      *in.process_cpu_cores, f.usable));

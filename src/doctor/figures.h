@@ -28,6 +28,20 @@ struct Totals {
   // wait in Next() for those same batches; and, step by step, the GPU's wait beyond the loop's
   // (the copy's lag: one long wait in Next() must not cancel the lag of other steps).
   double gpu_busy = 0, gpu_idle = 0, gpu_loop_wait = 0, gpu_copy_lag = 0;
+  // The critical path: where the batches were while the loop waited (BatchTiming::waited_*).
+  double waited_queued = 0, waited_buffer = 0, waited_read = 0, waited_transform = 0,
+         waited_copy = 0, waited_handoff = 0;
+  // Of the loop's wait, the time the loader's threads on its path were runnable but not
+  // running (the consumer's own run-queue delay, and the building worker's in proportion to
+  // the part of its build the loop waited on), over the batches where the kernel told it.
+  double starved = 0;
+  double runqueue_batches = 0;  // batches with run-queue figures
+  double wait_with_runqueue = 0;  // the loop's wait over those batches
+
+  double WaitedTotal() const {
+    return waited_queued + waited_buffer + waited_read + waited_transform + waited_copy +
+           waited_handoff;
+  }
 };
 
 Totals Sum(const std::vector<BatchTiming>& batches);
@@ -47,6 +61,8 @@ struct Figures {
   std::string gpu_how;             // how gpu_busy was measured, for the text
 
   double PerBatch(double ns) const { return Ms(ns / t.n); }
+  // The loop's measured time in seconds (its waits plus its steps).
+  double ConsumerSeconds() const { return consumer * 1e-9; }
 };
 
 // Computes the figures, and the shares the Diagnosis reports whatever the verdict.

@@ -14,6 +14,7 @@ namespace {
 
 using doctor::Figures;
 using doctor::Gb;
+using doctor::Ms;
 using doctor::Pct;
 using doctor::Totals;
 
@@ -24,6 +25,9 @@ constexpr double kMemoryFull = 0.95;      // of RAM or of the cgroup limit
 // Reads are storage-bound only when the process fetched at least this share of the bytes it
 // delivered from a device; below it the reads were served by the page cache or memory.
 constexpr double kFromStorage = 0.10;
+// The loop's wait counts as CPU starvation when the loader's threads on its path spent at
+// least this share of it runnable without a CPU.
+constexpr double kStarvedShare = 0.5;
 
 // What shortens the copy stage. With the device cache tier the "copy" is the gather on the
 // GPU, and the loader cannot run host transforms on rows that never reach the host.
@@ -78,6 +82,10 @@ std::string_view VerdictName(Verdict verdict) {
       return "host-bound";
     case Verdict::kMemoryPressure:
       return "memory-pressure";
+    case Verdict::kCpuStarved:
+      return "cpu-starved";
+    case Verdict::kMeasuring:
+      return "measuring";
   }
   return "unknown";
 }
@@ -155,14 +163,97 @@ Ruling MemoryPressure(const DoctorInput& in, const Figures& f, Diagnosis& d) {
   return kDecided;
 }
 
+// 2. Too little measured: what was seen so far, and what a verdict needs.
+Ruling TooLittle(const DoctorInput& in, const Figures& f, Diagnosis& d) {
+  if (static_cast<int64_t>(f.t.n) >= in.min_batches && f.ConsumerSeconds() >= in.min_seconds) {
+    return kNotDecided;
+  }
+  d.verdict = Verdict::kMeasuring;
+  d.headline = fmt::format(
+      "measuring: {} batch(es) over {:.2f} s of the loop so far (it waited {} of that time for "
+      "data); a verdict needs at least {} batches and {:.1f} s",
+      static_cast<int64_t>(f.t.n), f.ConsumerSeconds(), Pct(d.consumer_wait_fraction),
+      in.min_batches, in.min_seconds);
+  d.advice.push_back("run longer (more batches) before judging the loader");
+  return kDecided;
+}
+
 bool LoopWaitsForData(const Diagnosis& d) { return d.consumer_wait_fraction >= kWaitInputBound; }
 
 // The slowest worker stage, in summed nanoseconds.
 double SlowestStageNs(const Totals& t) { return std::max({t.read, t.transform, t.copy}); }
 
-// 2a. The loop waits for data, and the copy to the device is the slowest stage.
+// The stage the loop's wait was spent on (the critical path), where the batches say; else (no
+// path figures, or every wait spent before a worker took the batch: all workers busy with
+// earlier batches) the stage the workers spend the most time in.
+Stage WaitedStage(const Totals& t) {
+  const double on_stage = std::max({t.waited_read, t.waited_transform, t.waited_copy});
+  if (on_stage > 0) {
+    if (on_stage == t.waited_copy) return Stage::kCopy;
+    return on_stage == t.waited_transform ? Stage::kTransform : Stage::kRead;
+  }
+  const double slowest = SlowestStageNs(t);
+  if (slowest == t.copy && t.copy > 0) return Stage::kCopy;
+  return slowest == t.transform && t.transform > 0 ? Stage::kTransform : Stage::kRead;
+}
+
+// 3. The loop waits for data while the loader's threads on its path sat runnable without a
+// CPU for at least half of that wait: the machine's cores are taken (by other processes, or
+// by this one's own threads), and no stage of the loader is to blame.
+Ruling CpuStarved(const DoctorInput& in, const Figures& f, Diagnosis& d) {
+  const Totals& t = f.t;
+  if (!LoopWaitsForData(d) || t.wait_with_runqueue <= 0 ||
+      t.starved < kStarvedShare * t.wait_with_runqueue) {
+    return kNotDecided;
+  }
+  d.verdict = Verdict::kCpuStarved;
+  // The stage the starved wait was spent in, where one stage holds a good part of it: the
+  // stage to judge again once the cores are free.
+  const double on_stage = std::max({t.waited_read, t.waited_transform, t.waited_copy});
+  if (on_stage >= 0.3 * t.WaitedTotal() && on_stage > 0) d.stage = WaitedStage(t);
+  const bool own = in.process_cpu_cores && *in.process_cpu_cores >= kCpuSaturated * f.usable;
+  std::string who;
+  if (own) {
+    who = fmt::format("this process's own threads use {:.2f} of {:.0f} usable cores",
+                      *in.process_cpu_cores, f.usable);
+  } else if (!in.top_cpu_processes.empty()) {
+    who = "other processes take the cores: ";
+    for (size_t i = 0; i < in.top_cpu_processes.size(); ++i) {
+      who += (i ? ", " : "") + in.top_cpu_processes[i];
+    }
+  } else {
+    who = in.process_cpu_cores
+              ? fmt::format("this process uses only {:.2f} of {:.0f} cores: other processes "
+                            "take the rest",
+                            *in.process_cpu_cores, f.usable)
+              : std::string("other threads or processes take the cores");
+  }
+  d.headline = fmt::format(
+      "CPU-starved: the loop waited {} of its time for data, and for {} of that wait the "
+      "loader's threads were runnable but had no CPU ({:.1f} ms per batch waiting for a core); "
+      "{}{}",
+      Pct(d.consumer_wait_fraction), Pct(t.starved / t.wait_with_runqueue),
+      Ms(t.starved / t.runqueue_batches), who,
+      d.stage != Stage::kNone
+          ? fmt::format(" (the wait was spent mostly in the {} stage)", StageName(d.stage))
+          : std::string());
+  if (own) {
+    d.advice.push_back(fmt::format(
+        "the loader's {} worker(s) and the training step's own threads compete for {:.0f} "
+        "cores: cap the step's threads (torch.set_num_threads) or use fewer workers",
+        f.workers, f.usable));
+  } else {
+    d.advice.push_back(
+        "give the training the cores: run it where they are free, or lower the other work's "
+        "priority (nice, a cgroup cpu.weight); measure again once the competing load ends, "
+        "since the loader's stages cannot be judged while they wait for a CPU");
+  }
+  return kDecided;
+}
+
+// 4a. The loop waits for data, and the copy to the device is the stage it waited on.
 Ruling CopyStageBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
-  if (!LoopWaitsForData(d) || !in.device_copy || SlowestStageNs(f.t) != f.t.copy) {
+  if (!LoopWaitsForData(d) || !in.device_copy || WaitedStage(f.t) != Stage::kCopy) {
     return kNotDecided;
   }
   d.verdict = Verdict::kCopyBound;
@@ -288,6 +379,15 @@ void ReadBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu, d
                     in.prefetch, 2 * in.prefetch));
   } else if (ServedFromMemory(in)) {
     MemoryBound(in, f, cpu, stage_busy, d);
+  } else if (!in.storage_read_bytes) {
+    // Without the process's I/O counters storage cannot be told from memory: say so rather
+    // than blame either.
+    d.headline = fmt::format(
+        "input-bound on read: the loop waited {} of its time for data; the workers spend {} "
+        "of their time in reads while {} (whether the reads wait on storage or copy memory "
+        "is unknown: /proc/self/io is not readable here)",
+        Pct(d.consumer_wait_fraction), Pct(stage_busy), cpu.text);
+    AddCacheAdvice(in, f, "reading", d);
   } else {
     d.headline = fmt::format(
         "input-bound on read, I/O-bound: the loop waited {} of its time for data; the "
@@ -309,12 +409,12 @@ void ReadBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu, d
   }
 }
 
-// 2b. The loop waits for data: name the stage (read or transform) and why it is slow.
+// 4b. The loop waits for data: name the stage (read or transform) and why it is slow.
 Ruling InputBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
   if (!LoopWaitsForData(d)) return kNotDecided;
-  const double stage_ns = SlowestStageNs(f.t);
   d.verdict = Verdict::kInputBound;
-  d.stage = stage_ns == f.t.transform ? Stage::kTransform : Stage::kRead;
+  d.stage = WaitedStage(f.t) == Stage::kTransform ? Stage::kTransform : Stage::kRead;
+  const double stage_ns = d.stage == Stage::kTransform ? f.t.transform : f.t.read;
   const CpuPicture cpu = DescribeCpu(in, f, d);
   if (in.throttled_fraction && *in.throttled_fraction > 0.05) {
     d.evidence.push_back(fmt::format(
@@ -331,7 +431,7 @@ Ruling InputBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
   return kDecided;
 }
 
-// 3. The loop gets its data in time, yet the events show the GPU waiting for batches: the
+// 5. The loop gets its data in time, yet the events show the GPU waiting for batches: the
 // batch was handed over while its copy still ran (the loader delivers once the copy is
 // issued), so the GPU, not the loop, waits for the copy.
 Ruling CopyLagBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
@@ -354,7 +454,7 @@ Ruling CopyLagBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
   return {true, true};
 }
 
-// 4. Does the GPU work? The events rule out waits for data; a GPU idle inside the steps
+// 6. Does the GPU work? The events rule out waits for data; a GPU idle inside the steps
 // (waiting for the host to launch, or synchronizing) shows only in NVML's reading. The
 // events count that wait for the host as busy, so a low event share is a wait for batches
 // and never makes the loop host-bound: only NVML's idle reading does.
@@ -385,7 +485,7 @@ Ruling HostBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
   return {true, f.events};
 }
 
-// 5. None of the above: the loader keeps up.
+// 7. None of the above: the loader keeps up.
 Ruling Healthy(const DoctorInput& in, const Figures& f, Diagnosis& d) {
   d.verdict = Verdict::kHealthy;
   d.headline = f.gpu_busy
@@ -403,15 +503,16 @@ Ruling Healthy(const DoctorInput& in, const Figures& f, Diagnosis& d) {
 
 using Rule = Ruling (*)(const DoctorInput&, const Figures&, Diagnosis&);
 // Tried in order; the first that decides gives the verdict. Healthy always decides.
-constexpr Rule kRules[] = {MemoryPressure, CopyStageBound, InputBound,
-                           CopyLagBound,   HostBound,      Healthy};
+constexpr Rule kRules[] = {MemoryPressure, TooLittle, CpuStarved, CopyStageBound,
+                           InputBound,     CopyLagBound, HostBound,  Healthy};
 
 }  // namespace
 
 Diagnosis Diagnose(const DoctorInput& in) {
   Diagnosis d;
   if (in.batches.empty()) {
-    d.headline = "nothing measured yet: the doctor needs a few batches delivered";
+    d.verdict = Verdict::kMeasuring;
+    d.headline = "measuring: nothing measured yet; the doctor needs batches delivered";
     return d;
   }
   const doctor::Figures f = doctor::Measure(in, d);

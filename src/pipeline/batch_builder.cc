@@ -235,6 +235,7 @@ std::unique_ptr<Batch> BatchBuilder::MakeBatch(BuiltBatch built,
   batch->index_ = built.batch;
   batch->rows_ = static_cast<int64_t>(built.indices.size());
   batch->indices_ = std::move(built.indices);
+  batch->groups_ = std::move(built.groups);
   batch->fields_ = layout_.View(base, batch->rows_).fields;
   batch->ready_ = std::move(built.event);
   return batch;

@@ -35,6 +35,7 @@ struct BuiltBatch {
   int64_t epoch = 0;
   int64_t batch = 0;
   std::vector<int64_t> indices;
+  std::vector<BatchGroup> groups;      // packed groups: the batch's group parts
   BufferPool::Handle buffer;           // empty: the build stopped while waiting for a buffer
   std::shared_ptr<DeviceEvent> event;  // after its copy; null on the host
   int64_t ready_ns = 0;

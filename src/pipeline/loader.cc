@@ -17,6 +17,7 @@
 #include "core/format.h"
 #include "core/log.h"
 #include "core/nvtx.h"
+#include "core/schedstat.h"
 #include "core/system_memory.h"
 #include "core/thread_annotations.h"
 #include "core/thread_pool.h"
@@ -24,6 +25,8 @@
 #include "gpufeed/sampler.h"
 #include "pipeline/autotuner.h"
 #include "pipeline/batch_builder.h"
+#include "pipeline/group_packer.h"
+#include "pipeline/group_source.h"
 #include "pipeline/gpu_busy_tracker.h"
 #include "pipeline/loader_checks.h"
 #include "pipeline/loader_metrics.h"
@@ -45,13 +48,13 @@ class EpochOrders {
  public:
   explicit EpochOrders(const Sampler& sampler) : sampler_(sampler) {}
 
-  std::shared_ptr<const std::vector<int64_t>> Of(int64_t epoch) EXCLUDES(mu_) {
+  std::shared_ptr<const EpochPlan> Of(int64_t epoch) EXCLUDES(mu_) {
     MutexLock lock(&mu_);
     auto it = orders_.find(epoch);
     if (it != orders_.end()) return it->second;
     // Keep only the epochs in use: the consumer's and the one the workers run ahead into.
     while (orders_.size() >= 2) orders_.erase(orders_.begin());
-    auto order = std::make_shared<const std::vector<int64_t>>(sampler_.EpochOrder(epoch));
+    auto order = std::make_shared<const EpochPlan>(sampler_.Plan(epoch));
     orders_.emplace(epoch, order);
     return order;
   }
@@ -59,7 +62,7 @@ class EpochOrders {
  private:
   const Sampler& sampler_;
   Mutex mu_;
-  std::map<int64_t, std::shared_ptr<const std::vector<int64_t>>> orders_ GUARDED_BY(mu_);
+  std::map<int64_t, std::shared_ptr<const EpochPlan>> orders_ GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -67,7 +70,7 @@ class EpochOrders {
 class Loader::Impl {
  public:
   Impl(std::shared_ptr<Source> source, LoaderOptions options)
-      : source_(std::move(source)),
+      : source_(WithGroupIds(std::move(source), options.groups)),
         options_(CheckOptions(std::move(options))),
         sampler_(source_ ? source_->size() : 0, ToSamplerOptions(options_, CheckSource(source_))),
         // Buffers hold the largest batch an epoch can give this rank, not batch_size rows: a
@@ -147,15 +150,20 @@ class Loader::Impl {
     // Only a call that hands out a batch needs a free buffer: the end of an epoch does not.
     const int held = held_->load();
     if (held >= held_limit_) GrowForHeld(held);
+    const int64_t runqueue_before = ThreadRunqueueNs();
     BuiltBatch built = [&] {
       NvtxRange range("gpufeed.next");  // the consumer's wait, in Nsight's timeline
       return queue_.Pop();
     }();
+    const int64_t runqueue_after = ThreadRunqueueNs();
     {
       MutexLock lock(&position_mu_);
       ++consumer_batch_;
     }
-    const BatchTiming timing = built.timing;
+    BatchTiming timing = built.timing;
+    if (runqueue_before >= 0 && runqueue_after >= runqueue_before) {
+      timing.consumer_runqueue_ns = runqueue_after - runqueue_before;
+    }
     const int64_t ready_ns = built.ready_ns;
     const BatchStamps stamps = built.stamps;
     const int64_t step = gpu_busy_->BeginStep(built.epoch, built.batch);
@@ -164,7 +172,8 @@ class Loader::Impl {
     for (int i = 0; i < static_cast<int>(batch->schema().fields.size()); ++i) {
       bytes += static_cast<int64_t>(batch->field(i).bytes());
     }
-    metrics_.Delivered(timing, called, ready_ns, step, bytes, queue_.workers(), queue_.prefetch());
+    metrics_.Delivered(timing, stamps, called, ready_ns, step, bytes, queue_.workers(),
+                       queue_.prefetch());
     if (trace_) {
       BatchTraceRecord record;
       record.epoch = timing.epoch;
@@ -385,10 +394,18 @@ class Loader::Impl {
       try {
         const auto [epoch, batch] = Position(*seq);
         const auto order = orders_.Of(epoch);
+        const int64_t runqueue_before = ThreadRunqueueNs();
         BuiltBatch built =
             builder_.Build(epoch, batch, sampler_.BatchOf(*order, batch), worker, stopping);
         if (!built.buffer) return;  // stopped while waiting for a buffer
+        const auto groups = sampler_.GroupsOf(*order, batch);
+        built.groups.assign(groups.begin(), groups.end());
         metrics_.AddWorkerTiming(built.timing);
+        const int64_t runqueue_after = ThreadRunqueueNs();
+        if (runqueue_before >= 0 && runqueue_after >= runqueue_before) {
+          built.timing.worker_runqueue_ns = runqueue_after - runqueue_before;
+        }
+        built.stamps.handed_ns = NowNs();
         queue_.Put(*seq, std::move(built));
       } catch (...) {
         queue_.Fail(std::current_exception());
@@ -453,6 +470,11 @@ int64_t Loader::batches_per_epoch() const { return impl_->sampler().batches_per_
 int64_t Loader::samples_per_epoch() const { return impl_->sampler().shard_size(); }
 const Source& Loader::source() const { return impl_->source(); }
 const Device& Loader::device() const { return impl_->device(); }
+const GroupTable* Loader::groups() const { return impl_->options().groups.get(); }
+double Loader::pack_fill() const {
+  const GroupPacker* packer = impl_->sampler().packer();
+  return packer ? packer->fill() : 0.0;
+}
 int Loader::held_batches() const { return impl_->held(); }
 LoaderStats Loader::stats() const { return impl_->Stats(); }
 std::vector<BatchTiming> Loader::RecentBatches(size_t n) const { return impl_->RecentBatches(n); }

@@ -24,6 +24,8 @@ SamplerOptions ToSamplerOptions(const LoaderOptions& o, const Source& source) {
   s.shuffle_block =
       o.shuffle_block < 0 ? std::max<int64_t>(1, source.PreferredBlock()) : o.shuffle_block;
   s.shuffle_window = o.shuffle_window;
+  s.groups = o.groups;
+  s.pack_window = o.pack_window;
   return s;
 }
 
@@ -44,6 +46,17 @@ LoaderOptions CheckOptions(LoaderOptions o) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("trace_batches must be >= -1 (0 = the last minute, -1 = off), got {}",
                             o.trace_batches));
+  }
+  if (o.groups && !o.pack) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("groups ({}) are delivered in packed batches of whole groups: set "
+                            "pack=true",
+                            o.groups->name()));
+  }
+  if (o.pack && !o.groups) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "pack=true packs groups into batches: declare the groups (a per-row group id "
+                "field or a group offsets dataset)");
   }
   if (o.start_epoch < 0) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -98,7 +111,7 @@ void ResolveMaxPrefetch(LoaderOptions& o, size_t buffer_bytes) {
 void AdviseOnShuffle(const Source& source, const Sampler& sampler, int workers) {
   const SourceChunking c = source.chunking();
   const SamplerOptions& o = sampler.options();
-  if (!c.compressed || !o.shuffle || o.shuffle_block != 0 || c.samples_per_chunk <= 1 ||
+  if (o.groups || !c.compressed || !o.shuffle || o.shuffle_block != 0 || c.samples_per_chunk <= 1 ||
       sampler.batches_per_epoch() == 0 || c.decoded_chunk_bytes <= 0) {
     return;
   }
@@ -142,6 +155,7 @@ const Source& CheckSource(const std::shared_ptr<Source>& source) {
 // The shuffle mode as LoaderState records it.
 std::string ShuffleMode(const Sampler& sampler) {
   const SamplerOptions& o = sampler.options();
+  if (o.groups) return fmt::format("packed:{}:{}", o.shuffle ? "shuffle" : "none", o.pack_window);
   if (!o.shuffle) return "none";
   if (o.shuffle_block == 0) return "full";
   return fmt::format("block:{}:{}", o.shuffle_block, o.shuffle_window);

@@ -61,8 +61,36 @@ void LoaderMetrics::EndOfEpoch(int64_t now_ns) {
   last_return_ns_ = now_ns;
 }
 
-void LoaderMetrics::Delivered(BatchTiming timing, int64_t called_ns, int64_t ready_ns,
-                              int64_t gpu_step, int64_t bytes, int workers, int prefetch) {
+void AttributeWait(BatchTiming& timing, const BatchStamps& stamps, int64_t called_ns,
+                   int64_t ready_ns, int64_t returned_ns) {
+  // The stage boundaries, made monotone (a stage a batch skipped is empty).
+  const int64_t start = stamps.start_ns > 0 ? stamps.start_ns : ready_ns;
+  const int64_t read_start =
+      std::max(start, stamps.read_start_ns > 0 ? stamps.read_start_ns
+                                               : (stamps.copy_start_ns > 0 ? stamps.copy_start_ns
+                                                                           : ready_ns));
+  const int64_t read_end = std::max(read_start, stamps.read_end_ns);
+  const int64_t transform_end = std::max(read_end, stamps.transform_end_ns);
+  // Until the worker hands the batch over it is still the worker's: a worker kept off the CPU
+  // between finishing and handing over holds the loop up in its last stage.
+  const int64_t ready = std::max({transform_end, ready_ns, stamps.handed_ns});
+  const auto overlap = [&](int64_t from, int64_t to) {
+    return std::max<int64_t>(0, std::min(to, returned_ns) - std::max(from, called_ns));
+  };
+  timing.waited_queued_ns = overlap(INT64_MIN, start);
+  timing.waited_buffer_ns = overlap(start, read_start);
+  timing.waited_read_ns = overlap(read_start, read_end);
+  timing.waited_transform_ns = overlap(read_end, transform_end);
+  timing.waited_copy_ns = overlap(transform_end, ready);
+  timing.waited_handoff_ns = overlap(ready, INT64_MAX);
+  if (stamps.start_ns > 0 && stamps.handed_ns >= stamps.start_ns) {
+    timing.build_wall_ns = stamps.handed_ns - stamps.start_ns;
+  }
+}
+
+void LoaderMetrics::Delivered(BatchTiming timing, const BatchStamps& stamps, int64_t called_ns,
+                              int64_t ready_ns, int64_t gpu_step, int64_t bytes, int workers,
+                              int prefetch) {
   const int64_t queue_wait = std::max<int64_t>(0, called_ns - ready_ns);
   queue_wait_ns_.fetch_add(queue_wait, std::memory_order_relaxed);
   const int64_t now = NowNs();
@@ -73,6 +101,7 @@ void LoaderMetrics::Delivered(BatchTiming timing, int64_t called_ns, int64_t rea
   }
   timing.queue_wait_ns = queue_wait;
   timing.consumer_wait_ns = now - called_ns;
+  AttributeWait(timing, stamps, called_ns, ready_ns, now);
   timing.workers = workers;
   timing.prefetch = prefetch;
   pending_timing_ = timing;

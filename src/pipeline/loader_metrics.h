@@ -24,8 +24,17 @@
 #include "core/thread_annotations.h"
 #include "gpufeed/loader.h"
 #include "pipeline/gpu_busy_tracker.h"
+#include "pipeline/trace_recorder.h"
 
 namespace gpufeed {
+
+// Splits the consumer's wait in Next(), from `called_ns` to `returned_ns`, by where the batch
+// was meanwhile (BatchTiming::waited_*): before `stamps.start_ns` no worker had taken it; then
+// a buffer wait, the read, the transforms, the copy up to `ready_ns` (or to the worker's
+// hand-over, stamps.handed_ns, when later), and after that the consumer's wake-up. A batch without a read (the device tier's gather) goes from its buffer wait
+// straight to the copy.
+void AttributeWait(BatchTiming& timing, const BatchStamps& stamps, int64_t called_ns,
+                   int64_t ready_ns, int64_t returned_ns);
 
 class LoaderMetrics {
  public:
@@ -48,10 +57,12 @@ class LoaderMetrics {
   std::optional<BatchTiming> FinishPending(int64_t called_ns, bool drained) EXCLUDES(mu_);
   // Next() returned the end of an epoch.
   void EndOfEpoch(int64_t now_ns) EXCLUDES(mu_);
-  // Next() hands out a batch built with `timing`, ready since `ready_ns`, as GPU step
-  // `gpu_step`, `bytes` long; the window was (workers, prefetch). Opens its pending timing.
-  void Delivered(BatchTiming timing, int64_t called_ns, int64_t ready_ns, int64_t gpu_step,
-                 int64_t bytes, int workers, int prefetch) EXCLUDES(mu_);
+  // Next() hands out a batch built with `timing` and `stamps`, ready since `ready_ns`, as GPU
+  // step `gpu_step`, `bytes` long; the window was (workers, prefetch). Opens its pending
+  // timing, with the consumer's wait split by where the batch was (AttributeWait).
+  void Delivered(BatchTiming timing, const BatchStamps& stamps, int64_t called_ns,
+                 int64_t ready_ns, int64_t gpu_step, int64_t bytes, int workers, int prefetch)
+      EXCLUDES(mu_);
   // One autotuner change, with its reason.
   void LogTuning(std::string line) EXCLUDES(mu_);
 

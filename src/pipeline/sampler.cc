@@ -10,6 +10,7 @@
 
 #include "core/text.h"
 #include "gpufeed/error.h"
+#include "pipeline/group_packer.h"
 #include "pipeline/random.h"
 
 namespace gpufeed {
@@ -56,6 +57,29 @@ Sampler::Sampler(int64_t num_samples, SamplerOptions options)
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("shuffle_window must be positive, got {}", options_.shuffle_window));
   }
+  if (options_.groups) {
+    if (options_.groups->num_rows() != num_samples) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("groups {} cover {} rows, the data set has {}",
+                              options_.groups->name(), options_.groups->num_rows(), num_samples));
+    }
+    if (options_.drop_last) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "drop_last does not apply to packed groups: every row is delivered once");
+    }
+    GroupPackOptions pack;
+    pack.batch_size = options_.batch_size;
+    pack.shuffle = options_.shuffle;
+    pack.seed = options_.seed;
+    pack.rank = options_.rank;
+    pack.world_size = options_.world_size;
+    pack.pad = options_.pad;
+    pack.window = options_.pack_window;
+    packer_ = std::make_shared<const GroupPacker>(options_.groups, pack);
+    shard_size_ = packer_->rows();
+    batches_per_epoch_ = packer_->batches();
+    return;
+  }
   const int64_t world = options_.world_size;
   // Positions dealt: cut down (drop_last) or padded up (pad) to a multiple of world_size.
   int64_t used = num_samples;
@@ -72,6 +96,7 @@ Sampler::Sampler(int64_t num_samples, SamplerOptions options)
 }
 
 std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
+  if (packer_) return packer_->Plan(epoch).order;
   std::vector<int64_t> all(static_cast<size_t>(num_samples_));
   std::iota(all.begin(), all.end(), int64_t{0});
   if (options_.shuffle) {
@@ -111,10 +136,33 @@ std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
 std::span<const int64_t> Sampler::BatchOf(const std::vector<int64_t>& order,
                                           int64_t batch) const {
   GPUFEED_ASSERT(batch >= 0 && batch < batches_per_epoch_, "batch outside the epoch");
+  GPUFEED_ASSERT(!packer_, "packed batches vary in size: use BatchOf(EpochPlan)");
   const int64_t begin = batch * options_.batch_size;
   const int64_t end = std::min<int64_t>(begin + options_.batch_size,
                                         static_cast<int64_t>(order.size()));
   return std::span<const int64_t>(order.data() + begin, static_cast<size_t>(end - begin));
+}
+
+EpochPlan Sampler::Plan(int64_t epoch) const {
+  if (packer_) return packer_->Plan(epoch);
+  return EpochPlan{EpochOrder(epoch)};
+}
+
+std::span<const int64_t> Sampler::BatchOf(const EpochPlan& plan, int64_t batch) const {
+  if (plan.batch_starts.empty()) return BatchOf(plan.order, batch);
+  GPUFEED_ASSERT(batch >= 0 && batch < batches_per_epoch_, "batch outside the epoch");
+  const auto b = static_cast<size_t>(batch);
+  return std::span<const int64_t>(
+      plan.order.data() + plan.batch_starts[b],
+      static_cast<size_t>(plan.batch_starts[b + 1] - plan.batch_starts[b]));
+}
+
+std::span<const BatchGroup> Sampler::GroupsOf(const EpochPlan& plan, int64_t batch) const {
+  if (plan.group_starts.empty()) return {};
+  const auto b = static_cast<size_t>(batch);
+  return std::span<const BatchGroup>(
+      plan.groups.data() + plan.group_starts[b],
+      static_cast<size_t>(plan.group_starts[b + 1] - plan.group_starts[b]));
 }
 
 }  // namespace gpufeed

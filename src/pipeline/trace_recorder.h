@@ -31,6 +31,7 @@ struct BatchStamps {
   int64_t transform_end_ns = 0;  // == read_end_ns without transforms
   int64_t copy_start_ns = 0;
   int64_t copy_end_ns = 0;
+  int64_t handed_ns = 0;  // the worker put the finished batch in the queue
 };
 
 // One delivered batch as the trace shows it.

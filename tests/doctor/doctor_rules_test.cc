@@ -31,6 +31,7 @@ DoctorInput Recorded(double wait, double step, double read, double transform = 0
   in.cpu_count = 2;
   in.ram_available_bytes = uint64_t{20} << 30;
   in.ram_total_bytes = uint64_t{24} << 30;
+  in.min_seconds = 0;  // the figures stand for a long enough run
   return in;
 }
 
@@ -63,10 +64,103 @@ TEST(DoctorRules, BusyWorkersWithAnIdleCpuAreIoBound) {
   DoctorInput in = Recorded(30, 10, 76);
   in.process_cpu_cores = 0.3;
   in.disk_read_bytes_per_second = 180e6;
+  in.delivered_bytes = 4'000'000'000;
+  in.storage_read_bytes = 3'900'000'000;  // the bytes came from a device
   const Diagnosis d = Diagnose(in);
   EXPECT_EQ(d.verdict, Verdict::kInputBound);
   EXPECT_THAT(d.headline, HasSubstr("I/O-bound"));
   EXPECT_THAT(d.evidence.back(), HasSubstr("180 MB/s"));
+  EXPECT_THAT(d.advice.back(), HasSubstr("faster storage"));
+}
+
+// Without the process's I/O counters the doctor cannot tell storage from memory: it says so,
+// and never advises faster storage on no evidence.
+TEST(DoctorRules, ReadsOfUnknownOriginAreNotBlamedOnStorage) {
+  DoctorInput in = Recorded(30, 10, 76);
+  in.process_cpu_cores = 0.3;
+  const Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound);
+  EXPECT_EQ(StageName(d.stage), "read");
+  EXPECT_THAT(d.headline, Not(HasSubstr("I/O-bound")));
+  EXPECT_THAT(d.headline, HasSubstr("is unknown"));
+  for (const auto& a : d.advice) EXPECT_THAT(a, Not(HasSubstr("faster storage")));
+}
+
+// Too little measured: what was seen, and no verdict.
+TEST(DoctorRules, TooFewBatchesOrTooShortARunGiveNoVerdict) {
+  DoctorInput in = Recorded(30, 10, 76, 0, 0, /*n=*/8);
+  in.min_seconds = 1.0;
+  Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kMeasuring);
+  EXPECT_THAT(d.headline, HasSubstr("8 batch(es) over 0.32 s"));
+  EXPECT_THAT(d.headline, HasSubstr("needs at least 16 batches and 1.0 s"));
+  EXPECT_EQ(d.stage, Stage::kNone);
+
+  in = Recorded(3, 10, 5, 0, 0, /*n=*/40);  // 40 batches, but 0.52 s
+  in.min_seconds = 1.0;
+  EXPECT_EQ(Diagnose(in).verdict, Verdict::kMeasuring);
+  in = Recorded(3, 30, 5, 0, 0, /*n=*/40);  // 1.32 s
+  in.min_seconds = 1.0;
+  EXPECT_EQ(Diagnose(in).verdict, Verdict::kHealthy);
+  EXPECT_EQ(Diagnose(DoctorInput{}).verdict, Verdict::kMeasuring);
+}
+
+// The stage named is the one the loop's wait was spent on, even where another stage takes
+// the workers longer in total.
+TEST(DoctorRules, TheStageIsTheOneTheWaitWasSpentOn) {
+  DoctorInput in = Recorded(30, 10, /*read=*/60, /*transform=*/20);
+  for (BatchTiming& b : in.batches) {
+    b.waited_read_ns = 5'000'000;
+    b.waited_transform_ns = 25'000'000;
+  }
+  Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound);
+  EXPECT_EQ(StageName(d.stage), "transform") << d.ToText();
+  ASSERT_EQ(d.wait_path.size(), 6u);
+  EXPECT_EQ(d.wait_path[3].first, "transform");
+  EXPECT_NEAR(d.wait_path[3].second, 25.0 / 30.0, 1e-9);
+  EXPECT_THAT(d.ToText(), HasSubstr("being read 17%, transformed 83%"));
+  // Every wait before a worker took the batch (all workers busy): the stage the workers
+  // spend their time in.
+  for (BatchTiming& b : in.batches) {
+    b.waited_read_ns = b.waited_transform_ns = 0;
+    b.waited_queued_ns = 30'000'000;
+  }
+  d = Diagnose(in);
+  EXPECT_EQ(StageName(d.stage), "read") << d.ToText();
+}
+
+// The loop waits while the loader's threads sit runnable without a CPU: starved, with the
+// figures and who takes the cores; below half of the wait, the stage verdict stands.
+TEST(DoctorRules, RunnableThreadsWithoutACpuAreCpuStarved) {
+  DoctorInput in = Recorded(30, 10, /*read=*/40);
+  for (BatchTiming& b : in.batches) {
+    b.waited_read_ns = 30'000'000;
+    b.consumer_runqueue_ns = 2'000'000;
+    b.worker_runqueue_ns = 24'000'000;  // of a 40 ms read, 30 ms of which the loop waited on
+  }
+  in.process_cpu_cores = 0.4;
+  in.top_cpu_processes = {"pid 4242 cc1plus: 0.98 cores", "pid 4243 ld: 0.60 cores"};
+  Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kCpuStarved) << d.ToText();
+  EXPECT_EQ(StageName(d.stage), "read");
+  // 2 ms + 24 ms x 30/40 = 20 ms of the 30 ms wait.
+  EXPECT_NEAR(d.starved_fraction, 20.0 / 30.0, 1e-9);
+  EXPECT_THAT(d.headline, HasSubstr("for 67% of that wait the loader's threads were runnable"));
+  EXPECT_THAT(d.headline, HasSubstr("20.0 ms per batch"));
+  EXPECT_THAT(d.headline, HasSubstr("pid 4242 cc1plus: 0.98 cores"));
+  EXPECT_THAT(d.ToJson(), HasSubstr("\"verdict\":\"cpu-starved\""));
+
+  // The process's own threads take the cores: say so, and what to cut.
+  in.process_cpu_cores = 1.95;
+  d = Diagnose(in);
+  EXPECT_THAT(d.headline, HasSubstr("this process's own threads use 1.95 of 2 usable cores"));
+  EXPECT_THAT(d.advice[0], HasSubstr("torch.set_num_threads"));
+
+  for (BatchTiming& b : in.batches) b.worker_runqueue_ns = 4'000'000;  // 5 ms of 30
+  d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound) << d.ToText();
+  EXPECT_EQ(StageName(d.stage), "read");
 }
 
 TEST(DoctorRules, SlowTransformsAreNamed) {

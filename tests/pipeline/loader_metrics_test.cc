@@ -45,7 +45,7 @@ TEST(LoaderMetrics, ADeliveredBatchIsKeptOnceItsStepEnds) {
   const int64_t called = ready + 1000;
   m.BeginNext(called);
   EXPECT_EQ(m.FinishPending(called, false), std::nullopt);  // nothing delivered yet
-  m.Delivered(Built(4, 8), called, ready, /*gpu_step=*/7, /*bytes=*/96, /*workers=*/2,
+  m.Delivered(Built(4, 8), BatchStamps{}, called, ready, /*gpu_step=*/7, /*bytes=*/96, /*workers=*/2,
               /*prefetch=*/5);
   LoaderStats s = m.Stats();
   EXPECT_EQ(s.batches, 1);
@@ -86,7 +86,7 @@ TEST(LoaderMetrics, ARestartDropsThePendingBatchAndKeepsTheLast4096) {
     const int64_t called = Now();
     m.BeginNext(called);
     m.FinishPending(called, false);
-    m.Delivered(Built(b, 1), called, called, b, 4, 1, 1);
+    m.Delivered(Built(b, 1), BatchStamps{}, called, called, b, 4, 1, 1);
   }
   m.StartRun(Now());  // the last batch's step never ends
   const int64_t called = Now();
@@ -104,6 +104,52 @@ TEST(LoaderMetrics, TuningChangesAreLoggedInOrder) {
   m.LogTuning("one");
   m.LogTuning("two");
   EXPECT_EQ(m.Stats().tuning_log, (std::vector<std::string>{"one", "two"}));
+}
+
+// The consumer waited from 100 to 1000: the batch was taken by a worker at 150, got its buffer
+// at 200, was read until 600, transformed until 700, copied until 900, and handed over at 1000.
+TEST(LoaderMetrics, TheWaitIsSplitByWhereTheBatchWas) {
+  BatchStamps s;
+  s.start_ns = 150;
+  s.read_start_ns = 200;
+  s.read_end_ns = 600;
+  s.transform_end_ns = 700;
+  s.copy_start_ns = 700;
+  s.copy_end_ns = 900;
+  BatchTiming t;
+  AttributeWait(t, s, /*called_ns=*/100, /*ready_ns=*/900, /*returned_ns=*/1000);
+  EXPECT_EQ(t.waited_queued_ns, 50);
+  EXPECT_EQ(t.waited_buffer_ns, 50);
+  EXPECT_EQ(t.waited_read_ns, 400);
+  EXPECT_EQ(t.waited_transform_ns, 100);
+  EXPECT_EQ(t.waited_copy_ns, 200);
+  EXPECT_EQ(t.waited_handoff_ns, 100);
+
+  // Called in the middle of the read: only what was left of it counts.
+  AttributeWait(t, s, 500, 900, 950);
+  EXPECT_EQ(t.waited_queued_ns, 0);
+  EXPECT_EQ(t.waited_buffer_ns, 0);
+  EXPECT_EQ(t.waited_read_ns, 100);
+  EXPECT_EQ(t.waited_transform_ns, 100);
+  EXPECT_EQ(t.waited_copy_ns, 200);
+  EXPECT_EQ(t.waited_handoff_ns, 50);
+
+  // Ready before the call: all of the wait is the hand-over.
+  AttributeWait(t, s, 950, 900, 960);
+  EXPECT_EQ(t.waited_read_ns + t.waited_copy_ns + t.waited_queued_ns, 0);
+  EXPECT_EQ(t.waited_handoff_ns, 10);
+
+  // The device tier's gather has no read: from its buffer straight to the copy.
+  BatchStamps gather;
+  gather.start_ns = 100;
+  gather.copy_start_ns = 300;
+  gather.copy_end_ns = 400;
+  AttributeWait(t, gather, 0, 400, 500);
+  EXPECT_EQ(t.waited_queued_ns, 100);
+  EXPECT_EQ(t.waited_buffer_ns, 200);
+  EXPECT_EQ(t.waited_read_ns + t.waited_transform_ns, 0);
+  EXPECT_EQ(t.waited_copy_ns, 100);
+  EXPECT_EQ(t.waited_handoff_ns, 100);
 }
 
 }  // namespace

@@ -41,27 +41,26 @@ class CompressedFiles {
   static const CompressedFiles* Get() {
     static std::unique_ptr<CompressedFiles> files = [] {
       std::unique_ptr<CompressedFiles> f;
-      if (!testing::HaveH5py()) return f;
       f = std::make_unique<CompressedFiles>();
-      const std::string log = f->dir_.Path("make.log");
-      if (std::system(fmt::format("{} {} {} > {} 2>&1", testing::kPython,
-                                  GPUFEED_COMPRESSED_HDF5_SCRIPT, f->dir_.path(), log)
-                          .c_str()) != 0) {
-        ADD_FAILURE() << "could not write the compressed test files: "
-                      << testing::ReadWholeFile(log);
+      std::string error;
+      f->dir_ = testing::SharedScriptOutput("hdf5_compressed", GPUFEED_COMPRESSED_HDF5_SCRIPT,
+                                            &error);
+      if (f->dir_.empty()) {
         f.reset();
+        if (!testing::HaveH5py()) return f;
+        ADD_FAILURE() << "could not write the compressed test files: " << error;
         return f;
       }
-      f->manifest_ = nlohmann::json::parse(testing::ReadWholeFile(f->dir_.Path("manifest.json")));
+      f->manifest_ = nlohmann::json::parse(testing::ReadWholeFile(f->dir_ + "/manifest.json"));
       return f;
     }();
     return files.get();
   }
-  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   const nlohmann::json& manifest() const { return manifest_; }
 
  private:
-  testing::ScratchDir dir_;
+  std::string dir_;
   nlohmann::json manifest_;
 };
 

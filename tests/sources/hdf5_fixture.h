@@ -1,4 +1,4 @@
-// The HDF5 test files (hdf5_test_files.h), written once per test binary.
+// The HDF5 test files (hdf5_test_files.h), written once per build tree (SharedFixtureDir).
 // Thread-safety: set up on the main test thread; read-only afterwards.
 #pragma once
 
@@ -21,30 +21,32 @@ class Hdf5Files {
     return files.get();
   }
 
-  const std::string& dir() const { return dir_.path(); }
-  std::string File(const std::string& name) const { return dir_.path() + "/" + name + ".h5"; }
+  const std::string& dir() const { return dir_; }
+  std::string File(const std::string& name) const { return dir_ + "/" + name + ".h5"; }
   // What h5py reads from `dataset` of case `name`.
   std::string Expected(const std::string& name, std::string dataset) const {
     if (dataset.starts_with('/')) dataset.erase(0, 1);
     for (auto& c : dataset) c = c == '/' ? '_' : c;
-    return ReadWholeFile(dir_.path() + "/" + name + "." + dataset + ".bin");
+    return ReadWholeFile(dir_ + "/" + name + "." + dataset + ".bin");
   }
   const nlohmann::json& manifest() const { return manifest_; }
 
  private:
   static std::unique_ptr<Hdf5Files> Make() {
-    if (!HaveH5py()) return nullptr;
     auto files = std::make_unique<Hdf5Files>();
-    if (!RunPython(files->dir(), "make_cases.py", kMakeHdf5Cases, files->dir())) {
-      ADD_FAILURE() << "h5py could not write the test files: "
-                    << ReadWholeFile(files->dir() + "/make_cases.py.log");
+    std::string error;
+    // Asking for h5py costs a Python start-up: only when the files could not be written.
+    files->dir_ = SharedPythonOutput("hdf5_cases", kMakeHdf5Cases, &error);
+    if (files->dir_.empty()) {
+      if (!HaveH5py()) return nullptr;
+      ADD_FAILURE() << "h5py could not write the test files: " << error;
       return nullptr;
     }
-    files->manifest_ = nlohmann::json::parse(ReadWholeFile(files->dir() + "/manifest.json"));
+    files->manifest_ = nlohmann::json::parse(ReadWholeFile(files->dir_ + "/manifest.json"));
     return files;
   }
 
-  ScratchDir dir_;
+  std::string dir_;
   nlohmann::json manifest_;
 };
 

@@ -71,28 +71,23 @@ const HostileCase kCases[] = {
 class Hdf5HostileTest : public ::testing::TestWithParam<HostileCase> {
  protected:
   static void SetUpTestSuite() {
-    if (!testing::HaveH5py()) return;
-    dir_ = new testing::ScratchDir;
-    const std::string cmd = std::string(testing::kPython) + " " + GPUFEED_HOSTILE_HDF5_SCRIPT +
-                            " " + dir_->path() + " > " + dir_->path() + "/make.log 2>&1";
-    made_ = std::system(cmd.c_str()) == 0;
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
+    dir_ = testing::SharedScriptOutput("hdf5_hostile", GPUFEED_HOSTILE_HDF5_SCRIPT, &error_);
+    have_h5py_ = !dir_.empty() || testing::HaveH5py();
   }
   void SetUp() override {
-    if (dir_ == nullptr) GTEST_SKIP() << "Debian's h5py (/usr/bin/python3) is unavailable";
-    ASSERT_TRUE(made_) << testing::ReadWholeFile(dir_->path() + "/make.log");
+    if (!have_h5py_) GTEST_SKIP() << "Debian's h5py (/usr/bin/python3) is unavailable";
+    ASSERT_FALSE(dir_.empty()) << error_;
   }
-  static std::string Path(const std::string& name) { return dir_->path() + "/" + name + ".h5"; }
+  static std::string Path(const std::string& name) { return dir_ + "/" + name + ".h5"; }
 
-  static testing::ScratchDir* dir_;
-  static bool made_;
+  static bool have_h5py_;
+  static std::string dir_;
+  static std::string error_;
 };
 
-testing::ScratchDir* Hdf5HostileTest::dir_ = nullptr;
-bool Hdf5HostileTest::made_ = false;
+bool Hdf5HostileTest::have_h5py_ = false;
+std::string Hdf5HostileTest::dir_;
+std::string Hdf5HostileTest::error_;
 
 TEST_P(Hdf5HostileTest, OpenHdf5RefusesItNamingTheFile) {
   const HostileCase& c = GetParam();

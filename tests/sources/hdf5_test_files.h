@@ -4,11 +4,16 @@
 // Thread-safety: one test thread.
 #pragma once
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -24,6 +29,85 @@ inline bool RunPython(const std::string& dir, const std::string& name, const std
   std::ofstream(path) << script;
   return std::system(
              fmt::format("{} {} {} > {}/{}.log 2>&1", kPython, path, args, dir, name).c_str()) == 0;
+}
+
+inline std::string ReadWholeFile(const std::string& path);
+
+// A folder of test files written once per build tree and shared by every test process after the
+// first: ctest runs each test in its own process, and h5py's start-up alone costs a second, so
+// writing the files per process cost CI minutes in each of its three build trees. The folder is
+// <GPUFEED_TEST_FIXTURE_ROOT>/<name>-<hash of key>, where `key` is everything the files depend
+// on (the script's text): an edited script writes a new folder. Concurrent test processes wait
+// on a lock file for the first one to finish; a folder is used only once `make(dir)` returned
+// true for it (a ".complete" mark). Returns the folder, or "" with `error` saying why. Tests that
+// change a file copy it first: the folder is read by every later test.
+inline std::string SharedFixtureDir(const std::string& name, const std::string& key,
+                                    const std::function<bool(const std::string&)>& make,
+                                    std::string* error) {
+  namespace fs = std::filesystem;
+#ifdef GPUFEED_TEST_FIXTURE_ROOT
+  const fs::path root = GPUFEED_TEST_FIXTURE_ROOT;
+#else
+  const fs::path root = fs::temp_directory_path() / fmt::format("gpufeed-fixtures-{}", getuid());
+#endif
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  const std::string dir =
+      (root / fmt::format("{}-{:016x}", name, std::hash<std::string>{}(key))).string();
+  const int lock = ::open((dir + ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) {
+    *error = "cannot lock " + dir + ".lock";
+    if (lock >= 0) ::close(lock);
+    return "";
+  }
+  std::string result;
+  if (fs::exists(dir + "/.complete")) {
+    result = dir;
+  } else {
+    fs::remove_all(dir, ec);
+    fs::create_directories(dir, ec);
+    if (make(dir)) {
+      std::ofstream(dir + "/.complete") << "done\n";
+      result = dir;
+    } else {
+      *error = "could not write the test files in " + dir;
+    }
+  }
+  ::close(lock);  // releases the lock
+  return result;
+}
+
+// SharedFixtureDir for a Python script file run as `python3 SCRIPT DIR`; its text is the key.
+// On failure `error` holds what the script printed.
+inline std::string SharedScriptOutput(const std::string& name, const std::string& script_path,
+                                      std::string* error) {
+  const std::string text = ReadWholeFile(script_path);
+  std::string log;
+  std::string dir = SharedFixtureDir(
+      name, script_path + "\n" + text,
+      [&](const std::string& d) {
+        log = d + "/make.log";
+        return std::system(fmt::format("{} {} {} > {} 2>&1", kPython, script_path, d, log)
+                               .c_str()) == 0;
+      },
+      error);
+  if (dir.empty() && !log.empty()) *error += ": " + ReadWholeFile(log);
+  return dir;
+}
+
+// SharedFixtureDir for an inline Python script run as `python3 script DIR`.
+inline std::string SharedPythonOutput(const std::string& name, const std::string& script,
+                                      std::string* error) {
+  std::string log;
+  std::string dir = SharedFixtureDir(
+      name, script,
+      [&](const std::string& d) {
+        log = d + "/" + name + ".py.log";
+        return RunPython(d, name + ".py", script, d);
+      },
+      error);
+  if (dir.empty() && !log.empty()) *error += ": " + ReadWholeFile(log);
+  return dir;
 }
 
 inline bool HaveH5py() {
