@@ -123,7 +123,20 @@ double MeasureSameWork(const Source& source, const Sampler& sampler, int epochs,
   const int64_t batches = sampler.batches_per_epoch();
   if (batches == 0 || epochs <= 0) return 0;
   const Schema& schema = source.schema();
-  const auto batch_rows = static_cast<size_t>(sampler.options().batch_size);
+  // Batches in a plan: packed plans carry their boundaries, plain ones are batch_size apart.
+  const auto BatchesIn = [&](const EpochPlan& plan) {
+    return plan.batch_starts.empty() ? batches : static_cast<int64_t>(plan.batch_starts.size()) - 1;
+  };
+  // The loader's own plans (group packing included when the loader packs groups), made
+  // before the clock starts; buffers hold the largest batch among them.
+  std::vector<EpochPlan> plans;
+  size_t batch_rows = 1;
+  for (int e = 0; e < epochs; ++e) {
+    plans.push_back(sampler.Plan(e));
+    for (int64_t b = 0; b < BatchesIn(plans.back()); ++b) {
+      batch_rows = std::max(batch_rows, sampler.BatchOf(plans.back(), b).size());
+    }
+  }
   // Batch buffers from the host device, as the loader's (the process-wide pool hands back
   // the loader's own, already faulted in), one set per thread, one buffer per field.
   const std::shared_ptr<Device> host = HostDevice();
@@ -154,11 +167,11 @@ double MeasureSameWork(const Source& source, const Sampler& sampler, int epochs,
   int64_t samples = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int e = 0; e < epochs; ++e) {
-    const std::vector<int64_t> order = sampler.EpochOrder(e);
-    samples += static_cast<int64_t>(order.size());
-    pool.ParallelFor(batches, [&](int64_t b, int thread) {
+    const EpochPlan& plan = plans[static_cast<size_t>(e)];
+    samples += static_cast<int64_t>(plan.order.size());
+    pool.ParallelFor(BatchesIn(plan), [&](int64_t b, int thread) {
       Buffers& set = per_thread[static_cast<size_t>(thread)];
-      const std::span<const int64_t> rows = sampler.BatchOf(order, b);
+      const std::span<const int64_t> rows = sampler.BatchOf(plan, b);
       set.view.rows = static_cast<int64_t>(rows.size());
       source.Read(rows, set.view, set.state.get());
     });
