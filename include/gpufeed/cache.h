@@ -27,7 +27,9 @@
 //   none   the source itself.
 //   auto   device when it fits the device budget (CUDA only, no random transforms), else shm
 //          when the data set fits the RAM budget (ram where the source cannot be shared
-//          across processes), else none.
+//          across processes, or where RAM gathers clearly faster) and gathering from the copy
+//          is measured faster than from the source (a short probe: CacheInfo::measured and
+//          the reason give the figures), else none.
 // The choice and its reason are logged once (core/log.h: a "gpufeed: " line on stderr).
 //
 // Thread-safety: OpenCached may be called from any thread, and from many processes at once
@@ -73,6 +75,10 @@ struct CacheOptions {
   // the upload when all are deterministic (then CacheInfo::loader_transforms is empty and
   // the returned source's schema is the transformed one) and is refused when one is random.
   std::vector<std::shared_ptr<Transform>> transforms = {};
+  // Default: true: under "auto", a host copy is made only when a short probe measures that
+  // gathering from it beats gathering from the source (CacheInfo::measured). False: decide
+  // from the budgets alone (tests that need one answer whatever the machine's speed).
+  bool measure_gather = true;
   int threads = 0;      // Default: 0 = hardware threads: preload and shm build parallelism
   bool verbose = true;  // Default: true: log the choice, waits and progress (stderr)
 };
@@ -86,6 +92,13 @@ struct CacheInfo {
   uint64_t bytes = 0;                 // the data set's size
   bool built = false;       // shm: this process built the file (false: it found it published)
   double open_seconds = 0;  // time OpenCached took (shm: waiting for or building the file)
+  // "auto" on the host: the gather rates it decided from (bytes per second of shuffled rows
+  // from the source, from a RAM copy, from an shm copy); all 0 when nothing was measured.
+  struct Measured {
+    double source_bytes_per_s = 0;
+    double ram_bytes_per_s = 0;
+    double shm_bytes_per_s = 0;
+  } measured;
   // The transforms the loader must still run: CacheOptions::transforms, or none when the
   // device tier applied them before its upload.
   std::vector<std::shared_ptr<Transform>> loader_transforms;

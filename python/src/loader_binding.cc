@@ -98,7 +98,11 @@ std::string CacheJson(const CacheInfo& info) {
                       {"key", info.key},
                       {"bytes", info.bytes},
                       {"built", info.built},
-                      {"open_seconds", info.open_seconds}};
+                      {"open_seconds", info.open_seconds},
+                      {"measured",
+                       {{"source_bytes_per_s", info.measured.source_bytes_per_s},
+                        {"ram_bytes_per_s", info.measured.ram_bytes_per_s},
+                        {"shm_bytes_per_s", info.measured.shm_bytes_per_s}}}};
   // Only the device tier says how its copy is held (shared through CUDA IPC, or why not).
   if (!info.device_share.empty()) json["device_share"] = info.device_share;
   return json.dump();

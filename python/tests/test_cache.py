@@ -35,11 +35,18 @@ def test_cached_batches_hold_the_source_rows(tmp_path, numpy_dir, arrays, tier):
     loader.close()
 
 
-def test_auto_on_the_cpu_picks_a_host_tier_and_says_why(tmp_path, numpy_dir):
+def test_auto_on_the_cpu_decides_from_a_measurement_and_says_why(tmp_path, numpy_dir):
     loader = gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="auto",
                             shm_dir=tmp_path)
-    assert loader.cache_info["tier"] in ("shm", "ram")
-    assert loader.cache_info["reason"]
+    info = loader.cache_info
+    # A copy only when it gathers faster than the source (a page-cached file's mapping may
+    # be as fast): which one depends on the machine, the figures and their use do not.
+    assert info["tier"] in ("shm", "ram", "none")
+    assert "measured: source" in info["reason"]
+    measured = info["measured"]
+    assert measured["source_bytes_per_s"] > 0 and measured["ram_bytes_per_s"] > 0
+    if info["tier"] == "none":
+        assert measured["ram_bytes_per_s"] <= 1.1 * measured["source_bytes_per_s"]
     loader.close()
 
 

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "cache/device_cache.h"
+#include "cache/gather_probe.h"
 #include "cache/ram_cache.h"
 #include "cache/shm_format.h"
 #include "cache/shm_open.h"
@@ -79,7 +80,18 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   }
   in.shareable = source->shareable_across_processes();
   in.shm_free = FreeBytes(options.shm_dir);
-  TierChoice choice = ChooseTier(in);
+  // Under "auto", a host copy (shm or RAM) is made only when gathering from it is measured
+  // faster than gathering from the source: a page-cached file's mapping can be as fast.
+  const auto choose = [&] {
+    TierChoice c = ChooseTier(in);
+    if (options.tier == CacheTier::kAuto && options.measure_gather && !in.measured &&
+        (c.tier == CacheTier::kShm || c.tier == CacheTier::kRam)) {
+      in.measured = ProbeGatherRates(*source);
+      c = ChooseTier(in);
+    }
+    return c;
+  };
+  TierChoice choice = choose();
 
   CacheInfo result;
   result.bytes = in.bytes;
@@ -107,13 +119,17 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
       // choice, not a promise: the next tier serves, and the reason says what failed.
       if (options.tier != CacheTier::kAuto || e.code() != ErrorCode::kDevice) throw;
       in.device_refusal = fmt::format("the device tier failed ({})", e.what());
-      choice = ChooseTier(in);
+      choice = choose();
     }
   }
   result.tier = choice.tier;
   result.reason = choice.reason;
   if (choice.tier == CacheTier::kDevice && !result.device_share.empty()) {
     result.reason += "; " + result.device_share;
+  }
+  if (in.measured) {
+    result.measured = {in.measured->source_bytes_per_s, in.measured->ram_bytes_per_s,
+                       in.measured->shm_bytes_per_s};
   }
   if (choice.tier == CacheTier::kRam) {
     auto ram = std::make_shared<RamCachedSource>(source);

@@ -65,6 +65,27 @@ TierChoice ChooseTier(const TierInputs& in) {
   if (!in.shareable) {
     return {CacheTier::kNone, prefix + "the source is already in this process's memory"};
   }
+  if (in.measured) {
+    // shm where it can serve (one copy for every process of the node), else RAM; either only
+    // when it gathers faster than the source. shm verifies each block it serves, so a RAM copy
+    // can beat the source where shm does not.
+    const GatherRates& m = *in.measured;
+    const std::string figures = fmt::format("measured: {}", m.ToString());
+    const double enough = kCopyMustBeFaster * m.source_bytes_per_s;
+    const bool shm_fits = in.bytes <= in.shm_free && m.shm_bytes_per_s > 0;
+    if (shm_fits && m.shm_bytes_per_s > enough) {
+      return {CacheTier::kShm, prefix + ram_why + " and a copy gathers faster (" + figures + ")"};
+    }
+    if (m.ram_bytes_per_s > enough) {
+      std::string why = prefix + ram_why + " and a copy gathers faster (" + figures + ")";
+      why += shm_fits ? "; RAM, not shm: shm's verified reads gather no faster than the source"
+                      : fmt::format("; the shared-memory folder has only {} free",
+                                    FormatBytes(in.shm_free));
+      return {CacheTier::kRam, why};
+    }
+    return {CacheTier::kNone, prefix + ram_why + ", but a copy would gather no faster (" + figures +
+                                  "): streaming from the source"};
+  }
   if (in.bytes > in.shm_free) {
     return {CacheTier::kRam, prefix + ram_why +
                                  fmt::format(" but the shared-memory folder has only {} free",

@@ -6,30 +6,38 @@
 #include <optional>
 #include <string>
 
+#include "cache/gather_probe.h"
 #include "gpufeed/source.h"  // CacheTier
 
 namespace gpufeed {
 
 struct TierInputs {
   CacheTier requested = CacheTier::kAuto;
-  uint64_t bytes = 0;              // the data set
+  uint64_t bytes = 0;  // the data set
   // What the device tier would hold (after the transforms it applies before the upload);
   // 0 = `bytes`.
   uint64_t device_bytes = 0;
   uint64_t ram_budget = 0;
-  uint64_t device_budget = 0;      // 0 when there is no CUDA device
-  bool cuda = false;               // the loader's device is a CUDA device
-  std::string device_name;         // "cuda:0": for messages
+  uint64_t device_budget = 0;  // 0 when there is no CUDA device
+  bool cuda = false;           // the loader's device is a CUDA device
+  std::string device_name;     // "cuda:0": for messages
   // Why the device tier cannot serve this loader even if the data fits ("the transform
   // specaugment(mel) is random: ..."); empty when it can.
   std::string device_refusal;
-  bool shareable = true;           // the source's identity means the same in another process
-  uint64_t shm_free = 0;           // free bytes in the shm folder
+  bool shareable = true;  // the source's identity means the same in another process
+  uint64_t shm_free = 0;  // free bytes in the shm folder
+  // "auto" on the host: how fast rows are gathered from the source and from each copy, when
+  // measured (ProbeGatherRates). Then a copy is made only when it gathers faster.
+  std::optional<GatherRates> measured;
 };
+
+// A copy must gather this much faster than the source to be worth making (its build time,
+// and the RAM or /dev/shm it holds).
+inline constexpr double kCopyMustBeFaster = 1.1;
 
 struct TierChoice {
   CacheTier tier = CacheTier::kNone;  // never kAuto
-  std::string reason;  // "0.8 GB fits the RAM budget 11.2 GB"
+  std::string reason;                 // "0.8 GB fits the RAM budget 11.2 GB"
 };
 
 // Throws Error(kInvalidArgument) for an explicit ram/shm that exceeds the

@@ -48,6 +48,14 @@ std::string FormatBenchReport(const BenchResult& r) {
         FormatCount(r.ceiling_samples_per_s), FormatBytes(r.ceiling_bytes_per_s), s.workers);
     out += fmt::format("ratio       {:.2f} of the ceiling\n", r.ratio_to_ceiling);
   }
+  if (r.same_work_samples_per_s > 0) {
+    out += fmt::format(
+        "same work   {} samples/s   {}/s  (the same shuffled rows read by {} threads from the "
+        "same source without the loader, same run)\n",
+        FormatCount(r.same_work_samples_per_s), FormatBytes(r.same_work_bytes_per_s), s.workers);
+    out += fmt::format("ratio       {:.2f} of the same work (1.00: the loader adds nothing)\n",
+                       r.ratio_to_same_work);
+  }
   out += fmt::format("first batch {:.3f} s after the first Next(); loader set up in {:.3f} s\n",
                      r.time_to_first_batch_s, r.setup_s);
   out += fmt::format("consumer    waited {:.1f}% of its time in Next()\n",

@@ -19,6 +19,7 @@
 #include "device/cuda_device.h"
 #include "gpufeed/doctor.h"
 #include "gpufeed/monitor.h"
+#include "pipeline/loader_checks.h"
 
 namespace gpufeed::cli {
 namespace {
@@ -117,6 +118,68 @@ double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int thread
   return s > 0 ? static_cast<double>(chunks * chunk_bytes) / s : 0;
 }
 
+double MeasureSameWork(const Source& source, const Sampler& sampler, int epochs, int threads) {
+  threads = std::max(1, threads);
+  const int64_t batches = sampler.batches_per_epoch();
+  if (batches == 0 || epochs <= 0) return 0;
+  const Schema& schema = source.schema();
+  // Batches in a plan: packed plans carry their boundaries, plain ones are batch_size apart.
+  const auto BatchesIn = [&](const EpochPlan& plan) {
+    return plan.batch_starts.empty() ? batches : static_cast<int64_t>(plan.batch_starts.size()) - 1;
+  };
+  // The loader's own plans (group packing included when the loader packs groups), made
+  // before the clock starts; buffers hold the largest batch among them.
+  std::vector<EpochPlan> plans;
+  size_t batch_rows = 1;
+  for (int e = 0; e < epochs; ++e) {
+    plans.push_back(sampler.Plan(e));
+    for (int64_t b = 0; b < BatchesIn(plans.back()); ++b) {
+      batch_rows = std::max(batch_rows, sampler.BatchOf(plans.back(), b).size());
+    }
+  }
+  // Batch buffers from the host device, as the loader's (the process-wide pool hands back
+  // the loader's own, already faulted in), one set per thread, one buffer per field.
+  const std::shared_ptr<Device> host = HostDevice();
+  struct Buffers {
+    std::vector<void*> blocks;
+    BatchView view;
+    std::unique_ptr<SourceWorkerState> state;
+  };
+  std::vector<Buffers> per_thread(static_cast<size_t>(threads));
+  struct FreeAll {
+    std::vector<Buffers>& sets;
+    const std::shared_ptr<Device>& device;
+    ~FreeAll() {
+      for (auto& set : sets) {
+        for (void* p : set.blocks) device->FreeHost(p);
+      }
+    }
+  } free_all{per_thread, host};
+  for (auto& set : per_thread) {
+    for (const auto& field : schema.fields) {
+      const size_t bytes = std::max<size_t>(1, field.SampleBytes() * batch_rows);
+      set.blocks.push_back(host->AllocHost(bytes));
+      set.view.fields.push_back(static_cast<std::byte*>(set.blocks.back()));
+    }
+    set.state = source.NewWorkerState();
+  }
+  ThreadPool pool(threads);
+  int64_t samples = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int e = 0; e < epochs; ++e) {
+    const EpochPlan& plan = plans[static_cast<size_t>(e)];
+    samples += static_cast<int64_t>(plan.order.size());
+    pool.ParallelFor(BatchesIn(plan), [&](int64_t b, int thread) {
+      Buffers& set = per_thread[static_cast<size_t>(thread)];
+      const std::span<const int64_t> rows = sampler.BatchOf(plan, b);
+      set.view.rows = static_cast<int64_t>(rows.size());
+      source.Read(rows, set.view, set.state.get());
+    });
+  }
+  const double s = Seconds(std::chrono::steady_clock::now() - start);
+  return s > 0 ? static_cast<double>(samples) / s : 0;
+}
+
 BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
                      const std::function<void(const BenchProgress&)>& on_progress) {
   BenchResult result;
@@ -126,9 +189,8 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   CachedLoader opened = OpenCachedLoader(std::move(source), config.open);
   Loader& loader = *opened.loader;
   result.source = loader.source().Describe();
-  result.setup_s =
-      std::max(0.0, Seconds(std::chrono::steady_clock::now() - setup_start) -
-                        opened.cache.open_seconds);
+  result.setup_s = std::max(
+      0.0, Seconds(std::chrono::steady_clock::now() - setup_start) - opened.cache.open_seconds);
   if (opened.cache.tier != CacheTier::kNone || config.open.cache.tier != CacheTier::kNone) {
     result.cache = opened.cache.ToString();
   }
@@ -259,6 +321,17 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
     const double sample_bytes = static_cast<double>(result.bytes) / result.samples;
     result.ceiling_samples_per_s = result.ceiling_bytes_per_s / sample_bytes;
     result.ratio_to_ceiling = result.samples_per_s / result.ceiling_samples_per_s;
+    const Sampler sampler(loader.source().size(),
+                          ToSamplerOptions(loader.options(), loader.source()));
+    // A rate: up to 3 of the run's epochs say it (a timed run's many epochs need not all be
+    // read again).
+    result.same_work_samples_per_s = MeasureSameWork(loader.source(), sampler,
+                                                     std::min(result.epochs, 3),
+                                                     result.stats.workers);
+    result.same_work_bytes_per_s = result.same_work_samples_per_s * sample_bytes;
+    if (result.same_work_samples_per_s > 0) {
+      result.ratio_to_same_work = result.samples_per_s / result.same_work_samples_per_s;
+    }
   }
   return result;
 }
@@ -278,13 +351,15 @@ std::string BenchResult::ToJson() const {
       {"ceiling_bytes_per_s", ceiling_bytes_per_s},
       {"ceiling_samples_per_s", ceiling_samples_per_s},
       {"ratio_to_ceiling", ratio_to_ceiling},
+      {"same_work_samples_per_s", same_work_samples_per_s},
+      {"same_work_bytes_per_s", same_work_bytes_per_s},
+      {"ratio_to_same_work", ratio_to_same_work},
       {"consumer_wait_fraction", consumer_wait_fraction},
       {"step_ms", step_ms},
       {"gpu_busy_fraction", gpu_busy_fraction},
       {"gpu_busy_fraction_with_startup", gpu_busy_fraction_with_startup},
-      {"gpu_busy_fraction_events", gpu_busy_fraction_events >= 0
-                                       ? nlohmann::json(gpu_busy_fraction_events)
-                                       : nlohmann::json()},
+      {"gpu_busy_fraction_events",
+       gpu_busy_fraction_events >= 0 ? nlohmann::json(gpu_busy_fraction_events) : nlohmann::json()},
       {"peak_rss_bytes", peak_rss_bytes},
       {"peak_anon_rss_bytes", peak_anon_rss_bytes},
       {"bound_anon_rss_bytes", bound_anon_rss_bytes},

@@ -11,6 +11,7 @@
 
 #include "gpufeed/cache.h"
 #include "gpufeed/loader.h"
+#include "gpufeed/sampler.h"
 
 namespace gpufeed::cli {
 
@@ -27,16 +28,16 @@ struct BenchConfig {
   // that stream with events: BenchResult::gpu_busy_fraction_events.
   double step_ms = 0;
   bool measure_ceiling = true;
-  bool monitor = true;   // Default: true: sample GPU/CPU/RAM and show them in the progress
-  bool doctor = false;   // Default: false: diagnose the run at its end
+  bool monitor = true;  // Default: true: sample GPU/CPU/RAM and show them in the progress
+  bool doctor = false;  // Default: false: diagnose the run at its end
 };
 
 struct BenchProgress {
   int64_t epoch = 0;
   int epochs = 0;
-  int64_t batch = 0;              // batches done in this epoch
+  int64_t batch = 0;  // batches done in this epoch
   int64_t batches_per_epoch = 0;
-  int64_t samples = 0;            // so far, all epochs
+  int64_t samples = 0;  // so far, all epochs
   double elapsed_s = 0;
   double seconds = 0;  // BenchConfig::seconds: the run's planned length, when timed
   double samples_per_s = 0;
@@ -49,25 +50,33 @@ struct BenchResult {
   int epochs = 0;
   int64_t samples = 0;
   int64_t bytes = 0;
-  double wall_s = 0;                // first Next() call to the end of the last step
+  double wall_s = 0;  // first Next() call to the end of the last step
   double samples_per_s = 0;
   double bytes_per_s = 0;
   double time_to_first_batch_s = 0;  // from the first Next() call
   // Constructing the loader (buffers allocated and touched), not opening its cache.
   double setup_s = 0;
-  double ceiling_bytes_per_s = 0;   // memcpy of the same bytes, same threads
+  double ceiling_bytes_per_s = 0;  // memcpy of the same bytes, same threads
   double ceiling_samples_per_s = 0;
   double ratio_to_ceiling = 0;
+  // The same work without the loader: the same epochs' batches (the same shuffled rows)
+  // read by as many threads from the same source (the same memory: the cache or the file)
+  // with Source::Read into batch buffers, after the loader's run. 1.0 = the loader adds
+  // nothing. Its memory is warm (the loader's run touched it first), so a first epoch's
+  // page faults count against the loader.
+  double same_work_samples_per_s = 0;
+  double same_work_bytes_per_s = 0;
+  double ratio_to_same_work = 0;
   double consumer_wait_fraction = 0;
   double step_ms = 0;
-  double gpu_busy_fraction = 0;     // simulated steps over wall time from the first batch
+  double gpu_busy_fraction = 0;               // simulated steps over wall time from the first batch
   double gpu_busy_fraction_with_startup = 0;  // ... over wall time from the first Next()
   // Measured by events on the consumer stream (LoaderStats::GpuBusyFraction): the GPU's
   // time not spent waiting for batches; -1 when nothing was timed (host device, no step).
   double gpu_busy_fraction_events = -1;
-  int64_t peak_rss_bytes = 0;       // VmHWM
-  int64_t peak_anon_rss_bytes = 0;  // peak RssAnon sampled per batch: memory not mapped files
-  int64_t bound_anon_rss_bytes = 0; // (prefetch + workers) * batch bytes + 100 MB
+  int64_t peak_rss_bytes = 0;        // VmHWM
+  int64_t peak_anon_rss_bytes = 0;   // peak RssAnon sampled per batch: memory not mapped files
+  int64_t bound_anon_rss_bytes = 0;  // (prefetch + workers) * batch bytes + 100 MB
   std::string source;
   std::string device;
   std::string cache;           // CacheInfo::ToString() when a cache was asked for
@@ -89,6 +98,11 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
 // Bytes per second memcpy moves with `threads` threads, copying `total_bytes` in chunks of
 // `chunk_bytes` from a source buffer larger than the caches.
 double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int threads);
+
+// Samples per second `threads` threads read `epochs` epochs of `sampler`'s batches from
+// `source` with Source::Read, each into its own batch buffers: the loader's work without the
+// loader.
+double MeasureSameWork(const Source& source, const Sampler& sampler, int epochs, int threads);
 
 // Human formatting: "1.23 GB", "612,345".
 std::string FormatCount(double count);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/host_memory_pool.h"
 #include "core/row_gather.h"
 #include "core/system_memory.h"
 #include "gpufeed/device.h"
@@ -50,20 +51,22 @@ class HostDeviceImpl : public Device {
   void* AllocHost(size_t bytes) override {
     // Batch buffers are large and written row by row from random places in the source:
     // backing them with 2 MB pages removes most TLB misses on the write side (measured:
-    // a shuffled 8 KB-row gather ran 2.8 -> 4.7 GB/s on 2 threads). Touching every page now
-    // moves the page faults out of the first epoch.
-    const size_t align = bytes >= kHugePage ? kHugePage : size_t{4096};
-    const size_t rounded = (bytes + align - 1) / align * align;
-    void* p = std::aligned_alloc(align, rounded);
+    // a shuffled 8 KB-row gather ran 2.8 -> 4.7 GB/s on 2 threads). They come from the
+    // process-wide pool: a later loader of this process reuses the pages an earlier one
+    // faulted in, and a fresh block is faulted in by the thread that asks (a worker, or
+    // the constructor for the first batch's buffer), not by the batch's reader.
+    if (bytes >= kHugePage) return HostMemoryPool::Instance().Take(bytes);
+    void* p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (p == nullptr) {
       throw Error(ErrorCode::kDevice,
                   fmt::format("out of host memory allocating a {} byte batch buffer", bytes));
     }
-    if (align == kHugePage) madvise(p, rounded, MADV_HUGEPAGE);  // a hint; fine if refused
-    std::memset(p, 0, rounded);
+    std::memset(p, 0, bytes);
     return p;
   }
-  void FreeHost(void* ptr) noexcept override { std::free(ptr); }
+  void FreeHost(void* ptr) noexcept override {
+    if (!HostMemoryPool::Instance().Give(ptr)) std::free(ptr);
+  }
   void* AllocDevice(size_t bytes) override { return AllocHost(bytes); }
   void FreeDevice(void* ptr) noexcept override { FreeHost(ptr); }
   std::unique_ptr<DeviceStream> NewStream() override { return std::make_unique<HostStream>(); }

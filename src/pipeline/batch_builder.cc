@@ -82,10 +82,8 @@ void BatchBuilder::Prepare(const Capacity& capacity) {
         [device](size_t n) { return device->AllocHost(n); },
         [device](void* p) { device->FreeHost(p); });
   }
-  // The working set of the starting parallelism is allocated (and its pages touched) now,
-  // not while the first epoch runs: first-touch faults cost 2-60 ms per 8 MB buffer
-  // (measured on this project's VMs after an idle spell), which stalled workers for most
-  // of a short first epoch. Buffers the autotuner may add later stay lazy.
+  // What the loader reserves is allocated (and its pages touched) now, so running out of
+  // memory is reported by the constructor; the rest is allocated by workers as they go.
   batch_pool_->Reserve(capacity.reserve_batches);
   if (staging_pool_) staging_pool_->Reserve(capacity.reserve_staging);
   worker_states_.resize(static_cast<size_t>(capacity.workers));

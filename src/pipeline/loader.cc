@@ -91,7 +91,13 @@ class Loader::Impl {
     capacity.workers = options_.max_workers;
     capacity.batch_buffers =
         options_.max_workers + options_.max_prefetch + options_.max_outstanding;
-    capacity.reserve_batches = options_.workers + options_.prefetch;
+    // On the host only the first batch's buffer is made here; workers fault in the rest (from
+    // the process-wide pool, faulted already when an earlier loader left them) as they need
+    // them, off the consumer's path: at batch 8192 the whole working set took most of a
+    // second. A GPU's working set is allocated up front, so running out of device memory is
+    // the constructor's error.
+    const bool gpu = options_.device->needs_copy();
+    capacity.reserve_batches = gpu ? options_.workers + options_.prefetch : 1;
     capacity.staging_buffers = options_.max_workers + 2;
     capacity.reserve_staging = options_.workers + 2;
     builder_.Prepare(capacity);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/mapped_read_guard.h"
 #include "core/nvtx.h"
 #include "gpufeed/error.h"
 #include "sources/hdf5_filters.h"
@@ -35,6 +36,15 @@ Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint
   }
   zero_fill_ = std::all_of(ds_.fill_value.begin(), ds_.fill_value.end(),
                            [](std::byte b) { return b == std::byte{0}; });
+  if (ds_.storage == Hdf5Storage::kContiguous && sample_bytes_ > 0) {
+    // The open checked the data's range against the file's size.
+    if (const std::byte* map = file_->Map(); map != nullptr) {
+      warm_ = std::make_unique<WarmedMapping>(
+          map, ds_.contiguous_address,
+          ds_.contiguous_address + sample_bytes_ * static_cast<uint64_t>(ds_.samples),
+          file_->path());
+    }
+  }
 }
 
 std::string Hdf5DatasetReader::ChunkName(size_t linear) const {
@@ -109,8 +119,24 @@ void Hdf5DatasetReader::ReadContiguous(std::span<const Hdf5RowTarget> rows,
                                        Hdf5ReadScratch& scratch) const {
   const size_t rb = sample_bytes_;
   if (rb == 0) return;
-  const size_t max_rows = std::max<size_t>(1, kMaxRunBytes / rb);
   size_t k = 0;
+  if (warm_) {
+    // The sorted rows below the warm boundary come from the mapping.
+    warm_->StartWarming();
+    const uint64_t warm = warm_->WarmEnd();
+    while (k < rows.size() &&
+           ds_.contiguous_address + (static_cast<uint64_t>(rows[k].local) + 1) * rb <= warm) {
+      ++k;
+    }
+    const std::byte* map = warm_->map() + ds_.contiguous_address;
+    GuardMappedRead(file_->path(), [&] {
+      for (size_t j = 0; j < k; ++j) {
+        std::memcpy(rows[j].dst, map + static_cast<size_t>(rows[j].local) * rb, rb);
+      }
+    });
+    scratch.counters.bytes_read += static_cast<int64_t>(k * rb);
+  }
+  const size_t max_rows = std::max<size_t>(1, kMaxRunBytes / rb);
   while (k < rows.size()) {
     // Neighbouring samples are read together.
     size_t end = k + 1;

@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "core/mapped_read_guard.h"
+#include "core/warmed_mapping.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "sources/npy_header.h"
@@ -34,6 +35,8 @@ struct NumpyField {
   size_t row_bytes = 0;
   // The first data byte in the file's mapping, or null: read through ReadAt.
   const std::byte* data = nullptr;
+  // With a mapping: how far it is warm. Rows below come from the mapping, the rest by pread.
+  std::shared_ptr<WarmedMapping> warm;
   int64_t samples = 0;  // axis 0
 };
 
@@ -87,11 +90,29 @@ class NumpySource final : public Source {
     if (ws == nullptr) ws = &local;
     SortByIndex(indices, ws->order);
     for (size_t f = 0; f < fields_.size(); ++f) {
-      if (fields_[f].data != nullptr) {
-        CopyMapped(fields_[f], indices, ws->order, out.fields[f]);
-      } else {
-        ReadRuns(fields_[f], indices, ws->order, ws->scratch, out.fields[f]);
+      const NumpyField& field = fields_[f];
+      std::span<const size_t> order(ws->order);
+      if (field.data != nullptr) {
+        // Which way wins, measured (bench/stream_gather.cc, README): from a warm mapping a
+        // shuffled gather runs 2-5x faster than pread of the same rows (a system call per
+        // 8 KB row), but each page of a new mapping traps on first access on a VM, which made
+        // a new process's first batches 5-10x slower than pread. With the warmer on
+        // (GPUFEED_MAPPING_WARMER=1) the mapping serves the rows where it is warm (the sorted
+        // prefix below WarmEnd) and pread the rest; off (the default: it costs more CPU than
+        // it saves over a few epochs), WarmEnd is the end and every row is a mapping copy.
+        field.warm->StartWarming();
+        const uint64_t warm = field.warm->WarmEnd();
+        size_t cut = 0;
+        while (cut < order.size() &&
+               field.data_offset +
+                       (static_cast<uint64_t>(indices[order[cut]]) + 1) * field.row_bytes <=
+                   warm) {
+          ++cut;
+        }
+        CopyMapped(field, indices, order.first(cut), out.fields[f]);
+        order = order.subspan(cut);
       }
+      if (!order.empty()) ReadRuns(field, indices, order, ws->scratch, out.fields[f]);
     }
   }
 
@@ -107,7 +128,8 @@ class NumpySource final : public Source {
   }
 
   static void CopyMapped(const NumpyField& f, std::span<const int64_t> indices,
-                         const std::vector<size_t>& order, std::byte* dst) {
+                         std::span<const size_t> order, std::byte* dst) {
+    if (order.empty()) return;
     const size_t rb = f.row_bytes;
     // The file may be truncated under the mapping (np.save over it): a SIGBUS here becomes
     // Error(kIo) naming the file.
@@ -118,8 +140,10 @@ class NumpySource final : public Source {
     });
   }
 
+  // Sorted rows by pread: a run of consecutive samples is one call, straight into the batch
+  // when its batch positions are consecutive too (else through `scratch`).
   void ReadRuns(const NumpyField& f, std::span<const int64_t> indices,
-                const std::vector<size_t>& order, std::vector<std::byte>& scratch,
+                std::span<const size_t> order, std::vector<std::byte>& scratch,
                 std::byte* dst) const {
     const size_t rb = f.row_bytes;
     if (rb == 0) return;
@@ -220,7 +244,12 @@ NumpyField OpenField(const FileSystem& fs, const std::string& dir, const std::st
   field.samples = header.shape[0];
   if (use_mmap) {
     const std::byte* map = field.file->Map();
-    if (map != nullptr) field.data = map + header.data_offset;
+    if (map != nullptr) {
+      field.data = map + header.data_offset;
+      field.warm = std::make_shared<WarmedMapping>(
+          map, header.data_offset,
+          header.data_offset + field.row_bytes * static_cast<uint64_t>(field.samples), path);
+    }
   }
   return field;
 }

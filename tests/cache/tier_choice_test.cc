@@ -1,11 +1,15 @@
 #include "cache/tier_choice.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
+#include "gpufeed/cache.h"
 #include "gpufeed/error.h"
+#include "gpufeed/sources.h"
 
 namespace gpufeed {
 namespace {
@@ -61,7 +65,8 @@ TEST(TierChoiceTest, AutoOnCudaFallsToShmSayingWhy) {
   in.device_budget = 4 * kGB;
   TierChoice c = ChooseTier(in);
   EXPECT_EQ(c.tier, CacheTier::kShm);
-  EXPECT_EQ(c.reason, "5.0 GB exceeds the device budget 4.0 GB; 5.0 GB fits the RAM budget 10.0 GB");
+  EXPECT_EQ(c.reason,
+            "5.0 GB exceeds the device budget 4.0 GB; 5.0 GB fits the RAM budget 10.0 GB");
   in = Inputs(kGB);
   in.cuda = true;
   in.device_budget = 4 * kGB;
@@ -122,6 +127,90 @@ TEST(TierChoiceTest, ExplicitTiersOverBudgetOrUnknownAreErrors) {
   EXPECT_THROW(ChooseTier(in), Error);
   in.requested = CacheTier::kNone;
   EXPECT_EQ(ChooseTier(in).tier, CacheTier::kNone);
+}
+
+}  // namespace
+}  // namespace gpufeed
+
+namespace gpufeed {
+namespace {
+
+TierInputs Measured(double source, double ram, double shm) {
+  TierInputs in = Inputs(800000000);
+  in.measured = GatherRates{source, ram, shm};
+  return in;
+}
+
+TEST(TierChoiceTest, AutoCopiesToShmOnlyWhenTheCopyIsMeasuredFaster) {
+  const TierChoice c = ChooseTier(Measured(1e9, 10e9, 5e9));
+  EXPECT_EQ(c.tier, CacheTier::kShm);
+  EXPECT_NE(c.reason.find("a copy gathers faster (measured: source 1.0 GB/s, RAM copy 10.0 GB/s, "
+                          "shm copy 5.0 GB/s)"),
+            std::string::npos)
+      << c.reason;
+}
+
+TEST(TierChoiceTest, AutoTakesRamWhenOnlyRamBeatsTheSource) {
+  const TierChoice c = ChooseTier(Measured(4e9, 10e9, 4.2e9));  // shm within 10% of the source
+  EXPECT_EQ(c.tier, CacheTier::kRam);
+  EXPECT_NE(c.reason.find("RAM, not shm"), std::string::npos) << c.reason;
+}
+
+TEST(TierChoiceTest, AutoStreamsWhenNoCopyIsMeasuredFaster) {
+  const TierChoice c = ChooseTier(Measured(10e9, 10.5e9, 3e9));
+  EXPECT_EQ(c.tier, CacheTier::kNone);
+  EXPECT_NE(c.reason.find("a copy would gather no faster"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("streaming from the source"), std::string::npos) << c.reason;
+}
+
+TEST(TierChoiceTest, AutoMeasuredStillHonoursTheBudgets) {
+  TierInputs in = Measured(1e9, 10e9, 5e9);
+  in.bytes = 11 * kGB;  // over the RAM budget: no copy, whatever the speeds
+  EXPECT_EQ(ChooseTier(in).tier, CacheTier::kNone);
+  in = Measured(1e9, 10e9, 5e9);
+  in.shm_free = 1;  // no room in /dev/shm: RAM
+  const TierChoice c = ChooseTier(in);
+  EXPECT_EQ(c.tier, CacheTier::kRam);
+  EXPECT_NE(c.reason.find("only 1 B free"), std::string::npos) << c.reason;
+}
+
+TEST(TierChoiceTest, ExplicitTiersAreNotSecondGuessedByAMeasurement) {
+  TierInputs in = Measured(10e9, 1e9, 1e9);
+  in.requested = CacheTier::kShm;
+  EXPECT_EQ(ChooseTier(in).tier, CacheTier::kShm);
+}
+
+// OpenCached under "auto" measures and records what it measured; the figures' values
+// depend on the machine, so only their presence and the decision's consistency are checked.
+TEST(TierChoiceTest, OpenCachedAutoRecordsItsMeasurementInCacheInfo) {
+  const std::string dir = std::filesystem::temp_directory_path() / "gpufeed-tier-probe-XXXXXX";
+  std::vector<char> name(dir.begin(), dir.end());
+  name.push_back('\0');
+  ASSERT_NE(mkdtemp(name.data()), nullptr);
+  const std::string shm_dir = name.data();
+  auto source = OpenSynthetic(ParseSchema("x:float32[64],label:int64"), 2000, 1);
+  CacheInfo info;
+  OpenCached(source, {.tier = CacheTier::kAuto, .shm_dir = shm_dir, .verbose = false}, &info);
+  EXPECT_GT(info.measured.source_bytes_per_s, 0);
+  EXPECT_GT(info.measured.ram_bytes_per_s, 0);
+  EXPECT_NE(info.reason.find("measured: source "), std::string::npos) << info.reason;
+  const double enough = kCopyMustBeFaster * info.measured.source_bytes_per_s;
+  if (info.tier == CacheTier::kNone) {
+    EXPECT_LE(info.measured.ram_bytes_per_s, enough);
+  } else {
+    EXPECT_GT(info.tier == CacheTier::kShm ? info.measured.shm_bytes_per_s
+                                           : info.measured.ram_bytes_per_s,
+              enough);
+  }
+  // Without the measurement: the budgets alone, nothing measured.
+  CacheInfo plain;
+  OpenCached(
+      source,
+      {.tier = CacheTier::kAuto, .shm_dir = shm_dir, .measure_gather = false, .verbose = false},
+      &plain);
+  EXPECT_EQ(plain.tier, CacheTier::kShm);
+  EXPECT_EQ(plain.measured.source_bytes_per_s, 0);
+  std::filesystem::remove_all(shm_dir);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,10 +35,11 @@ std::byte PatternByte(int salt, int64_t sample, size_t byte, DType dtype) {
 }
 
 std::vector<std::byte> PatternData(const FieldSpec& spec, int salt, int64_t samples) {
-  std::vector<std::byte> data(spec.SampleBytes() * static_cast<size_t>(samples));
+  const size_t rb = spec.SampleBytes();
+  std::vector<std::byte> data(rb * static_cast<size_t>(samples));
   for (int64_t s = 0; s < samples; ++s) {
-    for (size_t b = 0; b < spec.SampleBytes(); ++b) {
-      data[static_cast<size_t>(s) * spec.SampleBytes() + b] = PatternByte(salt, s, b, spec.dtype);
+    for (size_t b = 0; b < rb; ++b) {
+      data[static_cast<size_t>(s) * rb + b] = PatternByte(salt, s, b, spec.dtype);
     }
   }
   return data;
@@ -393,6 +395,73 @@ TEST_F(NumpySourceTest, ZeroSamplesIsAnEmptySource) {
   EXPECT_EQ(source->size(), 0);
   Batch batch = MakeBatch(source->schema(), 0);
   source->Read({}, batch.view, nullptr);
+}
+
+}  // namespace
+}  // namespace gpufeed
+
+namespace gpufeed {
+namespace {
+
+// The warmer is opt-in (GPUFEED_MAPPING_WARMER=1); the tests below are about it, and the
+// rest of this program's files are too small for it to matter.
+const bool kWarmerOn = setenv("GPUFEED_MAPPING_WARMER", "1", 1) == 0;
+
+// A field large enough for the background warmer (WarmedMapping::kMinWarmedBytes): while it
+// warms, a batch's rows come partly from the mapping and partly by pread; every split must
+// give the bytes the pread-only source gives, the file's last rows included.
+TEST_F(NumpySourceTest, WarmingMappingAndPreadGiveEqualBytesAtEverySplit) {
+  const std::vector<FieldSpec> specs = {{"a", DType::kUInt8, {8192}}, {"b", DType::kInt64, {}}};
+  const int64_t samples = 4100;  // 33.6 MB in a.npy: just over kMinWarmedBytes
+  const std::string root = WriteDataSet(specs, samples);
+  const auto pread = OpenNumpy(root, {.use_mmap = false});
+  std::vector<int64_t> indices = ShuffledWithRepeats(samples, 100, 7);
+  indices.push_back(samples - 1);  // the file's last row, alone and in a run
+  indices.push_back(samples - 2);
+  indices.push_back(samples - 1);
+  Batch expected = MakeBatch(pread->schema(), indices.size());
+  pread->Read(indices, expected.view, nullptr);
+  ExpectPatternRows(pread->schema(), expected, indices, {0, 1});
+  // Fresh sources, read at once and again as the warmer moves, from two threads.
+  for (int round = 0; round < 2; ++round) {
+    const auto mapped = OpenNumpy(root, {});
+    std::vector<std::thread> readers;
+    std::atomic<int> wrong{0};
+    for (int t = 0; t < 2; ++t) {
+      readers.emplace_back([&] {
+        for (int i = 0; i < 10; ++i) {
+          Batch got = MakeBatch(mapped->schema(), indices.size());
+          mapped->Read(indices, got.view, nullptr);
+          if (got.fields != expected.fields) ++wrong;
+        }
+      });
+    }
+    for (auto& th : readers) th.join();
+    EXPECT_EQ(wrong.load(), 0);
+  }
+}
+
+TEST_F(NumpySourceTest, MappedFileTruncatedAfterOpenIsAnErrorNamingTheFileNotACrash) {
+  const std::vector<FieldSpec> specs = {{"a", DType::kUInt8, {8192}}};
+  const int64_t samples = 4100;
+  const std::string root = WriteDataSet(specs, samples);
+  for (bool first_read_before : {false, true}) {
+    const auto source = OpenNumpy(root, {});
+    std::vector<int64_t> indices{0, 1, samples - 1};
+    if (first_read_before) {  // the warmer runs while the file shrinks
+      Batch batch = MakeBatch(source->schema(), indices.size());
+      source->Read(indices, batch.view, nullptr);
+    }
+    const auto header_bytes = std::filesystem::file_size(root + "/a.npy") - 8192 * samples;
+    std::filesystem::resize_file(root + "/a.npy", header_bytes + 8192 * 100);
+    Batch batch = MakeBatch(source->schema(), indices.size());
+    std::string message;
+    const ErrorCode code =
+        ErrorCodeOf([&] { source->Read(indices, batch.view, nullptr); }, &message);
+    EXPECT_TRUE(code == ErrorCode::kIo || code == ErrorCode::kCorruptData) << message;
+    EXPECT_THAT(message, HasSubstr("a.npy"));
+    if (!first_read_before) WriteDataSet(specs, samples);  // the file back for the next round
+  }
 }
 
 }  // namespace

@@ -1,0 +1,154 @@
+#include "cache/gather_probe.h"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "cache/shm_format.h"
+#include "core/format.h"
+#include "core/splitmix.h"
+
+namespace gpufeed {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kProbeBytes = size_t{16} << 20;
+
+// Bytes per second of the better of two runs of `gather` over `bytes`: the second finds the
+// rows in the page cache and the pages mapped, as every epoch after the first does.
+template <typename Gather>
+double BestOfTwo(double bytes, Gather&& gather) {
+  double best = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    gather();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, bytes / s);
+  }
+  return best;
+}
+
+// `count` distinct-ish random rows below `rows`, sorted (as sources and caches read them).
+std::vector<int64_t> RandomRows(int64_t rows, int64_t count, uint64_t seed) {
+  std::vector<int64_t> out(static_cast<size_t>(count));
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<int64_t>(Mix64(seed + i) % static_cast<uint64_t>(rows));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Fills `n` bytes with something other than zero pages (a page never written reads from the
+// shared zero page, which would flatter the gather).
+void Fill(std::byte* p, size_t n) {
+  for (size_t at = 0; at < n; at += 64) p[at] = std::byte(at >> 6);
+}
+
+}  // namespace
+
+std::string GatherRates::ToString() const {
+  std::string text = fmt::format("source {}/s, RAM copy {}/s", FormatBytes(source_bytes_per_s),
+                                 FormatBytes(ram_bytes_per_s));
+  if (shm_bytes_per_s > 0) text += fmt::format(", shm copy {}/s", FormatBytes(shm_bytes_per_s));
+  return text;
+}
+
+GatherRates ProbeGatherRates(const Source& source) {
+  GatherRates rates;
+  const Schema& schema = source.schema();
+  const size_t row = schema.SampleBytes();
+  const int64_t n = std::min<int64_t>(kProbeRows, source.size());
+  if (row == 0 || n == 0) return rates;
+  const std::vector<int64_t> rows = RandomRows(source.size(), n, 0x9e3779b97f4a7c15ULL);
+
+  // The source, as a loader's worker reads it.
+  {
+    std::vector<std::vector<std::byte>> fields;
+    BatchView view;
+    view.rows = n;
+    for (const auto& f : schema.fields) {
+      fields.emplace_back(f.SampleBytes() * static_cast<size_t>(n));
+      view.fields.push_back(fields.back().data());
+    }
+    auto state = source.NewWorkerState();
+    rates.source_bytes_per_s =
+        BestOfTwo(static_cast<double>(n) * row, [&] { source.Read(rows, view, state.get()); });
+  }
+
+  // The same number of random rows from a probe-sized copy of each kind.
+  const int64_t probe_rows =
+      std::max<int64_t>(1, std::min<int64_t>(source.size(), kProbeBytes / row));
+  const size_t probe_bytes = static_cast<size_t>(probe_rows) * row;
+  const std::vector<int64_t> probe = RandomRows(probe_rows, n, 0x51ed2701);
+  std::vector<std::byte> out(static_cast<size_t>(n) * row);
+  {
+    const size_t rounded = (probe_bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = std::aligned_alloc(kHugePage, rounded);
+    if (p != nullptr) {
+      madvise(p, rounded, MADV_HUGEPAGE);
+      auto* ram = static_cast<std::byte*>(p);
+      Fill(ram, probe_bytes);
+      rates.ram_bytes_per_s = BestOfTwo(static_cast<double>(n) * row, [&] {
+        for (int64_t i = 0; i < n; ++i) {
+          std::memcpy(out.data() + static_cast<size_t>(i) * row,
+                      ram + static_cast<size_t>(probe[static_cast<size_t>(i)]) * row, row);
+        }
+      });
+      std::free(p);
+    }
+  }
+  {
+    const int fd = memfd_create("gpufeed-probe", MFD_CLOEXEC);
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(probe_bytes)) == 0) {
+      void* w = mmap(nullptr, probe_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (w != MAP_FAILED) {
+        Fill(static_cast<std::byte*>(w), probe_bytes);
+        munmap(w, probe_bytes);
+        // A reader maps it afresh, as every process using the cache does.
+        void* r = mmap(nullptr, probe_bytes, PROT_READ, MAP_SHARED, fd, 0);
+        if (r != MAP_FAILED) {
+          const auto* shm = static_cast<const std::byte*>(r);
+          std::vector<std::byte> blocks(((row + kShmBlockBytes - 1) / kShmBlockBytes + 1) *
+                                        kShmBlockBytes);
+          uint64_t sink = 0;
+          rates.shm_bytes_per_s = BestOfTwo(static_cast<double>(n) * row, [&] {
+            // The shm tier's read (ShmCachedSource::CopyVerified): the rows in sample order;
+            // the whole blocks a row lies in are copied and hashed unless the previous row's
+            // copy holds them; then the row is copied out.
+            uint64_t held_first = 1, held_last = 0;
+            for (int64_t i = 0; i < n; ++i) {
+              const uint64_t begin = static_cast<uint64_t>(probe[static_cast<size_t>(i)]) * row;
+              const uint64_t first = begin / kShmBlockBytes;
+              const uint64_t last = (begin + row - 1) / kShmBlockBytes;
+              if (first < held_first || last > held_last) {
+                const uint64_t from = first * kShmBlockBytes;
+                const uint64_t to = std::min<uint64_t>(probe_bytes, (last + 1) * kShmBlockBytes);
+                std::memcpy(blocks.data(), shm + from, to - from);
+                for (uint64_t at = from; at < to; at += kShmBlockBytes) {
+                  sink += HashShmBlock(blocks.data() + (at - from),
+                                       std::min<uint64_t>(kShmBlockBytes, to - at));
+                }
+                held_first = first;
+                held_last = last;
+              }
+              std::memcpy(out.data() + static_cast<size_t>(i) * row,
+                          blocks.data() + (begin - held_first * kShmBlockBytes), row);
+            }
+          });
+          if (sink == 1) rates.shm_bytes_per_s = 0;  // keeps the hashes from being optimized out
+          munmap(r, probe_bytes);
+        }
+      }
+    }
+    if (fd >= 0) close(fd);
+  }
+  return rates;
+}
+
+}  // namespace gpufeed

@@ -1,0 +1,151 @@
+#include "core/host_memory_pool.h"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and we write pages
+#endif
+
+uint64_t DefaultRetainBytes() {
+  if (const char* env = std::getenv("GPUFEED_HOST_POOL_BYTES"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(env, &end, 10);
+    if (end != nullptr && *end == '\0') return v;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  const uint64_t ram = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+  return std::min<uint64_t>(ram / 8, uint64_t{8} << 30);
+}
+
+// Faults every page of a fresh block in on this thread. MADV_POPULATE_WRITE does it in one
+// call (the kernel zeroes the pages; no pass over them from user space).
+void FaultIn(void* p, size_t bytes) {
+  if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
+  auto* b = static_cast<volatile char*>(p);
+  for (size_t at = 0; at < bytes; at += 4096) b[at] = 0;
+}
+
+}  // namespace
+
+HostMemoryPool& HostMemoryPool::Instance() {
+  // Never destroyed: buffers may come back from static destructors of other objects.
+  static HostMemoryPool* pool = new HostMemoryPool();
+  return *pool;
+}
+
+HostMemoryPool::HostMemoryPool() : retain_(DefaultRetainBytes()) {}
+
+size_t HostMemoryPool::Rounded(size_t bytes) {
+  return (bytes + kHugePage - 1) / kHugePage * kHugePage;
+}
+
+void* HostMemoryPool::Take(size_t bytes) {
+  const size_t size = Rounded(std::max<size_t>(bytes, 1));
+  {
+    std::lock_guard lock(mu_);
+    auto it = kept_.find(size);
+    if (it != kept_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      counters_.kept_bytes -= static_cast<int64_t>(size);
+      ++counters_.taken_kept;
+      given_.emplace(p, size);
+      return p;
+    }
+  }
+  void* p = std::aligned_alloc(kHugePage, size);
+  if (p == nullptr) {
+    throw Error(ErrorCode::kDevice,
+                fmt::format("out of host memory allocating a {} byte batch buffer", bytes));
+  }
+  madvise(p, size, MADV_HUGEPAGE);  // a hint: fine if refused
+  FaultIn(p, size);
+  std::lock_guard lock(mu_);
+  try {
+    given_.emplace(p, size);
+  } catch (...) {
+    std::free(p);
+    throw;
+  }
+  ++counters_.taken_fresh;
+  return p;
+}
+
+bool HostMemoryPool::Give(void* block) noexcept {
+  if (block == nullptr) return false;
+  std::lock_guard lock(mu_);
+  const auto out = given_.find(block);
+  if (out == given_.end()) return false;
+  const size_t size = out->second;
+  given_.erase(out);
+  try {
+    kept_[size].push_back(block);
+  } catch (...) {  // no memory for the list entry: free the block instead
+    std::free(block);
+    ++counters_.freed;
+    return true;
+  }
+  counters_.kept_bytes += static_cast<int64_t>(size);
+  TrimToBudgetLocked();
+  return true;
+}
+
+void HostMemoryPool::TrimToBudgetLocked() noexcept {
+  // The size holding the most bytes gives its oldest block first.
+  while (static_cast<uint64_t>(counters_.kept_bytes) > retain_ && !kept_.empty()) {
+    auto victim = kept_.begin();
+    size_t most = 0;
+    for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+      const size_t held = it->first * it->second.size();
+      if (held > most) {
+        most = held;
+        victim = it;
+      }
+    }
+    auto& blocks = victim->second;
+    std::free(blocks.front());
+    blocks.erase(blocks.begin());
+    counters_.kept_bytes -= static_cast<int64_t>(victim->first);
+    ++counters_.freed;
+    if (blocks.empty()) kept_.erase(victim);
+  }
+}
+
+void HostMemoryPool::Trim() noexcept {
+  std::lock_guard lock(mu_);
+  for (auto& [size, blocks] : kept_) {
+    for (void* p : blocks) std::free(p);
+    counters_.freed += static_cast<int64_t>(blocks.size());
+  }
+  kept_.clear();
+  counters_.kept_bytes = 0;
+}
+
+HostMemoryPool::Counters HostMemoryPool::counters() const {
+  std::lock_guard lock(mu_);
+  return counters_;
+}
+
+void HostMemoryPool::SetRetainBytes(uint64_t bytes) noexcept {
+  std::lock_guard lock(mu_);
+  retain_ = bytes;
+  TrimToBudgetLocked();
+}
+
+}  // namespace gpufeed

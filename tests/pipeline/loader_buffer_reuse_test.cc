@@ -1,0 +1,74 @@
+// A later loader of the process takes the batch buffers an earlier one gave back, already
+// faulted in (core/host_memory_pool.h), and fills them with its own rows.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "core/host_memory_pool.h"
+#include "gpufeed/loader.h"
+#include "gpufeed/sources.h"
+
+namespace gpufeed {
+namespace {
+
+// 1 KiB rows, value[i][e] = i * 1000 + e + offset: a batch of 4096 fills a 4 MiB buffer,
+// large enough to come from the pool.
+struct Rows {
+  std::vector<float> v;
+  Rows(int64_t n, float offset) : v(static_cast<size_t>(n) * 256) {
+    for (int64_t i = 0; i < n; ++i) {
+      for (int e = 0; e < 256; ++e) v[size_t(i) * 256 + e] = float(i * 1000 + e) + offset;
+    }
+  }
+  std::shared_ptr<Source> Open() {
+    return OpenMemory(
+        {{ParseSchema("v:float32[256]").fields[0], v.data(), int64_t(v.size() / 256)}});
+  }
+};
+
+LoaderOptions Options() {
+  LoaderOptions o;
+  o.batch_size = 4096;
+  o.workers = 1;
+  o.prefetch = 1;
+  o.shuffle = false;
+  o.rank = 0;
+  o.world_size = 1;
+  return o;
+}
+
+TEST(LoaderBufferReuse, ASecondLoaderGetsTheFirstOnesBuffersWithoutFaultingNewOnes) {
+  HostMemoryPool& pool = HostMemoryPool::Instance();
+  pool.Trim();
+  pool.SetRetainBytes(uint64_t{256} << 20);
+  Rows first(8192, 0.0f);
+  std::set<const void*> buffers;
+  {
+    Loader loader(first.Open(), Options());
+    while (auto batch = loader.Next()) buffers.insert(batch->field("v").data);
+  }
+  ASSERT_FALSE(buffers.empty());
+  const auto before = pool.counters();
+  EXPECT_GT(before.kept_bytes, 0);
+
+  // Other values, so a row left over from the first loader would show.
+  Rows second(8192, 0.5f);
+  Loader loader(second.Open(), Options());
+  auto batch = loader.Next();
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(buffers.count(batch->field("v").data), 1u) << "the first batch reuses a kept buffer";
+  const auto after = pool.counters();
+  EXPECT_EQ(after.taken_fresh, before.taken_fresh) << "no fresh buffer was faulted in";
+  EXPECT_GT(after.taken_kept, before.taken_kept);
+  const float* v = batch->field("v").as<float>();
+  for (int64_t i = 0; i < 4096; ++i) {
+    ASSERT_EQ(v[i * 256 + 255], float(i * 1000 + 255) + 0.5f) << "row " << i;
+  }
+  batch.reset();
+  pool.Trim();
+}
+
+}  // namespace
+}  // namespace gpufeed
