@@ -47,30 +47,6 @@ struct IpcField {
   uint64_t bytes;
 };
 
-bool ReadFully(int fd, void* data, size_t bytes) {
-  auto* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    const ssize_t r = read(fd, p, bytes);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    bytes -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool WriteFully(int fd, const void* data, size_t bytes) {
-  const auto* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t r = write(fd, p, bytes);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    bytes -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
 uint64_t RandomGeneration() {
   uint64_t value = 0;
   if (getrandom(&value, sizeof(value), 0) != static_cast<ssize_t>(sizeof(value))) {
@@ -128,7 +104,7 @@ struct DeviceShare::Files {
     if (fd < 0) return;
     IpcHeader h{};
     const bool ours =
-        ReadFully(fd, &h, sizeof(h)) && h.owner_pid == getpid() && h.generation == generation;
+        ReadAll(fd, &h, sizeof(h)) && h.owner_pid == getpid() && h.generation == generation;
     close(fd);
     if (ours) unlinkat(dir->fd(), (base + ".ipc").c_str(), 0);
   }
@@ -364,8 +340,8 @@ std::shared_ptr<DeviceShare> DeviceShare::Acquire(const DeviceShareRequest& requ
       std::vector<IpcField> fields(request.array_bytes.size());
       const uint64_t expected_size = sizeof(IpcHeader) + fields.size() * sizeof(IpcField);
       bool valid = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == expected_size &&
-                   ReadFully(fd, &h, sizeof(h)) &&
-                   ReadFully(fd, fields.data(), fields.size() * sizeof(IpcField));
+                   ReadAll(fd, &h, sizeof(h)) &&
+                   ReadAll(fd, fields.data(), fields.size() * sizeof(IpcField));
       close(fd);
       valid =
           valid && std::memcmp(h.magic, kMagic, sizeof(kMagic)) == 0 && h.version == kVersion &&
@@ -456,8 +432,8 @@ std::shared_ptr<DeviceShare> DeviceShare::Acquire(const DeviceShareRequest& requ
       const std::string tmp = fmt::format("{}.ipc.tmp-{}", base, getpid());
       unlinkat(files->dir->fd(), tmp.c_str(), 0);
       const int out = files->dir->CreateFile(tmp);
-      const bool written = out >= 0 && WriteFully(out, &h, sizeof(h)) &&
-                           WriteFully(out, records.data(), records.size() * sizeof(IpcField));
+      const bool written = out >= 0 && WriteAll(out, &h, sizeof(h)) &&
+                           WriteAll(out, records.data(), records.size() * sizeof(IpcField));
       const int err = errno;
       if (out >= 0) close(out);
       if (!written ||

@@ -58,6 +58,8 @@ std::string Untrusted(const struct stat& st, bool want_dir, std::optional<gid_t>
   return {};
 }
 
+}  // namespace
+
 bool ReadAll(int fd, void* buf, size_t n) {
   auto* p = static_cast<char*>(buf);
   while (n > 0) {
@@ -81,8 +83,6 @@ bool WriteAll(int fd, const void* buf, size_t n) {
   }
   return true;
 }
-
-}  // namespace
 
 std::string ShmUserDirPath(const std::string& root, std::optional<gid_t> group) {
   if (group) return fmt::format("{}/gpufeed-group-{}", root, *group);

@@ -75,6 +75,11 @@ class ShmUserDir {
   std::array<std::byte, kShmSecretBytes> secret_{};
 };
 
+// Reads or writes all `n` bytes at the descriptor's position, retrying after EINTR and short
+// transfers; false on an error or an early end of file.
+bool ReadAll(int fd, void* buf, size_t n);
+bool WriteAll(int fd, const void* buf, size_t n);
+
 // "<root>/gpufeed-user-<uid>" for the calling user, or "<root>/gpufeed-group-<gid>".
 std::string ShmUserDirPath(const std::string& root, std::optional<gid_t> group = std::nullopt);
 
