@@ -24,3 +24,25 @@ def test_bench_json_reports_memcpy_and_same_work_ceilings():
         result["samples_per_s"] / result["ceiling_samples_per_s"], rel=1e-6)
     assert result["ratio_to_same_work"] == pytest.approx(
         result["samples_per_s"] / result["same_work_samples_per_s"], rel=1e-6)
+
+
+def test_demo_runs_for_its_seconds_and_reports_the_verdict_as_json(tmp_path):
+    binary = os.environ.get("GPUFEED_BIN")
+    if not binary:
+        pytest.skip("GPUFEED_BIN (the built CLI) is not set")
+    out = subprocess.run(
+        [binary, "demo", "--folder", str(tmp_path / "demo"), "--samples", "3000", "-b", "128",
+         "--seconds", "1.5", "--step-ms", "2", "-d", "cpu", "--json"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)  # stdout holds the JSON alone; the narration is on stderr
+    assert "Summary" in out.stderr and "Doctor:" in out.stderr
+    # Whole epochs until 1.5 s had passed: more than one epoch of 24 batches of ~2 ms.
+    assert result["epochs"] > 1
+    assert result["samples"] == result["epochs"] * 3000
+    assert result["wall_s"] >= 1.5
+    assert result["verdict"] == result["doctor"]["verdict"]
+    assert result["stage"] == result["doctor"]["stage"]
+    assert result["verdict"] in ("healthy", "input-bound", "cpu-starved", "host-bound",
+                                 "memory-pressure", "measuring")
+    assert result["doctor"]["batches"] >= 16
