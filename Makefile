@@ -49,12 +49,15 @@ test-asan: setup
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ctest -j $(JOBS) --output-on-failure
 
-# ThreadSanitizer over the suites labelled "tsan" (everything with threads).
+# ThreadSanitizer over the suites labelled "tsan" (everything with threads). Files/Hdf5CaseTest
+# (each h5py case decoded and compared on one thread) is left to the normal and ASan trees:
+# under TSan it took 110 of the suite's 270 test-seconds with no thread to look at.
 test-tsan: setup
 	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DGPUFEED_SANITIZE=thread \
 	  -DGPUFEED_BUILD_PYTHON=OFF -DGPUFEED_BUILD_BENCH=OFF $(LAUNCHER)
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target gpufeed_tsan_tests
-	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j $(JOBS) -L tsan --output-on-failure
+	cd $(BUILD)-tsan && TSAN_OPTIONS=halt_on_error=1 ctest -j $(JOBS) -L tsan \
+	  -E '^Files/Hdf5CaseTest' --output-on-failure
 
 test-python: build
 	@if [ -d python/tests ]; then \

@@ -188,7 +188,9 @@ double SlowestStageNs(const Totals& t) { return std::max({t.read, t.transform, t
 // earlier batches) the stage the workers spend the most time in.
 Stage WaitedStage(const Totals& t) {
   const double on_stage = std::max({t.waited_read, t.waited_transform, t.waited_copy});
-  if (on_stage > 0) {
+  // A stage holding a good part of the wait; a sliver (the wait spent mostly elsewhere) does
+  // not decide.
+  if (on_stage > 0 && on_stage >= 0.2 * t.WaitedTotal()) {
     if (on_stage == t.waited_copy) return Stage::kCopy;
     return on_stage == t.waited_transform ? Stage::kTransform : Stage::kRead;
   }

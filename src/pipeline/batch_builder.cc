@@ -111,6 +111,7 @@ BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int
 
   const int64_t t0 = NowNs();
   built.stamps.start_ns = t0;
+  built.stamps.staging = staging_pool_ != nullptr;
   BufferPool::Handle host = (staging_pool_ ? staging_pool_ : batch_pool_)->Acquire(stopping);
   if (!host) return built;
   // Staging buffers are held only from read to copy completion, so waiting for one is

@@ -83,6 +83,10 @@ void AttributeWait(BatchTiming& timing, const BatchStamps& stamps, int64_t calle
   timing.waited_transform_ns = overlap(read_end, transform_end);
   timing.waited_copy_ns = overlap(transform_end, ready);
   timing.waited_handoff_ns = overlap(ready, INT64_MAX);
+  if (stamps.staging) {  // waiting for a staging buffer is waiting for earlier copies
+    timing.waited_copy_ns += timing.waited_buffer_ns;
+    timing.waited_buffer_ns = 0;
+  }
   if (stamps.start_ns > 0 && stamps.handed_ns >= stamps.start_ns) {
     timing.build_wall_ns = stamps.handed_ns - stamps.start_ns;
   }

@@ -32,6 +32,9 @@ struct BatchStamps {
   int64_t copy_start_ns = 0;
   int64_t copy_end_ns = 0;
   int64_t handed_ns = 0;  // the worker put the finished batch in the queue
+  // The buffer waited for at start_ns was a pinned staging buffer, which only the copies of
+  // earlier batches hold: that wait is copy time.
+  bool staging = false;
 };
 
 // One delivered batch as the trace shows it.

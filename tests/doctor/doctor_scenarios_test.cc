@@ -76,7 +76,7 @@ Diagnosis RunAndDiagnose(Loader& loader, int batches, const std::function<void()
   DoctorInput in = CollectDoctorInput(loader, nullptr, static_cast<size_t>(batches));
   in.process_cpu_cores = (CpuSeconds() - cpu0) / wall;
   in.gpu_utilization = gpu_utilization;
-  in.min_seconds = 0.1;  // the scenarios are short; the batch count still counts
+  in.min_seconds = 0;  // the scenarios are short; the batch count still counts
   return Diagnose(in);
 }
 
@@ -215,7 +215,7 @@ class DoctorStreamScenario : public testing::FakeCudaTest {
     loader.Next();  // ends the last step
     driver.StreamSynchronize(stream);
     DoctorInput in = CollectDoctorInput(loader, nullptr, static_cast<size_t>(batches));
-    in.min_seconds = 0.1;  // the scenarios are short; the batch count still counts
+    in.min_seconds = 0;  // the scenarios are short; the batch count still counts
     const Diagnosis d = Diagnose(in);
     cuda::CurrentContextScope scope(*device->context());
     driver.StreamDestroy(stream);

@@ -150,6 +150,13 @@ TEST(LoaderMetrics, TheWaitIsSplitByWhereTheBatchWas) {
   EXPECT_EQ(t.waited_read_ns + t.waited_transform_ns, 0);
   EXPECT_EQ(t.waited_copy_ns, 100);
   EXPECT_EQ(t.waited_handoff_ns, 100);
+
+  // Waiting for a pinned staging buffer is waiting for earlier batches' copies.
+  s.staging = true;
+  AttributeWait(t, s, 100, 900, 1000);
+  EXPECT_EQ(t.waited_buffer_ns, 0);
+  EXPECT_EQ(t.waited_copy_ns, 200 + 50);
+  EXPECT_EQ(t.waited_read_ns, 400);
 }
 
 }  // namespace
