@@ -77,12 +77,12 @@ check-threads:
 	    -Iinclude -Isrc $$f || exit 1; \
 	done
 
-# libFuzzer targets (fuzz/), built in the ASan tree (clang-14, every part library with
-# -fsanitize=fuzzer-no-link,address,undefined); each runs FUZZ_SECONDS on its corpus, JOBS
+# libFuzzer targets (fuzz/), built in the ASan tree (clang-14, address,undefined; the parser
+# libraries with -fsanitize=fuzzer-no-link); each runs FUZZ_SECONDS on its corpus, JOBS
 # targets at a time. The 10-minute campaigns: FUZZ_SECONDS=600.
 FUZZ_SECONDS ?= 60
-# In `make test` (CI): 60 s per target (CI must stay under 30 minutes on 2 cores), with a
-# fixed seed so a red run reproduces.
+# In `make test` (CI): 60 s per target (four rounds of two: 4 minutes; CI must stay under 30
+# minutes on 2 cores), with a fixed seed so a red run reproduces.
 CI_FUZZ_SECONDS ?= 60
 fuzz: setup
 	$(ASAN_CONFIGURE)

@@ -2,6 +2,7 @@
 // faulted in (core/host_memory_pool.h), and fills them with its own rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -60,7 +61,16 @@ TEST(LoaderBufferReuse, ASecondLoaderGetsTheFirstOnesBuffersWithoutFaultingNewOn
   ASSERT_TRUE(batch);
   EXPECT_EQ(buffers.count(batch->field("v").data), 1u) << "the first batch reuses a kept buffer";
   const auto after = pool.counters();
-  EXPECT_EQ(after.taken_fresh, before.taken_fresh) << "no fresh buffer was faulted in";
+  // Fresh buffers only beyond the ones the first loader gave back (it makes its buffers as
+  // its workers need them, so how many it kept depends on the machine's timing).
+  const int64_t buffer_bytes = loader.stats().buffer_bytes;
+  ASSERT_GT(buffer_bytes, 0);
+  const int64_t kept_buffers = static_cast<int64_t>(before.kept_bytes) / buffer_bytes;
+  EXPECT_GE(kept_buffers, 1);
+  const int64_t allocated = loader.stats().buffers_allocated;  // read after the counters
+  EXPECT_LE(static_cast<int64_t>(after.taken_fresh - before.taken_fresh),
+            std::max<int64_t>(0, allocated - kept_buffers))
+      << "a fresh buffer was faulted in while a kept one was free";
   EXPECT_GT(after.taken_kept, before.taken_kept);
   const float* v = batch->field("v").as<float>();
   for (int64_t i = 0; i < 4096; ++i) {
