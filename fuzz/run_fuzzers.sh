@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# A single input may take up to 60 s (libFuzzer's -timeout): a crafted HDF5 chunk geometry
+# is known to take ~19 s in the ASan tree (Hdf5ChunkGeometry's copy runs; open in issue 14),
+# and a slower machine must not turn that into a red CI.
 # Runs every fuzzer built in BUILD/fuzz for SECONDS each on its corpus, FUZZ_JOBS targets at
 # a time (default 1): BUILD/corpus/<target> (where libFuzzer keeps what it finds), the
 # generated seeds in BUILD/seeds/<target> and the regression inputs kept in git
@@ -28,7 +31,7 @@ run_one() {
   local log="$build/artifacts/$t.log"
   if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
       UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-      "$build/fuzz/$t" ${FUZZ_SEED:+-seed="$FUZZ_SEED"} -max_total_time="$seconds" -timeout=20 \
+      "$build/fuzz/$t" ${FUZZ_SEED:+-seed="$FUZZ_SEED"} -max_total_time="$seconds" -timeout=60 \
         -rss_limit_mb=2560 -malloc_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$build/artifacts/$t-" \
         "$build/corpus/$t" "$build/seeds/$t" "$here/corpus/$t" >"$log" 2>&1; then
