@@ -125,7 +125,8 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
     in.batches.erase(in.batches.begin(),
                      in.batches.begin() + static_cast<std::ptrdiff_t>(in.batches.size() - keep));
   }
-  SetWarmupApart(in, loader.stats().batches);
+  const LoaderStats stats = loader.stats();
+  SetWarmupApart(in, stats.batches);
   // Starved threads: name who takes the cores (a fifth of a second of sampling, only then).
   if (const doctor::Totals t = doctor::Sum(in.batches);
       t.wait_with_runqueue > 0 && t.starved >= 0.3 * t.wait_with_runqueue) {
@@ -141,7 +142,6 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
   in.cache = loader.source().cache_tier();
   in.source_block = loader.source().PreferredBlock();
   in.block_shuffle = o.shuffle_block != 0;
-  const LoaderStats stats = loader.stats();
   if (stats.storage_read_bytes >= 0) {
     in.storage_read_bytes = static_cast<uint64_t>(stats.storage_read_bytes);
   }
