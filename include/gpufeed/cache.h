@@ -15,9 +15,9 @@
 //          preloaded in parallel); later epochs gather rows from RAM.
 //   shm    a file under /dev/shm named gpufeed-<key> (key: a hash of the source's Identity()
 //          and the format version) that the first process builds and publishes atomically
-//          (written, then renamed) with a checksum per 16 KiB block; every later process --
-//          local DDP ranks, concurrent hyper-parameter trials -- maps the same copy read-only
-//          and verifies each block on its first read. A build killed half-way is detected and
+//          (written, then renamed) with a checksum per row (rows under 4 KiB: per 4 KiB of
+//          rows); every later process -- local DDP ranks, concurrent hyper-parameter trials --
+//          reads the same copy (pread into its own memory) and verifies every row it copies. A build killed half-way is detected and
 //          redone; /dev/shm running full falls back to streaming, never to partial data.
 //   device the whole data set in GPU memory (the loader's CUDA device), uploaded once through
 //          pinned staging; a loader on that device gathers each batch there with a kernel,

@@ -110,40 +110,44 @@ GatherRates ProbeGatherRates(const Source& source) {
       if (w != MAP_FAILED) {
         Fill(static_cast<std::byte*>(w), probe_bytes);
         munmap(w, probe_bytes);
-        // A reader maps it afresh, as every process using the cache does.
-        void* r = mmap(nullptr, probe_bytes, PROT_READ, MAP_SHARED, fd, 0);
-        if (r != MAP_FAILED) {
-          const auto* shm = static_cast<const std::byte*>(r);
-          std::vector<std::byte> blocks(((row + kShmBlockBytes - 1) / kShmBlockBytes + 1) *
-                                        kShmBlockBytes);
-          uint64_t sink = 0;
-          rates.shm_bytes_per_s = BestOfTwo(static_cast<double>(n) * row, [&] {
-            // The shm tier's read (ShmCachedSource::CopyVerified): the rows in sample order;
-            // the whole blocks a row lies in are copied and hashed unless the previous row's
-            // copy holds them; then the row is copied out.
-            uint64_t held_first = 1, held_last = 0;
-            for (int64_t i = 0; i < n; ++i) {
-              const uint64_t begin = static_cast<uint64_t>(probe[static_cast<size_t>(i)]) * row;
-              const uint64_t first = begin / kShmBlockBytes;
-              const uint64_t last = (begin + row - 1) / kShmBlockBytes;
-              if (first < held_first || last > held_last) {
-                const uint64_t from = first * kShmBlockBytes;
-                const uint64_t to = std::min<uint64_t>(probe_bytes, (last + 1) * kShmBlockBytes);
-                std::memcpy(blocks.data(), shm + from, to - from);
-                for (uint64_t at = from; at < to; at += kShmBlockBytes) {
-                  sink += HashShmBlock(blocks.data() + (at - from),
-                                       std::min<uint64_t>(kShmBlockBytes, to - at));
-                }
-                held_first = first;
-                held_last = last;
-              }
-              std::memcpy(out.data() + static_cast<size_t>(i) * row,
-                          blocks.data() + (begin - held_first * kShmBlockBytes), row);
+        // The shm tier's read (ShmCachedSource::CopyVerified): the rows in sample order, each
+        // row (or each block of small rows) copied by pread into private memory and hashed
+        // there; small rows are then copied out of their block.
+        const uint64_t per = ShmRowsPerBlock(row);
+        std::vector<int64_t> sorted(probe.begin(), probe.end());
+        std::sort(sorted.begin(), sorted.end());
+        std::vector<std::byte> block(kShmBlockBytes);
+        uint64_t sink = 0;
+        bool failed = false;
+        auto read = [&](std::byte* dst, size_t bytes, uint64_t at) {
+          if (pread(fd, dst, bytes, static_cast<off_t>(at)) != static_cast<ssize_t>(bytes)) {
+            failed = true;
+          }
+        };
+        rates.shm_bytes_per_s = BestOfTwo(static_cast<double>(n) * row, [&] {
+          uint64_t held = UINT64_MAX;
+          for (int64_t i = 0; i < n; ++i) {
+            const auto index = static_cast<uint64_t>(sorted[static_cast<size_t>(i)]);
+            std::byte* dst = out.data() + static_cast<size_t>(i) * row;
+            if (per == 1) {
+              read(dst, row, index * row);
+              sink += HashShmBlock(dst, row);
+              continue;
             }
-          });
-          if (sink == 1) rates.shm_bytes_per_s = 0;  // keeps the hashes from being optimized out
-          munmap(r, probe_bytes);
-        }
+            const uint64_t k = index / per;
+            const uint64_t first = k * per;
+            if (k != held) {
+              const uint64_t rows =
+                  std::min<uint64_t>(static_cast<uint64_t>(probe_rows), first + per) - first;
+              read(block.data(), rows * row, first * row);
+              sink += HashShmBlock(block.data(), rows * row);
+              held = k;
+            }
+            std::memcpy(dst, block.data() + (index - first) * row, row);
+          }
+        });
+        // (sink == 1 keeps the hashes from being optimized out.)
+        if (failed || sink == 1) rates.shm_bytes_per_s = 0;
       }
     }
     if (fd >= 0) close(fd);

@@ -25,7 +25,8 @@ namespace {
 // Samples one task reads from the base source and writes: a few MB, so tasks balance.
 int64_t ChunkSamples(size_t sample_bytes) {
   constexpr size_t kChunkBytes = size_t{4} << 20;
-  return std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / std::max<size_t>(1, sample_bytes)));
+  return std::max<int64_t>(1,
+                           static_cast<int64_t>(kChunkBytes / std::max<size_t>(1, sample_bytes)));
 }
 
 // pwrite with an injectable ENOSPC. Returns 0 or an errno.
@@ -67,8 +68,9 @@ ShmBuildResult Fail(ShmBuildStatus status, std::string message) {
 }
 
 ShmBuildResult FailErrno(int err, const std::string& what, const std::string& path) {
-  return Fail(err == ENOSPC || err == EDQUOT ? ShmBuildStatus::kNoSpace : ShmBuildStatus::kWriteFailed,
-              fmt::format("{} {}: {}", what, path, std::strerror(err)));
+  return Fail(
+      err == ENOSPC || err == EDQUOT ? ShmBuildStatus::kNoSpace : ShmBuildStatus::kWriteFailed,
+      fmt::format("{} {}: {}", what, path, std::strerror(err)));
 }
 
 // Writes every sample; returns 0 or the first write errno. Base-source errors propagate.
@@ -99,7 +101,8 @@ int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer
     base.Read(indices, view, states[thread].get());
     for (size_t f = 0; f < schema.fields.size(); ++f) {
       const size_t n = layout.row_bytes[f] * static_cast<size_t>(rows);
-      const int err = writer.Write(view.fields[f], n, layout.header_bytes + layout.RowBegin(f, begin));
+      const int err =
+          writer.Write(view.fields[f], n, layout.header_bytes + layout.RowBegin(f, begin));
       if (err != 0) {
         int expected = 0;
         first_errno.compare_exchange_strong(expected, err);
@@ -111,24 +114,34 @@ int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer
   return first_errno.load();
 }
 
-// Hashes every block of the data region through a read-only mapping of the written file.
+// Hashes every block (each field's groups of whole rows, see shm_format.h) through a
+// read-only mapping of the written file.
 std::vector<uint64_t> HashBlocks(int fd, const ShmLayout& layout, int threads) {
   std::vector<uint64_t> hashes(layout.blocks);
   if (layout.blocks == 0) return hashes;
   void* p = mmap(nullptr, layout.total_bytes, PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    throw Error(ErrorCode::kIo, fmt::format("mmap of a cache being built failed: {}",
-                                            std::strerror(errno)));
+    throw Error(ErrorCode::kIo,
+                fmt::format("mmap of a cache being built failed: {}", std::strerror(errno)));
   }
   const auto* data = static_cast<const std::byte*>(p) + layout.header_bytes;
-  constexpr int64_t kBlocksPerTask = 256;
+  constexpr int64_t kBlocksPerTask = 1024;
   const int64_t tasks = (static_cast<int64_t>(layout.blocks) + kBlocksPerTask - 1) / kBlocksPerTask;
   ThreadPool pool(threads);
   pool.ParallelFor(tasks, [&](int64_t task, int) {
     const uint64_t end = std::min<uint64_t>(layout.blocks, (task + 1) * kBlocksPerTask);
-    for (uint64_t b = task * kBlocksPerTask; b < end; ++b) {
-      const uint64_t at = b * kShmBlockBytes;
-      hashes[b] = HashShmBlock(data + at, std::min(kShmBlockBytes, layout.data_bytes - at));
+    uint64_t b = static_cast<uint64_t>(task) * kBlocksPerTask;
+    // The field of block b: the last one whose first block is at or before it (fields with
+    // no rows to hash own no blocks, and share their first_block with the next field).
+    size_t f = 0;
+    while (b < end) {
+      while (f + 1 < layout.first_block.size() && layout.first_block[f + 1] <= b) ++f;
+      const uint64_t k = b - layout.first_block[f];
+      const int64_t first = layout.BlockFirstRow(f, k);
+      const int64_t last = layout.BlockEndRow(f, k);
+      hashes[b] = HashShmBlock(data + layout.RowBegin(f, first),
+                               static_cast<size_t>(last - first) * layout.row_bytes[f]);
+      ++b;
     }
   });
   munmap(p, layout.total_bytes);

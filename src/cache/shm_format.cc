@@ -71,6 +71,26 @@ uint64_t HeaderHash(std::span<const std::byte> bytes, ShmKey key) {
 
 }  // namespace
 
+bool PlanShmBlocks(ShmLayout& layout) {
+  const size_t fields = layout.row_bytes.size();
+  layout.rows_per_block.assign(fields, 1);
+  layout.first_block.assign(fields, 0);
+  uint64_t blocks = 0;
+  const auto samples = static_cast<uint64_t>(std::max<int64_t>(0, layout.samples));
+  for (size_t f = 0; f < fields; ++f) {
+    layout.first_block[f] = blocks;
+    const uint64_t row = layout.row_bytes[f];
+    if (row == 0) continue;  // nothing to hash
+    const uint64_t per = ShmRowsPerBlock(row);
+    layout.rows_per_block[f] = per;
+    const auto sum = CheckedAdd(blocks, samples / per + (samples % per != 0 ? 1 : 0));
+    if (!sum) return false;
+    blocks = *sum;
+  }
+  layout.blocks = blocks;
+  return true;
+}
+
 ShmLayout PlanShmLayout(const Schema& schema, int64_t samples, const std::string& identity,
                         const std::string& schema_text, const std::string& description) {
   ShmLayout layout;
@@ -87,7 +107,9 @@ ShmLayout PlanShmLayout(const Schema& schema, int64_t samples, const std::string
     offset = RoundUp(end, kShmAlign);
   }
   layout.data_bytes = offset;
-  layout.blocks = (offset + kShmBlockBytes - 1) / kShmBlockBytes;
+  // Cannot overflow: each field's blocks are at most its rows, and its rows' bytes fit.
+  const bool planned = PlanShmBlocks(layout);
+  GPUFEED_ASSERT(planned, "block count fits");
   const size_t texts = identity.size() + schema_text.size() + description.size();
   layout.header_bytes =
       RoundUp(VariableBytes(schema.fields.size(), layout.blocks, texts), kShmAlign);
@@ -178,9 +200,9 @@ ShmHeader DecodeShmHeader(std::span<const std::byte> bytes, uint64_t file_size,
                             Get<uint64_t>(bytes, kDescriptionLenAt)};
   h.created_unix_ns = Get<int64_t>(bytes, kCreatedAt);
   // Every length is checked against the header before it is used, in overflow-free order.
+  // The block count is checked against the field table below, once that is read.
   if (Get<uint64_t>(bytes, kBlockBytesAt) != kShmBlockBytes || layout.samples < 0 ||
-      layout.data_bytes != file_size - header_bytes ||
-      layout.blocks != (layout.data_bytes + kShmBlockBytes - 1) / kShmBlockBytes ||
+      layout.data_bytes != file_size - header_bytes || layout.blocks > header_bytes ||
       fields > header_bytes || lens[0] > header_bytes || lens[1] > header_bytes ||
       lens[2] > header_bytes ||
       VariableBytes(fields, layout.blocks, lens[0] + lens[1] + lens[2]) > header_bytes) {
@@ -192,7 +214,8 @@ ShmHeader DecodeShmHeader(std::span<const std::byte> bytes, uint64_t file_size,
     text->assign(reinterpret_cast<const char*>(bytes.data() + at), len);
     at += len;
   }
-  for (size_t f = 0; f < fields; ++f) layout.field_offsets.push_back(Get<uint64_t>(bytes, at + 8 * f));
+  for (size_t f = 0; f < fields; ++f)
+    layout.field_offsets.push_back(Get<uint64_t>(bytes, at + 8 * f));
   at += 8 * fields;
   for (size_t f = 0; f < fields; ++f) layout.row_bytes.push_back(Get<uint64_t>(bytes, at + 8 * f));
   at += 8 * fields;
@@ -210,6 +233,12 @@ ShmHeader DecodeShmHeader(std::span<const std::byte> bytes, uint64_t file_size,
       Corrupt(path, fmt::format("field {} does not fit the data region", f));
     }
   }
+  ShmLayout planned = layout;
+  if (!PlanShmBlocks(planned) || planned.blocks != layout.blocks) {
+    Corrupt(path, fmt::format("{} block hashes, its field table makes {}", layout.blocks,
+                              planned.blocks));
+  }
+  layout = std::move(planned);
   return h;
 }
 

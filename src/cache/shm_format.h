@@ -1,17 +1,27 @@
 // The shared-memory cache file: a header, then one region per field (samples along axis 0).
 //
-//   [fixed header | identity | schema | description | field offsets | block hashes] pad 4 KiB
+//   [fixed header | identity | schema | description | field offsets | row bytes |
+//    block hashes] pad 4 KiB
 //   [field 0: samples x row bytes] pad 4 KiB [field 1 ...] ...
 //
-// The data region is cut into 16 KiB blocks, each with a 64-bit XXH3 hash in the header; the
-// header carries a hash of itself (the texts, the field table and the block hashes) keyed
-// with the user's secret (ShmUserDir), so a header another user wrote does not verify. A
-// reader checks the header and its field table against the source's schema when it opens
-// the file, and every block it copies from (see ShmCachedSource), so a damaged file is caught
-// without reading 800 MB before the first batch.
+// Each field's rows are cut into blocks of whole rows, each with a 64-bit XXH3 hash in the
+// header: one row per block when a row has kShmBlockBytes or more, else as many rows as fit
+// in kShmBlockBytes (a label field of 8-byte rows: 512 rows a block). So a reader checks
+// exactly the bytes of the rows it copies (a large row is its own block), and a batch of
+// shuffled rows hashes each row once, not the neighbours that shared its block (format 3
+// had 16 KiB blocks over the whole data region: a random 8 KiB row cost 16-32 KiB of copy
+// and hash). The header carries a hash of itself (the texts, the field table and the block
+// hashes) keyed with the user's secret (ShmUserDir), so a header another user wrote does
+// not verify. A reader checks the header and its field table against the source's schema
+// when it opens the file, and every block it copies (see ShmCachedSource), so a damaged
+// file is caught without reading 800 MB before the first batch.
+// Format versions are part of the cache key (CacheKey), and a file of another version
+// fails ShmHeaderBytes: an older cache is never misread; it is rebuilt under the new key
+// (`gpufeed cache gc` removes the old file, which lists as invalid).
 // Thread-safety: values and pure functions.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -22,8 +32,9 @@
 
 namespace gpufeed {
 
-inline constexpr uint32_t kShmFormatVersion = 3;
-inline constexpr uint64_t kShmBlockBytes = uint64_t{16} << 10;
+inline constexpr uint32_t kShmFormatVersion = 4;
+// Rows shorter than this are hashed in groups of up to this many bytes; longer rows alone.
+inline constexpr uint64_t kShmBlockBytes = uint64_t{4} << 10;
 inline constexpr uint64_t kShmAlign = 4096;
 // The fixed part of the header: read first, it says how long the rest is.
 inline constexpr size_t kShmFixedHeaderBytes = 128;
@@ -35,14 +46,37 @@ struct ShmLayout {
   std::vector<uint64_t> row_bytes = {};      // per field
   uint64_t header_bytes = 0;                 // also where the data region starts
   uint64_t data_bytes = 0;
-  uint64_t blocks = 0;
-  uint64_t total_bytes = 0;                  // the file's size
+  uint64_t blocks = 0;                        // all fields' blocks
+  uint64_t total_bytes = 0;                   // the file's size
+  std::vector<uint64_t> rows_per_block = {};  // per field (ShmRowsPerBlock of its row bytes)
+  std::vector<uint64_t> first_block = {};     // per field: the index of its first block
 
   // Data-region bytes [begin, end) of sample `index` of field `field`.
   uint64_t RowBegin(size_t field, int64_t index) const {
     return field_offsets[field] + static_cast<uint64_t>(index) * row_bytes[field];
   }
+  // The block that holds sample `index` of field `field`. REQUIRES: row_bytes[field] > 0.
+  uint64_t BlockOf(size_t field, int64_t index) const {
+    return first_block[field] + static_cast<uint64_t>(index) / rows_per_block[field];
+  }
+  // The samples [first, end) of block `k` of field `field` (k counted within the field).
+  int64_t BlockFirstRow(size_t field, uint64_t k) const {
+    return static_cast<int64_t>(k * rows_per_block[field]);
+  }
+  int64_t BlockEndRow(size_t field, uint64_t k) const {
+    return static_cast<int64_t>(
+        std::min<uint64_t>(static_cast<uint64_t>(samples), (k + 1) * rows_per_block[field]));
+  }
 };
+
+// Rows per block of a field with `row_bytes` bytes a row: 1 for rows of kShmBlockBytes or
+// more, else as many as fit in kShmBlockBytes. REQUIRES: row_bytes > 0.
+inline uint64_t ShmRowsPerBlock(uint64_t row_bytes) {
+  return row_bytes >= kShmBlockBytes ? 1 : kShmBlockBytes / row_bytes;
+}
+// Fills rows_per_block, first_block and blocks from samples and row_bytes. False (layout
+// unchanged past row_bytes) when the block count overflows 64 bits.
+bool PlanShmBlocks(ShmLayout& layout);
 
 struct ShmHeader {
   std::string identity = {};     // Source::Identity() of the cached source
@@ -86,7 +120,7 @@ ShmHeader DecodeShmHeader(std::span<const std::byte> bytes, uint64_t file_size,
 void CheckShmHeaderFor(const ShmHeader& header, const Schema& schema, int64_t samples,
                        const std::string& identity, const std::string& path);
 
-// The block checksum (XXH3, 64 bits).
+// The block checksum (XXH3, 64 bits) of a block's rows.
 uint64_t HashShmBlock(const void* data, size_t bytes);
 
 }  // namespace gpufeed

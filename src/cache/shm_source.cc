@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 #include <sys/file.h>
-#include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,7 +12,6 @@
 #include <cstring>
 
 #include "core/log.h"
-#include "core/mapped_read_guard.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -23,29 +22,23 @@ namespace {
 struct ShmWorkerState : SourceWorkerState {
   std::unique_ptr<SourceWorkerState> base;
   bool made = false;
-  std::vector<std::byte> scratch;  // a run of whole blocks, copied from the mapping
+  std::vector<std::byte> scratch;  // one block of small rows, copied from the file
   std::vector<size_t> order;       // batch positions by sample index
+  std::vector<iovec> iov;          // one run of adjacent rows
 };
+
+// Adjacent rows read by one preadv: at most this many (IOV_MAX is 1024 on Linux).
+constexpr size_t kMaxRunRows = 512;
 
 }  // namespace
 
 ShmCachedSource::ShmCachedSource(std::shared_ptr<Source> base, int fd, std::string path,
                                  ShmHeader header)
     : CachedSource(std::move(base), CacheTier::kShm),
-      fd_(fd), path_(std::move(path)), header_(std::move(header)) {
-  const uint64_t total = header_.layout.total_bytes;
-  void* p = mmap(nullptr, total, PROT_READ, MAP_SHARED, fd_, 0);
-  if (p == MAP_FAILED) {
-    const int err = errno;
-    close(fd_);
-    throw Error(ErrorCode::kIo, fmt::format("shared-memory cache {}: mmap of {} bytes failed: {}",
-                                            path_, total, std::strerror(err)));
-  }
-  map_ = static_cast<const std::byte*>(p);
-  data_ = map_ + header_.layout.header_bytes;
-  // No MADV_RANDOM: the kernel's fault-around maps a whole 16 KiB block's pages in one fault,
-  // and a first batch of random rows takes one fault per block instead of one per page.
-  // A shared lock for as long as the file is mapped: `gpufeed cache ls` counts them.
+      fd_(fd),
+      path_(std::move(path)),
+      header_(std::move(header)) {
+  // A shared lock for as long as the file is open: `gpufeed cache ls` counts them.
   flock(fd_, LOCK_SH | LOCK_NB);
   const uint64_t words = (header_.layout.blocks + 63) / 64;
   verified_ = std::make_unique<std::atomic<uint64_t>[]>(words);
@@ -55,7 +48,6 @@ ShmCachedSource::ShmCachedSource(std::shared_ptr<Source> base, int fd, std::stri
 }
 
 ShmCachedSource::~ShmCachedSource() {
-  munmap(const_cast<std::byte*>(map_), header_.layout.total_bytes);
   close(fd_);  // drops the shared flock
 }
 
@@ -84,59 +76,100 @@ void ShmCachedSource::MarkVerified(uint64_t block) const {
   verified_[block / 64].fetch_or(uint64_t{1} << (block % 64), std::memory_order_relaxed);
 }
 
+void ShmCachedSource::ReadExactly(std::byte* dst, uint64_t bytes, uint64_t at) const {
+  uint64_t offset = header_.layout.header_bytes + at;
+  while (bytes > 0) {
+    const ssize_t r = pread(fd_, dst, bytes, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      throw Error(ErrorCode::kIo,
+                  r == 0 ? fmt::format("shared-memory cache {} changed size while being read "
+                                       "(truncated at offset {})",
+                                       path_, offset)
+                         : fmt::format("shared-memory cache {}: read of {} bytes at offset {} "
+                                       "failed: {}",
+                                       path_, bytes, offset, std::strerror(errno)));
+    }
+    dst += r;
+    bytes -= static_cast<uint64_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+}
+
 bool ShmCachedSource::CopyVerified(std::span<const int64_t> indices, const BatchView& out,
                                    SourceWorkerState* state) const {
   const ShmLayout& layout = header_.layout;
   ShmWorkerState local;
   auto* ws = static_cast<ShmWorkerState*>(state);
   if (ws == nullptr) ws = &local;
-  // Rows in sample order, so neighbours share the blocks already copied and checked.
+  // Rows in sample order: adjacent rows become one preadv, rows of one block one read.
   ws->order.resize(indices.size());
   for (size_t i = 0; i < indices.size(); ++i) ws->order[i] = i;
   std::sort(ws->order.begin(), ws->order.end(),
             [&](size_t a, size_t b) { return indices[a] < indices[b]; });
-  uint64_t max_row = 0;
-  for (uint64_t row : layout.row_bytes) max_row = std::max(max_row, row);
-  // A row spans at most this many blocks: sized before the guarded copy, which must not
-  // allocate (a fault leaves it by a jump).
-  ws->scratch.resize((max_row / kShmBlockBytes + 2) * kShmBlockBytes);
-  std::byte* scratch = ws->scratch.data();
   const std::vector<size_t>& order = ws->order;
-  bool ok = true;
-  GuardMappedRead(path_, [&] {
-    for (size_t f = 0; ok && f < layout.row_bytes.size(); ++f) {
-      const uint64_t row = layout.row_bytes[f];
-      if (row == 0) continue;
-      std::byte* dst = out.fields[f];
-      uint64_t held_first = 1, held_last = 0;  // the blocks in scratch: none
-      for (size_t k = 0; ok && k < order.size(); ++k) {
-        const size_t pos = order[k];
-        const uint64_t begin = layout.RowBegin(f, indices[pos]);
-        const uint64_t first = begin / kShmBlockBytes;
-        const uint64_t last = (begin + row - 1) / kShmBlockBytes;
-        if (first < held_first || last > held_last) {
-          // Copy, then hash the copy: what is served is exactly what was checked.
-          const uint64_t from = first * kShmBlockBytes;
-          const uint64_t to = std::min(layout.data_bytes, (last + 1) * kShmBlockBytes);
-          std::memcpy(scratch, data_ + from, to - from);
-          for (uint64_t b = first; b <= last; ++b) {
-            const uint64_t at = b * kShmBlockBytes;
-            const uint64_t n = std::min(kShmBlockBytes, layout.data_bytes - at);
-            if (HashShmBlock(scratch + (at - from), n) != header_.block_hashes[b]) {
-              ok = false;
-              break;
-            }
-            MarkVerified(b);
-          }
-          held_first = first;
-          held_last = last;
+  ws->scratch.resize(kShmBlockBytes);
+  for (size_t f = 0; f < layout.row_bytes.size(); ++f) {
+    const uint64_t row = layout.row_bytes[f];
+    if (row == 0) continue;
+    std::byte* dst = out.fields[f];
+    if (layout.rows_per_block[f] == 1) {
+      // Each row is a block: read runs of adjacent rows straight into their batch
+      // positions, then hash each row where it landed.
+      size_t k = 0;
+      while (k < order.size()) {
+        size_t end = k + 1;
+        while (end < order.size() && end - k < kMaxRunRows &&
+               indices[order[end]] == indices[order[end - 1]] + 1) {
+          ++end;
         }
-        if (!ok) break;
-        std::memcpy(dst + pos * row, scratch + (begin - held_first * kShmBlockBytes), row);
+        const uint64_t at = layout.RowBegin(f, indices[order[k]]);
+        if (end - k == 1) {
+          ReadExactly(dst + order[k] * row, row, at);
+        } else {
+          ws->iov.resize(end - k);
+          for (size_t j = k; j < end; ++j) ws->iov[j - k] = {dst + order[j] * row, row};
+          const ssize_t got = preadv(fd_, ws->iov.data(), static_cast<int>(end - k),
+                                     static_cast<off_t>(layout.header_bytes + at));
+          if (got < 0 || static_cast<uint64_t>(got) != row * (end - k)) {
+            // Interrupted or short: read the run row by row (which says why it failed).
+            for (size_t j = k; j < end; ++j) {
+              ReadExactly(dst + order[j] * row, row, layout.RowBegin(f, indices[order[j]]));
+            }
+          }
+        }
+        for (size_t j = k; j < end; ++j) {
+          const uint64_t block = layout.BlockOf(f, indices[order[j]]);
+          if (HashShmBlock(dst + order[j] * row, row) != header_.block_hashes[block]) {
+            return false;
+          }
+          MarkVerified(block);
+        }
+        k = end;
       }
+      continue;
     }
-  });
-  return ok;
+    // Small rows: read each block the batch touches once into the scratch, hash it, copy
+    // its rows out.
+    std::byte* scratch = ws->scratch.data();
+    uint64_t held = UINT64_MAX;  // the block in scratch (within the field): none
+    int64_t held_first = 0;
+    for (const size_t pos : order) {
+      const int64_t index = indices[pos];
+      const uint64_t k = static_cast<uint64_t>(index) / layout.rows_per_block[f];
+      if (k != held) {
+        held_first = layout.BlockFirstRow(f, k);
+        const uint64_t bytes = static_cast<uint64_t>(layout.BlockEndRow(f, k) - held_first) * row;
+        ReadExactly(scratch, bytes, layout.RowBegin(f, held_first));
+        const uint64_t block = layout.first_block[f] + k;
+        if (HashShmBlock(scratch, bytes) != header_.block_hashes[block]) return false;
+        MarkVerified(block);
+        held = k;
+      }
+      std::memcpy(dst + pos * row, scratch + static_cast<uint64_t>(index - held_first) * row, row);
+    }
+  }
+  return true;
 }
 
 void ShmCachedSource::Read(std::span<const int64_t> indices, const BatchView& out,

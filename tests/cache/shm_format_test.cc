@@ -31,8 +31,61 @@ TEST(ShmFormatTest, LayoutAlignsFieldsAndCoversTheDataWithBlocks) {
   EXPECT_EQ(l.field_offsets[1], (uint64_t{1200000} + 4095) / 4096 * 4096);
   EXPECT_EQ(l.header_bytes % kShmAlign, 0u);
   EXPECT_EQ(l.total_bytes, l.header_bytes + l.data_bytes);
-  EXPECT_EQ(l.blocks, (l.data_bytes + kShmBlockBytes - 1) / kShmBlockBytes);
   EXPECT_EQ(l.RowBegin(1, 10), l.field_offsets[1] + 80);
+  // Blocks of whole rows per field: 12-byte rows 341 a block, 8-byte rows 512 a block.
+  EXPECT_EQ(l.rows_per_block[0], 341u);
+  EXPECT_EQ(l.rows_per_block[1], 512u);
+  EXPECT_EQ(l.first_block[0], 0u);
+  EXPECT_EQ(l.first_block[1], (100000u + 340) / 341);
+  EXPECT_EQ(l.blocks, l.first_block[1] + (100000u + 511) / 512);
+  EXPECT_EQ(l.BlockOf(0, 340), 0u);
+  EXPECT_EQ(l.BlockOf(0, 341), 1u);
+  EXPECT_EQ(l.BlockOf(1, 0), l.first_block[1]);
+  EXPECT_EQ(l.BlockEndRow(1, (100000u + 511) / 512 - 1), 100000);
+}
+
+// Rows of a block's size or more are a block each: a reader hashes exactly the row it copied.
+TEST(ShmFormatTest, LargeRowsAreOneBlockEach) {
+  const Schema schema = ParseSchema("mel:float32[1,64,32],odd:uint8[5000],y:int64[]");
+  const ShmLayout l = PlanShmLayout(schema, 1000, "id", schema.ToString(), "d");
+  EXPECT_EQ(l.rows_per_block[0], 1u);
+  EXPECT_EQ(l.rows_per_block[1], 1u);
+  EXPECT_EQ(l.first_block[1], 1000u);
+  EXPECT_EQ(l.first_block[2], 2000u);
+  EXPECT_EQ(l.blocks, 2000u + 2);  // 1000 labels: 512 + 488
+  EXPECT_EQ(l.BlockOf(1, 999), 1999u);
+}
+
+// An old cache file (format 3: 16 KiB blocks over the data region) is refused by its version
+// before anything else of it is read, so it is rebuilt, never misread.
+TEST(ShmFormatTest, AnOlderFormatVersionIsRefused) {
+  const ShmHeader h = Header();
+  auto bytes = EncodeShmHeader(h, kKey);
+  const uint32_t old = 3;
+  std::memcpy(bytes.data() + 8, &old, sizeof(old));
+  try {
+    ShmHeaderBytes(bytes, h.layout.total_bytes, "f");
+    FAIL() << "format 3 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_NE(std::string(e.what()).find("format version 3, expected 4"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A checksummed header whose block count does not follow from its own field table.
+TEST(ShmFormatTest, ABlockCountThatContradictsTheFieldTableIsRefused) {
+  ShmHeader h = Header();
+  h.layout.blocks -= 1;
+  h.block_hashes.pop_back();
+  try {
+    DecodeShmHeader(EncodeShmHeader(h, kKey), h.layout.total_bytes, "f", kKey);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_NE(std::string(e.what()).find("block hashes, its field table makes"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ShmFormatTest, RoundTrips) {
@@ -114,7 +167,9 @@ TEST(ShmFormatTest, AFieldTableThatDisagreesWithTheSchemaIsRefused) {
       DecodeShmHeader(EncodeShmHeader(good, kKey), good.layout.total_bytes, "f", kKey), schema,
       100000, good.identity, "f"));
   ShmHeader wide = good;
-  wide.layout.row_bytes[0] = 16;  // the schema says 12
+  wide.layout.row_bytes[0] = 16;  // the schema says 12; its blocks follow the table
+  ASSERT_TRUE(PlanShmBlocks(wide.layout));
+  wide.block_hashes.assign(wide.layout.blocks, 1);
   ExpectRefusedFor(wide, schema, "field 'x' has 16 bytes per row");
   ShmHeader moved = good;
   moved.layout.field_offsets[1] -= 4096;  // overlaps field x: still inside the data region

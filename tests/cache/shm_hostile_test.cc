@@ -1,6 +1,6 @@
 // Issue 14, items 7, 8 and 9: the shared-memory cache against a hostile folder, a writer that
 // rewrites a verified file, a squatted lock, planted FIFOs and symlinks, a file truncated under
-// its mapping, and (when run as root) a second user planting things for the first.
+// a reader, and (when run as root) a second user planting things for the first.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -83,7 +83,7 @@ TEST(ShmHostileTest, FilesAreTheUsersOwnAndPrivate) {
   }
 }
 
-// The mapping is shared: bytes rewritten after a block was verified must not be served.
+// The file is shared: bytes rewritten after a block was verified must not be served.
 TEST(ShmHostileTest, BytesRewrittenAfterVerificationAreNeverServed) {
   ScratchDir root;
   ASSERT_TRUE(OpenShmCache(Synthetic(), Options(root.path())).source);
@@ -104,6 +104,38 @@ TEST(ShmHostileTest, BytesRewrittenAfterVerificationAreNeverServed) {
   EXPECT_TRUE(shm.damaged());
   EXPECT_GT(base->samples_read.load(), 0);
   EXPECT_THAT(err, AllOf(HasSubstr(r.path), HasSubstr("fails its checksum")));
+}
+
+// Rows of 8 KiB are a block each and adjacent ones are read by one preadv straight into the
+// batch: a row rewritten inside such a run, or a label in a block of 512, is caught on the
+// copy and never served.
+TEST(ShmHostileTest, ARewrittenRowInARunOrASmallRowBlockIsNeverServed) {
+  for (const size_t field : {size_t{0}, size_t{1}}) {
+    SCOPED_TRACE(field == 0 ? "8 KiB row in a run" : "label in a block of 512");
+    ScratchDir root;
+    auto make = [] { return OpenSynthetic(ParseSchema("mel:float32[2048],label:int64[]"), 64, 5); };
+    ASSERT_TRUE(OpenShmCache(make(), Options(root.path())).source);
+    auto base = std::make_shared<InstrumentedSource>(make());
+    ShmOpenResult r = OpenShmCache(base, Options(root.path()));
+    ASSERT_TRUE(r.source);
+    ASSERT_FALSE(r.built);
+    auto& shm = dynamic_cast<ShmCachedSource&>(*r.source);
+    const std::vector<int64_t> rows = {12, 40, 9, 11, 10, 63};
+    const auto want = ReadRows(*make(), rows);
+    EXPECT_EQ(ReadRows(shm, rows), want);
+    EXPECT_EQ(base->samples_read.load(), 0);
+    EXPECT_EQ(shm.verified_blocks(), 6u + 1);  // six rows, one label block
+    const auto src = make();
+    const ShmLayout layout = PlanShmLayout(src->schema(), src->size(), src->Identity(),
+                                           src->schema().ToString(), src->Describe());
+    FlipByteAt(r.path, layout.header_bytes + layout.RowBegin(field, 11) + 3);
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(ReadRows(shm, rows), want);  // the source's bytes, not the rewritten ones
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(shm.damaged());
+    EXPECT_GT(base->samples_read.load(), 0);
+    EXPECT_THAT(err, HasSubstr("fails its checksum"));
+  }
 }
 
 TEST(ShmHostileTest, AFifoUnderTheCachesNameIsRemovedNotOpenedForReading) {
@@ -192,7 +224,7 @@ TEST(ShmHostileTest, ALockHeldTooLongIsWaitedForBoundedlyAndItsHolderNamed) {
   EXPECT_TRUE(OpenShmCache(Synthetic(), Options(root.path())).source);
 }
 
-TEST(ShmHostileTest, ACacheFileTruncatedUnderItsMappingIsAnIoError) {
+TEST(ShmHostileTest, ACacheFileTruncatedUnderAReaderIsAnIoError) {
   ScratchDir root;
   ASSERT_TRUE(OpenShmCache(Synthetic(), Options(root.path())).source);
   ShmOpenResult r = OpenShmCache(Synthetic(), Options(root.path()));
