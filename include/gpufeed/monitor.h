@@ -29,6 +29,14 @@
 
 namespace gpufeed {
 
+// One process of the watched tree on one GPU, from NVML's per-process queries
+// (nvmlDeviceGetComputeRunningProcesses, nvmlDeviceGetProcessUtilization).
+struct GpuProcessSample {
+  pid_t pid = 0;
+  std::optional<uint64_t> memory_bytes;        // its GPU memory; n/a when the driver hides it
+  std::optional<double> sm_utilization_ratio;  // its share of SM time over the last period
+};
+
 // One GPU at one instant. Ratios are 0-1.
 struct GpuSample {
   int index = 0;                                   // NVML index (not necessarily the CUDA index)
@@ -45,6 +53,18 @@ struct GpuSample {
   // Of the watched process tree only (NVML reports host PIDs: empty in a PID namespace).
   std::optional<uint64_t> tree_memory_bytes;
   std::optional<double> tree_sm_utilization_ratio;
+  // The tree's processes NVML lists on this GPU (compute processes or utilization samples),
+  // by pid.
+  std::vector<GpuProcessSample> processes;
+};
+
+// One live process of the watched tree at one instant.
+struct ProcessSample {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+  std::string name;                 // /proc/<pid>/stat's comm: "python3"
+  std::optional<double> cpu_cores;  // its own user+system time over the interval; 1.0 = a core
+  uint64_t rss_bytes = 0;
 };
 
 // The host at one instant. Rates are over the interval since the previous sample: the first
@@ -66,6 +86,7 @@ struct HostSample {
   std::optional<uint64_t> tree_pss_bytes;            // smaps_rollup: shared pages split
   std::optional<double> tree_read_bytes_per_second;  // /proc/<pid>/io read_bytes
   std::optional<uint64_t> tree_read_bytes_total;
+  std::vector<ProcessSample> processes;  // the live members, the root first, then by depth
 
   // cgroup v2 of the watched process, where the controllers are there.
   std::optional<double> cgroup_cpu_limit_cores;  // cpu.max quota / period
@@ -124,6 +145,9 @@ struct MonitorOptions {
   // Default: nullptr. A stream to print the live line and warnings to: \r-updated on a
   // terminal, one line per sample otherwise.
   FILE* live_line = nullptr;
+  // Default: false. With live_line: one more line per process of the tree below it
+  // (FormatProcessLines), redrawn in place on a terminal.
+  bool process_lines = false;
   // Default: steady_clock::now. Tests pass a manual clock so rules do not depend on timing.
   std::function<std::chrono::steady_clock::time_point()> clock;
   // Default: "/proc". Tests point it at a fake tree.
@@ -171,5 +195,10 @@ class Monitor {
 // pair per GPU (`GPU0`, `GPU1`, ... when there are several), `n/a` for missing readings,
 // then the watched tree: `| proc 1.8 cores, RSS 3.2 GiB`.
 std::string FormatStatusLine(const MonitorSnapshot& snapshot);
+
+// One line per live process of the watched tree, the root first:
+// `  pid 4242 python3      CPU  98% RSS 1.2 GiB | GPU0 SM 45% VRAM 3.2 GiB`
+// (`GPU n/a` without NVML; `GPU -` when NVML lists the process on no GPU).
+std::vector<std::string> FormatProcessLines(const MonitorSnapshot& snapshot);
 
 }  // namespace gpufeed

@@ -26,6 +26,7 @@ struct WatchArgs {
   std::string jsonl;
   std::string prometheus;
   pid_t pid = 0;
+  bool no_processes = false;
   std::vector<std::string> command;
 };
 
@@ -77,6 +78,7 @@ MonitorOptions BaseOptions(const WatchArgs& args) {
   options.jsonl_path = args.jsonl;
   options.prometheus_address = args.prometheus;
   options.live_line = stderr;
+  options.process_lines = !args.no_processes;
   return options;
 }
 
@@ -220,8 +222,9 @@ void RegisterWatchCommand(CLI::App& app) {
   auto args = std::make_shared<WatchArgs>();
   CLI::App* watch = app.add_subcommand(
       "watch",
-      "Run (or attach to) a training process and show GPU, VRAM, CPU and RAM live, "
-      "then a summary and warnings");
+      "Run (or attach to) a training process and show GPU, VRAM, CPU and RAM live (and one "
+      "line per process of its tree: CPU, RSS, GPU SM share and memory), then a summary and "
+      "warnings");
   watch->add_option("--interval", args->interval_seconds, "Seconds between samples")
       ->default_val(1.0)
       ->check(CLI::Range(0.1, 3600.0));
@@ -229,6 +232,9 @@ void RegisterWatchCommand(CLI::App& app) {
   watch->add_option("--prometheus", args->prometheus,
                     "Serve Prometheus metrics at http://ADDR:PORT/metrics (ADDR defaults to "
                     "127.0.0.1)");
+  watch->add_flag("--no-processes", args->no_processes,
+                  "Show only the status line, not one line per process of the tree (CPU, RSS, "
+                  "and per GPU its SM share and memory)");
   CLI::Option* pid = watch->add_option("--pid", args->pid, "Attach to a running process")
                          ->check(CLI::PositiveNumber);
   CLI::Option* command =

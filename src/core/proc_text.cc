@@ -116,6 +116,7 @@ std::optional<PidStat> ParsePidStat(std::string_view text) {
       !ParseToken(fields[21], &stat.rss_pages)) {
     return std::nullopt;
   }
+  stat.comm = std::string(text.substr(open_paren + 1, close_paren - open_paren - 1));
   stat.cutime = cutime > 0 ? static_cast<uint64_t>(cutime) : 0;
   stat.cstime = cstime > 0 ? static_cast<uint64_t>(cstime) : 0;
   return stat;

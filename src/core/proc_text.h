@@ -41,6 +41,7 @@ struct PidStat {
   uint64_t cstime = 0;
   uint64_t start_time = 0;  // ticks after boot: tells a reused pid apart
   int64_t rss_pages = 0;
+  std::string comm;  // between the first '(' and the last ')'
 };
 std::optional<PidStat> ParsePidStat(std::string_view text);
 

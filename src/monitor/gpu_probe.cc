@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <unordered_map>
 
 #include "gpufeed/error.h"
@@ -34,17 +35,24 @@ std::optional<std::vector<Info>> QueryProcesses(Query query) {
   return std::nullopt;
 }
 
+// The tree's total, and each tree member's memory into `per_pid` (n/a stays empty).
 template <typename Info>
 std::optional<uint64_t> SumTreeMemory(const std::vector<Info>& processes,
-                                      const std::unordered_set<pid_t>& tree) {
+                                      const std::unordered_set<pid_t>& tree,
+                                      std::map<pid_t, GpuProcessSample>* per_pid) {
   uint64_t bytes = 0;
   bool any = false, unknown = false;
   for (const Info& info : processes) {
-    if (tree.count(static_cast<pid_t>(info.pid)) == 0) continue;
+    const auto pid = static_cast<pid_t>(info.pid);
+    if (tree.count(pid) == 0) continue;
+    GpuProcessSample& p = (*per_pid)[pid];
+    p.pid = pid;
     if (info.used_gpu_memory == nvml::kValueNotAvailable) {
       unknown = true;  // for instance under Windows WDDM or without permission
       continue;
     }
+    // A process with several contexts on one GPU is listed once per context.
+    p.memory_bytes = p.memory_bytes.value_or(0) + info.used_gpu_memory;
     bytes += info.used_gpu_memory;
     any = true;
   }
@@ -147,22 +155,24 @@ std::vector<GpuSample> GpuProbe::Sample(const std::unordered_set<pid_t>& tree) {
         s.pcie_tx_bytes_per_second = value * 1024.0;
       }
     }
-    s.tree_memory_bytes = TreeMemory(gpu, tree);
-    s.tree_sm_utilization_ratio = TreeSmUtilization(gpu, tree);
+    std::map<pid_t, GpuProcessSample> per_pid;
+    s.tree_memory_bytes = TreeMemory(gpu, tree, &per_pid);
+    s.tree_sm_utilization_ratio = TreeSmUtilization(gpu, tree, &per_pid);
+    for (auto& [pid, p] : per_pid) s.processes.push_back(std::move(p));
     samples.push_back(std::move(s));
   }
   return samples;
 }
 
-std::optional<uint64_t> GpuProbe::TreeMemory(const Gpu& gpu,
-                                             const std::unordered_set<pid_t>& tree) {
+std::optional<uint64_t> GpuProbe::TreeMemory(const Gpu& gpu, const std::unordered_set<pid_t>& tree,
+                                             std::map<pid_t, GpuProcessSample>* per_pid) {
   const NvmlLibrary& lib = *library_;
   if (lib.DeviceGetComputeRunningProcessesV3 != nullptr) {
     auto processes =
         QueryProcesses<nvml::ProcessInfo>([&](unsigned int* count, nvml::ProcessInfo* buffer) {
           return lib.DeviceGetComputeRunningProcessesV3(gpu.handle, count, buffer);
         });
-    if (processes) return SumTreeMemory(*processes, tree);
+    if (processes) return SumTreeMemory(*processes, tree, per_pid);
   }
   // The unsuffixed call fills the older, 16-byte struct.
   if (lib.DeviceGetComputeRunningProcessesV1 != nullptr) {
@@ -170,12 +180,13 @@ std::optional<uint64_t> GpuProbe::TreeMemory(const Gpu& gpu,
         QueryProcesses<nvml::ProcessInfoV1>([&](unsigned int* count, nvml::ProcessInfoV1* buffer) {
           return lib.DeviceGetComputeRunningProcessesV1(gpu.handle, count, buffer);
         });
-    if (processes) return SumTreeMemory(*processes, tree);
+    if (processes) return SumTreeMemory(*processes, tree, per_pid);
   }
   return std::nullopt;
 }
 
-std::optional<double> GpuProbe::TreeSmUtilization(Gpu& gpu, const std::unordered_set<pid_t>& tree) {
+std::optional<double> GpuProbe::TreeSmUtilization(Gpu& gpu, const std::unordered_set<pid_t>& tree,
+                                                  std::map<pid_t, GpuProcessSample>* per_pid) {
   const NvmlLibrary& lib = *library_;
   if (lib.DeviceGetProcessUtilization == nullptr) return std::nullopt;
   std::vector<nvml::ProcessUtilizationSample> buffer;
@@ -187,7 +198,10 @@ std::optional<double> GpuProbe::TreeSmUtilization(Gpu& gpu, const std::unordered
     count = static_cast<unsigned int>(buffer.size());
     rc = lib.DeviceGetProcessUtilization(gpu.handle, buffer.data(), &count, gpu.last_seen_us);
   }
-  if (rc == nvml::kErrorNotFound) return 0.0;  // no kernel ran since the last call
+  if (rc == nvml::kErrorNotFound) {  // no kernel ran since the last call
+    for (auto& [pid, p] : *per_pid) p.sm_utilization_ratio = 0.0;
+    return 0.0;
+  }
   if (rc != nvml::kSuccess) return std::nullopt;
   buffer.resize(std::min<size_t>(count, buffer.size()));
   // Several samples per pid: keep the newest; drop garbage (util > 100), as nvtop does.
@@ -201,7 +215,16 @@ std::optional<double> GpuProbe::TreeSmUtilization(Gpu& gpu, const std::unordered
   }
   gpu.last_seen_us = seen;
   unsigned int total = 0;
-  for (const auto& [pid, sample] : newest) total += sample->sm_util;
+  for (const auto& [pid, sample] : newest) {
+    total += sample->sm_util;
+    GpuProcessSample& p = (*per_pid)[static_cast<pid_t>(pid)];
+    p.pid = static_cast<pid_t>(pid);
+    p.sm_utilization_ratio = sample->sm_util / 100.0;
+  }
+  // A listed process with no sample in the period ran no kernel in it.
+  for (auto& [pid, p] : *per_pid) {
+    if (!p.sm_utilization_ratio) p.sm_utilization_ratio = 0.0;
+  }
   return std::min(total, 100u) / 100.0;
 }
 

@@ -3,13 +3,14 @@
 // Opening NVML never fails the caller: without a library (or when nvmlInit fails) the
 // probe has no devices and status() says why, once. Each reading the driver answers
 // NOT_SUPPORTED (or any other error, or a symbol the library lacks) is left empty. Process
-// figures count only the watched tree's pids; process lists are sized with a first call and
-// re-asked while the driver answers INSUFFICIENT_SIZE (processes start between the calls).
-// Thread-safety: one thread at a time.
+// figures count only the watched tree's pids, in total and per process; process lists are sized
+// with a first call and re-asked while the driver answers INSUFFICIENT_SIZE (processes start
+// between the calls). Thread-safety: one thread at a time.
 #pragma once
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -38,8 +39,12 @@ class GpuProbe {
     std::string name;
     unsigned long long last_seen_us = 0;  // newest process-utilization sample seen
   };
-  std::optional<uint64_t> TreeMemory(const Gpu& gpu, const std::unordered_set<pid_t>& tree);
-  std::optional<double> TreeSmUtilization(Gpu& gpu, const std::unordered_set<pid_t>& tree);
+  // The tree's totals; each also fills its figure of every tree member it finds into
+  // `per_pid`.
+  std::optional<uint64_t> TreeMemory(const Gpu& gpu, const std::unordered_set<pid_t>& tree,
+                                     std::map<pid_t, GpuProcessSample>* per_pid);
+  std::optional<double> TreeSmUtilization(Gpu& gpu, const std::unordered_set<pid_t>& tree,
+                                          std::map<pid_t, GpuProcessSample>* per_pid);
 
   std::unique_ptr<NvmlLibrary> library_;
   std::vector<Gpu> gpus_;

@@ -96,6 +96,18 @@ void HostProbe::SampleTree(TimePoint now, double dt, HostSample& sample,
     last_tree_ticks_ = tree->cpu_ticks;
     sample.tree_cpu_seconds_total = tree_cpu_seconds_;
     sample.tree_rss_bytes = tree->rss_bytes;
+    std::unordered_map<pid_t, MemberTicks> member_ticks;
+    for (const ProcessTreeMember& m : tree->members) {
+      ProcessSample p{.pid = m.pid, .ppid = m.ppid, .name = m.name, .rss_bytes = m.rss_bytes};
+      auto last = last_member_ticks_.find(m.pid);
+      if (rates && last != last_member_ticks_.end() && last->second.start_time == m.start_time &&
+          m.own_ticks >= last->second.ticks) {
+        p.cpu_cores = double(m.own_ticks - last->second.ticks) / ticks_per_second_ / dt;
+      }
+      member_ticks[m.pid] = {m.start_time, m.own_ticks};
+      sample.processes.push_back(std::move(p));
+    }
+    last_member_ticks_ = std::move(member_ticks);
     if (want_pss) {
       last_pss_time_ = now;
       last_pss_ = tree->pss_bytes;

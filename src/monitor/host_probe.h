@@ -2,9 +2,9 @@
 //
 // Cumulative counters (/proc/stat ticks, diskstats sectors, the tree's CPU ticks and
 // read_bytes) become rates over the time since the previous call, on the caller's clock, so
-// the first call has no rates. PSS walks every page table of the tree, so it is read at most
-// once a second and the last value is repeated in between.
-// Thread-safety: one thread at a time.
+// the first call has no rates; each process of the tree gets its own CPU rate the same way. PSS
+// walks every page table of the tree, so it is read at most once a second and the last value is
+// repeated in between. Thread-safety: one thread at a time.
 #pragma once
 
 #include <sys/types.h>
@@ -12,6 +12,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/cgroup_reader.h"
@@ -50,6 +51,13 @@ class HostProbe {
   std::optional<uint64_t> last_tree_read_;
   double tree_cpu_seconds_ = 0;
   uint64_t tree_read_bytes_ = 0;
+  // Each member's own CPU ticks at the previous sample, by pid (with its start time, so a
+  // reused pid starts afresh).
+  struct MemberTicks {
+    uint64_t start_time = 0;
+    uint64_t ticks = 0;
+  };
+  std::unordered_map<pid_t, MemberTicks> last_member_ticks_;
   std::optional<TimePoint> last_pss_time_;
   std::optional<uint64_t> last_pss_;
 };

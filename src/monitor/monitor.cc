@@ -1,6 +1,5 @@
 // Monitor (gpufeed/monitor.h): the sampler thread and what each sample feeds.
 #include "gpufeed/monitor.h"
-#include "monitor/status_line.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include "monitor/metrics_http_server.h"
 #include "monitor/prometheus_text.h"
 #include "monitor/snapshot_json.h"
+#include "monitor/status_line.h"
 #include "monitor/summary.h"
 
 namespace gpufeed {
@@ -148,7 +148,11 @@ class Monitor::Impl {
     }
     if (printer_) {
       for (const std::string& warning : fired) printer_->Message("warning: " + warning);
-      printer_->Update(FormatStatusLine(snapshot));
+      std::string block = FormatStatusLine(snapshot);
+      if (options_.process_lines) {
+        for (const std::string& line : FormatProcessLines(snapshot)) block += "\n" + line;
+      }
+      printer_->Update(block);
     }
     if (options_.on_warning) {
       for (const std::string& warning : fired) options_.on_warning(warning);

@@ -121,7 +121,15 @@ std::optional<ProcessTreeReading> ProcessTreeReader::Read(bool with_pss) {
     reading.cpu_ticks += stat.utime + stat.stime + stat.cutime + stat.cstime;
     if (stat.state == 'Z' || stat.state == 'X') continue;  // counted its time; no memory
     reading.pids.push_back(pid);
-    if (stat.rss_pages > 0) reading.rss_bytes += static_cast<uint64_t>(stat.rss_pages) * page_size_;
+    const uint64_t rss =
+        stat.rss_pages > 0 ? static_cast<uint64_t>(stat.rss_pages) * page_size_ : 0;
+    reading.rss_bytes += rss;
+    reading.members.push_back({.pid = pid,
+                               .ppid = stat.ppid,
+                               .name = stat.comm,
+                               .start_time = stat.start_time,
+                               .own_ticks = stat.utime + stat.stime,
+                               .rss_bytes = rss});
     if (with_pss && ReadTextFile(fmt::format("{}/{}/smaps_rollup", proc_root_, pid), &text)) {
       if (auto pss = ParseKeyedValue(text, "Pss")) {
         pss_total += *pss;

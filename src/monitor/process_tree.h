@@ -18,9 +18,20 @@
 
 namespace gpufeed {
 
+// One live member of the tree.
+struct ProcessTreeMember {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+  std::string name;         // comm
+  uint64_t start_time = 0;  // ticks after boot: tells a reused pid apart
+  uint64_t own_ticks = 0;   // its own utime + stime (children not counted)
+  uint64_t rss_bytes = 0;
+};
+
 struct ProcessTreeReading {
-  std::vector<pid_t> pids;  // live members, the root first
-  uint64_t cpu_ticks = 0;   // cumulative, USER_HZ ticks
+  std::vector<pid_t> pids;                 // live members, the root first
+  std::vector<ProcessTreeMember> members;  // the same processes, in the same order
+  uint64_t cpu_ticks = 0;                  // cumulative, USER_HZ ticks
   uint64_t rss_bytes = 0;
   std::optional<uint64_t> pss_bytes;   // when asked for and readable
   std::optional<uint64_t> read_bytes;  // io read_bytes of the members that allow reading it

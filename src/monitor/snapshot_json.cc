@@ -40,8 +40,23 @@ nlohmann::json SnapshotToJson(const MonitorSnapshot& snapshot) {
       {"cgroup_memory_limit_bytes", OrNull(h.cgroup_memory_limit_bytes)},
       {"cgroup_memory_used_bytes", OrNull(h.cgroup_memory_used_bytes)},
   };
+  nlohmann::json processes = nlohmann::json::array();
+  for (const ProcessSample& p : h.processes) {
+    processes.push_back({{"pid", p.pid},
+                         {"ppid", p.ppid},
+                         {"name", p.name},
+                         {"cpu_cores", OrNull(p.cpu_cores)},
+                         {"rss_bytes", p.rss_bytes}});
+  }
+  host["processes"] = std::move(processes);
   nlohmann::json gpus = nlohmann::json::array();
   for (const GpuSample& g : snapshot.gpus) {
+    nlohmann::json gpu_processes = nlohmann::json::array();
+    for (const GpuProcessSample& p : g.processes) {
+      gpu_processes.push_back({{"pid", p.pid},
+                               {"memory_bytes", OrNull(p.memory_bytes)},
+                               {"sm_utilization_ratio", OrNull(p.sm_utilization_ratio)}});
+    }
     gpus.push_back({
         {"index", g.index},
         {"name", g.name},
@@ -56,6 +71,7 @@ nlohmann::json SnapshotToJson(const MonitorSnapshot& snapshot) {
         {"pcie_tx_bytes_per_second", OrNull(g.pcie_tx_bytes_per_second)},
         {"tree_memory_bytes", OrNull(g.tree_memory_bytes)},
         {"tree_sm_utilization_ratio", OrNull(g.tree_sm_utilization_ratio)},
+        {"processes", std::move(gpu_processes)},
     });
   }
   return {{"unix_time_seconds", snapshot.unix_millis / 1000.0},

@@ -1,9 +1,12 @@
 // FormatStatusLine (gpufeed/monitor.h) and StatusLinePrinter (status_line.h).
+#include "monitor/status_line.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "gpufeed/monitor.h"
-#include "monitor/status_line.h"
 
 namespace gpufeed {
 namespace {
@@ -58,6 +61,31 @@ std::string FormatStatusLine(const MonitorSnapshot& snapshot) {
   return line;
 }
 
+std::vector<std::string> FormatProcessLines(const MonitorSnapshot& snapshot) {
+  std::vector<std::string> lines;
+  for (const ProcessSample& p : snapshot.host.processes) {
+    std::string line = fmt::format("  pid {:<7} {:<15} CPU {:>4} RSS {:>8} |", p.pid, p.name,
+                                   p.cpu_cores ? fmt::format("{:.0f}%", *p.cpu_cores * 100) : "n/a",
+                                   Size(p.rss_bytes));
+    if (snapshot.gpus.empty()) {
+      line += " GPU n/a";
+    } else {
+      bool listed = false;
+      for (const GpuSample& gpu : snapshot.gpus) {
+        for (const GpuProcessSample& g : gpu.processes) {
+          if (g.pid != p.pid) continue;
+          listed = true;
+          line += fmt::format(" GPU{} SM {} VRAM {}", gpu.index, Percent(g.sm_utilization_ratio),
+                              g.memory_bytes ? Size(*g.memory_bytes) : "n/a");
+        }
+      }
+      if (!listed) line += " GPU -";
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
 StatusLinePrinter::StatusLinePrinter(FILE* out)
     : out_(out), tty_(out != nullptr && isatty(fileno(out)) == 1) {}
 
@@ -67,9 +95,15 @@ void StatusLinePrinter::Update(const std::string& line) {
   if (out_ == nullptr) return;
   last_line_ = line;
   if (tty_) {
-    // \r back to the start, \x1b[K clears what a longer previous line left.
-    std::fprintf(out_, "\r%s\x1b[K", line.c_str());
+    // Back to the start of the block drawn last (\r, then up a line per extra line), each
+    // line cleared to its end (\x1b[K), and what a longer previous block left below cleared
+    // (\x1b[J).
+    const int lines = LineCount(line);
+    std::string up = open_lines_ > 1 ? fmt::format("\x1b[{}A", open_lines_ - 1) : "";
+    std::fprintf(out_, "\r%s%s%s", up.c_str(), Terminal(line).c_str(),
+                 open_lines_ > lines ? "\x1b[J" : "");
     line_open_ = true;
+    open_lines_ = lines;
   } else {
     std::fprintf(out_, "%s\n", line.c_str());
   }
@@ -79,7 +113,9 @@ void StatusLinePrinter::Update(const std::string& line) {
 void StatusLinePrinter::Message(const std::string& message) {
   if (out_ == nullptr) return;
   if (tty_ && line_open_) {
-    std::fprintf(out_, "\r\x1b[K%s\n%s\x1b[K", message.c_str(), last_line_.c_str());
+    // Clear the block (one line: to its end; several: everything below its first line).
+    std::string clear = open_lines_ > 1 ? fmt::format("\x1b[{}A\x1b[J", open_lines_ - 1) : "\x1b[K";
+    std::fprintf(out_, "\r%s%s\n%s", clear.c_str(), message.c_str(), Terminal(last_line_).c_str());
   } else {
     std::fprintf(out_, "%s\n", message.c_str());
   }
@@ -92,6 +128,20 @@ void StatusLinePrinter::Finish() {
     std::fflush(out_);
   }
   line_open_ = false;
+  open_lines_ = 0;
+}
+
+int StatusLinePrinter::LineCount(const std::string& text) {
+  return 1 + static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+std::string StatusLinePrinter::Terminal(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') out += "\x1b[K";
+    out += c;
+  }
+  return out + "\x1b[K";
 }
 
 }  // namespace gpufeed

@@ -1,6 +1,7 @@
 // `gpufeed watch`, run as a program (tests/monitor/watch_driver.cc): exit codes, signals and
 // the clear errors.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <pty.h>
@@ -9,6 +10,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,6 +45,7 @@ class WatchTest : public ::testing::Test {
       for (auto& arg : args) argv.push_back(arg.data());
       argv.push_back(nullptr);
       setenv("GPUFEED_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+      for (const auto& [name, value] : env_) setenv(name.c_str(), value.c_str(), 1);
       execv(argv[0], argv.data());
       _exit(200);
     }
@@ -57,6 +62,7 @@ class WatchTest : public ::testing::Test {
   std::string Stderr() { return ReadFile(err_); }
 
   TempDir dir_;
+  std::vector<std::pair<std::string, std::string>> env_;  // set in the driver's environment
   int runs_ = 0;
   std::string err_;
 };
@@ -180,6 +186,104 @@ TEST_F(WatchTest, AttachesToAPidUntilItExits) {
   std::string err = Stderr();
   EXPECT_THAT(err, HasSubstr("PID " + std::to_string(target) + " exited after"));
   EXPECT_THAT(err, HasSubstr("process_cpu"));
+}
+
+// Issue 18: one line per process of the tree, children included, each with its own CPU and
+// RSS from /proc and, per GPU, its SM share and memory from NVML's per-process queries (the
+// fake NVML answers for the children's pids, read from the files they write).
+class WatchProcessesTest : public WatchTest {
+ protected:
+  void SetUp() override {
+    std::ofstream(dir_.File("nvml.txt"))
+        << "process 0 file:" << dir_.File("idle.pid") << " 1073741824\n"
+        << "process 0 file:" << dir_.File("busy.pid") << " 2147483648\n"
+        << "process_util 0 file:" << dir_.File("busy.pid") << " 60\n";
+    env_ = {{"GPUFEED_NVML_LIBRARY", FAKE_NVML_PATH},
+            {"GPUFEED_FAKE_NVML_SCRIPT", dir_.File("nvml.txt")}};
+  }
+  // A shell (the tree's root) with two children: one asleep, one spinning a core.
+  std::string Script(double seconds) {
+    return fmt::format(
+        "echo $$ > {0}/root.pid; sleep {1} & echo $! > {0}/idle.pid; "
+        "sh -c 'while :; do :; done' & echo $! > {0}/busy.pid; sleep {1}; kill $!; wait",
+        dir_.path(), seconds);
+  }
+  pid_t PidIn(const std::string& name) { return std::stoi(ReadFile(dir_.File(name))); }
+  // Every JSON line of `path`: per sample, the tree's processes by pid.
+  std::vector<std::map<pid_t, nlohmann::json>> Processes(const std::string& path) {
+    std::vector<std::map<pid_t, nlohmann::json>> samples;
+    std::istringstream lines(ReadFile(path));
+    std::string line;
+    while (std::getline(lines, line)) {
+      const auto j = nlohmann::json::parse(line);
+      std::map<pid_t, nlohmann::json> by_pid;
+      for (const auto& p : j["host"]["processes"]) by_pid[p["pid"].get<pid_t>()] = p;
+      for (const auto& g : j["gpus"]) {
+        for (const auto& p : g["processes"]) by_pid[p["pid"].get<pid_t>()]["gpu"] = p;
+      }
+      samples.push_back(std::move(by_pid));
+    }
+    return samples;
+  }
+  // The figures of each process across the samples that list all three.
+  void ExpectPerProcessFigures(const std::string& jsonl) {
+    const pid_t root = PidIn("root.pid"), idle = PidIn("idle.pid"), busy = PidIn("busy.pid");
+    const std::string err = Stderr();
+    EXPECT_THAT(err, HasSubstr(fmt::format("pid {:<7} sh", root)));
+    EXPECT_THAT(err, HasSubstr(fmt::format("pid {:<7} sleep", idle)));
+    EXPECT_THAT(err, ::testing::ContainsRegex(
+                         fmt::format("pid {:<7} sh .*RSS .* \\| GPU0 SM 60% VRAM 2.0 GiB", busy)));
+    EXPECT_THAT(err, ::testing::ContainsRegex(
+                         fmt::format("pid {:<7} sleep .*\\| GPU0 SM 0% VRAM 1.0 GiB", idle)));
+    EXPECT_THAT(err, ::testing::ContainsRegex(fmt::format("pid {:<7} sh .*\\| GPU -", root)));
+    int complete = 0;
+    double busy_max = 0, idle_max = 0;
+    for (const auto& sample : Processes(jsonl)) {
+      if (!sample.count(root) || !sample.count(idle) || !sample.count(busy)) continue;
+      ++complete;
+      EXPECT_EQ(sample.at(idle)["ppid"].get<pid_t>(), root);
+      EXPECT_GT(sample.at(busy)["rss_bytes"].get<uint64_t>(), 0u);
+      EXPECT_EQ(sample.at(busy)["gpu"]["memory_bytes"].get<uint64_t>(), uint64_t{2} << 30);
+      EXPECT_EQ(sample.at(idle)["gpu"]["memory_bytes"].get<uint64_t>(), uint64_t{1} << 30);
+      EXPECT_DOUBLE_EQ(sample.at(busy)["gpu"]["sm_utilization_ratio"].get<double>(), 0.6);
+      EXPECT_FALSE(sample.at(root).contains("gpu"));
+      if (!sample.at(busy)["cpu_cores"].is_null()) {
+        busy_max = std::max(busy_max, sample.at(busy)["cpu_cores"].get<double>());
+        idle_max = std::max(idle_max, sample.at(idle)["cpu_cores"].get<double>());
+      }
+    }
+    EXPECT_GE(complete, 2);
+    // The spinning child shows its own CPU, the sleeping one next to none (loose: the machine
+    // may be loaded, but a spinning shell gets far more than a sleep's few ticks).
+    EXPECT_GT(busy_max, 0.1);
+    EXPECT_LT(idle_max, busy_max);
+  }
+};
+
+TEST_F(WatchProcessesTest, ACommandsTreeGetsOneLinePerProcess) {
+  const std::string jsonl = dir_.File("watch.jsonl");
+  EXPECT_EQ(Run({"--interval", "0.2", "--jsonl", jsonl, "--", "sh", "-c", Script(1.2)}), 0);
+  ExpectPerProcessFigures(jsonl);
+}
+
+TEST_F(WatchProcessesTest, AnAttachedTreeGetsOneLinePerProcess) {
+  pid_t target = fork();
+  if (target == 0) {
+    execlp("sh", "sh", "-c", Script(1.2).c_str(), nullptr);
+    _exit(127);
+  }
+  for (int i = 0; i < 500 && access(dir_.File("busy.pid").c_str(), F_OK) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::string jsonl = dir_.File("watch.jsonl");
+  EXPECT_EQ(Run({"--interval", "0.2", "--jsonl", jsonl, "--pid", std::to_string(target)}), 0);
+  waitpid(target, nullptr, 0);
+  ExpectPerProcessFigures(jsonl);
+}
+
+TEST_F(WatchProcessesTest, NoProcessesKeepsTheSingleStatusLine) {
+  EXPECT_EQ(Run({"--interval", "0.2", "--no-processes", "--", "sh", "-c", "sleep 0.5"}), 0);
+  EXPECT_THAT(Stderr(), Not(HasSubstr("  pid ")));
 }
 
 TEST_F(WatchTest, PidAndCommandTogetherOrNeitherAreUsageErrors) {

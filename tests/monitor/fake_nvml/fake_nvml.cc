@@ -9,7 +9,9 @@
 //   mem_util D V...   memory_used D BYTES...   memory_total D BYTES   memory_reserved D BYTES
 //   power D MILLIWATTS...   temperature D C...   sm_clock D MHZ...
 //   pcie_rx D KB_S...   pcie_tx D KB_S...
-//   process D PID BYTES       a compute process (PID `self` = the loading process)
+//   process D PID BYTES       a compute process (PID `self` = the loading process;
+//                             `file:PATH` = the pid written in PATH, read at each query, left
+//                             out while PATH holds none: for children started later)
 //   process_util D PID SM     a process-utilization sample
 //   process_race D N          the next N reads of a sized process buffer find one process
 //                             more than the sizing call said (INSUFFICIENT_SIZE again)
@@ -68,6 +70,7 @@ constexpr long long kNa = -1;
 struct Process {
   unsigned int pid;
   unsigned long long bytes;
+  std::string pid_file = {};  // when set, the pid is read from it at each query
 };
 
 struct Gpu {
@@ -92,7 +95,23 @@ long long ParseValue(const std::string& token) {
 
 unsigned int ParsePid(const std::string& token) {
   if (token == "self") return static_cast<unsigned int>(getpid());
+  if (token.rfind("file:", 0) == 0) return 0;  // resolved at each query
   return static_cast<unsigned int>(std::stoul(token));
+}
+
+// The scripted processes with their pids now: `file:` pids read afresh, unknown ones dropped.
+std::vector<Process> Resolve(const std::vector<Process>& scripted) {
+  std::vector<Process> out;
+  for (Process p : scripted) {
+    if (!p.pid_file.empty()) {
+      std::ifstream in(p.pid_file);
+      unsigned long pid = 0;
+      if (!(in >> pid) || pid == 0) continue;
+      p.pid = static_cast<unsigned int>(pid);
+    }
+    out.push_back(p);
+  }
+  return out;
 }
 
 void LoadScript() {
@@ -128,7 +147,8 @@ void LoadScript() {
       std::string pid, value;
       words >> pid >> value;
       (key == "process" ? gpu.processes : gpu.process_util)
-          .push_back({ParsePid(pid), std::stoull(value)});
+          .push_back({ParsePid(pid), std::stoull(value),
+                      pid.rfind("file:", 0) == 0 ? pid.substr(5) : std::string()});
     } else if (key == "process_race") {
       words >> gpu.process_race;
     } else {
@@ -195,7 +215,8 @@ nvmlReturn_t Processes(void* device, unsigned int* count, Info* infos) {
   std::lock_guard<std::mutex> lock(mutex);
   Gpu* gpu = Find(device);
   if (gpu == nullptr || count == nullptr) return INVALID_ARGUMENT;
-  unsigned int n = static_cast<unsigned int>(gpu->processes.size());
+  const std::vector<Process> processes = Resolve(gpu->processes);
+  unsigned int n = static_cast<unsigned int>(processes.size());
   if (infos != nullptr && gpu->process_race > 0) {
     --gpu->process_race;  // a process started since the caller sized its buffer
     *count = n + 1;
@@ -207,8 +228,8 @@ nvmlReturn_t Processes(void* device, unsigned int* count, Info* infos) {
   }
   for (unsigned int i = 0; i < n; ++i) {
     Info info{};
-    info.pid = gpu->processes[i].pid;
-    info.usedGpuMemory = gpu->processes[i].bytes;
+    info.pid = processes[i].pid;
+    info.usedGpuMemory = processes[i].bytes;
     infos[i] = info;
   }
   *count = n;
@@ -359,8 +380,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(void* device,
   std::lock_guard<std::mutex> lock(mutex);
   Gpu* gpu = Find(device);
   if (gpu == nullptr || count == nullptr) return INVALID_ARGUMENT;
-  if (gpu->process_util.empty()) return NOT_FOUND;
-  unsigned int n = static_cast<unsigned int>(gpu->process_util.size());
+  const std::vector<Process> process_util = Resolve(gpu->process_util);
+  if (process_util.empty()) return NOT_FOUND;
+  unsigned int n = static_cast<unsigned int>(process_util.size());
   if (samples == nullptr || *count < n) {
     *count = n;
     return INSUFFICIENT_SIZE;
@@ -369,9 +391,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(void* device,
   gpu->util_time += 1000000;
   if (gpu->util_time <= last_seen) return NOT_FOUND;
   for (unsigned int i = 0; i < n; ++i) {
-    samples[i] = {gpu->process_util[i].pid,
+    samples[i] = {process_util[i].pid,
                   gpu->util_time,
-                  static_cast<unsigned int>(gpu->process_util[i].bytes),
+                  static_cast<unsigned int>(process_util[i].bytes),
                   0,
                   0,
                   0};
