@@ -18,9 +18,12 @@ rate drawn by Optuna and the median pruner after the first epoch:
   (b) gpufeed.Loader(cache="shm"): the first trial builds the cache in /dev/shm, every
       later trial (in either process) maps the same copy; (c) cache="device" on a GPU.
 Prints, per trial, seconds from the objective's start to the first batch; the study's wall
-time; the peak of the summed PSS (/proc/PID/smaps_rollup) of the two worker processes and
-their children (DataLoader workers), against the data set's size; then `gpufeed trials` on
-the storage.
+time; the peak memory of the set-up against the data set's size: the summed PSS
+(/proc/PID/smaps) of the two worker processes and their children (DataLoader workers) plus
+the gpufeed cache files in /dev/shm they opened (counted once; what of them is mapped is
+taken out of the PSS), with the split at the peak (the copy in /dev/shm; the processes'
+PSS apart from it, its anonymous part, and the idle baseline of two processes that only
+imported torch, h5py, optuna and gpufeed); then `gpufeed trials` on the storage.
 """
 import argparse
 import json
@@ -70,17 +73,81 @@ def pss_bytes(pid):
     return 0
 
 
+def is_shm_cache(path):
+    """A gpufeed shared-memory cache file (not its lock, not the user's secret)."""
+    name = os.path.basename(path)
+    return ("/gpufeed-user-" in path or "/gpufeed-group-" in path) and \
+        name.startswith("gpufeed-") and len(name) == 24
+
+
+def pss_split(pid):
+    """(PSS, PSS of mapped gpufeed shm cache files, Pss_Anon, shm cache files open) of one
+    process. The cache is read with pread (nothing mapped) since format 4, so the second is
+    0 unless something maps it; the cache files the process holds open are found in fd/."""
+    total = mapped = anon = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    total = int(line.split()[1]) * 1024
+                elif line.startswith("Pss_Anon:"):
+                    anon = int(line.split()[1]) * 1024
+        with open(f"/proc/{pid}/smaps") as f:
+            in_cache = False
+            for line in f:
+                first = line.split(maxsplit=1)[0]
+                if "-" in first and not first.endswith(":"):  # a mapping's header line
+                    parts = line.split()
+                    in_cache = len(parts) >= 6 and is_shm_cache(parts[5])
+                elif in_cache and line.startswith("Pss:"):
+                    mapped += int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    open_caches = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if is_shm_cache(target):
+                open_caches.add(target)
+    except OSError:
+        pass
+    return total, mapped, anon, open_caches
+
+
 class PssSampler(threading.Thread):
-    """The peak over time of the summed PSS of `pids` and their descendants."""
+    """The peak over time of the memory the set-up holds: the summed PSS of `pids` and their
+    descendants, plus the gpufeed shm cache files they opened (a tmpfs file is memory whether
+    or not a process maps it; it is counted once, and what of it is mapped is taken out of
+    the PSS so nothing counts twice). The split at the peak is kept."""
 
     def __init__(self, pids):
         super().__init__(daemon=True)
-        self.pids, self.peak, self.stop = pids, 0, threading.Event()
+        self.pids, self.stop = pids, threading.Event()
+        self.caches = set()
+        self.peak = {"total": 0, "pss": 0, "pss_mapped_cache": 0, "pss_anon": 0,
+                     "cache_files": 0}
 
     def run(self):
-        while not self.stop.wait(0.25):
-            total = sum(pss_bytes(p) for root in self.pids for p in descendants(root))
-            self.peak = max(self.peak, total)
+        while not self.stop.wait(0.5):
+            pss = mapped = anon = 0
+            for root in self.pids:
+                for p in descendants(root):
+                    t, m, a, opened = pss_split(p)
+                    pss, mapped, anon = pss + t, mapped + m, anon + a
+                    self.caches |= opened
+            files = 0
+            for path in self.caches:
+                try:
+                    files += os.stat(path).st_size
+                except OSError:
+                    pass
+            total = pss - mapped + files
+            if total > self.peak["total"]:
+                self.peak = {"total": total, "pss": pss, "pss_mapped_cache": mapped,
+                             "pss_anon": anon, "cache_files": files}
 
 
 # --- one worker process ---------------------------------------------------------------------
@@ -238,10 +305,17 @@ def main():
             storage, name, trials, wall, peak = run_setup(setup, path, args.samples, workdir)
             storages[setup] = (storage, name)
             firsts = [t.user_attrs.get("gpufeed_first_batch_s") for t in trials]
-            print(f"\n{setup}: study wall time {wall:.1f} s; peak summed PSS of the "
-                  f"{PROCESSES} processes (and children) {peak / 1e9:.2f} GB = "
-                  f"{peak / data_bytes:.2f}x the data set; above the idle baseline "
-                  f"{(peak - baseline) / 1e9:.2f} GB = {(peak - baseline) / data_bytes:.2f}x")
+            total = peak["total"]
+            rest = peak["pss"] - peak["pss_mapped_cache"]
+            gb = lambda n: f"{n / 1e9:.2f} GB"  # noqa: E731
+            print(f"\n{setup}: study wall time {wall:.1f} s; peak memory of the set-up "
+                  f"{gb(total)} = {total / data_bytes:.2f}x the data set; above the idle "
+                  f"baseline {gb(total - baseline)} = {(total - baseline) / data_bytes:.2f}x")
+            print(f"  at the peak: data-set copy in /dev/shm (gpufeed cache files, counted "
+                  f"once) {gb(peak['cache_files'])} = {peak['cache_files'] / data_bytes:.2f}x; "
+                  f"the {PROCESSES} processes (and children) apart from it: PSS {gb(rest)} "
+                  f"(anonymous {gb(peak['pss_anon'])}; the idle baseline {gb(baseline)}; "
+                  f"{gb(peak['pss_mapped_cache'])} of the cache mapped, counted in the copy)")
             print("  time from objective start to first batch, per trial (start order): " +
                   ", ".join("-" if f is None else f"{f:.3f} s" for f in firsts))
             later = [f for f in firsts[1:] if f is not None]

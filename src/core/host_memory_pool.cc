@@ -16,6 +16,7 @@ namespace gpufeed {
 namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kSmallPage = size_t{4} << 10;
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and we write pages
@@ -52,7 +53,12 @@ HostMemoryPool& HostMemoryPool::Instance() {
 HostMemoryPool::HostMemoryPool() : retain_(DefaultRetainBytes()) {}
 
 size_t HostMemoryPool::Rounded(size_t bytes) {
-  return (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t huge = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  if (huge - bytes <= bytes / 8) return huge;
+  // A whole last 2 MB page would waste more than an eighth (a batch of 256 8 KiB rows and
+  // its labels, 2 MB + 2 KB, took 4 MB): whole 4 KiB pages instead. The block still starts
+  // on a 2 MB boundary, so all its whole 2 MB pages can be huge ones.
+  return (bytes + kSmallPage - 1) / kSmallPage * kSmallPage;
 }
 
 void* HostMemoryPool::Take(size_t bytes) {

@@ -6,8 +6,10 @@
 // the host backs it too), which made a loader at batch 8192 spend most of a second in its
 // constructor.
 //
-// Blocks are 2 MB-aligned, madvise(MADV_HUGEPAGE)'d and sized in whole 2 MB pages. Take
-// returns a kept block of the same rounded size when there is one (its bytes are whatever
+// Blocks are 2 MB-aligned, madvise(MADV_HUGEPAGE)'d and sized in whole 2 MB pages, or in
+// whole 4 KiB pages where a last 2 MB page would waste more than an eighth of the block
+// (small batches: 2 MB + 2 KB is not rounded to 4 MB). Take returns a kept block of the
+// same rounded size when there is one (its bytes are whatever
 // the last user left: callers overwrite what they read) or a fresh one, faulted in by the
 // calling thread (MADV_POPULATE_WRITE, or a write per page where the kernel lacks it), so
 // the cost lands on the thread that takes it (a loader worker), not on a later reader.
@@ -38,7 +40,7 @@ class HostMemoryPool {
 
   static HostMemoryPool& Instance();
 
-  // A block of at least `bytes` (rounded up to whole 2 MB pages). Throws Error(kDevice) when
+  // A block of at least `bytes` (rounded up as Rounded says). Throws Error(kDevice) when
   // the host has no memory for it. REQUIRES: bytes > 0.
   void* Take(size_t bytes);
   // Takes back a block Take gave: kept for later, or freed when over the budget. Returns

@@ -25,8 +25,13 @@ class HostMemoryPoolTest : public ::testing::Test {
 TEST_F(HostMemoryPoolTest, BlocksAreHugePageAlignedWholePages) {
   void* p = pool().Take(3 * kMiB);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (2 * kMiB), 0u);
-  std::memset(p, 1, HostMemoryPool::Rounded(3 * kMiB));  // 4 MiB are ours to write
-  EXPECT_EQ(HostMemoryPool::Rounded(3 * kMiB), 4 * kMiB);
+  std::memset(p, 1, HostMemoryPool::Rounded(3 * kMiB));  // all of it is ours to write
+  // Whole 2 MB pages while the last one wastes at most an eighth; whole 4 KiB pages beyond.
+  EXPECT_EQ(HostMemoryPool::Rounded(3 * kMiB), 3 * kMiB);
+  EXPECT_EQ(HostMemoryPool::Rounded(2 * kMiB + 2048), 2 * kMiB + 4096);
+  EXPECT_EQ(HostMemoryPool::Rounded(31 * kMiB), 32 * kMiB);
+  EXPECT_EQ(HostMemoryPool::Rounded(67 * kMiB + 1), 68 * kMiB);
+  EXPECT_EQ(HostMemoryPool::Rounded(1), 4096u);
   EXPECT_TRUE(pool().Give(p));
 }
 
