@@ -75,12 +75,18 @@ void* HostMemoryPool::Take(size_t bytes) {
       return p;
     }
   }
-  void* p = std::aligned_alloc(kHugePage, size);
+  // posix_memalign, not aligned_alloc: the size need not be a multiple of the alignment.
+  void* p = nullptr;
+  if (posix_memalign(&p, kHugePage, size) != 0) p = nullptr;
   if (p == nullptr) {
     throw Error(ErrorCode::kDevice,
                 fmt::format("out of host memory allocating a {} byte batch buffer", bytes));
   }
-  madvise(p, size, MADV_HUGEPAGE);  // a hint: fine if refused
+  // A hint (fine if refused) over the whole 2 MB pages only: a huge page for a 4 KiB-rounded
+  // tail would fault in the 2 MB the rounding saved.
+  if (const size_t whole = size / kHugePage * kHugePage; whole > 0) {
+    madvise(p, whole, MADV_HUGEPAGE);
+  }
   FaultIn(p, size);
   std::lock_guard lock(mu_);
   try {
