@@ -136,10 +136,13 @@ void ReadEverything(const Source& s) {
 TEST(Hdf5ChangedFileTest, TruncatedWhileOpenIsAnIoErrorNamingTheFile) {
   GPUFEED_REQUIRE_HDF5_FILES(files);
   testing::ScratchDir dir;
-  for (const std::string name : {"plain", "gzip"}) {
+  // Contiguous (mapped), compressed chunks (pread) and unfiltered chunks (mapped).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"plain", {"mel", "label"}}, {"gzip", {"mel", "label"}}, {"h5py_defaults", {"plain_chunks"}}};
+  for (const auto& [name, fields] : cases) {
     const std::string path = dir.path() + "/" + name + ".h5";
     std::filesystem::copy_file(files->File(name), path);
-    const auto source = OpenHdf5({path}, {"mel", "label"});
+    const auto source = OpenHdf5({path}, fields);
     ReadEverything(*source);  // reads fine while the file is whole
     std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
     std::string msg;
