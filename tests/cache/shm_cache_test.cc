@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "cache/cache_test_util.h"
@@ -133,7 +134,8 @@ TEST(ShmCacheTest, NoSpaceWhileBuildingWarnsAndLeavesNoPartialFile) {
 }
 
 TEST(ShmCacheTest, OpenCachedStreamsWhenTheShmFolderIsFull) {
-  const std::string mnt = fs::temp_directory_path() / ("gpufeed-tiny-tmpfs-" + std::to_string(getpid()));
+  const std::string mnt =
+      fs::temp_directory_path() / ("gpufeed-tiny-tmpfs-" + std::to_string(getpid()));
   fs::create_directories(mnt);
   if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
     fs::remove(mnt);
@@ -160,7 +162,8 @@ TEST(ShmCacheTest, ConcurrentOpenersBuildOnce) {
   std::vector<ShmOpenResult> results(4);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] { results[t] = OpenShmCache(Synthetic(), Options(dir.path(), 1)); });
+    threads.emplace_back(
+        [&, t] { results[t] = OpenShmCache(Synthetic(), Options(dir.path(), 1)); });
   }
   for (auto& t : threads) t.join();
   int built = 0;
@@ -219,6 +222,44 @@ TEST(ShmCacheTest, ABuilderKilledMidBuildIsDetectedAndTheCacheRebuilt) {
   EXPECT_FALSE(shm.damaged());
 }
 
+// Resident kB of this process's mappings of `path` (/proc/self/smaps).
+uint64_t MappedRssKb(const std::string& path) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  uint64_t kb = 0;
+  while (std::getline(in, line)) {
+    const std::string first = line.substr(0, line.find(' '));
+    if (first.find('-') != std::string::npos && first.back() != ':') {
+      inside = line.size() >= path.size() &&
+               line.compare(line.size() - path.size(), path.size(), path) == 0;
+    } else if (inside && line.rfind("Rss:", 0) == 0) {
+      kb += std::stoull(line.substr(4));
+    }
+  }
+  return kb;
+}
+
+// Issue 18: the process that builds the cache read the whole source through its mapping;
+// those pages leave its PSS once the cache is published (the cache serves from then on).
+TEST(ShmCacheTest, TheBuilderDropsTheSourcesMappedPages) {
+  ScratchDir data;
+  ScratchDir shm;
+  const FieldSpec x{"x", DType::kFloat32, {1024}};
+  std::vector<float> values(1024 * 256);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  WriteNpy(data.Path("x.npy"), x, 256, values.data());
+  auto base = OpenNumpy(data.path());
+  ReadAll(*base);  // what a build does: every page of the file faulted into the mapping
+  ASSERT_GT(MappedRssKb("x.npy"), 512u);
+  ShmOpenResult r = OpenShmCache(base, Options(shm.path()));
+  ASSERT_TRUE(r.built);
+  EXPECT_EQ(MappedRssKb("x.npy"), 0u);
+  EXPECT_EQ(ReadAll(*r.source), ReadAll(*OpenNumpy(data.path())));
+  // The source's own reads still work (from the page cache).
+  EXPECT_EQ(ReadRows(*base, {3})[0], ReadRows(*OpenNumpy(data.path()), {3})[0]);
+}
+
 TEST(ShmCacheTest, TheSourceChangedOnDiskIsADifferentCache) {
   ScratchDir data;
   ScratchDir shm;
@@ -227,8 +268,9 @@ TEST(ShmCacheTest, TheSourceChangedOnDiskIsADifferentCache) {
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
   WriteNpy(data.Path("x.npy"), x, 100, values.data());
   CacheInfo old_info;
-  auto old_cached = OpenCached(OpenNumpy(data.path()),
-                               {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &old_info);
+  auto old_cached =
+      OpenCached(OpenNumpy(data.path()),
+                 {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &old_info);
   EXPECT_EQ(old_info.tier, CacheTier::kShm);
   EXPECT_TRUE(old_info.built);
 
@@ -238,8 +280,9 @@ TEST(ShmCacheTest, TheSourceChangedOnDiskIsADifferentCache) {
   const auto t = fs::last_write_time(data.Path("x.npy"));
   fs::last_write_time(data.Path("x.npy"), t + std::chrono::seconds(1));
   CacheInfo new_info;
-  auto new_cached = OpenCached(OpenNumpy(data.path()),
-                               {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &new_info);
+  auto new_cached =
+      OpenCached(OpenNumpy(data.path()),
+                 {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &new_info);
   EXPECT_NE(new_info.key, old_info.key);
   EXPECT_TRUE(new_info.built);
   const auto got = ReadRows(*new_cached, {0, 99});
