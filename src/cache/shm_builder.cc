@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,8 +15,12 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include "core/format.h"
+#include "core/proc_text.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
 #include "gpufeed/error.h"
@@ -82,6 +88,11 @@ int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer
   std::vector<std::unique_ptr<SourceWorkerState>> states(threads);
   std::vector<std::vector<std::vector<std::byte>>> scratch(threads);
   std::atomic<int> first_errno{0};
+  // Every 64 MB read, the source's pages leave this process's mappings again, so the build
+  // never holds the whole source in its PSS beside the cache it writes.
+  const std::string identity = base.Identity();
+  constexpr uint64_t kDropEvery = uint64_t{64} << 20;
+  std::atomic<uint64_t> since_drop{0};
   ThreadPool pool(threads);
   pool.ParallelFor(tasks, [&](int64_t task, int thread) {
     if (first_errno.load(std::memory_order_relaxed) != 0) return;
@@ -109,6 +120,10 @@ int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer
         return;
       }
       progress.Add(n);
+      if (since_drop.fetch_add(n) + n >= kDropEvery) {
+        since_drop.store(0);
+        DropMappedSourcePages(identity);
+      }
     }
   });
   return first_errno.load();
@@ -149,6 +164,36 @@ std::vector<uint64_t> HashBlocks(int fd, const ShmLayout& layout, int threads) {
 }
 
 }  // namespace
+
+// MADV_DONTNEED on a mapping without write permission only
+// unmaps its pages (they stay in the page cache; a fallback read faults them back in);
+// writable mappings are left alone (a private written page would be lost). The files are
+// the ones the source's identity stamps, matched by device and inode in /proc/self/maps.
+void DropMappedSourcePages(const std::string& identity) {
+  static const std::regex kStamp(R"(stamp:(/[^|=]+)=)");
+  std::set<std::pair<uint64_t, uint64_t>> files;  // (device, inode)
+  for (std::sregex_iterator it(identity.begin(), identity.end(), kStamp), end; it != end; ++it) {
+    struct stat st {};
+    if (stat((*it)[1].str().c_str(), &st) == 0) files.insert({st.st_dev, st.st_ino});
+  }
+  std::string maps;
+  if (files.empty() || !ReadTextFile("/proc/self/maps", &maps)) return;
+  std::istringstream lines(maps);
+  std::string line;
+  while (std::getline(lines, line)) {
+    // start-end perms offset major:minor inode [path]
+    unsigned long long start = 0, end = 0, offset = 0, inode = 0;
+    unsigned major = 0, minor = 0;
+    char perms[8] = {};
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %x:%x %llu", &start, &end, perms, &offset,
+                    &major, &minor, &inode) != 7 ||
+        perms[1] != '-' || end <= start) {
+      continue;
+    }
+    if (files.count({makedev(major, minor), inode}) == 0) continue;
+    madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTNEED);
+  }
+}
 
 ShmBuildResult BuildShmFile(const Source& base, const ShmUserDir& dir, const std::string& tmp_name,
                             const std::string& final_name, const ShmBuildOptions& options) {

@@ -35,7 +35,7 @@ enum class ShmBuildStatus {
 
 struct ShmBuildResult {
   ShmBuildStatus status = ShmBuildStatus::kWriteFailed;
-  int fd = -1;           // kPublished: open read-write on the published file; the caller owns it
+  int fd = -1;  // kPublished: open read-write on the published file; the caller owns it
   ShmHeader header = {};
   std::string message = {};  // why it failed
 };
@@ -45,5 +45,16 @@ struct ShmBuildResult {
 // tmp file is removed. Rethrows what the base source throws (after removing the tmp file).
 ShmBuildResult BuildShmFile(const Source& base, const ShmUserDir& dir, const std::string& tmp_name,
                             const std::string& final_name, const ShmBuildOptions& options);
+
+// The building process read the whole source, through its own mappings of the source's files
+// where the source maps them (NumPy, contiguous HDF5): those pages were counted in its PSS for
+// as long as its loader lived (782 MB for an 820 MB HDF5 set) although the cache serves from
+// then on. This unmaps them (the builder calls it every 64 MB it writes, OpenShmCache once
+// the cache is published): MADV_DONTNEED on a mapping without write permission only drops
+// its pages from this process (they stay in the page cache; a fallback read faults them back
+// in); writable mappings are left alone (a private written page would be lost). The files are
+// the ones `identity` stamps ("stamp:/path="), matched by device and inode in
+// /proc/self/maps. Best effort: does nothing when those cannot be read.
+void DropMappedSourcePages(const std::string& identity);
 
 }  // namespace gpufeed

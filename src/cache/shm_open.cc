@@ -3,9 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,9 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <regex>
-#include <set>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -24,7 +19,6 @@
 #include "cache/shm_user_dir.h"
 #include "core/format.h"
 #include "core/log.h"
-#include "core/proc_text.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 
@@ -173,39 +167,6 @@ int RemoveLeftovers(const ShmUserDir& dir, const std::string& key, bool verbose)
   return removed;
 }
 
-// After a build, the building process holds the pages of the source's files it read in its
-// own mappings of them (the NumPy and contiguous HDF5 sources read through one), counted in
-// its PSS for as long as its loader lives (782 MB for an 820 MB HDF5 set) although the cache
-// serves from now on: drop them. MADV_DONTNEED on a mapping without write permission only
-// unmaps its pages (they stay in the page cache; a fallback read faults them back in);
-// writable mappings are left alone (a private written page would be lost). The files are
-// the ones the source's identity stamps, matched by device and inode in /proc/self/maps.
-void DropSourcePages(const std::string& identity) {
-  static const std::regex kStamp(R"(stamp:(/[^|=]+)=)");
-  std::set<std::pair<uint64_t, uint64_t>> files;  // (device, inode)
-  for (std::sregex_iterator it(identity.begin(), identity.end(), kStamp), end; it != end; ++it) {
-    struct stat st {};
-    if (stat((*it)[1].str().c_str(), &st) == 0) files.insert({st.st_dev, st.st_ino});
-  }
-  std::string maps;
-  if (files.empty() || !ReadTextFile("/proc/self/maps", &maps)) return;
-  std::istringstream lines(maps);
-  std::string line;
-  while (std::getline(lines, line)) {
-    // start-end perms offset major:minor inode [path]
-    unsigned long long start = 0, end = 0, offset = 0, inode = 0;
-    unsigned major = 0, minor = 0;
-    char perms[8] = {};
-    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %x:%x %llu", &start, &end, perms, &offset,
-                    &major, &minor, &inode) != 7 ||
-        perms[1] != '-' || end <= start) {
-      continue;
-    }
-    if (files.count({makedev(major, minor), inode}) == 0) continue;
-    madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTNEED);
-  }
-}
-
 }  // namespace
 
 std::string ShmCachePath(const std::string& dir, const std::string& key,
@@ -263,7 +224,7 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
   result.built = true;
   result.source =
       std::make_shared<ShmCachedSource>(base, built.fd, result.path, std::move(built.header));
-  DropSourcePages(base->Identity());
+  DropMappedSourcePages(base->Identity());
   // A new version of the data: older versions' caches that nobody maps any more go now, not
   // at the next `gpufeed cache gc`. Best effort: the new cache is built either way.
   try {
