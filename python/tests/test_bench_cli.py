@@ -53,6 +53,15 @@ def test_demo_runs_for_its_seconds_and_reports_the_verdict_as_json(tmp_path):
     # The set is HDF5 in h5py's chunks=True layout: the first run made it, a second finds it.
     assert result["data_set"] == {"path": str(tmp_path / "demo.h5"), "format": "hdf5"}
     assert "dataloader_baseline" not in result
+    # The chunk shapes h5py itself picks with chunks=True, and the same values as the NumPy set.
+    h5py = pytest.importorskip("h5py")
+    from h5py._hl.filters import guess_chunk
+    with h5py.File(tmp_path / "demo.h5", "r") as f:
+        for name in ("mel", "label"):
+            d = f[name]
+            assert d.chunks == guess_chunk(d.shape, None, d.dtype.itemsize), name
+            assert d.compression is None
+        assert f["mel"].shape == (3000, 1, 64, 32) and f["label"].dtype == "int64"
     again = subprocess.run(
         [binary, "demo", "--path", str(tmp_path / "demo.h5"), "--samples", "3000", "-b", "128",
          "--seconds", "0", "-e", "1", "--step-ms", "2", "-d", "cpu", "--json", "--no-baseline"],
