@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -72,9 +76,8 @@ inline uint8_t Clip8(int32_t v) {
 #endif
 
 // dst[c] = Clip8(sum over t of rows[t * stride + c] * k[t]) for c in [0, len): one output line
-// of a pass, taps outermost so the inner loop runs along contiguous bytes. Both passes use it
-// (the horizontal one on a transposed copy). Built for AVX2 too (8 32-bit products at once),
-// picked at load time where the CPU has it.
+// of the vertical pass, taps outermost so the inner loop runs along contiguous bytes. Built for
+// AVX2 too (8 32-bit products at once), picked at load time where the CPU has it.
 GPUFEED_AVX2_CLONES void CombineLines(const uint8_t* rows, size_t stride, int taps,
                                       const int32_t* k, size_t len, int32_t* sums, uint8_t* dst) {
   for (size_t c = 0; c < len; ++c) sums[c] = 1 << (kPrecisionBits - 1);
@@ -86,20 +89,67 @@ GPUFEED_AVX2_CLONES void CombineLines(const uint8_t* rows, size_t stride, int ta
   for (size_t c = 0; c < len; ++c) dst[c] = Clip8(sums[c]);
 }
 
-// out[x][y] = in[y][x] for 3-byte pixels; in has `width` pixels per row and `height` rows.
-void TransposeRgb(const uint8_t* in, size_t in_stride, int width, int height, uint8_t* out) {
-  const size_t out_stride = static_cast<size_t>(height) * 3;
-  for (int y = 0; y < height; ++y) {
-    const uint8_t* row = in + static_cast<size_t>(y) * in_stride;
-    uint8_t* column = out + static_cast<size_t>(y) * 3;
-    for (int x = 0; x < width; ++x) {
-      uint8_t* o = column + static_cast<size_t>(x) * out_stride;
-      o[0] = row[x * 3];
-      o[1] = row[x * 3 + 1];
-      o[2] = row[x * 3 + 2];
+// One row of the horizontal pass: dst[x * 3 + c] = Clip8(sum over taps t of
+// row[(xmin + t) * 3 + c] * k[x * ksize + t]) for the `width` outputs, (xmin, taps) in
+// `bounds`. Reads the byte after each tap's pixel (a 4-byte load): `row` must have one byte
+// to spare after its last pixel.
+void HorizontalRowPortable(const uint8_t* row, int width, const int* bounds, const int32_t* k,
+                           int ksize, uint8_t* dst) {
+  for (int x = 0; x < width; ++x) {
+    const uint8_t* p = row + static_cast<size_t>(bounds[x * 2]) * 3;
+    const int taps = bounds[x * 2 + 1];
+    const int32_t* w = k + static_cast<size_t>(x) * ksize;
+    int32_t r = 1 << (kPrecisionBits - 1);
+    int32_t g = r;
+    int32_t b = r;
+    for (int t = 0; t < taps; ++t) {
+      r += p[t * 3] * w[t];
+      g += p[t * 3 + 1] * w[t];
+      b += p[t * 3 + 2] * w[t];
     }
+    dst[x * 3] = Clip8(r);
+    dst[x * 3 + 1] = Clip8(g);
+    dst[x * 3 + 2] = Clip8(b);
   }
 }
+
+#if defined(__x86_64__)
+// The same with the three channels of a pixel in one SSE4.1 vector (the fourth lane, the next
+// pixel's first byte, is computed and dropped): no transposition of the image is needed.
+__attribute__((target("sse4.1"))) void HorizontalRowSse41(const uint8_t* row, int width,
+                                                          const int* bounds, const int32_t* k,
+                                                          int ksize, uint8_t* dst) {
+  const __m128i half = _mm_set1_epi32(1 << (kPrecisionBits - 1));
+  for (int x = 0; x < width; ++x) {
+    const uint8_t* p = row + static_cast<size_t>(bounds[x * 2]) * 3;
+    const int taps = bounds[x * 2 + 1];
+    const int32_t* w = k + static_cast<size_t>(x) * ksize;
+    __m128i sum = half;
+    for (int t = 0; t < taps; ++t) {
+      int32_t pixel;
+      std::memcpy(&pixel, p + t * 3, 4);
+      sum = _mm_add_epi32(
+          sum, _mm_mullo_epi32(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(pixel)), _mm_set1_epi32(w[t])));
+    }
+    // Clip8: the arithmetic shift, then saturation to int16 and to uint8 clamps to [0, 255].
+    sum = _mm_srai_epi32(sum, kPrecisionBits);
+    const __m128i bytes = _mm_packus_epi16(_mm_packs_epi32(sum, sum), sum);
+    const int32_t out = _mm_cvtsi128_si32(bytes);
+    std::memcpy(dst + static_cast<size_t>(x) * 3, &out, 3);
+  }
+}
+#endif
+
+using HorizontalRowFn = void (*)(const uint8_t*, int, const int*, const int32_t*, int, uint8_t*);
+
+HorizontalRowFn PickHorizontalRow() {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("sse4.1")) return HorizontalRowSse41;
+#endif
+  return HorizontalRowPortable;
+}
+
+const HorizontalRowFn kHorizontalRow = PickHorizontalRow();
 
 // Resamples into `out` (HWC, output window size); returns a pointer to it. PIL's order and
 // rounding: the horizontal pass over the input rows the vertical pass needs, rounded to 8 bits,
@@ -138,24 +188,24 @@ const uint8_t* Resample(const RgbView& in, const ResampleRegion& region,
                                   output.left, output.width, scratch.coefficients, scratch.bounds);
   const int ow = output.width;
   const size_t in_stride = static_cast<size_t>(in.width) * 3;
-  const size_t column_bytes = static_cast<size_t>(rows) * 3;
-  // Horizontal pass on the transposed window: each output column is a weighted sum of whole
-  // input columns.
-  scratch.transposed.resize(static_cast<size_t>(cols) * column_bytes);
-  TransposeRgb(
-      in.pixels + static_cast<size_t>(wy0 + row_first) * in_stride + static_cast<size_t>(wx0) * 3,
-      in_stride, cols, rows, scratch.transposed.data());
-  scratch.image.resize(static_cast<size_t>(ow) * column_bytes);
-  scratch.sums.resize(std::max(column_bytes, static_cast<size_t>(ow) * 3));
-  for (int x = 0; x < ow; ++x) {
-    const int xmin = scratch.bounds[static_cast<size_t>(x) * 2];
-    const int taps = scratch.bounds[static_cast<size_t>(x) * 2 + 1];
-    CombineLines(scratch.transposed.data() + static_cast<size_t>(xmin) * column_bytes, column_bytes,
-                 taps, &scratch.coefficients[static_cast<size_t>(x) * hk], column_bytes,
-                 scratch.sums.data(), scratch.image.data() + static_cast<size_t>(x) * column_bytes);
-  }
+  // Horizontal pass, row by row, over the input rows the vertical pass needs. A row's last
+  // pixel is read with one byte to spare: the image's last row is copied out first.
   scratch.rows.resize(static_cast<size_t>(rows) * ow * 3);
-  TransposeRgb(scratch.image.data(), column_bytes, rows, ow, scratch.rows.data());
+  const size_t window_bytes = static_cast<size_t>(cols) * 3;
+  for (int r = 0; r < rows; ++r) {
+    const int y = wy0 + row_first + r;
+    const uint8_t* row =
+        in.pixels + static_cast<size_t>(y) * in_stride + static_cast<size_t>(wx0) * 3;
+    if (y == in.height - 1 && wx1 == in.width) {
+      scratch.image.resize(window_bytes + 1);
+      std::memcpy(scratch.image.data(), row, window_bytes);
+      scratch.image[window_bytes] = 0;
+      row = scratch.image.data();
+    }
+    kHorizontalRow(row, ow, scratch.bounds.data(), scratch.coefficients.data(), hk,
+                   scratch.rows.data() + static_cast<size_t>(r) * ow * 3);
+  }
+  scratch.sums.resize(static_cast<size_t>(ow) * 3);
 
   out.resize(static_cast<size_t>(output.height) * ow * 3);
   const size_t row_bytes = static_cast<size_t>(ow) * 3;
