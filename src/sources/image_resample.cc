@@ -89,12 +89,14 @@ GPUFEED_AVX2_CLONES void CombineLines(const uint8_t* rows, size_t stride, int ta
   for (size_t c = 0; c < len; ++c) dst[c] = Clip8(sums[c]);
 }
 
-// One row of the horizontal pass: dst[x * 3 + c] = Clip8(sum over taps t of
-// row[(xmin + t) * 3 + c] * k[x * ksize + t]) for the `width` outputs, (xmin, taps) in
-// `bounds`. Reads the byte after each tap's pixel (a 4-byte load): `row` must have one byte
-// to spare after its last pixel.
+// One row of the horizontal pass: for the `width` outputs x, channel c of
+// Clip8(sum over taps t of row[(xmin + t) * 3 + c] * k[x * ksize + t]), (xmin, taps) in
+// `bounds`, goes to planes[c][flip ? width - 1 - x : x] (channels first, mirrored when
+// `flip`: the vertical pass then works on each plane and writes the output as it is).
+// Reads the byte after each tap's pixel (a 4-byte load): `row` must have one byte to spare
+// after its last pixel.
 void HorizontalRowPortable(const uint8_t* row, int width, const int* bounds, const int32_t* k,
-                           int ksize, uint8_t* dst) {
+                           int ksize, bool flip, uint8_t* const planes[3]) {
   for (int x = 0; x < width; ++x) {
     const uint8_t* p = row + static_cast<size_t>(bounds[x * 2]) * 3;
     const int taps = bounds[x * 2 + 1];
@@ -107,9 +109,10 @@ void HorizontalRowPortable(const uint8_t* row, int width, const int* bounds, con
       g += p[t * 3 + 1] * w[t];
       b += p[t * 3 + 2] * w[t];
     }
-    dst[x * 3] = Clip8(r);
-    dst[x * 3 + 1] = Clip8(g);
-    dst[x * 3 + 2] = Clip8(b);
+    const int at = flip ? width - 1 - x : x;
+    planes[0][at] = Clip8(r);
+    planes[1][at] = Clip8(g);
+    planes[2][at] = Clip8(b);
   }
 }
 
@@ -118,7 +121,8 @@ void HorizontalRowPortable(const uint8_t* row, int width, const int* bounds, con
 // pixel's first byte, is computed and dropped): no transposition of the image is needed.
 __attribute__((target("sse4.1"))) void HorizontalRowSse41(const uint8_t* row, int width,
                                                           const int* bounds, const int32_t* k,
-                                                          int ksize, uint8_t* dst) {
+                                                          int ksize, bool flip,
+                                                          uint8_t* const planes[3]) {
   const __m128i half = _mm_set1_epi32(1 << (kPrecisionBits - 1));
   for (int x = 0; x < width; ++x) {
     const uint8_t* p = row + static_cast<size_t>(bounds[x * 2]) * 3;
@@ -134,13 +138,17 @@ __attribute__((target("sse4.1"))) void HorizontalRowSse41(const uint8_t* row, in
     // Clip8: the arithmetic shift, then saturation to int16 and to uint8 clamps to [0, 255].
     sum = _mm_srai_epi32(sum, kPrecisionBits);
     const __m128i bytes = _mm_packus_epi16(_mm_packs_epi32(sum, sum), sum);
-    const int32_t out = _mm_cvtsi128_si32(bytes);
-    std::memcpy(dst + static_cast<size_t>(x) * 3, &out, 3);
+    const uint32_t out = static_cast<uint32_t>(_mm_cvtsi128_si32(bytes));
+    const int at = flip ? width - 1 - x : x;
+    planes[0][at] = static_cast<uint8_t>(out);
+    planes[1][at] = static_cast<uint8_t>(out >> 8);
+    planes[2][at] = static_cast<uint8_t>(out >> 16);
   }
 }
 #endif
 
-using HorizontalRowFn = void (*)(const uint8_t*, int, const int*, const int32_t*, int, uint8_t*);
+using HorizontalRowFn = void (*)(const uint8_t*, int, const int*, const int32_t*, int, bool,
+                                 uint8_t* const[3]);
 
 HorizontalRowFn PickHorizontalRow() {
 #if defined(__x86_64__)
@@ -151,12 +159,11 @@ HorizontalRowFn PickHorizontalRow() {
 
 const HorizontalRowFn kHorizontalRow = PickHorizontalRow();
 
-// Resamples into `out` (HWC, output window size); returns a pointer to it. PIL's order and
-// rounding: the horizontal pass over the input rows the vertical pass needs, rounded to 8 bits,
-// then the vertical pass.
-const uint8_t* Resample(const RgbView& in, const ResampleRegion& region,
-                        const ResampleOutput& output, ResampleScratch& scratch,
-                        std::vector<uint8_t>& out) {
+// Resamples into `chw` (channels first, the output window's size, mirrored when `flip`). PIL's
+// order and rounding: the horizontal pass over the input rows the vertical pass needs,
+// rounded to 8 bits, then the vertical pass.
+void Resample(const RgbView& in, const ResampleRegion& region, const ResampleOutput& output,
+              bool flip, ResampleScratch& scratch, uint8_t* chw) {
   GPUFEED_ASSERT(region.x1 > region.x0 && region.y1 > region.y0, "empty resample region");
   GPUFEED_ASSERT(output.left >= 0 && output.top >= 0 &&
                      output.left + output.width <= output.full_width &&
@@ -188,9 +195,11 @@ const uint8_t* Resample(const RgbView& in, const ResampleRegion& region,
                                   output.left, output.width, scratch.coefficients, scratch.bounds);
   const int ow = output.width;
   const size_t in_stride = static_cast<size_t>(in.width) * 3;
-  // Horizontal pass, row by row, over the input rows the vertical pass needs. A row's last
-  // pixel is read with one byte to spare: the image's last row is copied out first.
-  scratch.rows.resize(static_cast<size_t>(rows) * ow * 3);
+  // Horizontal pass, row by row, over the input rows the vertical pass needs, into three
+  // planes of `rows` x `ow`. A row's last pixel is read with one byte to spare: the image's
+  // last row is copied out first.
+  const size_t plane_rows = static_cast<size_t>(rows) * ow;
+  scratch.rows.resize(plane_rows * 3);
   const size_t window_bytes = static_cast<size_t>(cols) * 3;
   for (int r = 0; r < rows; ++r) {
     const int y = wy0 + row_first + r;
@@ -202,49 +211,46 @@ const uint8_t* Resample(const RgbView& in, const ResampleRegion& region,
       scratch.image[window_bytes] = 0;
       row = scratch.image.data();
     }
-    kHorizontalRow(row, ow, scratch.bounds.data(), scratch.coefficients.data(), hk,
-                   scratch.rows.data() + static_cast<size_t>(r) * ow * 3);
+    uint8_t* line = scratch.rows.data() + static_cast<size_t>(r) * ow;
+    uint8_t* const planes[3] = {line, line + plane_rows, line + 2 * plane_rows};
+    kHorizontalRow(row, ow, scratch.bounds.data(), scratch.coefficients.data(), hk, flip, planes);
   }
-  scratch.sums.resize(static_cast<size_t>(ow) * 3);
+  scratch.sums.resize(static_cast<size_t>(ow));
 
-  out.resize(static_cast<size_t>(output.height) * ow * 3);
-  const size_t row_bytes = static_cast<size_t>(ow) * 3;
-  for (int y = 0; y < output.height; ++y) {
-    const int ymin = vbounds[static_cast<size_t>(y) * 2] - row_first;
-    const int taps = vbounds[static_cast<size_t>(y) * 2 + 1];
-    CombineLines(scratch.rows.data() + static_cast<size_t>(ymin) * row_bytes, row_bytes, taps,
-                 &scratch.vertical[static_cast<size_t>(y) * vk], row_bytes, scratch.sums.data(),
-                 out.data() + static_cast<size_t>(y) * row_bytes);
+  // Vertical pass, plane by plane, straight into the output planes.
+  const size_t out_plane = static_cast<size_t>(output.height) * ow;
+  for (int c = 0; c < 3; ++c) {
+    const uint8_t* plane = scratch.rows.data() + c * plane_rows;
+    for (int y = 0; y < output.height; ++y) {
+      const int ymin = vbounds[static_cast<size_t>(y) * 2] - row_first;
+      const int taps = vbounds[static_cast<size_t>(y) * 2 + 1];
+      CombineLines(plane + static_cast<size_t>(ymin) * ow, static_cast<size_t>(ow), taps,
+                   &scratch.vertical[static_cast<size_t>(y) * vk], static_cast<size_t>(ow),
+                   scratch.sums.data(), chw + c * out_plane + static_cast<size_t>(y) * ow);
+    }
   }
-  return out.data();
 }
 
 }  // namespace
 
 void ResampleToChw(const RgbView& in, const ResampleRegion& region, const ResampleOutput& output,
                    bool flip, uint8_t* chw, ResampleScratch& scratch) {
-  const uint8_t* hwc = Resample(in, region, output, scratch, scratch.output);
-  const int w = output.width;
-  const size_t plane = static_cast<size_t>(w) * output.height;
-  for (int y = 0; y < output.height; ++y) {
-    const uint8_t* row = hwc + static_cast<size_t>(y) * w * 3;
-    uint8_t* r = chw + static_cast<size_t>(y) * w;
-    uint8_t* g = r + plane;
-    uint8_t* b = g + plane;
-    for (int x = 0; x < w; ++x) {
-      const int sx = flip ? w - 1 - x : x;
-      r[x] = row[sx * 3];
-      g[x] = row[sx * 3 + 1];
-      b[x] = row[sx * 3 + 2];
-    }
-  }
+  Resample(in, region, output, flip, scratch, chw);
 }
 
 void ResampleToRgb(const RgbView& in, const ResampleRegion& region, const ResampleOutput& output,
                    RgbImage& out, ResampleScratch& scratch) {
-  Resample(in, region, output, scratch, out.pixels);
+  const size_t plane = static_cast<size_t>(output.width) * output.height;
+  scratch.output.resize(plane * 3);
+  Resample(in, region, output, false, scratch, scratch.output.data());
   out.width = output.width;
   out.height = output.height;
+  out.pixels.resize(plane * 3);
+  for (size_t i = 0; i < plane; ++i) {
+    out.pixels[i * 3] = scratch.output[i];
+    out.pixels[i * 3 + 1] = scratch.output[plane + i];
+    out.pixels[i * 3 + 2] = scratch.output[2 * plane + i];
+  }
 }
 
 }  // namespace gpufeed
