@@ -134,6 +134,7 @@ def main():
     args = parser.parse_args()
     build_folder()
     print(f"page cache warmed: {warm_page_cache() / 1e6:.0f} MB of JPEGs", flush=True)
+    load_start = os.getloadavg()
     timed = (args.batches - 2) * BATCH
 
     torchvision_rate = run_torchvision(args.batches)
@@ -154,6 +155,9 @@ def main():
         print(f"cached / torchvision      {cached_rate / torchvision_rate:5.2f}x  (target >= 10)")
     print(f"({timed} images timed per measurement; CPU only, device='cpu'; "
           f"{os.cpu_count()} CPUs visible)")
+    load_end = os.getloadavg()
+    print(f"load average (1, 5, 15 min) at the start {load_start[0]:.2f} {load_start[1]:.2f} "
+          f"{load_start[2]:.2f}, at the end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     return 0
 
 

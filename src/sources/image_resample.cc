@@ -152,6 +152,7 @@ using HorizontalRowFn = void (*)(const uint8_t*, int, const int*, const int32_t*
 
 HorizontalRowFn PickHorizontalRow() {
 #if defined(__x86_64__)
+  __builtin_cpu_init();  // this runs as a static initializer, maybe before the runtime's own
   if (__builtin_cpu_supports("sse4.1")) return HorizontalRowSse41;
 #endif
   return HorizontalRowPortable;
