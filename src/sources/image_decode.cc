@@ -153,9 +153,14 @@ bool ReadJpegRows(jpeg_decompress_struct* cinfo, JpegErrors* errors, const JpegW
                   uint8_t* rows) {
   if (setjmp(errors->jump) != 0) return false;
   const size_t stride = static_cast<size_t>(job->width) * 3;
+  constexpr int kRowsPerCall = 16;  // a row group at a time (at most 2 x 8 rows), as TurboJPEG
+  JSAMPROW lines[kRowsPerCall];
   for (int y = job->first_row; y < job->last_row;) {
-    JSAMPROW line = rows + static_cast<size_t>(y - job->first_row) * stride;
-    const JDIMENSION got = jpeg_read_scanlines(cinfo, &line, 1);
+    const int count = std::min(kRowsPerCall, job->last_row - y);
+    for (int i = 0; i < count; ++i) {
+      lines[i] = rows + static_cast<size_t>(y - job->first_row + i) * stride;
+    }
+    const JDIMENSION got = jpeg_read_scanlines(cinfo, lines, static_cast<JDIMENSION>(count));
     if (got == 0) {  // libjpeg pads a truncated file with warnings, never returns short
       (*cinfo->err->format_message)(reinterpret_cast<j_common_ptr>(cinfo), errors->message);
       return false;
