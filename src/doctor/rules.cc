@@ -181,6 +181,16 @@ Ruling TooLittle(const DoctorInput& in, const Figures& f, Diagnosis& d) {
 
 bool LoopWaitsForData(const Diagnosis& d) { return d.consumer_wait_fraction >= kWaitInputBound; }
 
+// The loop waits on the loader's stages: its wait, less the part spent while the batch it
+// waited for was already ready (then the loop itself was not running to take it: a
+// descheduled or host-bound loop, not a stage of the loader; a scenario beside a CPU burner
+// read 12% "wait" that was all hand-over as input-bound on read).
+bool LoopWaitsOnStages(const Diagnosis& d, const Totals& t) {
+  const double waited = t.WaitedTotal();
+  const double on_stages = waited > 0 ? 1 - t.waited_handoff / waited : 1;
+  return d.consumer_wait_fraction * on_stages >= kWaitInputBound;
+}
+
 // The slowest worker stage, in summed nanoseconds.
 double SlowestStageNs(const Totals& t) { return std::max({t.read, t.transform, t.copy}); }
 
@@ -256,7 +266,7 @@ Ruling CpuStarved(const DoctorInput& in, const Figures& f, Diagnosis& d) {
 
 // 4a. The loop waits for data, and the copy to the device is the stage it waited on.
 Ruling CopyStageBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
-  if (!LoopWaitsForData(d) || !in.device_copy || WaitedStage(f.t) != Stage::kCopy) {
+  if (!LoopWaitsOnStages(d, f.t) || !in.device_copy || WaitedStage(f.t) != Stage::kCopy) {
     return kNotDecided;
   }
   d.verdict = Verdict::kCopyBound;
@@ -433,7 +443,7 @@ std::optional<std::string> PiecesAdvice(const DoctorInput& in) {
 
 // 4b. The loop waits for data: name the stage (read or transform) and why it is slow.
 Ruling InputBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
-  if (!LoopWaitsForData(d)) return kNotDecided;
+  if (!LoopWaitsOnStages(d, f.t)) return kNotDecided;
   d.verdict = Verdict::kInputBound;
   d.stage = WaitedStage(f.t) == Stage::kTransform ? Stage::kTransform : Stage::kRead;
   const double stage_ns = d.stage == Stage::kTransform ? f.t.transform : f.t.read;

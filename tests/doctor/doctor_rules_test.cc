@@ -130,6 +130,26 @@ TEST(DoctorRules, TheStageIsTheOneTheWaitWasSpentOn) {
   EXPECT_EQ(StageName(d.stage), "read") << d.ToText();
 }
 
+// The loop's wait spent with its batch already ready is the loop not running to take it, not
+// a stage of the loader: with the GPU idle that is host-bound, never input-bound on read (the
+// host-bound scenario beside a CPU burner read 12% of hand-over wait as "input-bound").
+TEST(DoctorRules, AWaitSpentWithTheBatchReadyIsNoStageOfTheLoader) {
+  DoctorInput in = Recorded(3, 22, /*read=*/0.01);
+  for (BatchTiming& b : in.batches) b.waited_handoff_ns = 3'000'000;
+  in.gpu_utilization = 0.15;
+  Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kHostBound) << d.ToText();
+  EXPECT_EQ(d.stage, Stage::kNone);
+  // The same wait spent on reads is input-bound on read.
+  for (BatchTiming& b : in.batches) {
+    b.waited_handoff_ns = 0;
+    b.waited_read_ns = 3'000'000;
+  }
+  d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kInputBound) << d.ToText();
+  EXPECT_EQ(StageName(d.stage), "read");
+}
+
 // The loop waits while the loader's threads sit runnable without a CPU: starved, with the
 // figures and who takes the cores; below half of the wait, the stage verdict stands.
 TEST(DoctorRules, RunnableThreadsWithoutACpuAreCpuStarved) {
