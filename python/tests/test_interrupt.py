@@ -41,3 +41,73 @@ def test_keyboard_interrupt_exits_cleanly(mode):
         _, baseline, during, after = out.split()
         assert int(during) > int(baseline)  # the loader's workers were running
         assert int(after) == int(baseline)  # and close() joined every one
+
+
+# Ctrl-C while a Loader is being opened: the cache build or preload runs in C++ threads, and
+# the constructor cancels it (gpufeed/cancel.h) when Python's SIGINT handler raises.
+
+def _fill_samples():
+    """Samples of 64 KiB for a fill that takes seconds on one CPU: 4 GiB (a quarter of the
+    available memory where that is less: an explicit cache must fit half of it)."""
+    with open("/proc/meminfo") as f:
+        available = next(int(line.split()[1]) * 1024 for line in f
+                         if line.startswith("MemAvailable:"))
+    fill = min(4 << 30, available // 4)
+    if fill < 512 << 20:
+        pytest.skip(f"{available >> 20} MiB available: too little for a fill of seconds")
+    return fill // (64 << 10)
+
+
+def _anon_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:"))
+
+
+def _wait_for(condition, proc, what, seconds=60):
+    # Generous: the child's torch import alone takes seconds on a loaded 2-core machine.
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert proc.poll() is None, f"the child ended before {what}: " + proc.stderr.read()
+        assert time.monotonic() < deadline, f"no {what} within {seconds} s"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("tier", ["shm", "ram"])
+def test_ctrl_c_stops_a_cache_fill_in_the_loader_constructor(tier, tmp_path):
+    user_dir = tmp_path / f"gpufeed-user-{os.getuid()}"
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(SCRIPTS, "interrupt_open.py"), tier, str(tmp_path),
+         str(_fill_samples())],
+        env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("opening"), line + proc.stderr.read()
+        if tier == "shm":
+            # The builder's tmp file (gpufeed-<key>.tmp-<pid>) is there: the build is under way.
+            _wait_for(lambda: any(".tmp-" in p.name for p in user_dir.glob("gpufeed-*")), proc,
+                      "shm build")
+        else:
+            # The preload has written 32 MB of the RAM copy.
+            before = _anon_bytes(proc.pid)
+            _wait_for(lambda: _anon_bytes(proc.pid) > before + (32 << 20), proc, "preload")
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        seconds = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "opened" not in out, "the fill ended before the signal: " + out
+    assert proc.returncode == -signal.SIGINT, (proc.returncode, out, err)
+    assert "KeyboardInterrupt" in err, err
+    assert "Fatal" not in err and "terminate called" not in err, err
+    # The fill stops at its next 4 MB task (milliseconds) and the constructor hears the signal
+    # within 50 ms; the bound leaves seconds for a loaded machine and the interpreter's exit.
+    assert seconds < 5, f"took {seconds:.1f} s to exit after SIGINT"
+    _, baseline, after = out.split()
+    assert int(after) == int(baseline), out  # the open's threads were all joined
+    if tier == "shm":
+        # No half-built file and no published cache: only the (free) build lock is left.
+        left = sorted(p.name for p in user_dir.iterdir() if p.name != "secret")
+        assert len(left) == 1 and left[0].endswith(".lock"), left

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <exception>
 
+#include "gpufeed/cancel.h"
+
 namespace gpufeed {
 
 ThreadPool::ThreadPool(int threads, size_t queue_capacity) : queue_(queue_capacity) {
@@ -30,11 +32,20 @@ void ThreadPool::ParallelFor(int64_t n,
   // One task per thread pulling indices from a shared counter balances uneven work.
   std::atomic<int64_t> next{0};
   const int64_t tasks = std::min<int64_t>(n, size());
+  // The caller's cancellation token is the workers' too while they run its calls (the call
+  // blocks until they are done, so the token outlives them).
+  const CancelToken* cancel = CurrentCancelToken();
   std::vector<std::future<void>> futures;
   futures.reserve(static_cast<size_t>(tasks));
   for (int64_t t = 0; t < tasks; ++t) {
-    futures.push_back(Submit([&](int thread_index) {
-      for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i, thread_index);
+    futures.push_back(Submit([&, cancel](int thread_index) {
+      CancelScope scope(cancel);
+      try {
+        for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i, thread_index);
+      } catch (...) {
+        next.store(n);  // the other workers stop taking work at once, not once it is heard
+        throw;
+      }
     }));
   }
   std::exception_ptr first;
