@@ -111,3 +111,48 @@ def test_ctrl_c_stops_a_cache_fill_in_the_loader_constructor(tier, tmp_path):
         # No half-built file and no published cache: only the (free) build lock is left.
         left = sorted(p.name for p in user_dir.iterdir() if p.name != "secret")
         assert len(left) == 1 and left[0].endswith(".lock"), left
+
+
+def test_ctrl_c_stops_gpufeed_cache_build_and_removes_its_file(tmp_path):
+    binary = os.environ.get("GPUFEED_BIN")
+    if not binary:
+        pytest.skip("GPUFEED_BIN (the built CLI) is not set")
+    import numpy as np
+
+    # A sparse .npy of seconds' worth of samples (its holes read as zeros at memory speed).
+    data = tmp_path / "data"
+    data.mkdir()
+    np.lib.format.open_memmap(data / "x.npy", mode="w+", dtype=np.float32,
+                              shape=(_fill_samples(), 16384)).flush()
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    user_dir = shm / f"gpufeed-user-{os.getuid()}"
+    cpu = min(os.sched_getaffinity(0))
+
+    def child_setup():
+        os.sched_setaffinity(0, {cpu})  # one CPU: the build takes seconds on any machine
+        # A test run in the background of a non-interactive shell inherits SIGINT ignored,
+        # which the CLI (rightly) keeps ignoring; this test wants the terminal's Ctrl-C.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen([binary, "cache", "build", str(data), "--dir", str(shm)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=child_setup)
+    try:
+        _wait_for(lambda: user_dir.is_dir() and
+                  any(".tmp-" in p.name for p in user_dir.glob("gpufeed-*")), proc, "shm build")
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        seconds = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # Exit code 130 (cancelled) with a message naming what stopped, not death by the signal.
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    assert "cancelled: building the shared-memory cache" in err, err
+    assert "interrupted" in err, err
+    assert seconds < 5, f"took {seconds:.1f} s to exit after SIGINT"  # as for the Loader above
+    left = sorted(p.name for p in user_dir.iterdir() if p.name != "secret")
+    assert len(left) == 1 and left[0].endswith(".lock"), left
