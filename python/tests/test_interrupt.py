@@ -46,15 +46,19 @@ def test_keyboard_interrupt_exits_cleanly(mode):
 # Ctrl-C while a Loader is being opened: the cache build or preload runs in C++ threads, and
 # the constructor cancels it (gpufeed/cancel.h) when Python's SIGINT handler raises.
 
-def _fill_samples():
-    """Samples of 64 KiB for a fill that takes seconds on one CPU: 4 GiB (a quarter of the
-    available memory where that is less: an explicit cache must fit half of it)."""
+def _fill_samples(folder):
+    """Samples of 64 KiB for a fill that takes seconds on one CPU: 4 GiB, or less where a
+    quarter of the available memory (an explicit cache must fit half of it) or half the free
+    space of `folder` (where an shm cache is built) is less. The fill is interrupted long
+    before it is done: only its first tens of MB are ever written."""
     with open("/proc/meminfo") as f:
         available = next(int(line.split()[1]) * 1024 for line in f
                          if line.startswith("MemAvailable:"))
-    fill = min(4 << 30, available // 4)
+    disk = os.statvfs(folder)
+    fill = min(4 << 30, available // 4, disk.f_bavail * disk.f_frsize // 2)
     if fill < 512 << 20:
-        pytest.skip(f"{available >> 20} MiB available: too little for a fill of seconds")
+        pytest.skip(f"{fill >> 20} MiB of memory or disk to spare: too little for a fill of "
+                    f"seconds")
     return fill // (64 << 10)
 
 
@@ -77,7 +81,7 @@ def test_ctrl_c_stops_a_cache_fill_in_the_loader_constructor(tier, tmp_path):
     user_dir = tmp_path / f"gpufeed-user-{os.getuid()}"
     proc = subprocess.Popen(
         [sys.executable, os.path.join(SCRIPTS, "interrupt_open.py"), tier, str(tmp_path),
-         str(_fill_samples())],
+         str(_fill_samples(tmp_path))],
         env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -123,7 +127,7 @@ def test_ctrl_c_stops_gpufeed_cache_build_and_removes_its_file(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     np.lib.format.open_memmap(data / "x.npy", mode="w+", dtype=np.float32,
-                              shape=(_fill_samples(), 16384)).flush()
+                              shape=(_fill_samples(tmp_path), 16384)).flush()
     shm = tmp_path / "shm"
     shm.mkdir()
     user_dir = shm / f"gpufeed-user-{os.getuid()}"

@@ -217,7 +217,7 @@ class IndexReader {
                               "chunks (a damaged B-tree)",
                               what_, max_nodes_, max_chunks_));
     }
-    ThrowIfCancelled(what_ + ": reading the chunk index");  // a node: a read or two
+    if (CancelRequested()) ThrowIfCancelled(what_ + ": reading the chunk index");  // per node
     const size_t a = where_.sizeof_addr;
     const size_t header = 8 + 2 * a;
     std::vector<uint8_t> head = ReadBytes(node_address, header);
