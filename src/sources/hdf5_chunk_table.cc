@@ -32,7 +32,7 @@ constexpr uint64_t kFileBytesPerGridEntry = 32;
 constexpr uint64_t kMaxChunkBytes = 0xffffffffu;
 // Copy runs of one sample over all its chunks: a chunk shape that slices a sample into more
 // pieces than this is refused rather than planned (each run costs 24 bytes).
-constexpr uint64_t kMaxCopyRuns = uint64_t{1} << 22;
+constexpr uint64_t kMaxCopyRuns = uint64_t{1} << 20;
 // zlib inflates at most 1032 times its input; a stored chunk claiming more decodes to garbage
 // only after allocating the full chunk, so it is refused at open.
 constexpr uint64_t kMaxInflateRatio = 1032;

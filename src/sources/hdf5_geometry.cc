@@ -24,10 +24,12 @@ Hdf5ChunkGeometry::Hdf5ChunkGeometry(const std::vector<int64_t>& dims,
     grid[i] = c[i] == 0 ? 0 : (d[i] + c[i] - 1) / c[i];
     columns *= static_cast<size_t>(grid[i]);
   }
-  runs_.resize(columns);
+  if (const auto runs = CountRuns(dims, chunk_dims)) runs_.reserve(*runs);
+  column_start_.reserve(columns + 1);
+  column_start_.push_back(0);
   std::vector<int64_t> g(k, 0);  // this column's grid position
+  std::vector<int64_t> start(k), extent(k), p(k);
   for (size_t col = 0; col < columns; ++col) {
-    std::vector<int64_t> start(k), extent(k);
     for (size_t i = 0; i < k; ++i) {
       start[i] = g[i] * c[i];
       extent[i] = std::min(c[i], d[i] - start[i]);
@@ -42,7 +44,7 @@ Hdf5ChunkGeometry::Hdf5ChunkGeometry(const std::vector<int64_t>& dims,
       --inner;
       if (!(extent[i] == c[i] && extent[i] == d[i])) break;
     }
-    std::vector<int64_t> p(inner, 0);
+    std::fill(p.begin(), p.end(), 0);
     bool empty = run_elems == 0;
     for (size_t i = 0; i < inner; ++i) empty = empty || extent[i] == 0;
     while (!empty) {
@@ -52,7 +54,7 @@ Hdf5ChunkGeometry::Hdf5ChunkGeometry(const std::vector<int64_t>& dims,
         dst += static_cast<size_t>(start[i] + p[i]) * d_stride[i];
       }
       for (size_t i = inner; i < k; ++i) dst += static_cast<size_t>(start[i]) * d_stride[i];
-      runs_[col].push_back({src * element_size, dst * element_size, run_elems * element_size});
+      runs_.push_back({src * element_size, dst * element_size, run_elems * element_size});
       size_t i = inner;
       while (i > 0) {
         --i;
@@ -62,6 +64,7 @@ Hdf5ChunkGeometry::Hdf5ChunkGeometry(const std::vector<int64_t>& dims,
       }
       if (inner == 0) break;
     }
+    column_start_.push_back(runs_.size());
     for (size_t i = k; i-- > 0;) {  // next column, row-major
       if (++g[i] < grid[i]) break;
       g[i] = 0;

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace gpufeed {
@@ -39,15 +40,21 @@ class Hdf5ChunkGeometry {
 
   int64_t samples_per_chunk() const { return samples_per_chunk_; }
   // Chunks per chunk row (the product of the grid over axes 1..).
-  size_t columns() const { return runs_.size(); }
+  size_t columns() const { return column_start_.empty() ? 0 : column_start_.size() - 1; }
   // Bytes of one sample's slab in a chunk: the chunk shape without axis 0.
   size_t slab_bytes() const { return slab_bytes_; }
-  const std::vector<Hdf5CopyRun>& runs(size_t column) const { return runs_[column]; }
+  std::span<const Hdf5CopyRun> runs(size_t column) const {
+    return {runs_.data() + column_start_[column], runs_.data() + column_start_[column + 1]};
+  }
 
  private:
   int64_t samples_per_chunk_ = 1;
   size_t slab_bytes_ = 0;
-  std::vector<std::vector<Hdf5CopyRun>> runs_;
+  // All columns' runs in one table (a crafted shape may cut a sample into millions of
+  // one-element pieces: one allocation, not one per column); column c's runs are
+  // runs_[column_start_[c], column_start_[c + 1]).
+  std::vector<Hdf5CopyRun> runs_;
+  std::vector<size_t> column_start_;
 };
 
 }  // namespace gpufeed

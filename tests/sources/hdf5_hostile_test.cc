@@ -4,6 +4,7 @@
 // file truncated while a source reads it: Error(kIo), never SIGBUS.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -136,16 +137,46 @@ void ReadEverything(const Source& s) {
 TEST(Hdf5ChangedFileTest, TruncatedWhileOpenIsAnIoErrorNamingTheFile) {
   GPUFEED_REQUIRE_HDF5_FILES(files);
   testing::ScratchDir dir;
-  for (const std::string name : {"plain", "gzip"}) {
+  // Contiguous (mapped), compressed chunks (pread) and unfiltered chunks (mapped).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"plain", {"mel", "label"}}, {"gzip", {"mel", "label"}}, {"h5py_defaults", {"plain_chunks"}}};
+  for (const auto& [name, fields] : cases) {
     const std::string path = dir.path() + "/" + name + ".h5";
     std::filesystem::copy_file(files->File(name), path);
-    const auto source = OpenHdf5({path}, {"mel", "label"});
+    const auto source = OpenHdf5({path}, fields);
     ReadEverything(*source);  // reads fine while the file is whole
     std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
     std::string msg;
     EXPECT_EQ(ErrorCodeOf([&] { ReadEverything(*source); }, &msg), ErrorCode::kIo) << name;
     EXPECT_THAT(msg, AllOf(HasSubstr(path), HasSubstr("changed size while being read")));
   }
+}
+
+// A chunk shape that cuts each sample into more pieces than the reader plans (2^20) is refused
+// at open, before the copy runs are built: here [2048, 1024] samples in chunks of [2048, 1]
+// make 2^21 one-byte pieces per sample from a grid of only 1024 chunks.
+TEST(Hdf5ChunkGeometryLimit, SampleCutIntoTooManyPiecesIsRefused) {
+  testing::ScratchDir dir;
+  const std::string path = dir.path() + "/pieces.h5";
+  {
+    const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    const hsize_t dims[3] = {1, 2048, 1024};
+    const hsize_t chunk[3] = {1, 2048, 1};
+    const hid_t space = H5Screate_simple(3, dims, nullptr);
+    const hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    ASSERT_GE(H5Pset_chunk(dcpl, 3, chunk), 0);
+    const hid_t ds =
+        H5Dcreate2(file, "x", H5T_NATIVE_UINT8, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    ASSERT_GE(ds, 0);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(file);
+  }
+  std::string msg;
+  EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({path}, {"x"}); }, &msg), ErrorCode::kUnsupported) << msg;
+  EXPECT_THAT(msg, AllOf(HasSubstr(path), HasSubstr("2097152 pieces"),
+                         HasSubstr("rewrite the file with larger chunks")));
 }
 
 }  // namespace
