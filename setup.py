@@ -2,7 +2,7 @@
 `pip install --no-build-isolation .`; metadata lives in pyproject.toml.
 
 Environment: CMAKE_BUILD_PARALLEL_LEVEL (default 2) jobs; GPUFEED_CMAKE_ARGS extra
-configure arguments.
+configure arguments. Uses Ninja and ccache when they are installed.
 """
 
 import os
@@ -35,6 +35,11 @@ class CMakeBuild(build_ext):
         ]
         if shutil.which("ninja"):
             configure += ["-G", "Ninja"]
+        if shutil.which("ccache"):
+            # As the Makefile does: a reinstall (or one beside a `make build`) recompiles
+            # only what changed.
+            configure += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache",
+                          "-DCMAKE_C_COMPILER_LAUNCHER=ccache"]
         configure += shlex.split(os.environ.get("GPUFEED_CMAKE_ARGS", ""))
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
         subprocess.check_call(configure)

@@ -4,6 +4,7 @@
 // A reference for gpufeed's image source (bench/images_vs_torchvision.py); prints figures,
 // not a test.
 #include <fcntl.h>
+#include <time.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
   std::atomic<int64_t> pixels{0};
   std::atomic<int64_t> failed{0};
   const auto start = std::chrono::steady_clock::now();
+  timespec cpu_start{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_start);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&] {
@@ -68,10 +71,16 @@ int main(int argc, char** argv) {
   for (auto& t : pool) t.join();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  timespec cpu_end{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_end);
+  const double cpu_seconds = static_cast<double>(cpu_end.tv_sec - cpu_start.tv_sec) +
+                             static_cast<double>(cpu_end.tv_nsec - cpu_start.tv_nsec) * 1e-9;
   std::printf(
       "{\"images\": %lld, \"threads\": %d, \"seconds\": %.3f, \"images_per_s\": %.1f, "
+      "\"cpu_seconds\": %.3f, \"images_per_cpu_s\": %.1f, "
       "\"megapixels_per_s\": %.1f, \"failed\": %lld}\n",
-      static_cast<long long>(n), threads, seconds, static_cast<double>(n) / seconds,
-      static_cast<double>(pixels.load()) / seconds / 1e6, static_cast<long long>(failed.load()));
+      static_cast<long long>(n), threads, seconds, static_cast<double>(n) / seconds, cpu_seconds,
+      static_cast<double>(n) / cpu_seconds, static_cast<double>(pixels.load()) / seconds / 1e6,
+      static_cast<long long>(failed.load()));
   return 0;
 }

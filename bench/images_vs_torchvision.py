@@ -17,6 +17,8 @@ uint8 output, the same number of batches each (the first 2 not timed: start-up):
       fills it, the next epoch is timed;
   (d) the ceiling: libjpeg-turbo's full-size decode of the same files by 2 threads, no
       transforms (bench_image_decode_ceiling).
+(b) and (d) are measured alternately --rounds times (default 3) and their medians reported,
+with images per CPU-second of each (less moved by other work on a shared machine).
 Prints images/s and the ratios the issue asks for. Figures, not a test: the machine may be
 shared, so compare the ratios of one run.
 """
@@ -24,6 +26,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -78,17 +81,21 @@ def warm_page_cache():
     return total
 
 
-def rate(iterable, batches):
-    """Images/s over batches 3..batches of an iterator (the first two are start-up)."""
+def rate(iterable, batches, cpu=None):
+    """Images/s over batches 3..batches of an iterator (the first two are start-up). With
+    `cpu` (a list), appends images per CPU-second of this process (all its threads)."""
     images = 0
     start = None
     for i, batch in enumerate(iterable):
         if i == 2:
             start = time.perf_counter()
+            cpu_start = time.process_time()
         elif i > 2:
             images += len(batch[1] if isinstance(batch, (list, tuple)) else batch["label"])
         if i + 1 >= batches:
             break
+    if cpu is not None:
+        cpu.append(images / (time.process_time() - cpu_start))
     return images / (time.perf_counter() - start)
 
 
@@ -113,15 +120,17 @@ def run_gpufeed(batches, cache):
         for _ in loader:  # the first epoch decodes every image into the cache
             pass
         fill_seconds = time.perf_counter() - start
-    result = rate(iter(loader), batches)
+    cpu = []
+    result = rate(iter(loader), batches, cpu)
     loader.close()
-    return result, fill_seconds
+    return result, fill_seconds, cpu[0]
 
 
 def run_ceiling(binary, images):
     out = subprocess.run([binary, ROOT, "--threads", "2", "--limit", str(images)], check=True,
                          capture_output=True, text=True).stdout
-    return json.loads(out)["images_per_s"]
+    figures = json.loads(out)
+    return figures["images_per_s"], figures["images_per_cpu_s"]
 
 
 def main():
@@ -129,31 +138,52 @@ def main():
     parser.add_argument("--ceiling", default="build/bench/bench_image_decode_ceiling")
     parser.add_argument("--batches", type=int, default=40,
                         help="batches per measurement (default 40 = 10,240 images)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="(b) and (d) measured alternately this many times, medians "
+                             "reported: on a shared machine the load moves between phases")
     parser.add_argument("--skip-cache", action="store_true",
                         help="leave out (c): it holds 20,000 x 262 KB = 5.2 GB in RAM")
     args = parser.parse_args()
     build_folder()
     print(f"page cache warmed: {warm_page_cache() / 1e6:.0f} MB of JPEGs", flush=True)
+    load_start = os.getloadavg()
     timed = (args.batches - 2) * BATCH
 
     torchvision_rate = run_torchvision(args.batches)
     print(f"(a) torchvision ImageFolder + DataLoader  {torchvision_rate:8.0f} images/s", flush=True)
-    stream_rate, _ = run_gpufeed(args.batches, "none")
-    print(f"(b) gpufeed streaming                     {stream_rate:8.0f} images/s", flush=True)
-    ceiling_rate = run_ceiling(args.ceiling, timed)
-    print(f"(d) libjpeg-turbo full decode, 2 threads  {ceiling_rate:8.0f} images/s", flush=True)
+    streams, ceilings, ratios, cpu_ratios = [], [], [], []
+    for r in range(args.rounds):
+        stream, _, stream_cpu = run_gpufeed(args.batches, "none")
+        ceiling, ceiling_cpu = run_ceiling(args.ceiling, timed)
+        print(f"    round {r + 1}: (b) gpufeed streaming {stream:6.0f} images/s "
+              f"({stream_cpu:4.0f} per CPU-second), (d) libjpeg-turbo full decode {ceiling:6.0f} "
+              f"images/s ({ceiling_cpu:4.0f} per CPU-second): {stream / ceiling:4.2f}", flush=True)
+        streams.append(stream)
+        ceilings.append(ceiling)
+        ratios.append(stream / ceiling)
+        cpu_ratios.append(stream_cpu / ceiling_cpu)
+    stream_rate = statistics.median(streams)
+    ceiling_rate = statistics.median(ceilings)
+    print(f"(b) gpufeed streaming                     {stream_rate:8.0f} images/s (median)")
+    print(f"(d) libjpeg-turbo full decode, 2 threads  {ceiling_rate:8.0f} images/s (median)",
+          flush=True)
     cached_rate = None
     if not args.skip_cache:
-        cached_rate, fill = run_gpufeed(args.batches, "ram")
+        cached_rate, fill, _ = run_gpufeed(args.batches, "ram")
         print(f"(c) gpufeed from the decoded cache (ram)  {cached_rate:8.0f} images/s "
               f"(first epoch, filling it: {CLASSES * PER_CLASS / fill:.0f} images/s)", flush=True)
     print()
     print(f"streaming / torchvision   {stream_rate / torchvision_rate:5.2f}x  (target >= 3)")
-    print(f"streaming / ceiling       {stream_rate / ceiling_rate:5.2f}   (target >= 0.8)")
+    print(f"streaming / ceiling       {statistics.median(ratios):5.2f}   (target >= 0.8; median "
+          f"of the rounds' ratios {', '.join(f'{x:.2f}' for x in ratios)}; per CPU-second "
+          f"{statistics.median(cpu_ratios):.2f})")
     if cached_rate is not None:
         print(f"cached / torchvision      {cached_rate / torchvision_rate:5.2f}x  (target >= 10)")
     print(f"({timed} images timed per measurement; CPU only, device='cpu'; "
           f"{os.cpu_count()} CPUs visible)")
+    load_end = os.getloadavg()
+    print(f"load average (1, 5, 15 min) at the start {load_start[0]:.2f} {load_start[1]:.2f} "
+          f"{load_start[2]:.2f}, at the end {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     return 0
 
 

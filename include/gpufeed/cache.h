@@ -117,8 +117,10 @@ struct CacheInfo {
 // not fit its budget, or an explicit "device" the loader cannot use (not CUDA, random
 // transforms); Error(kDevice) when the device upload runs out of memory (nothing stays
 // allocated); and whatever the base source throws while a preload, shm build or upload
-// reads it. An shm build that fails for lack of space (ENOSPC) or an
-// I/O error logs a warning and returns the uncached source.
+// reads it; Error(kCancelled) when the calling thread's CancelToken (gpufeed/cancel.h) is
+// cancelled during a preload, shm build (or the wait for another process's) or upload, after
+// undoing it (no shm file is published). An shm build that fails for lack of space (ENOSPC) or
+// an I/O error logs a warning and returns the uncached source.
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options = {},
                                    CacheInfo* info = nullptr);
 

@@ -68,6 +68,11 @@ struct DoctorInput {
   // Samples the source stores together (Source::PreferredBlock: an HDF5 chunk's rows; 1 when
   // any order reads alike), and whether the loader shuffles whole blocks.
   int64_t source_block = 1;
+  // Source::chunking()'s pieces: chunks one sample of `pieces_field` spans (1: whole samples).
+  int64_t source_pieces_per_sample = 1;
+  std::string pieces_field;
+  std::vector<int64_t> pieces_chunk_shape;   // the dataset's chunk shape (samples first)
+  std::vector<int64_t> pieces_sample_shape;  // that field's per-sample shape
   bool block_shuffle = false;
   // Bytes the process fetched from storage while the loader ran (LoaderStats::
   // storage_read_bytes) against the bytes the loader delivered: reads served from the page

@@ -6,8 +6,9 @@
 //   while (auto batch = loader.Next()) { batch->field("image"); batch->field("label"); }
 //
 // Fields: `image` uint8[3, size, size] (channels first, RGB) and `label` int64[]. Decoding
-// uses libjpeg-turbo (TurboJPEG; at 1/2, 1/4 or 1/8 scale in the DCT when the crop is at
-// least that many times the output size) and libpng; grey, palette and CMYK images come out
+// uses libjpeg-turbo (at 1/2, 1/4 or 1/8 scale in the DCT when the crop is at least that
+// many times the output size; for a random crop only the rows and columns around the crop are
+// decoded, with the same pixels as a whole decode) and libpng; grey, palette and CMYK come out
 // RGB, alpha is dropped, the EXIF orientation of a JPEG is applied. Random crops draw from
 // (loader seed, epoch, sample index): the same seed and epoch give the same crops on any
 // machine, whichever worker reads the sample.

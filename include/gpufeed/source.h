@@ -57,6 +57,11 @@ struct SourceChunking {
   bool compressed = false;          // a chunk is decoded whole to read any sample of it
   int64_t decoded_chunk_bytes = 0;  // one chunk row of every compressed field, decoded
   int64_t cache_bytes = 0;          // decoded chunks the workers keep between batches, in all
+  // The most chunks one sample of a field spans (h5py's chunks=True cuts a float32[1,64,32]
+  // sample into 256), that field's name and its chunk shape: 1 when samples are whole.
+  int64_t pieces_per_sample = 1;
+  std::string pieces_field;
+  std::vector<int64_t> pieces_chunk_shape;
 };
 
 class Source {

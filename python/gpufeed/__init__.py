@@ -37,6 +37,7 @@ from gpufeed._gpufeed import (
     Source,
     Unsupported,
 )
+from gpufeed._batch_size import BatchSizeSuggestion, fit_batch_size, suggest_batch_size
 from gpufeed._groups import GroupReducer
 from gpufeed._images import images
 from gpufeed._loader import Batch, Loader
@@ -46,6 +47,7 @@ from gpufeed._sources import hdf5, memory, open, synthetic
 
 __all__ = [
     "Batch",
+    "BatchSizeSuggestion",
     "Cancelled",
     "CorruptData",
     "DeviceError",
@@ -59,9 +61,11 @@ __all__ = [
     "Monitor",
     "Unsupported",
     "hdf5",
+    "fit_batch_size",
     "images",
     "memory",
     "open",
+    "suggest_batch_size",
     "synthetic",
     "tqdm",
 ]

@@ -14,6 +14,7 @@
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
+#include "interruptible.h"
 #include "py_loader.h"
 
 namespace gpufeed::python {
@@ -150,13 +151,10 @@ void BindLoader(py::module_& m) {
   BindLoaderOptions(m);
   py::class_<PyLoader> c(m, "_Loader", "The C++ loader; use gpufeed.Loader.");
   c.def(py::init([](std::shared_ptr<Source> source, const CachedLoaderOptions& options) {
-          CachedLoader opened;
-          {
-            // Opening a device, a preload, an shm build or upload and the loader's start
-            // may each take a while: let Python run.
-            py::gil_scoped_release release;
-            opened = OpenCachedLoader(std::move(source), options);
-          }
+          // Opening a device, a preload, an shm build or upload and the loader's start may
+          // each take a while: other Python threads run meanwhile, and Ctrl-C cancels it.
+          CachedLoader opened =
+              RunInterruptible([&] { return OpenCachedLoader(std::move(source), options); });
           auto loader = std::make_unique<PyLoader>(std::move(opened.loader));
           if (options.cache.tier != CacheTier::kNone) {
             loader->cache_json = CacheJson(opened.cache);  // else "caching is off"

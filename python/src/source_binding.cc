@@ -16,6 +16,7 @@
 #include "gpufeed/hdf5.h"
 #include "gpufeed/sampler.h"
 #include "gpufeed/sources.h"
+#include "interruptible.h"
 
 namespace gpufeed::python {
 namespace {
@@ -73,8 +74,7 @@ void BindSources(py::module_& m) {
   m.def(
       "open_path",
       [](const std::string& path, const std::vector<std::string>& fields) {
-        py::gil_scoped_release release;
-        return OpenPath(path, fields);
+        return RunInterruptible([&] { return OpenPath(path, fields); });  // Ctrl-C cancels
       },
       py::arg("path"), py::arg("fields") = std::vector<std::string>{},
       "A NumPy folder or an HDF5 file, by what lies at `path`.");
@@ -92,10 +92,10 @@ void BindFileSources(py::module_& m) {
       "open_hdf5",
       [](const std::vector<std::string>& paths, const std::vector<std::string>& fields,
          std::optional<size_t> chunk_cache_bytes) {
-        py::gil_scoped_release release;
         Hdf5Options options;
         if (chunk_cache_bytes) options.chunk_cache_bytes = *chunk_cache_bytes;
-        return OpenHdf5(paths, fields, options);
+        // A file of many chunks may take a while to index: Ctrl-C cancels.
+        return RunInterruptible([&] { return OpenHdf5(paths, fields, options); });
       },
       py::arg("paths"), py::arg("fields") = std::vector<std::string>{},
       py::arg("chunk_cache_bytes") = py::none(),

@@ -2,6 +2,7 @@
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -31,8 +32,8 @@ def test_demo_runs_for_its_seconds_and_reports_the_verdict_as_json(tmp_path):
     if not binary:
         pytest.skip("GPUFEED_BIN (the built CLI) is not set")
     out = subprocess.run(
-        [binary, "demo", "--folder", str(tmp_path / "demo"), "--samples", "3000", "-b", "128",
-         "--seconds", "1.5", "--step-ms", "2", "-d", "cpu", "--json"],
+        [binary, "demo", "--path", str(tmp_path / "demo.h5"), "--samples", "3000", "-b", "128",
+         "--seconds", "1.5", "--step-ms", "2", "-d", "cpu", "--json", "--no-baseline"],
         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)  # stdout holds the JSON alone; the narration is on stderr
@@ -46,3 +47,57 @@ def test_demo_runs_for_its_seconds_and_reports_the_verdict_as_json(tmp_path):
     assert result["verdict"] in ("healthy", "input-bound", "cpu-starved", "host-bound",
                                  "memory-pressure", "measuring")
     assert result["doctor"]["batches"] >= 16
+    # A file just written sits in the page cache: whatever the verdict, never storage.
+    assert "wait on storage" not in result["doctor"]["headline"]
+    assert "faster storage" not in " ".join(result["doctor"]["advice"])
+    # The set is HDF5 in h5py's chunks=True layout: the first run made it, a second finds it.
+    assert result["data_set"] == {"path": str(tmp_path / "demo.h5"), "format": "hdf5"}
+    assert "dataloader_baseline" not in result
+    # The chunk shapes h5py itself picks with chunks=True, and the same values as the NumPy set.
+    h5py = pytest.importorskip("h5py")
+    from h5py._hl.filters import guess_chunk
+    with h5py.File(tmp_path / "demo.h5", "r") as f:
+        for name in ("mel", "label"):
+            d = f[name]
+            assert d.chunks == guess_chunk(d.shape, None, d.dtype.itemsize), name
+            assert d.compression is None
+        assert f["mel"].shape == (3000, 1, 64, 32) and f["label"].dtype == "int64"
+    again = subprocess.run(
+        [binary, "demo", "--path", str(tmp_path / "demo.h5"), "--samples", "3000", "-b", "128",
+         "--seconds", "0", "-e", "1", "--step-ms", "2", "-d", "cpu", "--json", "--no-baseline"],
+        capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "found it from an earlier run" in again.stderr
+    assert "chunks of [" in again.stderr
+
+
+def test_demo_shows_the_dataloader_over_h5py_beside_gpufeed(tmp_path):
+    binary = os.environ.get("GPUFEED_BIN")
+    if not binary:
+        pytest.skip("GPUFEED_BIN (the built CLI) is not set")
+    env = dict(os.environ, GPUFEED_PYTHON=sys.executable)  # this interpreter has torch, h5py
+    out = subprocess.run(
+        [binary, "demo", "--path", str(tmp_path / "demo.h5"), "--samples", "2000", "-b", "256",
+         "--seconds", "0.5", "--baseline-seconds", "0.5", "--step-ms", "1", "-d", "cpu",
+         "--json"],
+        capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    base = result["dataloader_baseline"]
+    assert base["ran"], base
+    assert base["python"] == sys.executable
+    assert base["samples"] >= 256  # at least one whole batch
+    assert base["samples_per_s"] > 0
+    assert result["speedup_over_dataloader"] == pytest.approx(
+        result["samples_per_s"] / base["samples_per_s"], rel=1e-6)
+    assert "Side by side" in out.stderr and "DataLoader + h5py, 2 workers" in out.stderr
+    # A Python without torch: the demo says so and shows gpufeed alone.
+    env["GPUFEED_PYTHON"] = "/nonexistent/python3"
+    alone = subprocess.run(
+        [binary, "demo", "--path", str(tmp_path / "demo.h5"), "--samples", "2000", "-b", "256",
+         "--seconds", "0", "-e", "1", "-d", "cpu", "--json"],
+        capture_output=True, text=True, timeout=120, env=env)
+    assert alone.returncode == 0, alone.stderr
+    skipped = json.loads(alone.stdout)["dataloader_baseline"]
+    assert not skipped["ran"] and "/nonexistent/python3" in skipped["why_not"]
+    assert "skipped:" in alone.stderr

@@ -15,6 +15,7 @@
 #include "core/format.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
+#include "gpufeed/cancel.h"
 #include "gpufeed/error.h"
 #include "pipeline/batch_layout.h"
 
@@ -192,10 +193,12 @@ void DeviceCachedSource::FillArrays(const DeviceUploadOptions& options) {
                                                base_->Describe(), device.name(), percent,
                                                FormatBytes(total_bytes), s);
                           });
+  const std::string what = fmt::format("uploading {} to {}", base_->Describe(), device.name());
   ThreadPool pool(threads);
   pool.ParallelFor(chunks, [&](int64_t task, int thread) {
     if (failed.load()) return;  // the first error is what the caller hears
     try {
+      ThrowIfCancelled(what);  // every chunk (options.chunk_bytes)
       UploadLane& lane = *lanes[static_cast<size_t>(thread)];
       const int64_t begin = task * chunk;
       const int64_t rows = std::min(samples, begin + chunk) - begin;

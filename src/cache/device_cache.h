@@ -44,7 +44,8 @@ class DeviceCachedSource : public CachedSource {
   // Uploads every sample of `base`, transformed by `transforms`, to `device`. REQUIRES: every
   // transform is deterministic (Transform::deterministic()). Throws Error(kDevice) naming the
   // bytes when the device (or pinned staging) memory cannot be had, and what the base source
-  // throws; nothing stays allocated then.
+  // throws, and Error(kCancelled) when the calling thread's CancelToken (gpufeed/cancel.h) is
+  // cancelled during the upload; nothing stays allocated then.
   static std::shared_ptr<DeviceCachedSource> Upload(
       std::shared_ptr<Source> base, std::shared_ptr<Device> device,
       std::vector<std::shared_ptr<Transform>> transforms, DeviceUploadOptions options);

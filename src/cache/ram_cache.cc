@@ -12,6 +12,7 @@
 
 #include "core/progress.h"
 #include "core/thread_pool.h"
+#include "gpufeed/cancel.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -164,8 +165,10 @@ void RamCachedSource::Preload(int threads, bool verbose) {
     return fmt::format("cache: preloading {} into RAM: {}% ({:.0f} s)", base_->Describe(),
                        percent, s);
   });
+  const std::string what = fmt::format("preloading {} into RAM", base_->Describe());
   ThreadPool pool(threads);
   pool.ParallelFor(tasks, [&](int64_t task, int thread) {
+    ThrowIfCancelled(what);  // every task: a few MB
     const int64_t begin = task * chunk;
     const int64_t end = std::min(samples, begin + chunk);
     // Claim the chunk's empty samples; runs of claimed samples are read straight into the

@@ -32,7 +32,9 @@ class RamCachedSource : public CachedSource {
             SourceWorkerState* state) const override;
 
   // Reads every sample not filled yet, on `threads` threads; progress logged when
-  // `verbose` and it takes longer than 2 s. Rethrows the base source's first error.
+  // `verbose` and it takes longer than 2 s. Rethrows the base source's first error; throws
+  // Error(kCancelled) when the calling thread's CancelToken (gpufeed/cancel.h) is cancelled
+  // (the samples read so far stay filled).
   void Preload(int threads, bool verbose);
   int64_t filled_samples() const { return filled_.load(std::memory_order_relaxed); }
 

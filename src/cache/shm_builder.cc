@@ -23,6 +23,7 @@
 #include "core/proc_text.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
+#include "gpufeed/cancel.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -79,9 +80,10 @@ ShmBuildResult FailErrno(int err, const std::string& what, const std::string& pa
       fmt::format("{} {}: {}", what, path, std::strerror(err)));
 }
 
-// Writes every sample; returns 0 or the first write errno. Base-source errors propagate.
+// Writes every sample; returns 0 or the first write errno. Base-source errors and
+// Error(kCancelled) (checked every task, a few MB; `what` names the build) propagate.
 int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer, int threads,
-                 TenthsProgress& progress) {
+                 TenthsProgress& progress, const std::string& what) {
   const Schema& schema = base.schema();
   const int64_t chunk = ChunkSamples(schema.SampleBytes());
   const int64_t tasks = (layout.samples + chunk - 1) / chunk;
@@ -96,6 +98,7 @@ int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer
   ThreadPool pool(threads);
   pool.ParallelFor(tasks, [&](int64_t task, int thread) {
     if (first_errno.load(std::memory_order_relaxed) != 0) return;
+    ThrowIfCancelled(what);
     const int64_t begin = task * chunk;
     const int64_t rows = std::min(chunk, layout.samples - begin);
     if (!states[thread]) states[thread] = base.NewWorkerState();
@@ -129,21 +132,41 @@ int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer
   return first_errno.load();
 }
 
+// A read-only mapping of a whole file, unmapped on destruction (a mapping left behind would
+// keep a removed tmpfs file's pages in memory until the process exits).
+class ReadMapping {
+ public:
+  ReadMapping(int fd, size_t bytes) : bytes_(bytes) {
+    p_ = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    if (p_ == MAP_FAILED) {
+      throw Error(ErrorCode::kIo, fmt::format("mmap of a cache being built failed: {}",
+                                              std::strerror(errno)));
+    }
+  }
+  ~ReadMapping() { munmap(p_, bytes_); }
+  ReadMapping(const ReadMapping&) = delete;
+  ReadMapping& operator=(const ReadMapping&) = delete;
+  const std::byte* data() const { return static_cast<const std::byte*>(p_); }
+
+ private:
+  void* p_;
+  size_t bytes_;
+};
+
 // Hashes every block (each field's groups of whole rows, see shm_format.h) through a
-// read-only mapping of the written file.
-std::vector<uint64_t> HashBlocks(int fd, const ShmLayout& layout, int threads) {
+// read-only mapping of the written file. Error(kCancelled) (checked every 256 blocks, 1 MiB
+// of small rows; `what` names the build) propagates.
+std::vector<uint64_t> HashBlocks(int fd, const ShmLayout& layout, int threads,
+                                 const std::string& what) {
   std::vector<uint64_t> hashes(layout.blocks);
   if (layout.blocks == 0) return hashes;
-  void* p = mmap(nullptr, layout.total_bytes, PROT_READ, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    throw Error(ErrorCode::kIo,
-                fmt::format("mmap of a cache being built failed: {}", std::strerror(errno)));
-  }
-  const auto* data = static_cast<const std::byte*>(p) + layout.header_bytes;
-  constexpr int64_t kBlocksPerTask = 1024;
+  const ReadMapping mapping(fd, layout.total_bytes);
+  const std::byte* data = mapping.data() + layout.header_bytes;
+  constexpr int64_t kBlocksPerTask = 256;
   const int64_t tasks = (static_cast<int64_t>(layout.blocks) + kBlocksPerTask - 1) / kBlocksPerTask;
   ThreadPool pool(threads);
   pool.ParallelFor(tasks, [&](int64_t task, int) {
+    ThrowIfCancelled(what);
     const uint64_t end = std::min<uint64_t>(layout.blocks, (task + 1) * kBlocksPerTask);
     uint64_t b = static_cast<uint64_t>(task) * kBlocksPerTask;
     // The field of block b: the last one whose first block is at or before it (fields with
@@ -159,7 +182,6 @@ std::vector<uint64_t> HashBlocks(int fd, const ShmLayout& layout, int threads) {
       ++b;
     }
   });
-  munmap(p, layout.total_bytes);
   return hashes;
 }
 
@@ -242,12 +264,16 @@ ShmBuildResult BuildShmFile(const Source& base, const ShmUserDir& dir, const std
                            FormatBytes(static_cast<double>(done)),
                            FormatBytes(static_cast<double>(layout.data_bytes)), s);
       });
+  // A cancelled build throws from the loops below and is removed like a failed one: only a
+  // complete file is ever renamed to its published name.
+  const std::string what = fmt::format("building the shared-memory cache {}", final_path);
   try {
-    if (const int err = WriteSamples(base, layout, writer, options.threads, progress); err != 0) {
+    if (const int err = WriteSamples(base, layout, writer, options.threads, progress, what);
+        err != 0) {
       discard();
       return FailErrno(err, "cannot write", tmp_path);
     }
-    header.block_hashes = HashBlocks(fd, layout, options.threads);
+    header.block_hashes = HashBlocks(fd, layout, options.threads, what);
   } catch (...) {
     discard();
     throw;

@@ -42,7 +42,9 @@ struct ShmBuildResult {
 
 // Builds the cache of `base` as `tmp_name` in `dir` (created O_EXCL | O_NOFOLLOW, 0600) and
 // publishes it as `final_name` there, its header keyed with the user's secret. On failure the
-// tmp file is removed. Rethrows what the base source throws (after removing the tmp file).
+// tmp file is removed. Rethrows what the base source throws, and throws Error(kCancelled) when
+// the calling thread's CancelToken (gpufeed/cancel.h) is cancelled during the build, after
+// removing the tmp file.
 ShmBuildResult BuildShmFile(const Source& base, const ShmUserDir& dir, const std::string& tmp_name,
                             const std::string& final_name, const ShmBuildOptions& options);
 

@@ -20,6 +20,7 @@
 #include "core/format.h"
 #include "core/log.h"
 #include "gpufeed/cache.h"
+#include "gpufeed/cancel.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -48,7 +49,8 @@ std::string DescribeHolder(int fd) {
 
 // Holds the key's build lock; released (and the descriptor closed) on destruction. The lock
 // file is checked like every file of the folder; the wait is bounded (a process that holds
-// the lock forever must not stall training forever).
+// the lock forever must not stall training forever) and ends with Error(kCancelled) when the
+// calling thread's CancelToken is cancelled.
 class BuildLock {
  public:
   BuildLock(const ShmUserDir& dir, const std::string& name, bool verbose,
@@ -83,6 +85,11 @@ class BuildLock {
                     fmt::format("cannot lock {}: {}", dir.PathOf(name), std::strerror(err)));
       }
       if (std::chrono::steady_clock::now() >= deadline) return;
+      if (CancelRequested()) {
+        close(fd_);
+        fd_ = -1;
+        ThrowIfCancelled(fmt::format("waiting for {} to build {}", holder_, cache_path));
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }

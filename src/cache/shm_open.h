@@ -50,7 +50,9 @@ struct ShmOpenResult {
 
 // Throws Error(kNotFound) when `options.dir` does not exist, Error(kIo) when the user's folder
 // or the lock file is refused (not this user's, a symlink, open to others) or cannot be made,
-// and what the base source throws while the file is built.
+// and what the base source throws while the file is built; Error(kCancelled) when the calling
+// thread's CancelToken (gpufeed/cancel.h) is cancelled while it waits for another builder or
+// builds (nothing is published, the tmp file is removed and the lock released).
 ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& options);
 
 // "<dir>/gpufeed-user-<uid>/gpufeed-<key>"; its ".lock" and its builders' ".tmp-<pid>" files

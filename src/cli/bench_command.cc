@@ -4,10 +4,12 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "cli/bench_run.h"
 #include "cli/exit_codes.h"
 #include "cli/progress_line.h"
+#include "cli/sigint_cancel.h"
 #include "core/checked_math.h"
 #include "gpufeed/error.h"
 #include "gpufeed/groups.h"
@@ -55,6 +57,8 @@ int RunBenchCommand(BenchArgs& args) {
     }
   }
   std::shared_ptr<Source> source;
+  // Ctrl-C stops a long open (an HDF5 file of many chunks) cleanly; only while it runs.
+  std::optional<SigintCancels> sigint(std::in_place);
   if (!args.synthetic.empty()) {
     source = OpenSynthetic(ParseSchema(args.synthetic), args.samples, args.config.open.loader.seed);
   } else if (ClassifyPath(args.path, *DefaultFileSystem()) == PathKind::kImages) {
@@ -71,6 +75,8 @@ int RunBenchCommand(BenchArgs& args) {
   } else {
     source = OpenPath(args.path, args.fields);
   }
+  sigint->ThrowIfInterrupted(fmt::format("opening {}", args.path));
+  sigint.reset();
   CachedLoaderOptions& o = args.config.open;
   if (!args.group.empty() || !args.group_offsets.empty()) {
     o.loader.groups = ReadGroups(args.path, {.id_field = args.group, .offsets = args.group_offsets},

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/sigint_cancel.h"
 #include "core/thread_pool.h"
 #include "device/cuda_device.h"
 #include "gpufeed/doctor.h"
@@ -186,7 +187,12 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   result.epochs = config.epochs;
   result.step_ms = config.step_ms;
   const auto setup_start = std::chrono::steady_clock::now();
-  CachedLoader opened = OpenCachedLoader(std::move(source), config.open);
+  CachedLoader opened = [&] {
+    SigintCancels sigint;  // Ctrl-C stops a cache build, preload or upload cleanly
+    CachedLoader o = OpenCachedLoader(std::move(source), config.open);
+    sigint.ThrowIfInterrupted("opening the loader");
+    return o;
+  }();
   Loader& loader = *opened.loader;
   result.source = loader.source().Describe();
   result.setup_s = std::max(

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/exit_codes.h"
+#include "cli/sigint_cancel.h"
 #include "core/format.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
@@ -103,6 +104,7 @@ int RunGc(const CacheArgs& a) {
 
 int RunBuild(const CacheArgs& a) {
   CacheInfo info;
+  SigintCancels sigint;  // Ctrl-C stops the build: its half-written file is removed
   OpenCached(OpenPath(a.path, a.fields),
              {.tier = CacheTier::kShm,
               .shm_dir = a.dir,
@@ -110,6 +112,7 @@ int RunBuild(const CacheArgs& a) {
               .threads = a.threads,
               .verbose = true},
              &info);
+  sigint.ThrowIfInterrupted("building the cache");
   if (info.tier != CacheTier::kShm) return ExitCodeFor(ErrorCode::kIo);
   fmt::print("{} {} in {:.2f} s: {}\n", info.built ? "built" : "found", info.key, info.open_seconds,
              info.path);

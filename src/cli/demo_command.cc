@@ -1,24 +1,30 @@
 #include "cli/demo_command.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "cli/bench_run.h"
-#include "core/format.h"
+#include "cli/demo_baseline.h"
 #include "cli/demo_data.h"
+#include "core/format.h"
 #include "cli/exit_codes.h"
 #include "cli/progress_line.h"
 #include "gpufeed/error.h"
+#include "gpufeed/hdf5.h"
 #include "gpufeed/sources.h"
 
 namespace gpufeed::cli {
 namespace {
 
 struct DemoArgs {
-  std::string folder;
+  std::string format = "hdf5";
+  std::string path;  // the HDF5 file or the NumPy folder; default by format
+  bool baseline = true;
+  double baseline_seconds = 6;
   int64_t samples = 100000;
   int epochs = 1000;
   double seconds = 15;
@@ -29,26 +35,79 @@ struct DemoArgs {
   std::string device = CachedLoaderOptions{}.device;
 };
 
+// The DataLoader's batch: what users of a per-sample Dataset typically pick.
+constexpr int64_t kBaselineBatch = 256;
+
 int RunDemo(const DemoArgs& args) {
   // With --json the figures go to stdout as one JSON object and the narration to stderr.
   std::FILE* out = args.json ? stderr : stdout;
-  const std::string folder = args.folder.empty() ? DefaultDemoFolder() : args.folder;
+  const bool hdf5 = args.format == "hdf5";
+  const std::string path =
+      !args.path.empty() ? args.path : (hdf5 ? DefaultDemoFile() : DefaultDemoFolder());
   const double set_bytes = static_cast<double>(args.samples) * (64 * 32 * 4 + 8);
   fmt::print(out, "gpufeed demo: {} log-mel segments (mel float32[1,64,32], label int64), {}\n",
              FormatCount(static_cast<double>(args.samples)), FormatBytes(set_bytes));
-  fmt::print(out, "data set    {}\n", folder);
-  if (!DemoSetExists(folder, args.samples)) {
+  if (hdf5) {
+    fmt::print(out,
+               "data set    {}\n            HDF5 as h5py writes it with chunks=True (chunks of "
+               "[{}]: each sample\n            spans {} chunks), uncompressed\n",
+               path, fmt::join(H5pyGuessChunk({args.samples, 1, 64, 32}, sizeof(float)), ", "),
+               [&] {
+                 const auto c = H5pyGuessChunk({args.samples, 1, 64, 32}, sizeof(float));
+                 return (64 + c[2] - 1) / c[2] * ((32 + c[3] - 1) / c[3]);
+               }());
+  } else {
+    fmt::print(out, "data set    {} (NumPy files)\n", path);
+  }
+  if (!(hdf5 ? DemoHdf5Exists(path, args.samples) : DemoSetExists(path, args.samples))) {
     ProgressLine line(true, 2.0);
     const auto start = std::chrono::steady_clock::now();
-    MakeDemoSet(folder, args.samples, [&](double fraction) {
+    auto progress = [&](double fraction) {
       line.Update(fmt::format("making the demo data set: {:.0f}%", 100 * fraction));
-    });
+    };
+    if (hdf5) {
+      MakeDemoHdf5(path, args.samples, progress);
+    } else {
+      MakeDemoSet(path, args.samples, progress);
+    }
     line.Finish();
     fmt::print(out, "made it in {:.1f} s\n",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   } else {
     fmt::print(out, "found it from an earlier run\n");
   }
+
+  // The same simulated GPU for both: step_ms per batch_size samples.
+  const double step_per_sample_ms = args.step_ms / static_cast<double>(args.batch_size);
+  BaselineResult baseline;
+  if (hdf5 && args.baseline) {
+    BaselineConfig bc;
+    bc.path = path;
+    bc.seconds = args.baseline_seconds;
+    bc.batch_size = kBaselineBatch;
+    bc.step_ms = step_per_sample_ms * static_cast<double>(kBaselineBatch);
+    bc.workers = 2;
+    fmt::print(out,
+               "\nFirst, the pattern most users start from: a PyTorch DataLoader (2 workers, batch "
+               "{}) over a\nDataset that reads one sample with h5py in __getitem__, for about "
+               "{:.0f} s, with the same\nsimulated GPU ({} ms per {} samples).\n",
+               kBaselineBatch, args.baseline_seconds, args.step_ms, args.batch_size);
+    ProgressLine line(!args.json, 2.0);
+    baseline = RunDataLoaderBaseline(bc, [&](int64_t samples, double seconds) {
+      line.Update(fmt::format("DataLoader + h5py: {} samples in {:.1f} s, {} samples/s",
+                              FormatCount(static_cast<double>(samples)), seconds,
+                              FormatCount(static_cast<double>(samples) / std::max(seconds, 1e-9))));
+    });
+    line.Finish();
+    if (baseline.ran) {
+      fmt::print(out, "DataLoader + h5py: {} samples/s, simulated GPU busy {:.2f}%\n",
+                 FormatCount(baseline.samples_per_s), 100 * baseline.gpu_busy_fraction);
+    } else {
+      fmt::print(out, "skipped: {}\n(set GPUFEED_PYTHON to a Python with torch and h5py to "
+                 "compare)\n", baseline.why_not);
+    }
+  }
+  fmt::print(out, "\nNow gpufeed on the same file.\n");
 
   BenchConfig config;
   config.open.loader.batch_size = args.batch_size;
@@ -68,7 +127,8 @@ int RunDemo(const DemoArgs& args) {
                "running     {} epochs at batch {}, shuffled, with a simulated GPU step of {} ms\n\n",
                args.epochs, args.batch_size, args.step_ms);
   }
-  auto source = OpenNumpy(folder, {.fields = {"mel", "label"}});
+  auto source = hdf5 ? OpenHdf5({path}, {"mel", "label"})
+                     : OpenNumpy(path, {.fields = {"mel", "label"}});
   ProgressLine line(!args.json, 2.0);
   const BenchResult r = RunBench(source, config, [&](const BenchProgress& p) {
     line.Update(FormatProgress(p));
@@ -85,6 +145,24 @@ int RunDemo(const DemoArgs& args) {
   fmt::print(out, "  The simulated GPU was busy {:.1f}% of the time after the first batch ({:.2f} s "
              "in); the\n  training loop waited {:.1f}% of its time for data.\n",
              100 * r.gpu_busy_fraction, r.time_to_first_batch_s, 100 * r.consumer_wait_fraction);
+  if (baseline.ran) {
+    fmt::print(out,
+               "\nSide by side (the same file, the same simulated GPU: {} ms per {} samples)\n"
+               "                                    samples/s   GPU busy   first batch\n",
+               args.step_ms, args.batch_size);
+    // First batch from the start of each: the DataLoader's from iter(), gpufeed's including
+    // the loader's construction.
+    fmt::print(out, "  DataLoader + h5py, 2 workers    {:>12}   {:>7.2f}%   {:>9.2f} s\n",
+               FormatCount(baseline.samples_per_s), 100 * baseline.gpu_busy_fraction,
+               baseline.first_batch_s);
+    fmt::print(out, "  gpufeed, {} workers              {:>12}   {:>7.2f}%   {:>9.2f} s\n",
+               r.stats.workers, FormatCount(r.samples_per_s), 100 * r.gpu_busy_fraction,
+               r.setup_s + r.time_to_first_batch_s);
+    if (baseline.samples_per_s > 0) {
+      fmt::print(out, "  gpufeed delivered {:.1f}x the DataLoader's samples/s.\n",
+                 r.samples_per_s / baseline.samples_per_s);
+    }
+  }
   if (!r.diagnosis_text.empty()) {
     fmt::print(out, "\n{}", r.diagnosis_text);
   } else {
@@ -92,15 +170,35 @@ int RunDemo(const DemoArgs& args) {
                              ? "The loader keeps up: the GPU step is the bottleneck, as it should be."
                              : "The GPU waited for data: `gpufeed bench --doctor` says why.");
   }
-  fmt::print(out, "\nNext: `gpufeed bench {}` for the full figures, or the Python quick start in "
+  fmt::print(out, "\nNext: `gpufeed bench {}{}` for the full figures, or the Python quick start in "
              "the README.\n",
-             folder);
+             path, hdf5 ? " --fields mel,label" : "");
   if (args.json) {
     // The doctor's verdict and stage at the top, then every figure of the run.
     nlohmann::json j = nlohmann::json::parse(r.ToJson());
     if (j.contains("doctor")) {
       j["verdict"] = j["doctor"]["verdict"];
       j["stage"] = j["doctor"]["stage"];
+    }
+    j["data_set"] = {{"path", path}, {"format", args.format}};
+    if (hdf5 && args.baseline) {
+      nlohmann::json b = {{"ran", baseline.ran}};
+      if (baseline.ran) {
+        b["python"] = baseline.python;
+        b["batch_size"] = kBaselineBatch;
+        b["workers"] = 2;
+        b["samples"] = baseline.samples;
+        b["seconds"] = baseline.seconds;
+        b["samples_per_s"] = baseline.samples_per_s;
+        b["gpu_busy_fraction"] = baseline.gpu_busy_fraction;
+        b["time_to_first_batch_s"] = baseline.first_batch_s;
+        if (baseline.samples_per_s > 0) {
+          j["speedup_over_dataloader"] = r.samples_per_s / baseline.samples_per_s;
+        }
+      } else {
+        b["why_not"] = baseline.why_not;
+      }
+      j["dataloader_baseline"] = b;
     }
     fmt::print("{}\n", j.dump(2));
   }
@@ -114,11 +212,25 @@ void RegisterDemoCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "demo",
       "Show gpufeed working end to end, no arguments needed: make a demo data set (once, in\n"
-      "the user's cache folder), run about 15 s of epochs at batch 8192 with a simulated GPU\n"
-      "step (long enough for the monitor and the doctor to measure), and summarize what the\n"
-      "GPU would have seen, ending with the doctor's verdict.");
-  cmd->add_option("--folder", args->folder, "Where the demo data set lives")
-      ->default_str(DefaultDemoFolder());
+      "the user's cache folder: an HDF5 file chunked as h5py chunks it), run the usual\n"
+      "PyTorch DataLoader over per-sample h5py reads on it for a few seconds (when a Python\n"
+      "with torch and h5py is found), then about 15 s of gpufeed epochs at batch 8192 with a\n"
+      "simulated GPU step (long enough for the monitor and the doctor to measure), and show\n"
+      "both side by side, ending with the doctor's verdict.");
+  cmd->add_option("--format", args->format,
+                  "hdf5: one HDF5 file in h5py's chunked layout; npy: NumPy files in a folder "
+                  "(the set the README's benchmarks use)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"hdf5", "npy"}));
+  cmd->add_option("--path,--folder", args->path, "Where the demo data set lives")
+      ->default_str(DefaultDemoFile() + " (npy: " + DefaultDemoFolder() + ")");
+  cmd->add_flag("!--no-baseline", args->baseline,
+                "Skip the DataLoader + h5py run (it needs a Python with torch and h5py: "
+                "GPUFEED_PYTHON, else /usr/bin/python3, else python3)");
+  cmd->add_option("--baseline-seconds", args->baseline_seconds,
+                  "How long the DataLoader + h5py run lasts")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--samples", args->samples, "Samples in the demo set")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -31,7 +31,8 @@ class ThreadPool {
   std::future<void> Submit(Task task);
 
   // Runs fn(i, thread_index) for i in [0, n) on the pool, blocking until all are done.
-  // Rethrows the first exception after every call has finished.
+  // Rethrows the first exception after every call has finished; after a call throws, no
+  // new ones start. The calls run under the caller's CancelScope token (gpufeed/cancel.h).
   void ParallelFor(int64_t n, const std::function<void(int64_t i, int thread_index)>& fn);
 
  private:

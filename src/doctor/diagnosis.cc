@@ -141,6 +141,15 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
   in.device_copy = loader.device().needs_copy();
   in.cache = loader.source().cache_tier();
   in.source_block = loader.source().PreferredBlock();
+  {
+    const SourceChunking chunking = loader.source().chunking();
+    in.source_pieces_per_sample = chunking.pieces_per_sample;
+    in.pieces_field = chunking.pieces_field;
+    in.pieces_chunk_shape = chunking.pieces_chunk_shape;
+    for (const auto& field : loader.source().schema().fields) {
+      if (field.name == chunking.pieces_field) in.pieces_sample_shape = field.shape;
+    }
+  }
   in.block_shuffle = o.shuffle_block != 0;
   if (stats.storage_read_bytes >= 0) {
     in.storage_read_bytes = static_cast<uint64_t>(stats.storage_read_bytes);

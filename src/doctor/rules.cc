@@ -2,6 +2,7 @@
 // evidence every verdict shows, then tries one function per verdict in order; the first that
 // decides fills in the headline and the advice computed from the figures.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +29,8 @@ constexpr double kFromStorage = 0.10;
 // The loop's wait counts as CPU starvation when the loader's threads on its path spent at
 // least this share of it runnable without a CPU.
 constexpr double kStarvedShare = 0.5;
+// A sample cut into at least this many pieces by the file's chunks gets layout advice.
+constexpr int64_t kManyPieces = 4;
 
 // What shortens the copy stage. With the device cache tier the "copy" is the gather on the
 // GPU, and the loader cannot run host transforms on rows that never reach the host.
@@ -50,22 +53,20 @@ void AddCopyAdvice(const DoctorInput& in, double batch_bytes, Diagnosis& d) {
       "there, with no copy per batch, where it fits the VRAM budget");
 }
 
-// "batch 128 uses 4.5 of 24.0 GB VRAM; about 512 fits (a suggestion; your setting stands)"
+// "batch 128 uses 4.5 of 24.0 GB VRAM ...": how much of a process's VRAM grows with the
+// batch (activations) and how much does not (weights, optimizer state, the CUDA context, a
+// device cache) is not known from one reading, so no size is guessed here: the Python helper
+// measures the step's peak at two sizes and suggests one.
 std::optional<std::string> BatchSizeAdvice(const DoctorInput& in) {
   if (!in.vram_used_bytes || !in.vram_total_bytes || *in.vram_total_bytes == 0) return {};
   const double used = static_cast<double>(*in.vram_used_bytes);
   const double total = static_cast<double>(*in.vram_total_bytes);
   if (used <= 0 || used > 0.5 * total) return {};
-  // Memory grows roughly with the batch; keep 20% of the card free.
-  int64_t fits = in.batch_size;
-  while (static_cast<double>(fits * 2) / static_cast<double>(in.batch_size) * used <= 0.8 * total) {
-    fits *= 2;
-  }
-  if (fits == in.batch_size) return {};
   return fmt::format(
-      "batch {} uses {} of {} VRAM; about {} fits (a suggestion; your setting "
-      "stands)",
-      in.batch_size, Gb(used), Gb(total), fits);
+      "batch {} uses {} of {} VRAM: a larger batch may fit; "
+      "gpufeed.suggest_batch_size(step, loader) measures how much of that memory grows with "
+      "the batch and suggests a size (your setting stands until you change it)",
+      in.batch_size, Gb(used), Gb(total));
 }
 
 }  // namespace
@@ -180,6 +181,16 @@ Ruling TooLittle(const DoctorInput& in, const Figures& f, Diagnosis& d) {
 
 bool LoopWaitsForData(const Diagnosis& d) { return d.consumer_wait_fraction >= kWaitInputBound; }
 
+// The loop waits on the loader's stages: its wait, less the part spent while the batch it
+// waited for was already ready (then the loop itself was not running to take it: a
+// descheduled or host-bound loop, not a stage of the loader; a scenario beside a CPU burner
+// read 12% "wait" that was all hand-over as input-bound on read).
+bool LoopWaitsOnStages(const Diagnosis& d, const Totals& t) {
+  const double waited = t.WaitedTotal();
+  const double on_stages = waited > 0 ? 1 - t.waited_handoff / waited : 1;
+  return d.consumer_wait_fraction * on_stages >= kWaitInputBound;
+}
+
 // The slowest worker stage, in summed nanoseconds.
 double SlowestStageNs(const Totals& t) { return std::max({t.read, t.transform, t.copy}); }
 
@@ -255,7 +266,7 @@ Ruling CpuStarved(const DoctorInput& in, const Figures& f, Diagnosis& d) {
 
 // 4a. The loop waits for data, and the copy to the device is the stage it waited on.
 Ruling CopyStageBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
-  if (!LoopWaitsForData(d) || !in.device_copy || WaitedStage(f.t) != Stage::kCopy) {
+  if (!LoopWaitsOnStages(d, f.t) || !in.device_copy || WaitedStage(f.t) != Stage::kCopy) {
     return kNotDecided;
   }
   d.verdict = Verdict::kCopyBound;
@@ -411,9 +422,28 @@ void ReadBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu, d
   }
 }
 
+// "each sample of mel spans 256 chunks of the file ([3125, 1, 4, 2]) ...": when a sample is
+// cut into several pieces and no cache holds whole rows.
+std::optional<std::string> PiecesAdvice(const DoctorInput& in) {
+  if (in.source_pieces_per_sample < kManyPieces || in.cache != CacheTier::kNone ||
+      in.pieces_chunk_shape.empty()) {
+    return {};
+  }
+  std::vector<int64_t> whole = in.pieces_chunk_shape;
+  const auto& shape = in.pieces_sample_shape;
+  if (shape.size() + 1 == whole.size()) std::copy(shape.begin(), shape.end(), whole.begin() + 1);
+  return fmt::format(
+      "each sample of '{}' spans {} chunks of the file (chunks of [{}], as h5py's chunks=True "
+      "picks them): a sample costs {} scattered copies; rewrite the dataset with chunks=({}) "
+      "so a chunk holds whole samples, or cache='ram'/'shm' (built once, it stores whole "
+      "rows)",
+      in.pieces_field, in.source_pieces_per_sample, fmt::join(in.pieces_chunk_shape, ", "),
+      in.source_pieces_per_sample, fmt::join(whole, ", "));
+}
+
 // 4b. The loop waits for data: name the stage (read or transform) and why it is slow.
 Ruling InputBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
-  if (!LoopWaitsForData(d)) return kNotDecided;
+  if (!LoopWaitsOnStages(d, f.t)) return kNotDecided;
   d.verdict = Verdict::kInputBound;
   d.stage = WaitedStage(f.t) == Stage::kTransform ? Stage::kTransform : Stage::kRead;
   const double stage_ns = d.stage == Stage::kTransform ? f.t.transform : f.t.read;
@@ -429,6 +459,9 @@ Ruling InputBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
     TransformBound(in, f, cpu, stage_busy, d);
   } else {
     ReadBound(in, f, cpu, stage_busy, d);
+    // The file's layout comes first: no worker count or cache tier reads a sample cut into
+    // hundreds of pieces as fast as one whole row.
+    if (auto a = PiecesAdvice(in)) d.advice.insert(d.advice.begin(), *a);
   }
   return kDecided;
 }

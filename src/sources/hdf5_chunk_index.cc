@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "core/checked_math.h"
+#include "gpufeed/cancel.h"
 #include "gpufeed/error.h"
 #include "sources/hdf5_chunk_index_v4.h"
 
@@ -216,6 +217,7 @@ class IndexReader {
                               "chunks (a damaged B-tree)",
                               what_, max_nodes_, max_chunks_));
     }
+    if (CancelRequested()) ThrowIfCancelled(what_ + ": reading the chunk index");  // per node
     const size_t a = where_.sizeof_addr;
     const size_t header = 8 + 2 * a;
     std::vector<uint8_t> head = ReadBytes(node_address, header);

@@ -10,6 +10,7 @@
 
 #include "core/checked_math.h"
 #include "core/log.h"
+#include "gpufeed/cancel.h"
 #include "gpufeed/error.h"
 #include "sources/hdf5_chunk_index.h"
 #include "sources/hdf5_geometry.h"
@@ -45,6 +46,8 @@ std::vector<Hdf5RawChunk> ListChunksByIndex(hid_t dset, hid_t space, uint64_t n,
   std::vector<Hdf5RawChunk> out(n);
   std::vector<hsize_t> offset(rank);
   for (uint64_t i = 0; i < n; ++i) {
+    // libhdf5 may walk the index for every chunk: a big one takes minutes, so Ctrl-C counts.
+    if (i % 256 == 0) ThrowIfCancelled(what + ": listing the chunks through libhdf5");
     unsigned mask = 0;
     haddr_t addr = 0;
     hsize_t size = 0;

@@ -62,6 +62,16 @@ class Hdf5Source final : public Source {
       }
     }
     chunking_.samples_per_chunk = block_;
+    for (size_t f = 0; f < parts_.front().readers.size(); ++f) {
+      const auto& reader = *parts_.front().readers[f];
+      const auto columns = static_cast<int64_t>(reader.geometry().columns());
+      if (reader.dataset().storage == Hdf5Storage::kChunked &&
+          columns > chunking_.pieces_per_sample) {
+        chunking_.pieces_per_sample = columns;
+        chunking_.pieces_field = schema_.fields[f].name;
+        chunking_.pieces_chunk_shape = reader.dataset().chunk_dims;
+      }
+    }
     // The default budget: the decoded data set (nothing more is ever worth keeping), within
     // a 16th of the RAM available now and [16 MiB, 1 GiB].
     size_t budget = options_.chunk_cache_bytes;

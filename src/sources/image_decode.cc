@@ -5,7 +5,13 @@
 #include <turbojpeg.h>
 
 #include <algorithm>
+#include <csetjmp>
+#include <cstdio>
 #include <cstring>
+
+// After <cstdio>: jpeglib.h uses FILE and size_t without including their headers.
+#include <jerror.h>
+#include <jpeglib.h>
 
 #include "core/checked_math.h"
 #include "gpufeed/error.h"
@@ -69,7 +75,123 @@ uint8_t CmykChannel(int c, int nk) {
   return static_cast<uint8_t>(std::clamp(nk - (((t >> 8) + t) >> 8), 0, 255));
 }
 
+// A libjpeg error manager that longjmps back to the call that started the work instead of
+// exiting, and records warnings instead of printing them.
+struct JpegErrors {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+  bool premature_end;  // a "Premature end of JPEG file" warning: the data ran out
+};
+
+void JpegErrorExit(j_common_ptr cinfo) {
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, errors->message);
+  std::longjmp(errors->jump, 1);
+}
+
+void JpegEmitMessage(j_common_ptr cinfo, int level) {
+  if (level >= 0) return;  // trace messages
+  auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+  if (cinfo->err->msg_code == JWRN_JPEG_EOF) errors->premature_end = true;
+  cinfo->err->num_warnings++;
+}
+
+// The window a DecodeWindow call asks for and, once started, what libjpeg gives.
+struct JpegWindowJob {
+  const uint8_t* data;
+  unsigned long size;  // NOLINT(runtime/int): libjpeg's type
+  int scale_denom;
+  bool read_to_end;  // no EOI at the end: decode every row so that a truncation is seen
+  int x0, y0, x1, y1;
+  // Set by StartJpegWindow:
+  int first_row;  // the scaled image's row that the first row read is
+  int last_row;   // one past the last row to read
+  int origin_x;
+  int width;
+};
+
+// Starts decompressing the job's file: crops the columns to the window (with a margin of an
+// iMCU column, so that the fancy upsampler sees the same neighbours as in a full decode) and
+// skips whole iMCU rows above it (leaving one iMCU row of context). Returns false with the
+// message in `errors` on a libjpeg error. Plain data only in this frame: longjmp lands here.
+bool StartJpegWindow(jpeg_decompress_struct* cinfo, JpegErrors* errors, JpegWindowJob* job) {
+  if (setjmp(errors->jump) != 0) return false;
+  jpeg_mem_src(cinfo, job->data, job->size);
+  jpeg_read_header(cinfo, TRUE);
+  // TurboJPEG's defaults with no flags: the accurate integer IDCT, fancy upsampling.
+  cinfo->out_color_space = JCS_RGB;
+  cinfo->dct_method = JDCT_ISLOW;
+  cinfo->do_fancy_upsampling = TRUE;
+  cinfo->scale_num = 1;
+  cinfo->scale_denom = static_cast<unsigned int>(job->scale_denom);
+  jpeg_start_decompress(cinfo);
+  const int width = static_cast<int>(cinfo->output_width);
+  const int height = static_cast<int>(cinfo->output_height);
+  // Output pixels per iMCU column and row at this scale.
+  const int block = DCTSIZE / job->scale_denom;
+  const int column = block * cinfo->max_h_samp_factor;
+  const int row = block * cinfo->max_v_samp_factor;
+  const int x0 = std::clamp(job->x0 - column, 0, width);
+  const int x1 = std::clamp(job->x1 + column, 0, width);
+  JDIMENSION crop_x = static_cast<JDIMENSION>(x0);
+  JDIMENSION crop_width = static_cast<JDIMENSION>(std::max(x1 - x0, 1));
+  if (crop_width < static_cast<JDIMENSION>(width)) {
+    jpeg_crop_scanline(cinfo, &crop_x, &crop_width);  // widens to iMCU column boundaries
+  }
+  job->origin_x = static_cast<int>(crop_x);
+  job->width = static_cast<int>(cinfo->output_width);
+  const int skip = std::max(0, (std::clamp(job->y0, 0, height) / row - 1) * row);
+  job->first_row = skip > 0 ? static_cast<int>(jpeg_skip_scanlines(cinfo, skip)) : 0;
+  job->last_row = job->read_to_end ? height : std::clamp(job->y1 + row, job->first_row, height);
+  return true;
+}
+
+// Reads rows [first_row, last_row) into `rows` (rows of width * 3 bytes) and ends the
+// decompression (the object is reusable). Returns false on a libjpeg error.
+bool ReadJpegRows(jpeg_decompress_struct* cinfo, JpegErrors* errors, const JpegWindowJob* job,
+                  uint8_t* rows) {
+  if (setjmp(errors->jump) != 0) return false;
+  const size_t stride = static_cast<size_t>(job->width) * 3;
+  constexpr int kRowsPerCall = 16;  // a row group at a time (at most 2 x 8 rows), as TurboJPEG
+  JSAMPROW lines[kRowsPerCall];
+  for (int y = job->first_row; y < job->last_row;) {
+    const int count = std::min(kRowsPerCall, job->last_row - y);
+    for (int i = 0; i < count; ++i) {
+      lines[i] = rows + static_cast<size_t>(y - job->first_row + i) * stride;
+    }
+    const JDIMENSION got = jpeg_read_scanlines(cinfo, lines, static_cast<JDIMENSION>(count));
+    if (got == 0) {  // libjpeg pads a truncated file with warnings, never returns short
+      (*cinfo->err->format_message)(reinterpret_cast<j_common_ptr>(cinfo), errors->message);
+      return false;
+    }
+    y += static_cast<int>(got);
+  }
+  jpeg_abort_decompress(cinfo);
+  return true;
+}
+
+bool EndsWithEoi(std::span<const uint8_t> bytes) {
+  return bytes.size() >= 2 && bytes[bytes.size() - 2] == 0xFF && bytes.back() == 0xD9;
+}
+
 }  // namespace
+
+struct ImageDecoder::JpegState {
+  jpeg_decompress_struct cinfo;
+  JpegErrors errors;
+  JpegState() {
+    std::memset(&cinfo, 0, sizeof(cinfo));
+    std::memset(&errors, 0, sizeof(errors));
+    cinfo.err = jpeg_std_error(&errors.mgr);
+    errors.mgr.error_exit = JpegErrorExit;
+    errors.mgr.emit_message = JpegEmitMessage;
+    jpeg_create_decompress(&cinfo);  // only an out-of-memory error could jump: none here
+  }
+  ~JpegState() { jpeg_destroy_decompress(&cinfo); }
+  JpegState(const JpegState&) = delete;
+  JpegState& operator=(const JpegState&) = delete;
+};
 
 JpegMarkers ReadJpegMarkers(std::span<const uint8_t> bytes) {
   JpegMarkers markers;
@@ -152,6 +274,56 @@ ImageDecoder::ImageDecoder() = default;
 
 ImageDecoder::~ImageDecoder() {
   if (jpeg_ != nullptr) tjDestroy(static_cast<tjhandle>(jpeg_));
+}
+
+void ImageDecoder::DecodeWindow(std::span<const uint8_t> bytes, const ImageHeader& header,
+                                DctScale scale, int x0, int y0, int x1, int y1,
+                                const std::string& path, RgbImage& out, int& origin_x,
+                                int& origin_y) {
+  if (header.format != ImageFormat::kJpeg || header.cmyk || scale.num != 1) {
+    Decode(bytes, header, scale, path, out);
+    origin_x = 0;
+    origin_y = 0;
+    return;
+  }
+  if (state_ == nullptr) state_ = std::make_unique<JpegState>();
+  jpeg_decompress_struct* cinfo = &state_->cinfo;
+  JpegErrors* errors = &state_->errors;
+  errors->premature_end = false;
+  errors->message[0] = '\0';
+  JpegWindowJob job{};
+  job.data = bytes.data();
+  job.size = static_cast<unsigned long>(bytes.size());  // NOLINT(runtime/int)
+  job.scale_denom = scale.denom;
+  job.read_to_end = !EndsWithEoi(bytes);
+  job.x0 = x0;
+  job.y0 = y0;
+  job.x1 = x1;
+  job.y1 = y1;
+  const auto fail = [&](const std::string& what) {
+    jpeg_abort_decompress(cinfo);
+    Corrupt(path, what);
+  };
+  if (!StartJpegWindow(cinfo, errors, &job)) {
+    fail(fmt::format("corrupt or truncated JPEG: {}", errors->message));
+  }
+  // The header was checked by ReadHeader (max_pixels included): the same bytes give the same
+  // frame, so the window is at most the image's size.
+  if (static_cast<int>(cinfo->image_width) != header.width ||
+      static_cast<int>(cinfo->image_height) != header.height) {
+    fail("JPEG header changed between reads");
+  }
+  out.width = job.width;
+  out.height = job.last_row - job.first_row;
+  out.pixels.resize(static_cast<size_t>(out.width) * static_cast<size_t>(out.height) * 3);
+  if (!ReadJpegRows(cinfo, errors, &job, out.pixels.data())) {
+    fail(fmt::format("corrupt or truncated JPEG: {}", errors->message));
+  }
+  if (errors->premature_end) {
+    Corrupt(path, "corrupt or truncated JPEG: Premature end of JPEG file");
+  }
+  origin_x = job.origin_x;
+  origin_y = job.first_row;
 }
 
 ImageHeader ImageDecoder::ReadHeader(std::span<const uint8_t> bytes, const std::string& path,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -86,8 +87,24 @@ class ImageDecoder {
   void Decode(std::span<const uint8_t> bytes, const ImageHeader& header, DctScale scale,
               const std::string& path, RgbImage& out);
 
+  // Decodes a JPEG at `scale` only as far as the window [x0, x1) x [y0, y1) of the scaled
+  // image (as stored, clipped to it) needs: the rows above it skipped (entropy-decoded only),
+  // the rows below it not decoded, the columns outside it not transformed (libjpeg's
+  // jpeg_skip_scanlines and jpeg_crop_scanline). `out` receives a rectangle of the scaled
+  // image holding the window whose pixels equal Decode's at the same scale; its top-left
+  // corner in the scaled image is returned in `origin_x`, `origin_y`. A file that does not
+  // end with an EOI marker is decoded to its last row, so that a truncated file is refused
+  // as Decode refuses it whatever the window. PNG and CMYK files are decoded whole.
+  // REQUIRES: `header` came from ReadHeader of the same bytes.
+  void DecodeWindow(std::span<const uint8_t> bytes, const ImageHeader& header, DctScale scale,
+                    int x0, int y0, int x1, int y1, const std::string& path, RgbImage& out,
+                    int& origin_x, int& origin_y);
+
+  struct JpegState;  // a libjpeg decompressor and its error handler, reused across files
+
  private:
   void* jpeg_ = nullptr;  // tjhandle, created on first use
+  std::unique_ptr<JpegState> state_;
   std::vector<uint8_t> cmyk_;
 };
 

@@ -36,8 +36,7 @@ struct ResampleScratch {
   std::vector<int> bounds;
   std::vector<int32_t> vertical;
   std::vector<int> vertical_bounds;
-  std::vector<uint8_t> transposed;
-  std::vector<uint8_t> image;
+  std::vector<uint8_t> image;  // the input's last row with a byte to spare
   std::vector<uint8_t> rows;
   std::vector<uint8_t> output;
   std::vector<int32_t> sums;

@@ -63,13 +63,22 @@ class StreamingImageSource final : public ImageSetSource {
     const int size = o.size;
     if (o.crop == "random") {
       ImageCrop rect;
-      const double d = DecodeOriented(*set_, sample, worker, [&](int w, int h) {
-        rect = DrawCrop(w, h, o, rng);
-        return DctScaleFor(rect.width, rect.height, size, size);
-      });
-      // The crop chosen in full-size pixels, mapped into the image decoded at 1/d.
+      CropRect window;
+      int ox = 0;
+      int oy = 0;
+      const double d = DecodeOriented(
+          *set_, sample, worker,
+          [&](int w, int h) {
+            rect = DrawCrop(w, h, o, rng);
+            window = {rect.x, rect.y, rect.width, rect.height};
+            return DctScaleFor(rect.width, rect.height, size, size);
+          },
+          &window, &ox, &oy);
+      // The crop chosen in full-size pixels, mapped into the image decoded at 1/d, then into
+      // the decoded window (exact: d is a power of two, the origin an integer).
       ResampleToChw(View(worker.decoded),
-                    {rect.x / d, rect.y / d, (rect.x + rect.width) / d, (rect.y + rect.height) / d},
+                    {rect.x / d - ox, rect.y / d - oy, (rect.x + rect.width) / d - ox,
+                     (rect.y + rect.height) / d - oy},
                     {size, size, 0, 0, size, size}, rect.flip, image, worker.resample);
       return;
     }
@@ -170,7 +179,8 @@ void ImageWorker::ReadFile(const ImageSet& set, const std::string& path) {
 }
 
 double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
-                      const std::function<DctScale(int, int)>& need) {
+                      const std::function<DctScale(int, int)>& need, const CropRect* window,
+                      int* origin_x, int* origin_y) {
   const std::string& path = set.list().paths[static_cast<size_t>(index)];
   worker.ReadFile(set, path);
   const ImageHeader header =
@@ -179,9 +189,22 @@ double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
   const bool swap = SwapsAxes(orientation);
   DctScale scale = need(swap ? header.height : header.width, swap ? header.width : header.height);
   if (header.format != ImageFormat::kJpeg || !set.options().dct_scaling) scale = {1, 1};
+  const double divisor = static_cast<double>(scale.denom) / scale.num;
+  if (origin_x != nullptr) *origin_x = 0;
+  if (origin_y != nullptr) *origin_y = 0;
+  if (window != nullptr && orientation == 1 && header.format == ImageFormat::kJpeg) {
+    // The resampler's taps stay in [floor(x0 / d), ceil(x1 / d)): that is the window.
+    worker.decoder.DecodeWindow(worker.bytes, header, scale,
+                                static_cast<int>(std::floor(window->x / divisor)),
+                                static_cast<int>(std::floor(window->y / divisor)),
+                                static_cast<int>(std::ceil((window->x + window->width) / divisor)),
+                                static_cast<int>(std::ceil((window->y + window->height) / divisor)),
+                                path, worker.decoded, *origin_x, *origin_y);
+    return divisor;
+  }
   worker.decoder.Decode(worker.bytes, header, scale, path, worker.decoded);
   ApplyOrientation(orientation, worker.decoded, worker.scratch);
-  return static_cast<double>(scale.denom) / scale.num;
+  return divisor;
 }
 
 ImageCrop DrawCrop(int width, int height, const ImageOptions& options, Pcg32& rng) {

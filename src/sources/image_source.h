@@ -73,8 +73,14 @@ ImageCrop DrawCrop(int width, int height, const ImageOptions& options, Pcg32& rn
 // Decodes the file of `index` with its orientation applied, at a DCT scale chosen by `need`
 // (given the oriented full size, returns the scale); `decoded` receives the image; returns
 // the factor full-size pixels were divided by (8 / num for a scale num/8, 1 for none).
+// With `window` (filled in by `need`, in the oriented full-size image's pixels), only as much
+// of a JPEG stored upright is decoded as holds that window (ImageDecoder::DecodeWindow), and
+// `origin` receives where `decoded`'s top-left pixel lies in the image decoded at the scale
+// ((0, 0) for a whole image).
 double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
-                      const std::function<DctScale(int, int)>& need);
+                      const std::function<DctScale(int, int)>& need,
+                      const CropRect* window = nullptr, int* origin_x = nullptr,
+                      int* origin_y = nullptr);
 
 // The cached reading's stored image: the longer side at most this many times the shorter.
 constexpr int kStoredAspectNum = 4;

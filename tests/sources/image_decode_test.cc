@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <span>
 
 #include "error_code_of.h"
@@ -175,6 +176,111 @@ TEST(ImageDecodeTest, CorruptedBytesGiveAnErrorOrAnImageNeverACrash) {
       }
     }
   }
+}
+
+// The window decode against the whole image decoded at the same scale: every pixel of the
+// asked window equal, for each chroma subsampling, grey, a progressive file and every DCT
+// scale, on an image whose sides are not whole MCUs and windows anywhere (edges included).
+TEST(ImageDecodeTest, WindowDecodeEqualsFullDecodeThenCrop) {
+  const int w = 203;
+  const int h = 157;
+  struct Kind {
+    const char* name;
+    std::string file;
+  };
+  const auto rgb = Pattern(w, h, 3, 5);
+  const Kind kinds[] = {
+      {"420", EncodeJpeg(rgb, w, h, TJPF_RGB, 90, TJSAMP_420)},
+      {"422", EncodeJpeg(rgb, w, h, TJPF_RGB, 90, TJSAMP_422)},
+      {"444", EncodeJpeg(rgb, w, h, TJPF_RGB, 90, TJSAMP_444)},
+      {"440", EncodeJpeg(rgb, w, h, TJPF_RGB, 90, TJSAMP_440)},
+      {"411", EncodeJpeg(rgb, w, h, TJPF_RGB, 90, TJSAMP_411)},
+      {"grey", EncodeJpeg(Pattern(w, h, 1, 5), w, h, TJPF_GRAY)},
+      {"progressive 420", EncodeJpeg(rgb, w, h, TJPF_RGB, 90, TJSAMP_420, TJFLAG_PROGRESSIVE)},
+  };
+  Pcg32 rng(11);
+  ImageDecoder decoder;
+  RgbImage window;
+  for (const Kind& kind : kinds) {
+    const ImageHeader header = decoder.ReadHeader(Bytes(kind.file), "f", 1u << 30);
+    for (const int denom : {1, 2, 4, 8}) {
+      const RgbImage full = Decode(kind.file, {1, denom});
+      for (int trial = 0; trial < 30; ++trial) {
+        // Windows from one pixel to the whole image, a quarter of them touching an edge.
+        int x0 = static_cast<int>(rng.Below(static_cast<uint64_t>(full.width)));
+        int y0 = static_cast<int>(rng.Below(static_cast<uint64_t>(full.height)));
+        int x1 = x0 + 1 + static_cast<int>(rng.Below(static_cast<uint64_t>(full.width - x0)));
+        int y1 = y0 + 1 + static_cast<int>(rng.Below(static_cast<uint64_t>(full.height - y0)));
+        if (trial % 4 == 1) x0 = 0;
+        if (trial % 4 == 2) y1 = full.height;
+        if (trial % 4 == 3) x1 = full.width;
+        if (trial == 0) {
+          x0 = y0 = 0;
+          x1 = full.width;
+          y1 = full.height;
+        }
+        int ox = -1;
+        int oy = -1;
+        decoder.DecodeWindow(Bytes(kind.file), header, {1, denom}, x0, y0, x1, y1, "f", window, ox,
+                             oy);
+        SCOPED_TRACE(::testing::Message() << kind.name << " 1/" << denom << " window [" << x0
+                                          << ", " << x1 << ") x [" << y0 << ", " << y1 << ")");
+        ASSERT_LE(ox, x0);
+        ASSERT_LE(oy, y0);
+        ASSERT_GE(ox + window.width, x1);
+        ASSERT_GE(oy + window.height, y1);
+        ASSERT_LE(ox + window.width, full.width);
+        ASSERT_LE(oy + window.height, full.height);
+        ASSERT_EQ(window.pixels.size(), static_cast<size_t>(window.width) * window.height * 3);
+        for (int y = y0; y < y1; ++y) {
+          const uint8_t* want = &full.pixels[(static_cast<size_t>(y) * full.width + x0) * 3];
+          const uint8_t* got =
+              &window.pixels[(static_cast<size_t>(y - oy) * window.width + (x0 - ox)) * 3];
+          ASSERT_EQ(std::memcmp(want, got, static_cast<size_t>(x1 - x0) * 3), 0) << "row " << y;
+        }
+      }
+    }
+  }
+}
+
+TEST(ImageDecodeTest, WindowDecodeRefusesATruncatedFileWhereverTheWindowIs) {
+  const std::string jpeg = testing::RgbJpeg(64, 96);
+  const auto window_error = [](const std::string& file, int denom) -> std::string {
+    ImageDecoder decoder;
+    try {
+      const ImageHeader header = decoder.ReadHeader(Bytes(file), "f", 1u << 30);
+      RgbImage out;
+      int ox = 0;
+      int oy = 0;
+      // The top rows only: the data the window needs is all there.
+      decoder.DecodeWindow(Bytes(file), header, {1, denom}, 0, 0, 8 / denom + 1, 8 / denom + 1, "f",
+                           out, ox, oy);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  for (const int denom : {1, 8}) {
+    EXPECT_THAT(window_error(jpeg.substr(0, jpeg.size() * 3 / 4), denom),
+                HasSubstr("corrupt or truncated JPEG"));
+    EXPECT_EQ(window_error(jpeg, denom), "no error");
+    // Bytes after the end of image (some cameras write them) are no truncation.
+    EXPECT_EQ(window_error(jpeg + std::string(100, '\0'), denom), "no error");
+  }
+  // And a decoder that refused one file decodes the next.
+  ImageDecoder decoder;
+  const std::string bad = jpeg.substr(0, jpeg.size() / 2);
+  RgbImage out;
+  int ox = 0;
+  int oy = 0;
+  EXPECT_THROW(decoder.DecodeWindow(Bytes(bad), decoder.ReadHeader(Bytes(bad), "f", 1u << 30),
+                                    {1, 1}, 0, 0, 64, 96, "f", out, ox, oy),
+               Error);
+  decoder.DecodeWindow(Bytes(jpeg), decoder.ReadHeader(Bytes(jpeg), "f", 1u << 30), {1, 1}, 0, 0,
+                       64, 96, "f", out, ox, oy);
+  int w = 0;
+  int h = 0;
+  EXPECT_EQ(out.pixels, testing::TurboDecode(jpeg, w, h));
 }
 
 TEST(ImageDecodeTest, DecompressionBombsAreRefusedBeforeAllocating) {

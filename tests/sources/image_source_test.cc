@@ -7,12 +7,17 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 
 #include "error_code_of.h"
 #include "gpufeed/error.h"
 #include "gpufeed/images.h"
 #include "gpufeed/loader.h"
+#include "sources/image_crop.h"
+#include "sources/image_decode.h"
+#include "sources/image_resample.h"
 #include "sources/image_test_util.h"
 #include "sources/scratch_dir.h"
 
@@ -126,6 +131,50 @@ TEST(ImageSourceTest, CropsComeFromSeedEpochAndSampleOnly) {
   }
 }
 
+// The streaming source decodes only the window of each random crop (at its DCT scale): its
+// samples equal the whole file decoded at that scale, then cropped and resampled, exactly, for
+// crops decoded at full size and at 1/2, 1/4 and 1/8.
+TEST(ImageSourceTest, WindowDecodedCropsEqualFullDecodeThenCrop) {
+  ScratchDir dir;
+  for (int i = 0; i < 6; ++i) {
+    const int w = i < 4 ? 300 + 13 * i : 50;  // 1/8 needs crops of 192 on both sides
+    const int h = i < 4 ? 262 - 5 * i : 40;   // and 1/1 crops under 48
+    dir.Write(fmt::format("c/{}.jpg", i), testing::RgbJpeg(w, h, i));
+  }
+  const int size = 24;
+  const ImageOptions options{.size = size};
+  auto source = OpenImages(dir.path(), options);
+  int scaled[4] = {0, 0, 0, 0};  // crops per DCT scale: 1/1, 1/2, 1/4, 1/8
+  for (int64_t epoch = 0; epoch < 8; ++epoch) {
+    const Epoch run = RunEpoch(source, 9, epoch, 2, 4);
+    const size_t bytes = 3 * size * size;
+    for (size_t r = 0; r < run.indices.size(); ++r) {
+      const int64_t index = run.indices[r];
+      std::ifstream in(source->path(index), std::ios::binary);
+      const std::string file((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+      const std::span<const uint8_t> data(reinterpret_cast<const uint8_t*>(file.data()),
+                                          file.size());
+      ImageDecoder decoder;
+      const ImageHeader header = decoder.ReadHeader(data, "f", 1u << 30);
+      const ImageCrop crop = RandomCropOf(header.width, header.height, 9, epoch, index, options);
+      const DctScale scale = DctScaleFor(crop.width, crop.height, size, size);
+      ++scaled[scale.denom == 1 ? 0 : scale.denom == 2 ? 1 : scale.denom == 4 ? 2 : 3];
+      RgbImage full;
+      decoder.Decode(data, header, scale, "f", full);
+      const double d = scale.denom;
+      std::vector<uint8_t> expected(bytes);
+      ResampleScratch scratch;
+      ResampleToChw(View(full),
+                    {crop.x / d, crop.y / d, (crop.x + crop.width) / d, (crop.y + crop.height) / d},
+                    {size, size, 0, 0, size, size}, crop.flip, expected.data(), scratch);
+      EXPECT_TRUE(std::equal(expected.begin(), expected.end(), run.images.begin() + r * bytes))
+          << "sample " << index << " epoch " << epoch << " at 1/" << scale.denom;
+    }
+  }
+  for (int s = 0; s < 4; ++s) EXPECT_GT(scaled[s], 0) << "no crop at DCT scale 1/" << (1 << s);
+}
+
 TEST(ImageSourceTest, BadFilesAreNamedByNext) {
   ScratchDir dir;
   MakeFolder(dir, 2);
@@ -222,8 +271,8 @@ TEST(ImageSourceTest, OptionsAreCheckedAtOpen) {
 TEST(ImageSourceTest, RamCacheServesStoredImagesAndCropsFromThem) {
   ScratchDir dir;
   MakeFolder(dir);
-  auto cached =
-      OpenImages(dir.path(), {.size = 16, .cache = CacheTier::kRam, .cache_size = 24, .verbose = false});
+  auto cached = OpenImages(
+      dir.path(), {.size = 16, .cache = CacheTier::kRam, .cache_size = 24, .verbose = false});
   EXPECT_EQ(cached->cache_tier(), CacheTier::kRam);
   const Epoch first = RunEpoch(cached, 4, 0, 2);
   const Epoch again = RunEpoch(cached, 4, 0, 1);  // from the cache: same crops

@@ -28,15 +28,18 @@ inline std::vector<uint8_t> Pattern(int width, int height, int channels, int see
   return pixels;
 }
 
-// A JPEG of `pixels` in TurboJPEG pixel format `format` (TJPF_RGB, TJPF_GRAY, TJPF_CMYK).
+// A JPEG of `pixels` in TurboJPEG pixel format `format` (TJPF_RGB, TJPF_GRAY, TJPF_CMYK),
+// chroma `subsampling` (TJSAMP_*; -1: grey for TJPF_GRAY, else 4:2:0) and TurboJPEG `flags`
+// (TJFLAG_PROGRESSIVE for a progressive file).
 inline std::string EncodeJpeg(const std::vector<uint8_t>& pixels, int width, int height,
-                              int format = TJPF_RGB, int quality = 90) {
+                              int format = TJPF_RGB, int quality = 90, int subsampling = -1,
+                              int flags = 0) {
   tjhandle handle = tjInitCompress();
   unsigned char* out = nullptr;
   unsigned long size = 0;
-  const int subsampling = format == TJPF_GRAY ? TJSAMP_GRAY : TJSAMP_420;
+  if (subsampling < 0) subsampling = format == TJPF_GRAY ? TJSAMP_GRAY : TJSAMP_420;
   if (tjCompress2(handle, pixels.data(), width, 0, height, format, &out, &size, subsampling,
-                  quality, 0) != 0) {
+                  quality, flags) != 0) {
     tjDestroy(handle);
     throw std::runtime_error(tjGetErrorStr2(handle));
   }
