@@ -22,6 +22,7 @@ namespace gpufeed {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::AnyOf;
 using testing::ErrorCodeOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -360,7 +361,10 @@ TEST_F(PostgresSourceTest, ConnectionDroppedMidLoadServesNothing) {
   load.join();
   ASSERT_TRUE(terminated) << "the load ended before it could be terminated";
   EXPECT_EQ(code, ErrorCode::kIo) << message;
-  EXPECT_THAT(message, HasSubstr("terminating connection"));
+  // libpq reports the server's FATAL when it reads it before the socket closes, else the
+  // closed socket (a loaded machine decides which).
+  EXPECT_THAT(message, AnyOf(HasSubstr("terminating connection"),
+                             HasSubstr("server closed the connection")));
 }
 
 TEST_F(PostgresSourceTest, NullsNameTheRowAndColumn) {
