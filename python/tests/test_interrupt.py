@@ -76,6 +76,21 @@ def _wait_for(condition, proc, what, seconds=60):
         time.sleep(0.02)
 
 
+def _interrupt_once(proc, started, what):
+    """Waits for `started()`, sends SIGINT, and returns (stdout, stderr, seconds to exit); the
+    child is killed if anything fails on the way."""
+    try:
+        _wait_for(started, proc, what)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        return out, err, time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.parametrize("tier", ["shm", "ram"])
 def test_ctrl_c_stops_a_cache_fill_in_the_loader_constructor(tier, tmp_path):
     user_dir = tmp_path / f"gpufeed-user-{os.getuid()}"
@@ -83,25 +98,21 @@ def test_ctrl_c_stops_a_cache_fill_in_the_loader_constructor(tier, tmp_path):
         [sys.executable, os.path.join(SCRIPTS, "interrupt_open.py"), tier, str(tmp_path),
          str(_fill_samples(tmp_path))],
         env=script_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("opening"), line + proc.stderr.read()
-        if tier == "shm":
-            # The builder's tmp file (gpufeed-<key>.tmp-<pid>) is there: the build is under way.
-            _wait_for(lambda: any(".tmp-" in p.name for p in user_dir.glob("gpufeed-*")), proc,
-                      "shm build")
-        else:
-            # The preload has written 32 MB of the RAM copy.
-            before = _anon_bytes(proc.pid)
-            _wait_for(lambda: _anon_bytes(proc.pid) > before + (32 << 20), proc, "preload")
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-        seconds = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    line = proc.stdout.readline()
+    if not line.startswith("opening"):
+        proc.kill()
+        proc.wait()
+        pytest.fail(line + proc.stderr.read())
+    if tier == "shm":
+        # The builder's tmp file (gpufeed-<key>.tmp-<pid>) is there: the build is under way.
+        out, err, seconds = _interrupt_once(
+            proc, lambda: any(".tmp-" in p.name for p in user_dir.glob("gpufeed-*")),
+            "shm build")
+    else:
+        # The preload has written 32 MB of the RAM copy.
+        before = _anon_bytes(proc.pid)
+        out, err, seconds = _interrupt_once(
+            proc, lambda: _anon_bytes(proc.pid) > before + (32 << 20), "preload")
     assert "opened" not in out, "the fill ended before the signal: " + out
     assert proc.returncode == -signal.SIGINT, (proc.returncode, out, err)
     assert "KeyboardInterrupt" in err, err
@@ -142,17 +153,9 @@ def test_ctrl_c_stops_gpufeed_cache_build_and_removes_its_file(tmp_path):
     proc = subprocess.Popen([binary, "cache", "build", str(data), "--dir", str(shm)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=child_setup)
-    try:
-        _wait_for(lambda: user_dir.is_dir() and
-                  any(".tmp-" in p.name for p in user_dir.glob("gpufeed-*")), proc, "shm build")
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-        seconds = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    out, err, seconds = _interrupt_once(
+        proc, lambda: user_dir.is_dir() and
+        any(".tmp-" in p.name for p in user_dir.glob("gpufeed-*")), "shm build")
     # Exit code 130 (cancelled) with a message naming what stopped, not death by the signal.
     assert proc.returncode == 130, (proc.returncode, out, err)
     assert "cancelled: building the shared-memory cache" in err, err

@@ -29,6 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::ErrorCodeOf;
+using testing::Names;
 using testing::ReadAll;
 using testing::ScratchDir;
 
@@ -80,15 +81,6 @@ class CancelWhenStarted {
  private:
   std::thread thread_;
 };
-
-std::vector<std::string> Names(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(ShmUserDirPath(dir))) {
-    if (e.path().filename() != "secret") names.push_back(e.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 // Whether nobody holds the flock on `path` (it can be taken at once).
 bool Unlocked(const std::string& path) {

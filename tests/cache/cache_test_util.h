@@ -7,16 +7,31 @@
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <string>
 #include <numeric>
 #include <thread>
 #include <vector>
 
 #include "gpufeed/error.h"
+#include "cache/shm_user_dir.h"
 #include "gpufeed/source.h"
 
 namespace gpufeed::testing {
+
+// The cache files in the user's folder under the shm root `dir` (without the user's secret),
+// sorted.
+inline std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(ShmUserDirPath(dir))) {
+    if (e.path().filename() != "secret") names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 class InstrumentedSource : public Source {
  public:

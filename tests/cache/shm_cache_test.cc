@@ -24,6 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::InstrumentedSource;
+using testing::Names;
 using testing::ReadAll;
 using testing::ReadRows;
 using testing::ScratchDir;
@@ -31,16 +32,6 @@ using testing::ScratchDir;
 // 3000 samples of 4 KiB + 8 bytes: about 12 MB, 760 blocks.
 std::shared_ptr<Source> Synthetic(int64_t samples = 3000, uint64_t seed = 7) {
   return OpenSynthetic(ParseSchema("mel:float32[1,32,32],label:int64[]"), samples, seed);
-}
-
-// The cache files in the user's folder under the root `dir` (without the user's secret).
-std::vector<std::string> Names(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(ShmUserDirPath(dir))) {
-    if (e.path().filename() != "secret") names.push_back(e.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 ShmOpenOptions Options(const std::string& dir, int threads = 2) {
