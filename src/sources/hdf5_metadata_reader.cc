@@ -48,6 +48,13 @@ uint64_t Hdf5MetadataReader::Absolute(uint64_t addr, std::string_view structure)
 std::vector<uint8_t> Hdf5MetadataReader::Read(uint64_t addr, uint64_t n,
                                               std::string_view structure) {
   const uint64_t absolute = Absolute(addr, structure);
+  if (addr > where_.end_of_allocation || n > where_.end_of_allocation - addr) {
+    // libhdf5 fails such a read, and in a dense group's link table that failure crashes it
+    // (H5G__link_release_table frees the entries never filled).
+    Damaged(fmt::format("{} at offset {} ({} bytes) lies past the file's end of allocation "
+                        "({} bytes, from its superblock)",
+                        structure, addr, n, where_.end_of_allocation));
+  }
   if (n > file_.Size() - absolute) {
     Damaged(
         fmt::format("{} at offset {} ({} bytes) runs past the end of the file ({} bytes): "

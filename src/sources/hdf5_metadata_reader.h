@@ -23,6 +23,9 @@ struct Hdf5ObjectLocation {
   uint64_t base_address = 0;    // absolute offset of the file's base (the user block size)
   unsigned sizeof_addr = 8;     // from the superblock
   unsigned sizeof_size = 8;
+  // The superblock's end-of-file address (relative): libhdf5 refuses any read past it, even
+  // inside the file, so a structure there is damaged in its eyes too.
+  uint64_t end_of_allocation = ~uint64_t{0};
 };
 
 class Hdf5MetadataReader {

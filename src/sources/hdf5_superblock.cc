@@ -44,6 +44,7 @@ class SuperblockReader {
       const unsigned a = sb.sizeof_addr;
       sb.base_address = Base(sb, Uint(pos, a));
       const uint64_t free_space = Uint(pos + a, a);
+      sb.end_of_file = EndOfFile(sb, Uint(pos, a), Uint(pos + 2 * a, a));
       const uint64_t driver_info = Uint(pos + 3 * a, a);
       // The root group's symbol table entry: link name offset, then the object header.
       sb.root_header_address = Uint(pos + 4 * a + sb.sizeof_size, a);
@@ -57,6 +58,7 @@ class SuperblockReader {
       pos = 12;
       sb.base_address = Base(sb, Uint(pos, a));
       const uint64_t extension = Uint(pos + a, a);
+      sb.end_of_file = EndOfFile(sb, Uint(pos, a), Uint(pos + 2 * a, a));
       sb.root_header_address = Uint(pos + 3 * a, a);
       CheckAddress(sb, extension, "superblock extension", true);
       if (!Undefined(sb, extension)) {
@@ -126,6 +128,13 @@ class SuperblockReader {
 
   // libhdf5 takes the signature's offset as the base when the stored base differs (a user
   // block added after writing), so addresses are checked against that.
+  // The end of allocation libhdf5 enforces on every read: like libhdf5 (H5F__super_read), a
+  // stored base address other than the signature's offset moves the base to the signature and
+  // the stored end-of-file address by the difference (unsigned arithmetic, as libhdf5's).
+  static uint64_t EndOfFile(const Hdf5Superblock& sb, uint64_t stored_base, uint64_t stored_eof) {
+    return stored_eof - (stored_base - sb.signature_offset);
+  }
+
   uint64_t Base(const Hdf5Superblock& sb, uint64_t stored) const {
     if (stored != sb.signature_offset && stored > file_.Size()) {
       Damaged(fmt::format("base address {} lies past the end of the file ({} bytes)", stored,

@@ -24,6 +24,7 @@ struct Hdf5Superblock {
   unsigned sizeof_addr = 8;
   unsigned sizeof_size = 8;
   uint64_t root_header_address = 0;  // relative to the base address
+  uint64_t end_of_file = ~uint64_t{0};  // the end-of-file address (relative): libhdf5's EOA
   // Superblock extension object header (version 2 and 3), relative; ~0 when there is none.
   uint64_t extension_address = ~uint64_t{0};
   // Symbol-table B-tree K values (versions 0 and 1 store them; later ones default to 4 and 16
