@@ -48,14 +48,12 @@ int RunDemo(const DemoArgs& args) {
   fmt::print(out, "gpufeed demo: {} log-mel segments (mel float32[1,64,32], label int64), {}\n",
              FormatCount(static_cast<double>(args.samples)), FormatBytes(set_bytes));
   if (hdf5) {
+    const std::vector<int64_t> chunk = H5pyGuessChunk({args.samples, 1, 64, 32}, sizeof(float));
+    const int64_t pieces = (64 + chunk[2] - 1) / chunk[2] * ((32 + chunk[3] - 1) / chunk[3]);
     fmt::print(out,
                "data set    {}\n            HDF5 as h5py writes it with chunks=True (chunks of "
                "[{}]: each sample\n            spans {} chunks), uncompressed\n",
-               path, fmt::join(H5pyGuessChunk({args.samples, 1, 64, 32}, sizeof(float)), ", "),
-               [&] {
-                 const auto c = H5pyGuessChunk({args.samples, 1, 64, 32}, sizeof(float));
-                 return (64 + c[2] - 1) / c[2] * ((32 + c[3] - 1) / c[3]);
-               }());
+               path, fmt::join(chunk, ", "), pieces);
   } else {
     fmt::print(out, "data set    {} (NumPy files)\n", path);
   }
