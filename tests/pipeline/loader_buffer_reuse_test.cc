@@ -46,11 +46,27 @@ TEST(LoaderBufferReuse, ASecondLoaderGetsTheFirstOnesBuffersWithoutFaultingNewOn
   pool.SetRetainBytes(uint64_t{256} << 20);
   Rows first(8192, 0.0f);
   std::set<const void*> buffers;
+  size_t block_bytes = 0;
   {
     Loader loader(first.Open(), Options());
     while (auto batch = loader.Next()) buffers.insert(batch->field("v").data);
+    block_bytes = HostMemoryPool::Rounded(static_cast<size_t>(loader.stats().buffer_bytes));
   }
   ASSERT_FALSE(buffers.empty());
+  ASSERT_GT(block_bytes, 0u);
+  // Every block the first loader gave back, seen in a batch or not (a worker may have
+  // started the next epoch's batch in a further buffer before the loader was destroyed):
+  // taken from the pool and given back in reverse, which leaves its LIFO order as it was.
+  // The pool was trimmed first, so all it keeps are the first loader's blocks.
+  const int64_t kept_count = pool.counters().kept_bytes / static_cast<int64_t>(block_bytes);
+  ASSERT_GE(kept_count, 1);
+  std::vector<void*> taken;
+  const int64_t kept_taken = pool.counters().taken_kept;
+  for (int64_t i = 0; i < kept_count; ++i) taken.push_back(pool.Take(block_bytes));
+  ASSERT_EQ(pool.counters().taken_kept - kept_taken, kept_count) << "only batch blocks kept";
+  const std::set<const void*> kept(taken.begin(), taken.end());
+  for (auto it = taken.rbegin(); it != taken.rend(); ++it) pool.Give(*it);
+  for (const void* seen : buffers) EXPECT_EQ(kept.count(seen), 1u) << "a batch buffer was kept";
   const auto before = pool.counters();
   EXPECT_GT(before.kept_bytes, 0);
 
@@ -59,7 +75,7 @@ TEST(LoaderBufferReuse, ASecondLoaderGetsTheFirstOnesBuffersWithoutFaultingNewOn
   Loader loader(second.Open(), Options());
   auto batch = loader.Next();
   ASSERT_TRUE(batch);
-  EXPECT_EQ(buffers.count(batch->field("v").data), 1u) << "the first batch reuses a kept buffer";
+  EXPECT_EQ(kept.count(batch->field("v").data), 1u) << "the first batch reuses a kept buffer";
   const auto after = pool.counters();
   // Fresh buffers only beyond the ones the first loader gave back (it makes its buffers as
   // its workers need them, so how many it kept depends on the machine's timing).
