@@ -63,5 +63,7 @@ std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths, std::vector<std
 
 // The counters of a source OpenHdf5 returned. Throws Error(kInvalidArgument) for another one.
 Hdf5Counters Hdf5SourceCounters(const Source& source);
+// Whether `source` is one OpenHdf5 returned (a cache or transform in front of it is not).
+bool IsHdf5Source(const Source& source);
 
 }  // namespace gpufeed

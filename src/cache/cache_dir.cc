@@ -85,6 +85,15 @@ ShmCacheEntry ReadPublished(const ShmUserDir& dir, const std::string& name,
   e.path = path;
   // O_NONBLOCK and the checks of OpenFile: a FIFO or a symlink planted under a cache's name
   // is listed as refused, never opened for reading (which would block) or followed.
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  // A file refused or whose header cannot be read still has an age: its last write.
+  struct stat link {};
+  if (lstat(path.c_str(), &link) == 0) {
+    e.age_seconds = static_cast<double>(now - (int64_t{link.st_mtim.tv_sec} * 1'000'000'000 +
+                                               link.st_mtim.tv_nsec)) / 1e9;
+  }
   std::string why;
   const int fd = dir.OpenFile(name, O_RDONLY, &why);
   struct stat st {};
@@ -108,9 +117,6 @@ ShmCacheEntry ReadPublished(const ShmUserDir& dir, const std::string& name,
     const ShmHeader h = DecodeShmHeader(bytes, e.bytes, path, dir.secret());
     e.description = h.description;
     e.identity = h.identity;
-    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
     e.age_seconds = static_cast<double>(now - h.created_unix_ns) / 1e9;
     e.stale = IdentityStale(h.identity);
   } catch (const Error& err) {

@@ -82,6 +82,15 @@ std::string FormatBenchReport(const BenchResult& r) {
                      FormatBytes(static_cast<double>(r.peak_rss_bytes)),
                      FormatBytes(static_cast<double>(r.peak_anon_rss_bytes)),
                      FormatBytes(static_cast<double>(r.bound_anon_rss_bytes)));
+  if (r.hdf5_chunks_decoded >= 0 && r.hdf5_chunks_decoded + r.hdf5_chunk_cache_hits > 0) {
+    const int64_t uses = r.hdf5_chunks_decoded + r.hdf5_chunk_cache_hits;
+    out += fmt::format("chunks      {} decoded, {} served by the decoded-chunk caches ({:.0f}% "
+                       "hits; budget {})\n",
+                       FormatCount(static_cast<double>(r.hdf5_chunks_decoded)),
+                       FormatCount(static_cast<double>(r.hdf5_chunk_cache_hits)),
+                       100.0 * static_cast<double>(r.hdf5_chunk_cache_hits) / uses,
+                       FormatBytes(static_cast<double>(r.hdf5_chunk_cache_bytes)));
+  }
   if (!s.tuning_log.empty()) {
     out += fmt::format("autotuner   ended at workers {}, prefetch {}; its changes:\n", s.workers,
                        s.prefetch);

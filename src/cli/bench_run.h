@@ -76,7 +76,13 @@ struct BenchResult {
   double gpu_busy_fraction_events = -1;
   int64_t peak_rss_bytes = 0;        // VmHWM
   int64_t peak_anon_rss_bytes = 0;   // peak RssAnon sampled per batch: memory not mapped files
-  int64_t bound_anon_rss_bytes = 0;  // (prefetch + workers) * batch bytes + 100 MB
+  // (prefetch + workers) * batch bytes + 100 MB, plus an HDF5 source's decoded-chunk budget.
+  int64_t bound_anon_rss_bytes = 0;
+  // An HDF5 source with compressed chunks: over the loader's run, the chunks decoded and the
+  // chunk uses the workers' decoded-chunk caches served, and the caches' budget. -1: not HDF5.
+  int64_t hdf5_chunks_decoded = -1;
+  int64_t hdf5_chunk_cache_hits = -1;
+  int64_t hdf5_chunk_cache_bytes = -1;
   std::string source;
   std::string device;
   std::string cache;           // CacheInfo::ToString() when a cache was asked for

@@ -102,7 +102,7 @@ class Loader::Impl {
     capacity.reserve_staging = options_.workers + 2;
     builder_.Prepare(capacity);
     held_limit_ = options_.max_outstanding;
-    AdviseOnShuffle(*source_, sampler_, options_.max_workers);
+    AdviseOnShuffle(*source_, sampler_);
     held_budget_bytes_ = HeldBudget(capacity.batch_buffers);
     Start(options_.start_epoch, 0);
   }

@@ -110,7 +110,7 @@ void ResolveMaxPrefetch(LoaderOptions& o, size_t buffer_bytes) {
 // A full shuffle over compressed chunks decodes a chunk for every few samples read: often
 // 50-140x slower than block shuffle. Estimates the decodes per epoch and, past ~4 per chunk,
 // says so once with the fixes that apply.
-void AdviseOnShuffle(const Source& source, const Sampler& sampler, int workers) {
+void AdviseOnShuffle(const Source& source, const Sampler& sampler) {
   const SourceChunking c = source.chunking();
   const SamplerOptions& o = sampler.options();
   if (o.groups || !c.compressed || !o.shuffle || o.shuffle_block != 0 || c.samples_per_chunk <= 1 ||
@@ -121,11 +121,10 @@ void AdviseOnShuffle(const Source& source, const Sampler& sampler, int workers) 
       std::ceil(static_cast<double>(source.size()) / static_cast<double>(c.samples_per_chunk));
   const double rows = static_cast<double>(
       std::min<int64_t>(o.batch_size, std::max<int64_t>(1, sampler.shard_size())));
-  // Distinct chunks a batch of random samples touches, and the share a worker finds decoded
-  // (its cache keeps the first chunks it met, up to its share of the budget).
+  // Distinct chunks a batch of random samples touches, and the share the workers find decoded
+  // (their shared cache keeps the first chunks met, up to the budget).
   const double per_batch = chunks * (1.0 - std::pow(1.0 - 1.0 / chunks, rows));
-  const double kept = static_cast<double>(c.cache_bytes) / std::max(1, workers) /
-                      static_cast<double>(c.decoded_chunk_bytes);
+  const double kept = static_cast<double>(c.cache_bytes) / static_cast<double>(c.decoded_chunk_bytes);
   const double hit = std::min(1.0, kept / chunks);
   const double decodes = static_cast<double>(sampler.batches_per_epoch()) * per_batch * (1.0 - hit);
   if (decodes <= 4.0 * chunks) return;

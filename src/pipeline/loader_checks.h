@@ -23,7 +23,7 @@ void ResolveMaxPrefetch(LoaderOptions& o, size_t buffer_bytes);
 // A full shuffle over compressed chunks decodes a chunk for every few samples read: often
 // 50-140x slower than block shuffle. Estimates the decodes per epoch and, past ~4 per chunk,
 // says so once with the fixes that apply.
-void AdviseOnShuffle(const Source& source, const Sampler& sampler, int workers);
+void AdviseOnShuffle(const Source& source, const Sampler& sampler);
 // *source; Error(kInvalidArgument) when it is null.
 const Source& CheckSource(const std::shared_ptr<Source>& source);
 // The shuffle mode as LoaderState records it: "none", "full" or "block:N:W".

@@ -1,52 +1,146 @@
 #include "sources/hdf5_chunk_cache.h"
 
+#include <algorithm>
+#include <limits>
+#include <utility>
+
 #include "gpufeed/error.h"
 
 namespace gpufeed {
 namespace {
 
-constexpr size_t kMaxSpares = 2;
+// Buffers kept for reuse beyond those the cache holds: enough for the decodes in flight of a
+// few workers (a decode whose chunk is evicted or not kept gives its buffer back here).
+constexpr size_t kMaxSpares = 4;
+// Chunks, least recently used first, that Insert looks at for one it may evict.
+constexpr int kEvictionLook = 64;
 
 }  // namespace
 
-std::shared_ptr<std::vector<std::byte>> DecodedChunkCache::NewBuffer(size_t bytes) {
-  for (size_t i = 0; i < spare_.size(); ++i) {
-    if (spare_[i]->size() == bytes) {
-      auto out = std::move(spare_[i]);
-      spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(i));
-      return out;
-    }
-  }
-  return std::make_shared<std::vector<std::byte>>(bytes);
+// Buffers whose last holder let go. Its own mutex: a buffer may come back while the cache's
+// mutex is held (an eviction dropping the last reference).
+struct SharedChunkCache::Spares {
+  std::mutex mu;
+  std::vector<std::unique_ptr<std::vector<std::byte>>> free;
+};
+
+SharedChunkCache::SharedChunkCache(size_t capacity_bytes)
+    : capacity_(capacity_bytes), spares_(std::make_shared<Spares>()) {}
+
+size_t SharedChunkCache::bytes() const {
+  std::lock_guard lock(mu_);
+  return bytes_;
 }
 
-DecodedChunkCache::Buffer DecodedChunkCache::Find(uint64_t key) {
+size_t SharedChunkCache::size() const {
+  std::lock_guard lock(mu_);
+  return index_.size();
+}
+
+int SharedChunkCache::Join() {
+  std::lock_guard lock(mu_);
+  return next_view_++;
+}
+
+void SharedChunkCache::Leave(int view) {
+  std::lock_guard lock(mu_);
+  batches_.erase(view);
+}
+
+void SharedChunkCache::BeginBatch(int view) {
+  std::lock_guard lock(mu_);
+  batches_[view] = ++batches_begun_;
+}
+
+void SharedChunkCache::EndBatch(int view) {
+  std::lock_guard lock(mu_);
+  batches_.erase(view);
+}
+
+void SharedChunkCache::TouchLocked(Entry& e, int view) {
+  const auto it = batches_.find(view);
+  e.view = view;
+  e.batch = it == batches_.end() ? 0 : it->second;
+}
+
+bool SharedChunkCache::InFlightLocked(const Entry& e) const {
+  if (e.batch == 0) return false;
+  const auto it = batches_.find(e.view);
+  return it != batches_.end() && it->second == e.batch;
+}
+
+SharedChunkCache::Buffer SharedChunkCache::Find(int view, uint64_t key) {
+  std::lock_guard lock(mu_);
   const auto it = index_.find(key);
   if (it == index_.end()) return nullptr;
   lru_.splice(lru_.begin(), lru_, it->second);
-  it->second->generation = generation_;
+  TouchLocked(*it->second, view);
   return it->second->chunk;
 }
 
-void DecodedChunkCache::Insert(uint64_t key, Buffer chunk) {
-  GPUFEED_ASSERT(index_.find(key) == index_.end(), "chunk inserted twice");
-  const size_t n = chunk->size();
-  const size_t capacity = this->capacity();
-  if (n > capacity) return;
-  while (bytes_ + n > capacity && !lru_.empty()) {
-    if (lru_.back().generation == generation_) return;  // all used by this batch: keep them
-    Buffer& victim = lru_.back().chunk;
-    bytes_ -= victim->size();
-    if (victim.use_count() == 1 && spare_.size() < kMaxSpares) {
-      // Only this cache held it, so nobody reads it: safe to write into again.
-      spare_.push_back(std::const_pointer_cast<std::vector<std::byte>>(std::move(victim)));
-    }
-    index_.erase(lru_.back().key);
-    lru_.pop_back();
+void SharedChunkCache::Insert(int view, uint64_t key, Buffer chunk) {
+  std::vector<Buffer> evicted;  // dropped after the lock: freeing may unmap megabytes
+  std::lock_guard lock(mu_);
+  const auto found = index_.find(key);
+  if (found != index_.end()) {  // another worker decoded it meanwhile: keep that copy
+    lru_.splice(lru_.begin(), lru_, found->second);
+    TouchLocked(*found->second, view);
+    return;
   }
-  lru_.push_front({key, std::move(chunk), generation_});
+  const size_t n = chunk->size();
+  if (n > capacity_) return;
+  while (bytes_ + n > capacity_ && !lru_.empty()) {
+    // The least recently used chunk no batch in flight uses, among the last few (a bounded
+    // look: under a full shuffle nearly all are in use, and a cache may hold many chunks).
+    auto victim = lru_.end();
+    int looked = 0;
+    for (auto it = lru_.end(); it != lru_.begin() && looked < kEvictionLook; ++looked) {
+      --it;
+      if (!InFlightLocked(*it)) {
+        victim = it;
+        break;
+      }
+    }
+    if (victim == lru_.end()) return;  // all in use: `chunk` is not kept
+    bytes_ -= victim->chunk->size();
+    evicted.push_back(std::move(victim->chunk));
+    index_.erase(victim->key);
+    lru_.erase(victim);
+  }
+  lru_.push_front({key, std::move(chunk), view, 0});
+  TouchLocked(lru_.front(), view);
   index_[key] = lru_.begin();
   bytes_ += n;
+}
+
+std::shared_ptr<std::vector<std::byte>> SharedChunkCache::NewBuffer(size_t bytes) {
+  std::unique_ptr<std::vector<std::byte>> buffer;
+  {
+    std::lock_guard lock(spares_->mu);
+    auto& free = spares_->free;
+    for (size_t i = 0; i < free.size(); ++i) {
+      if (free[i]->size() == bytes) {
+        buffer = std::move(free[i]);
+        free.erase(free.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+    }
+  }
+  if (!buffer) buffer = std::make_unique<std::vector<std::byte>>(bytes);
+  // The last holder gives it back (or frees it when enough are spare). Taking the spares'
+  // mutex there orders every read of the buffer before the next decode into it.
+  return std::shared_ptr<std::vector<std::byte>>(
+      buffer.release(), [spares = spares_](std::vector<std::byte>* p) {
+        std::unique_ptr<std::vector<std::byte>> own(p);
+        {
+          std::lock_guard lock(spares->mu);
+          if (spares->free.size() < kMaxSpares) {
+            spares->free.push_back(std::move(own));
+            return;
+          }
+        }
+        // Enough spares: `own` frees it here, outside the lock.
+      });
 }
 
 }  // namespace gpufeed

@@ -37,7 +37,7 @@ namespace gpufeed {
 // A worker's buffers and counts, reused between batches.
 struct Hdf5ReadScratch {
   explicit Hdf5ReadScratch(size_t cache_bytes) : cache(cache_bytes) {}
-  explicit Hdf5ReadScratch(std::shared_ptr<ChunkCacheBudget> budget) : cache(std::move(budget)) {}
+  explicit Hdf5ReadScratch(std::shared_ptr<SharedChunkCache> shared) : cache(std::move(shared)) {}
   DecodedChunkCache cache;
   std::vector<std::byte> raw;      // a stored chunk
   std::vector<std::byte> inflate;  // between two filters

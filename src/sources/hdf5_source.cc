@@ -24,7 +24,7 @@ namespace {
 class Hdf5WorkerState final : public SourceWorkerState {
  public:
   explicit Hdf5WorkerState(size_t cache_bytes) : scratch(cache_bytes) {}
-  explicit Hdf5WorkerState(std::shared_ptr<ChunkCacheBudget> budget) : scratch(std::move(budget)) {}
+  explicit Hdf5WorkerState(std::shared_ptr<SharedChunkCache> chunks) : scratch(std::move(chunks)) {}
   Hdf5ReadScratch scratch;
   std::vector<std::pair<int64_t, int64_t>> order;  // (sample, batch row), sorted
   std::vector<Hdf5RowTarget> targets;
@@ -72,19 +72,27 @@ class Hdf5Source final : public Source {
         chunking_.pieces_chunk_shape = reader.dataset().chunk_dims;
       }
     }
-    // The default budget: the decoded data set (nothing more is ever worth keeping), within
-    // a 16th of the RAM available now and [16 MiB, 1 GiB].
+    // The default budget: the decoded data set, as whole chunks (nothing more is ever worth
+    // keeping; a last chunk only part-filled still decodes whole, so the samples' bytes alone
+    // fell short of holding every chunk and an epoch kept evicting), within a 16th of the RAM
+    // available now and [16 MiB, 1 GiB].
     size_t budget = options_.chunk_cache_bytes;
     if (budget == kAutoChunkCache) {
       const uint64_t ram =
           std::clamp<uint64_t>(AvailableRamBytes() / 16, uint64_t{16} << 20, uint64_t{1} << 30);
-      uint64_t data = 0;
-      for (const auto& field : schema_.fields) {
-        data += static_cast<uint64_t>(samples_) * field.SampleBytes();
+      uint64_t decoded = 0;  // saturates at `ram`: only the comparison with it matters
+      for (const Hdf5FilePart& part : parts_) {
+        for (const auto& reader : part.readers) {
+          const Hdf5Dataset& ds = reader->dataset();
+          if (ds.storage != Hdf5Storage::kChunked || !ds.filtered()) continue;
+          for (const Hdf5ChunkEntry& e : ds.chunks) {
+            if (e.size != 0) decoded = std::min(ram, decoded + ds.ChunkBytes());
+          }
+        }
       }
-      budget = static_cast<size_t>(std::min(ram, std::max<uint64_t>(data, 1)));
+      budget = static_cast<size_t>(std::min(ram, std::max<uint64_t>(decoded, 1)));
     }
-    chunk_budget_ = std::make_shared<ChunkCacheBudget>(budget);
+    chunk_cache_ = std::make_shared<SharedChunkCache>(budget);
     chunking_.cache_bytes = static_cast<int64_t>(budget);
   }
 
@@ -114,7 +122,7 @@ class Hdf5Source final : public Source {
   }
 
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
-    return std::make_unique<Hdf5WorkerState>(chunk_budget_);
+    return std::make_unique<Hdf5WorkerState>(chunk_cache_);
   }
 
   void Read(std::span<const int64_t> indices, const BatchView& out,
@@ -154,9 +162,11 @@ class Hdf5Source final : public Source {
         k = end;
       }
     } catch (...) {
+      ws->scratch.cache.EndBatch();
       Collect(ws->scratch.counters);
       throw;
     }
+    ws->scratch.cache.EndBatch();
     Collect(ws->scratch.counters);
   }
 
@@ -166,7 +176,7 @@ class Hdf5Source final : public Source {
     c.chunk_cache_hits = chunk_cache_hits_.load(std::memory_order_relaxed);
     c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
     c.library_reads = library_reads_.load(std::memory_order_relaxed);
-    c.chunk_cache_bytes = chunk_budget_->total();
+    c.chunk_cache_bytes = chunk_cache_->capacity();
     return c;
   }
 
@@ -194,7 +204,7 @@ class Hdf5Source final : public Source {
   int64_t samples_ = 0;
   int64_t block_ = 1;
   SourceChunking chunking_;
-  std::shared_ptr<ChunkCacheBudget> chunk_budget_;  // shared by the workers' caches
+  std::shared_ptr<SharedChunkCache> chunk_cache_;  // decoded chunks, shared by the workers
   mutable std::atomic<int64_t> chunks_decoded_{0};
   mutable std::atomic<int64_t> chunk_cache_hits_{0};
   mutable std::atomic<int64_t> bytes_read_{0};
@@ -286,6 +296,10 @@ std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths, std::vector<std
   }
   return std::make_shared<Hdf5Source>(std::move(parts), std::move(schema), std::move(datasets),
                                       std::move(options));
+}
+
+bool IsHdf5Source(const Source& source) {
+  return dynamic_cast<const Hdf5Source*>(&source) != nullptr;
 }
 
 Hdf5Counters Hdf5SourceCounters(const Source& source) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -34,6 +35,9 @@ TEST(CacheDirTest, ListsCountsUsersRemovesAndCollects) {
   dir.Write(fmt::format("{}/gpufeed-{}.tmp-999999", user, "0123456789abcdef"), "partial");
   dir.Write(fmt::format("{}/gpufeed-{}", user, "fedcba9876543210"), "garbage");
   dir.Write(user + "/unrelated", "x");
+  // A file whose header cannot be read is listed with its age from its last write.
+  fs::last_write_time(fs::path(dir.path()) / user / "gpufeed-fedcba9876543210",
+                      fs::file_time_type::clock::now() - std::chrono::hours(1));
 
   auto list = ListShmCaches(dir.path());
   ASSERT_EQ(list.size(), 4u);
@@ -48,6 +52,7 @@ TEST(CacheDirTest, ListsCountsUsersRemovesAndCollects) {
   EXPECT_EQ(by_key.at(b.key).processes, 0);
   EXPECT_TRUE(by_key.at("0123456789abcdef").half_built);
   EXPECT_FALSE(by_key.at("fedcba9876543210").valid);
+  EXPECT_NEAR(by_key.at("fedcba9876543210").age_seconds, 3600, 120);
 
   const auto removed = CollectShmGarbage(dir.path());
   EXPECT_EQ(removed.size(), 2u);  // the leftover and the garbage; both caches match

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "gpufeed/error.h"
 #include "sources/hdf5_filters.h"
@@ -38,25 +41,89 @@ TEST(DecodedChunkCacheTest, EvictsLeastRecentlyUsedWithinBudget) {
   EXPECT_FALSE(cache.Fits(301));
 }
 
-// The workers of a source share one budget: each of n caches alive keeps at most 1/n.
-TEST(DecodedChunkCacheTest, WorkersShareOneBudget) {
-  auto budget = std::make_shared<ChunkCacheBudget>(400);
-  auto first = std::make_unique<DecodedChunkCache>(budget);
-  EXPECT_EQ(first->capacity(), 400U);
-  {
-    DecodedChunkCache second(budget);
-    DecodedChunkCache third(budget);
-    EXPECT_EQ(first->capacity(), 133U);
-    for (uint64_t k = 1; k <= 4; ++k) {
-      second.BeginBatch();
-      second.Insert(k, Chunk(60, static_cast<int>(k)));
-    }
-    EXPECT_EQ(second.size(), 2U);  // 2 x 60 bytes within its 133
-    EXPECT_LE(second.bytes(), 133U);
-    EXPECT_FALSE(third.Fits(200));
+// The workers of a source share one cache: what one decoded, another finds; together they
+// keep at most the budget.
+TEST(DecodedChunkCacheTest, WorkersShareOneCache) {
+  auto shared = std::make_shared<SharedChunkCache>(400);
+  DecodedChunkCache first(shared);
+  DecodedChunkCache second(shared);
+  EXPECT_EQ(first.capacity(), 400U);
+  first.BeginBatch();
+  first.Insert(1, Chunk(100, 1));
+  first.EndBatch();
+  second.BeginBatch();
+  ASSERT_NE(second.Find(1), nullptr);
+  EXPECT_EQ((*second.Find(1))[0], std::byte{1});
+  for (uint64_t k = 2; k <= 6; ++k) second.Insert(k, Chunk(100, static_cast<int>(k)));
+  second.EndBatch();
+  // Every chunk was used by the one batch in flight when 5 and 6 came: they were not kept.
+  EXPECT_EQ(shared->size(), 4U);
+  EXPECT_EQ(shared->bytes(), 400U);
+  EXPECT_EQ(first.Find(5), nullptr);
+  // No batch in flight: the least recently used go first.
+  first.BeginBatch();
+  first.Insert(7, Chunk(100, 7));
+  EXPECT_NE(second.Find(7), nullptr);
+  EXPECT_LE(shared->bytes(), 400U);
+  // A key another worker kept meanwhile stays as it was.
+  second.BeginBatch();
+  second.Insert(7, Chunk(100, 70));
+  EXPECT_EQ((*first.Find(7))[0], std::byte{7});
+}
+
+// A chunk a batch in flight on another worker used is not evicted for a new one.
+TEST(DecodedChunkCacheTest, ChunksOfAnotherWorkersBatchInFlightAreKept) {
+  auto shared = std::make_shared<SharedChunkCache>(200);
+  DecodedChunkCache a(shared);
+  DecodedChunkCache b(shared);
+  a.BeginBatch();
+  a.Insert(1, Chunk(100, 1));
+  b.BeginBatch();
+  b.Insert(2, Chunk(100, 2));
+  b.EndBatch();
+  b.BeginBatch();
+  b.Insert(3, Chunk(100, 3));  // 1 is a's (in flight), 2 b's own older batch: 2 goes
+  EXPECT_NE(b.Find(1), nullptr);
+  EXPECT_EQ(b.Find(2), nullptr);
+  EXPECT_NE(b.Find(3), nullptr);
+  a.EndBatch();
+  b.EndBatch();
+  b.BeginBatch();
+  b.Insert(4, Chunk(100, 4));  // a's batch ended: its chunk is the least recently used
+  EXPECT_EQ(b.Find(1), nullptr);
+}
+
+// Workers deciding, inserting and reading at once (ThreadSanitizer's case): every chunk
+// found holds its own key's bytes, a recycled buffer is never written while read.
+TEST(DecodedChunkCacheTest, ConcurrentWorkersReadWhatWasInserted) {
+  auto shared = std::make_shared<SharedChunkCache>(16 * 4096);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      DecodedChunkCache view(shared);
+      for (int batch = 0; batch < 300; ++batch) {
+        view.BeginBatch();
+        for (int j = 0; j < 8; ++j) {
+          const uint64_t key = static_cast<uint64_t>((batch * 7 + j * 3 + t) % 40);
+          DecodedChunkCache::Buffer hold = view.Find(key);
+          if (!hold) {
+            auto buffer = view.NewBuffer(4096);
+            std::memset(buffer->data(), static_cast<int>(key), buffer->size());
+            view.Insert(key, buffer);
+            hold = std::move(buffer);
+          }
+          for (std::byte b : *hold) {
+            if (b != std::byte(key)) ++wrong;
+          }
+        }
+        view.EndBatch();
+      }
+    });
   }
-  EXPECT_EQ(first->capacity(), 400U);  // the others are gone: the whole budget again
-  EXPECT_EQ(budget->total(), 400U);
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_LE(shared->bytes(), 16U * 4096);
 }
 
 TEST(DecodedChunkCacheTest, KeepsThisBatchsChunksOverNewOnes) {
@@ -87,7 +154,12 @@ TEST(DecodedChunkCacheTest, RecyclesOnlyBuffersNobodyHolds) {
   const void* second = cache.Find(2).get();
   cache.BeginBatch();
   cache.Insert(3, next);  // evicts 2, which nobody holds: recycled
-  EXPECT_EQ(cache.NewBuffer(100).get(), second);
+  const auto recycled = cache.NewBuffer(100);
+  EXPECT_EQ(recycled.get(), second);
+  // 1 comes back once its last holder lets go.
+  const void* first = held.get();
+  held.reset();
+  EXPECT_EQ(cache.NewBuffer(100).get(), first);
 }
 
 std::vector<std::byte> Deflate(const std::vector<std::byte>& in) {
