@@ -69,6 +69,11 @@ def bitshuffle_chunk(raw, elem_size, block, codec):
 
 
 def write_direct(f, name, data, chunks, filter_id, opts, encode):
+    if filter_id == 32008 and h5py.h5z.filter_avail(32008):
+        # Bitshuffle's own HDF5 filter is installed (Debian's bitshuffle): its set_local puts
+        # its version and the element size in front of what it is given, so give it only
+        # (block size, compression); the stored values are the same either way.
+        opts = opts[3:]
     ds = f.create_dataset(name, shape=data.shape, dtype=data.dtype, chunks=chunks,
                           compression=filter_id, compression_opts=opts, allow_unknown_filter=True)
     step = chunks[0]
