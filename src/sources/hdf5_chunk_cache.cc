@@ -1,6 +1,10 @@
 #include "sources/hdf5_chunk_cache.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 #include <limits>
 #include <utility>
 
@@ -12,6 +16,7 @@ namespace {
 // Buffers kept for reuse beyond those the cache holds: enough for the decodes in flight of a
 // few workers (a decode whose chunk is evicted or not kept gives its buffer back here).
 constexpr size_t kMaxSpares = 4;
+constexpr size_t kHugePage = size_t{2} << 20;
 // Chunks, least recently used first, that Insert looks at for one it may evict.
 constexpr int kEvictionLook = 64;
 
@@ -21,8 +26,26 @@ constexpr int kEvictionLook = 64;
 // mutex is held (an eviction dropping the last reference).
 struct SharedChunkCache::Spares {
   std::mutex mu;
-  std::vector<std::unique_ptr<std::vector<std::byte>>> free;
+  std::vector<std::unique_ptr<ChunkBytes>> free;
 };
+
+void* AllocateChunkMemory(size_t bytes) {
+  if (bytes < kHugePage) return ::operator new(bytes);
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  // Advice only: where transparent huge pages are off, the block is plain memory.
+  madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+
+void FreeChunkMemory(void* p, size_t bytes) noexcept {
+  if (bytes < kHugePage) {
+    ::operator delete(p);
+  } else {
+    std::free(p);
+  }
+}
 
 SharedChunkCache::SharedChunkCache(size_t capacity_bytes)
     : capacity_(capacity_bytes), spares_(std::make_shared<Spares>()) {}
@@ -113,8 +136,8 @@ void SharedChunkCache::Insert(int view, uint64_t key, Buffer chunk) {
   bytes_ += n;
 }
 
-std::shared_ptr<std::vector<std::byte>> SharedChunkCache::NewBuffer(size_t bytes) {
-  std::unique_ptr<std::vector<std::byte>> buffer;
+std::shared_ptr<ChunkBytes> SharedChunkCache::NewBuffer(size_t bytes) {
+  std::unique_ptr<ChunkBytes> buffer;
   {
     std::lock_guard lock(spares_->mu);
     auto& free = spares_->free;
@@ -126,12 +149,12 @@ std::shared_ptr<std::vector<std::byte>> SharedChunkCache::NewBuffer(size_t bytes
       }
     }
   }
-  if (!buffer) buffer = std::make_unique<std::vector<std::byte>>(bytes);
+  if (!buffer) buffer = std::make_unique<ChunkBytes>(bytes);
   // The last holder gives it back (or frees it when enough are spare). Taking the spares'
   // mutex there orders every read of the buffer before the next decode into it.
-  return std::shared_ptr<std::vector<std::byte>>(
-      buffer.release(), [spares = spares_](std::vector<std::byte>* p) {
-        std::unique_ptr<std::vector<std::byte>> own(p);
+  return std::shared_ptr<ChunkBytes>(
+      buffer.release(), [spares = spares_](ChunkBytes* p) {
+        std::unique_ptr<ChunkBytes> own(p);
         {
           std::lock_guard lock(spares->mu);
           if (spares->free.size() < kMaxSpares) {

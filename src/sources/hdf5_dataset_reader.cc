@@ -176,19 +176,20 @@ const std::byte* Hdf5DatasetReader::DecodedChunk(size_t linear, const Hdf5RowTar
   }
   const Hdf5ChunkEntry& e = ds_.chunks[linear];
   const size_t bytes = ds_.ChunkBytes();
-  std::vector<std::byte>* target = &scratch.decoded;
-  std::shared_ptr<std::vector<std::byte>> kept;
+  std::span<std::byte> target;
+  std::shared_ptr<ChunkBytes> kept;
   if (scratch.cache.Fits(bytes)) {
     kept = scratch.cache.NewBuffer(bytes);
-    target = kept.get();
+    target = *kept;
   } else {
     scratch.decoded.resize(bytes);
+    target = scratch.decoded;
   }
   try {
     scratch.raw.resize(e.size);
     ReadBytes(e.address, scratch.raw.data(), e.size, scratch);
     ScopedDecode timed;  // the loader's trace shows decode time inside the batch's read
-    DecodeHdf5Chunk(scratch.raw, ds_.filters, e.filter_mask, ds_.element_size, *target,
+    DecodeHdf5Chunk(scratch.raw, ds_.filters, e.filter_mask, ds_.element_size, target,
                     scratch.inflate);
   } catch (const Error& err) {
     throw Error(err.code(), fmt::format("{}: dataset {}: {}: {} (reading sample {})", ds_.path,
@@ -199,7 +200,7 @@ const std::byte* Hdf5DatasetReader::DecodedChunk(size_t linear, const Hdf5RowTar
     scratch.cache.Insert(key, kept);
     hold = std::move(kept);
   }
-  return target->data();
+  return target.data();
 }
 
 void Hdf5DatasetReader::ReadChunkedMapped(std::span<const Hdf5RowTarget> rows,

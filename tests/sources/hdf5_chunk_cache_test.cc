@@ -20,7 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 
 DecodedChunkCache::Buffer Chunk(size_t n, int fill) {
-  return std::make_shared<const std::vector<std::byte>>(n, std::byte(fill));
+  return std::make_shared<const ChunkBytes>(n, std::byte(fill));
 }
 
 TEST(DecodedChunkCacheTest, EvictsLeastRecentlyUsedWithinBudget) {
