@@ -32,18 +32,18 @@ inline constexpr size_t kAutoChunkCache = ~size_t{0};
 struct Hdf5Options {
   // Default: null = the POSIX file system. Every byte read after open goes through it.
   std::shared_ptr<const FileSystem> file_system;
-  // Decoded chunks the workers keep between batches, in bytes: one budget shared by all the
-  // workers of the source (each of n workers keeps at most 1/n); 0 keeps none. A chunk larger
-  // than a worker's share is still decoded once per batch, just not kept. Default:
-  // kAutoChunkCache = sized from the data set and free RAM: the decoded size of the data set,
-  // within 1/16 of the available RAM and [16 MiB, 1 GiB].
+  // Decoded chunks kept between batches, in bytes: one cache shared by all the workers of the
+  // source (a chunk one worker decoded serves the others); 0 keeps none. A chunk larger than
+  // the budget is still decoded once per batch, just not kept. Default: kAutoChunkCache =
+  // sized from the data set and free RAM: the decoded size of the data set's chunks, within
+  // 1/16 of the available RAM and [16 MiB, 1 GiB].
   size_t chunk_cache_bytes = kAutoChunkCache;
 };
 
 // Work counters of an HDF5 source, summed over its workers since it was opened.
 struct Hdf5Counters {
   int64_t chunks_decoded = 0;    // filtered chunks read and decoded
-  int64_t chunk_cache_hits = 0;  // chunk uses served by a worker's decoded-chunk cache
+  int64_t chunk_cache_hits = 0;  // chunk uses served by the decoded-chunk cache
   int64_t bytes_read = 0;        // bytes read from the files on the hot path
   int64_t library_reads = 0;     // samples read through H5Dread (unsupported filters)
   size_t chunk_cache_bytes = 0;  // the decoded-chunk budget in force (options resolved)

@@ -165,7 +165,7 @@ class Loader:
                 quarter of free GPU memory for device ones) the loader raises. Keep copies of
                 small fields (batch["label"].clone()) so the buffers go back to the pool.
     chunk_cache: HDF5 files: bytes of decoded chunks the workers keep between batches, one
-                budget they share (None: the decoded data set's size, within 1/16 of the
+                cache they share (None: the decoded data set's size, within 1/16 of the
                 available RAM and 16 MiB to 1 GiB).
     batch_transform: a function called on each batch dict, after the copy (on the batch's
                 device), in the thread that iterates: normalisation, GPU augmentation, a
