@@ -2,10 +2,8 @@
 
 #include <sys/mman.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <new>
-#include <limits>
 #include <utility>
 
 #include "gpufeed/error.h"

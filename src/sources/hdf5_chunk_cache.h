@@ -121,17 +121,16 @@ class DecodedChunkCache {
   // The chunk `key` names (the caller packs file, dataset and chunk into it), or null.
   Buffer Find(uint64_t key) { return shared_->Find(view_, key); }
   // Keeps `chunk`, evicting the least recently used ones to fit, but none a batch in flight
-  // used last (among the least recent few: when those are all in use, `chunk` is not kept). A chunk larger than the capacity is not kept either. When
-  // another worker kept the same key meanwhile, its copy stays.
+  // used last (it looks at the least recent few: when those are all in use, `chunk` is not
+  // kept). A chunk larger than the capacity is not kept either. When another worker kept the
+  // same key meanwhile, its copy stays.
   void Insert(uint64_t key, Buffer chunk) { shared_->Insert(view_, key, std::move(chunk)); }
   // Whether a chunk of `bytes` would be kept.
   bool Fits(size_t bytes) const { return bytes <= capacity(); }
   size_t capacity() const { return shared_->capacity(); }
   // A buffer of `bytes` to decode into: a recycled one nobody holds any more when there is
   // one, else a new one.
-  std::shared_ptr<ChunkBytes> NewBuffer(size_t bytes) {
-    return shared_->NewBuffer(bytes);
-  }
+  std::shared_ptr<ChunkBytes> NewBuffer(size_t bytes) { return shared_->NewBuffer(bytes); }
 
   size_t bytes() const { return shared_->bytes(); }
   size_t size() const { return shared_->size(); }
