@@ -8,7 +8,10 @@
 // Both source kinds come down to the same thing here: rows of row_bytes at a file offset
 // (the .npy header's data offset, or H5Dget_offset of a contiguous dataset), so the same
 // candidates apply to both:
-//   mmap          memcpy from a fresh MAP_SHARED mapping of the file (today's NumPy path)
+//   mmap          rows copied from a fresh MAP_SHARED mapping of the file by the sources' own
+//                 loop (CopyRows: the pages of the row a few rows ahead prefetched): the
+//                 NumPy path and every candidate below but pread
+//   mmap, plain   the same with a plain memcpy per row, nothing prefetched (the loop before)
 //   mmap+advise   the same mapping with MADV_HUGEPAGE and MADV_WILLNEED (hints the kernel may
 //                 ignore: page-cache pages are 4 KB unless the file system gives huge ones)
 //   mmap+populate the mapping made with MAP_POPULATE (page tables filled at mmap time; that
@@ -49,6 +52,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/row_gather.h"
 #include "gpufeed/file.h"
 #include "sources/npy_header.h"
 
@@ -153,10 +157,20 @@ double RunEpoch(const std::vector<Batch>& plan, int threads, std::vector<std::by
   return Since(t0);
 }
 
-void GatherFrom(const std::byte* base, size_t rb, const Batch& b, std::byte* dst) {
-  for (const uint32_t pos : b.order) {
-    std::memcpy(dst + pos * rb, base + static_cast<size_t>(b.rows[pos]) * rb, rb);
+// The sources' own copy loop (CopyRows: the pages of the row a few rows ahead prefetched),
+// or with `plain` a memcpy per row and nothing prefetched (the loop before CopyRows).
+void GatherFrom(const std::byte* base, size_t rb, const Batch& b, std::byte* dst,
+                bool plain = false) {
+  if (plain) {
+    for (const uint32_t pos : b.order) {
+      std::memcpy(dst + pos * rb, base + static_cast<size_t>(b.rows[pos]) * rb, rb);
+    }
+    return;
   }
+  gpufeed::CopyRows(
+      b.order.size(), rb,
+      [&](size_t i) { return base + static_cast<size_t>(b.rows[b.order[i]]) * rb; },
+      [&](size_t i) { return dst + size_t{b.order[i]} * rb; });
 }
 
 // The pread candidate: sorted rows, a run of adjacent rows one call, scattered with preadv.
@@ -283,7 +297,7 @@ int main(int argc, char** argv) {
   if (fd < 0) throw std::runtime_error("cannot open " + rows.path);
   const size_t map_bytes = rows.offset + total;
   auto mapped = [&](const char* name, int flags, bool advise, bool touch = false,
-                    bool populate_read = false) {
+                    bool populate_read = false, bool plain = false) {
     if (drop) DropCaches();
     const auto t0 = Clock::now();
     void* p = mmap(nullptr, map_bytes, PROT_READ, MAP_SHARED | flags, fd, 0);
@@ -305,10 +319,12 @@ int main(int argc, char** argv) {
     }
     const double setup = Since(t0);
     const auto* base = static_cast<const std::byte*>(p) + rows.offset;
-    report(name, setup, [&](const Batch& b, std::byte* dst) { GatherFrom(base, rb, b, dst); });
+    report(name, setup,
+           [&](const Batch& b, std::byte* dst) { GatherFrom(base, rb, b, dst, plain); });
     munmap(p, map_bytes);
   };
   mapped("mmap", 0, false);
+  mapped("mmap, plain", 0, false, false, false, true);
   mapped("mmap+advise", 0, true);
   mapped("mmap+populate", MAP_POPULATE, false);
   mapped("mmap+touch", 0, false, true);

@@ -25,6 +25,16 @@ def test_bench_json_reports_memcpy_and_same_work_ceilings():
         result["samples_per_s"] / result["ceiling_samples_per_s"], rel=1e-6)
     assert result["ratio_to_same_work"] == pytest.approx(
         result["samples_per_s"] / result["same_work_samples_per_s"], rel=1e-6)
+    # Two epochs: the second's rate apart, with its ratios to the same ceilings.
+    assert result["later_samples_per_s"] > 0
+    assert 0 < result["first_epoch_s"] < result["wall_s"]
+    assert result["later_ratio_to_ceiling"] == pytest.approx(
+        result["later_samples_per_s"] / result["ceiling_samples_per_s"], rel=1e-6)
+    assert result["later_ratio_to_same_work"] == pytest.approx(
+        result["later_samples_per_s"] / result["same_work_samples_per_s"], rel=1e-6)
+    # Batch memory taken fresh in the run: whole 4 KiB pages, and time spent when any.
+    assert result["fresh_batch_memory_bytes"] % 4096 == 0
+    assert (result["fresh_batch_memory_s"] > 0) == (result["fresh_batch_memory_bytes"] > 0)
 
 
 def test_demo_runs_for_its_seconds_and_reports_the_verdict_as_json(tmp_path):

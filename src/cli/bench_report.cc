@@ -37,10 +37,10 @@ std::string FormatBenchReport(const BenchResult& r) {
   out += fmt::format("throughput  {} samples/s   {}/s\n", FormatCount(r.samples_per_s),
                      FormatBytes(r.bytes_per_s));
   if (r.groups > 0) {
-    out += fmt::format("groups      {} files/s ({} groups per epoch, whole in packed batches); "
-                       "fill {:.4f} of the batches' capacity\n",
-                       FormatCount(r.groups_per_s), FormatCount(static_cast<double>(r.groups)),
-                       r.pack_fill);
+    out += fmt::format(
+        "groups      {} files/s ({} groups per epoch, whole in packed batches); "
+        "fill {:.4f} of the batches' capacity\n",
+        FormatCount(r.groups_per_s), FormatCount(static_cast<double>(r.groups)), r.pack_fill);
   }
   if (r.ceiling_bytes_per_s > 0) {
     out += fmt::format(
@@ -55,6 +55,25 @@ std::string FormatBenchReport(const BenchResult& r) {
         FormatCount(r.same_work_samples_per_s), FormatBytes(r.same_work_bytes_per_s), s.workers);
     out += fmt::format("ratio       {:.2f} of the same work (1.00: the loader adds nothing)\n",
                        r.ratio_to_same_work);
+  }
+  if (r.later_samples_per_s > 0) {
+    // The ceilings run after the loader on memory it warmed: these ratios compare like with
+    // like once the process's first touch of the source and its buffers is behind it.
+    std::string ratios;
+    if (r.later_ratio_to_ceiling > 0) {
+      ratios = fmt::format(": {:.2f} of the ceiling", r.later_ratio_to_ceiling);
+      if (r.later_ratio_to_same_work > 0) {
+        ratios += fmt::format(", {:.2f} of the same work", r.later_ratio_to_same_work);
+      }
+    }
+    out += fmt::format("later       {} samples/s over epochs 2-{}{} (the first took {:.2f} s)\n",
+                       FormatCount(r.later_samples_per_s), r.epochs, ratios, r.first_epoch_s);
+  }
+  if (r.fresh_batch_memory_bytes > 0) {
+    out += fmt::format(
+        "first touch {} of fresh batch memory faulted in, {:.2f} worker-seconds (the kernel "
+        "zeroes each page; a later loader in this process reuses it)\n",
+        FormatBytes(static_cast<double>(r.fresh_batch_memory_bytes)), r.fresh_batch_memory_s);
   }
   out += fmt::format("first batch {:.3f} s after the first Next(); loader set up in {:.3f} s\n",
                      r.time_to_first_batch_s, r.setup_s);
@@ -84,12 +103,13 @@ std::string FormatBenchReport(const BenchResult& r) {
                      FormatBytes(static_cast<double>(r.bound_anon_rss_bytes)));
   if (r.hdf5_chunks_decoded >= 0 && r.hdf5_chunks_decoded + r.hdf5_chunk_cache_hits > 0) {
     const int64_t uses = r.hdf5_chunks_decoded + r.hdf5_chunk_cache_hits;
-    out += fmt::format("chunks      {} decoded, {} served by the decoded-chunk caches ({:.0f}% "
-                       "hits; budget {})\n",
-                       FormatCount(static_cast<double>(r.hdf5_chunks_decoded)),
-                       FormatCount(static_cast<double>(r.hdf5_chunk_cache_hits)),
-                       100.0 * static_cast<double>(r.hdf5_chunk_cache_hits) / uses,
-                       FormatBytes(static_cast<double>(r.hdf5_chunk_cache_bytes)));
+    out += fmt::format(
+        "chunks      {} decoded, {} served by the decoded-chunk caches ({:.0f}% "
+        "hits; budget {})\n",
+        FormatCount(static_cast<double>(r.hdf5_chunks_decoded)),
+        FormatCount(static_cast<double>(r.hdf5_chunk_cache_hits)),
+        100.0 * static_cast<double>(r.hdf5_chunk_cache_hits) / uses,
+        FormatBytes(static_cast<double>(r.hdf5_chunk_cache_bytes)));
   }
   if (!s.tuning_log.empty()) {
     out += fmt::format("autotuner   ended at workers {}, prefetch {}; its changes:\n", s.workers,

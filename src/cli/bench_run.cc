@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/sigint_cancel.h"
+#include "core/host_memory_pool.h"
 #include "core/thread_pool.h"
 #include "device/cuda_device.h"
 #include "gpufeed/doctor.h"
@@ -88,12 +89,16 @@ constexpr size_t kStepsInFlight = 2;
 double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int threads) {
   if (total_bytes <= 0 || chunk_bytes <= 0) return 0;
   threads = std::max(1, threads);
-  // Each thread copies from its own 64 MB+ source (larger than any cache) into its own
-  // destination, as a worker writes a batch buffer.
+  // Each thread copies whole chunks from its own source into its own destination, as a
+  // worker writes a batch buffer. A source holds at least two chunks and 128 MB, and the
+  // copies cycle through its chunk slots, so consecutive copies read different bytes, none
+  // of them still in a cache (a source of one chunk, as batches of 64 MB and more had,
+  // copied the same bytes every time).
   // Both sides come from the host device's allocator, as the loader's batch buffers do, so
   // the ceiling and the loader write the same kind of memory.
   const auto chunk = static_cast<size_t>(chunk_bytes);
-  const size_t source_bytes = std::max<size_t>(chunk, size_t{64} << 20);
+  const size_t slots = std::max<size_t>(2, ((size_t{128} << 20) + chunk - 1) / chunk);
+  const size_t source_bytes = slots * chunk;
   const std::shared_ptr<Device> host = HostDevice();
   const auto owned = [&](size_t n) {
     return std::unique_ptr<char, std::function<void(char*)>>(
@@ -110,11 +115,14 @@ double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int thread
     targets[static_cast<size_t>(t)] = owned(chunk);
   });
   const int64_t chunks = (total_bytes + chunk_bytes - 1) / chunk_bytes;
+  std::vector<size_t> next_slot(static_cast<size_t>(threads), 0);
   const auto start = std::chrono::steady_clock::now();
-  pool.ParallelFor(chunks, [&](int64_t c, int thread) {
+  pool.ParallelFor(chunks, [&](int64_t /*chunk*/, int thread) {
     const char* src = sources[static_cast<size_t>(thread)].get();
     char* dst = targets[static_cast<size_t>(thread)].get();
-    const size_t offset = static_cast<size_t>(c) * chunk % (source_bytes - chunk + 1);
+    // This thread's copies step through its source's slots in turn (only this thread
+    // touches its counter).
+    const size_t offset = next_slot[static_cast<size_t>(thread)]++ % slots * chunk;
     std::memcpy(dst, src + offset, chunk);
   });
   const double s = Seconds(std::chrono::steady_clock::now() - start);
@@ -232,8 +240,13 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   std::optional<Hdf5Counters> hdf5_before;
   if (IsHdf5Source(loader.source())) hdf5_before = Hdf5SourceCounters(loader.source());
   int64_t peak_anon = StatusBytes("RssAnon");
+  const HostMemoryPool::Counters pool_before = HostMemoryPool::Instance().counters();
   const auto start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point first_batch{};
+  // The end of the first epoch (the consumer's view) and the samples it delivered: the rate
+  // after it leaves out the process's first touch of the source and of fresh batch memory.
+  std::chrono::steady_clock::time_point first_epoch_end{};
+  int64_t first_epoch_samples = 0;
   BenchProgress progress;
   progress.epochs = config.epochs;
   progress.seconds = config.seconds;
@@ -279,6 +292,10 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
       }
       if (on_progress) on_progress(progress);
     }
+    if (e == 0) {
+      first_epoch_end = std::chrono::steady_clock::now();
+      first_epoch_samples = result.samples;
+    }
   }
   if (cuda_device != nullptr && !steps_in_flight.empty()) {
     SynchronizeDefaultStream(*cuda_device);  // the last steps belong to the run
@@ -287,6 +304,16 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   // The time the simulated GPU actually worked, not the nominal step times.
   if (cuda_device != nullptr) step_s += 1e-9 * static_cast<double>(gpu_step.slept_ns.load());
   const auto end = std::chrono::steady_clock::now();
+  const HostMemoryPool::Counters pool_after = HostMemoryPool::Instance().counters();
+  result.fresh_batch_memory_bytes = pool_after.fresh_bytes - pool_before.fresh_bytes;
+  result.fresh_batch_memory_s =
+      1e-9 * static_cast<double>(pool_after.fault_ns - pool_before.fault_ns);
+  if (result.epochs > 1 && first_epoch_end != std::chrono::steady_clock::time_point{} &&
+      end > first_epoch_end) {
+    result.first_epoch_s = Seconds(first_epoch_end - start);
+    result.later_samples_per_s =
+        static_cast<double>(result.samples - first_epoch_samples) / Seconds(end - first_epoch_end);
+  }
   if (monitor) {
     monitor->Stop();
     result.monitor_summary = monitor->Summary().ToText();
@@ -330,25 +357,26 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   result.peak_anon_rss_bytes = peak_anon;
   const int64_t batch_bytes =
       static_cast<int64_t>(loader.schema().SampleBytes()) * loader.options().batch_size;
-  result.bound_anon_rss_bytes =
-      (result.stats.prefetch + result.stats.workers) * batch_bytes + (int64_t{100} << 20) +
-      std::max<int64_t>(0, result.hdf5_chunk_cache_bytes);
+  result.bound_anon_rss_bytes = (result.stats.prefetch + result.stats.workers) * batch_bytes +
+                                (int64_t{100} << 20) +
+                                std::max<int64_t>(0, result.hdf5_chunk_cache_bytes);
   if (config.measure_ceiling && result.bytes > 0) {
     result.ceiling_bytes_per_s =
         MeasureMemcpyCeiling(result.bytes, batch_bytes, result.stats.workers);
     const double sample_bytes = static_cast<double>(result.bytes) / result.samples;
     result.ceiling_samples_per_s = result.ceiling_bytes_per_s / sample_bytes;
     result.ratio_to_ceiling = result.samples_per_s / result.ceiling_samples_per_s;
+    result.later_ratio_to_ceiling = result.later_samples_per_s / result.ceiling_samples_per_s;
     const Sampler sampler(loader.source().size(),
                           ToSamplerOptions(loader.options(), loader.source()));
     // A rate: up to 3 of the run's epochs say it (a timed run's many epochs need not all be
     // read again).
-    result.same_work_samples_per_s = MeasureSameWork(loader.source(), sampler,
-                                                     std::min(result.epochs, 3),
-                                                     result.stats.workers);
+    result.same_work_samples_per_s =
+        MeasureSameWork(loader.source(), sampler, std::min(result.epochs, 3), result.stats.workers);
     result.same_work_bytes_per_s = result.same_work_samples_per_s * sample_bytes;
     if (result.same_work_samples_per_s > 0) {
       result.ratio_to_same_work = result.samples_per_s / result.same_work_samples_per_s;
+      result.later_ratio_to_same_work = result.later_samples_per_s / result.same_work_samples_per_s;
     }
   }
   return result;
@@ -372,6 +400,12 @@ std::string BenchResult::ToJson() const {
       {"same_work_samples_per_s", same_work_samples_per_s},
       {"same_work_bytes_per_s", same_work_bytes_per_s},
       {"ratio_to_same_work", ratio_to_same_work},
+      {"first_epoch_s", first_epoch_s},
+      {"later_samples_per_s", later_samples_per_s},
+      {"later_ratio_to_ceiling", later_ratio_to_ceiling},
+      {"later_ratio_to_same_work", later_ratio_to_same_work},
+      {"fresh_batch_memory_bytes", fresh_batch_memory_bytes},
+      {"fresh_batch_memory_s", fresh_batch_memory_s},
       {"consumer_wait_fraction", consumer_wait_fraction},
       {"step_ms", step_ms},
       {"gpu_busy_fraction", gpu_busy_fraction},

@@ -18,7 +18,7 @@ namespace gpufeed::cli {
 struct BenchConfig {
   // The loader, its device, transforms and cache, as OpenCachedLoader assembles them.
   CachedLoaderOptions open;
-  int epochs = 1;        // Default: 1
+  int epochs = 1;  // Default: 1
   // Default: 0 = run `epochs`. > 0: whole epochs until this many seconds have passed (at
   // least one epoch, at most `epochs`): a run long enough to measure, whatever the speed.
   double seconds = 0;
@@ -67,6 +67,19 @@ struct BenchResult {
   double same_work_samples_per_s = 0;
   double same_work_bytes_per_s = 0;
   double ratio_to_same_work = 0;
+  // Epochs after the first (runs of 2 epochs or more; 0 otherwise): the rate once the
+  // process has touched the source and its batch buffers, and its ratio to each ceiling
+  // (both are measured after the run, on memory the run warmed). first_epoch_s: first Next()
+  // to the first epoch's last batch.
+  double first_epoch_s = 0;
+  double later_samples_per_s = 0;
+  double later_ratio_to_ceiling = 0;
+  double later_ratio_to_same_work = 0;
+  // Batch memory the run took fresh from the system (HostMemoryPool: allocated and faulted
+  // in, the kernel zeroing every page) and the worker time that cost; 0 when every buffer
+  // came back from an earlier loader of the process. The ceilings, measured after, reuse it.
+  int64_t fresh_batch_memory_bytes = 0;
+  double fresh_batch_memory_s = 0;
   double consumer_wait_fraction = 0;
   double step_ms = 0;
   double gpu_busy_fraction = 0;               // simulated steps over wall time from the first batch
@@ -74,8 +87,8 @@ struct BenchResult {
   // Measured by events on the consumer stream (LoaderStats::GpuBusyFraction): the GPU's
   // time not spent waiting for batches; -1 when nothing was timed (host device, no step).
   double gpu_busy_fraction_events = -1;
-  int64_t peak_rss_bytes = 0;        // VmHWM
-  int64_t peak_anon_rss_bytes = 0;   // peak RssAnon sampled per batch: memory not mapped files
+  int64_t peak_rss_bytes = 0;       // VmHWM
+  int64_t peak_anon_rss_bytes = 0;  // peak RssAnon sampled per batch: memory not mapped files
   // (prefetch + workers) * batch bytes + 100 MB, plus an HDF5 source's decoded-chunk budget.
   int64_t bound_anon_rss_bytes = 0;
   // An HDF5 source with compressed chunks: over the loader's run, the chunks decoded and the

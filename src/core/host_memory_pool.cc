@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -76,6 +77,7 @@ void* HostMemoryPool::Take(size_t bytes) {
     }
   }
   // posix_memalign, not aligned_alloc: the size need not be a multiple of the alignment.
+  const auto start = std::chrono::steady_clock::now();
   void* p = nullptr;
   if (posix_memalign(&p, kHugePage, size) != 0) p = nullptr;
   if (p == nullptr) {
@@ -88,6 +90,9 @@ void* HostMemoryPool::Take(size_t bytes) {
     madvise(p, whole, MADV_HUGEPAGE);
   }
   FaultIn(p, size);
+  const int64_t fault_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
   std::lock_guard lock(mu_);
   try {
     given_.emplace(p, size);
@@ -96,6 +101,8 @@ void* HostMemoryPool::Take(size_t bytes) {
     throw;
   }
   ++counters_.taken_fresh;
+  counters_.fresh_bytes += static_cast<int64_t>(size);
+  counters_.fault_ns += fault_ns;
   return p;
 }
 

@@ -36,6 +36,8 @@ class HostMemoryPool {
     int64_t taken_kept = 0;   // blocks Take found kept (no fault, no zeroing)
     int64_t kept_bytes = 0;   // bytes kept now
     int64_t freed = 0;        // blocks Give freed (over the budget)
+    int64_t fresh_bytes = 0;  // bytes of the blocks allocated and faulted in by Take
+    int64_t fault_ns = 0;     // time Take spent allocating and faulting them in (all threads)
   };
 
   static HostMemoryPool& Instance();

@@ -8,6 +8,7 @@
 
 #include "core/mapped_read_guard.h"
 #include "core/nvtx.h"
+#include "core/row_gather.h"
 #include "gpufeed/error.h"
 #include "sources/hdf5_filters.h"
 #include "sources/hdf5_library.h"
@@ -99,10 +100,12 @@ void Hdf5DatasetReader::Read(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratc
       ReadChunked(rows, scratch);
       break;
     case Hdf5Storage::kInMemory:
-      for (const auto& r : rows) {
-        std::memcpy(r.dst, ds_.in_memory.data() + static_cast<size_t>(r.local) * sample_bytes_,
-                    sample_bytes_);
-      }
+      CopyRows(
+          rows.size(), sample_bytes_,
+          [&](size_t j) {
+            return ds_.in_memory.data() + static_cast<size_t>(rows[j].local) * sample_bytes_;
+          },
+          [&](size_t j) { return rows[j].dst; });
       break;
     case Hdf5Storage::kFill:
       for (const auto& r : rows) Fill(r.dst, sample_bytes_);
@@ -131,9 +134,9 @@ void Hdf5DatasetReader::ReadContiguous(std::span<const Hdf5RowTarget> rows,
     }
     const std::byte* map = warm_->map() + ds_.contiguous_address;
     GuardMappedRead(file_->path(), [&] {
-      for (size_t j = 0; j < k; ++j) {
-        std::memcpy(rows[j].dst, map + static_cast<size_t>(rows[j].local) * rb, rb);
-      }
+      CopyRows(
+          k, rb, [&](size_t j) { return map + static_cast<size_t>(rows[j].local) * rb; },
+          [&](size_t j) { return rows[j].dst; });
     });
     scratch.counters.bytes_read += static_cast<int64_t>(k * rb);
   }

@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "core/mapped_read_guard.h"
+#include "core/row_gather.h"
 #include "core/warmed_mapping.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
@@ -134,9 +135,10 @@ class NumpySource final : public Source {
     // The file may be truncated under the mapping (np.save over it): a SIGBUS here becomes
     // Error(kIo) naming the file.
     GuardMappedRead(f.file->path(), [&] {
-      for (size_t pos : order) {
-        std::memcpy(dst + pos * rb, f.data + static_cast<size_t>(indices[pos]) * rb, rb);
-      }
+      CopyRows(
+          order.size(), rb,
+          [&](size_t i) { return f.data + static_cast<size_t>(indices[order[i]]) * rb; },
+          [&](size_t i) { return dst + order[i] * rb; });
     });
   }
 

@@ -47,6 +47,8 @@ TEST_F(HostMemoryPoolTest, AGivenBlockIsTakenAgainWithItsBytesAndNoFreshFault) {
   const auto after = pool().counters();
   EXPECT_EQ(after.taken_kept, before.taken_kept + 1);
   EXPECT_EQ(after.taken_fresh, before.taken_fresh);
+  EXPECT_EQ(after.fresh_bytes, before.fresh_bytes);  // nothing faulted in
+  EXPECT_EQ(after.fault_ns, before.fault_ns);
   pool().Give(q);
 }
 
@@ -55,7 +57,12 @@ TEST_F(HostMemoryPoolTest, ADifferentSizeGetsAFreshBlock) {
   pool().Give(p);
   const auto before = pool().counters();
   void* q = pool().Take(6 * kMiB);
-  EXPECT_EQ(pool().counters().taken_fresh, before.taken_fresh + 1);
+  const auto after = pool().counters();
+  EXPECT_EQ(after.taken_fresh, before.taken_fresh + 1);
+  // The fresh block's rounded bytes and the time it took to fault them in are counted
+  // (what gpufeed bench reports as the run's fresh batch memory).
+  EXPECT_EQ(after.fresh_bytes, before.fresh_bytes + int64_t(6 * kMiB));
+  EXPECT_GT(after.fault_ns, before.fault_ns);
   pool().Give(q);
 }
 
