@@ -1,12 +1,15 @@
-#include "error_code_of.h"
 #include "gpufeed/file.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "core/fault_file.h"
+#include "error_code_of.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -48,7 +52,6 @@ class FileTest : public ::testing::Test {
 
   std::string dir_;
 };
-
 
 TEST_F(FileTest, OpenMissingFileIsNotFoundNamingThePath) {
   std::string message;
@@ -92,6 +95,38 @@ TEST_F(FileTest, MapGivesTheFileBytesOnceForAllThreads) {
   ASSERT_NE(seen[0], nullptr);
   for (const auto* p : seen) EXPECT_EQ(p, seen[0]);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(seen[0]), data.size()), data);
+}
+
+// Files of 2 MiB and more map at a 2 MiB boundary (so 2 MiB page-cache folios map whole),
+// inside a reservation whose ends are given back: the bytes are the file's (the last, partly
+// filled page included), nothing around the mapping stays reserved, and the File's end
+// unmaps it all.
+TEST_F(FileTest, LargeFilesMapAtA2MiBBoundaryAndLeaveNoReservationBehind) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (const size_t size : {kHuge, 3 * kHuge + 123}) {
+    const std::string data = Pattern(size);
+    const std::string path = Write("big.bin", data);
+    const std::byte* map = nullptr;
+    {
+      const auto file = DefaultFileSystem()->Open(path);
+      map = file->Map();
+      ASSERT_NE(map, nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(map) % kHuge, 0u) << size;
+      EXPECT_EQ(std::memcmp(map, data.data(), size), 0) << size;
+      const auto at = [](const std::byte* p) {
+        return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095});
+      };
+      unsigned char v = 0;
+      const size_t end = (size + page - 1) / page * page;
+      // mincore answers ENOMEM for an address nothing maps: the reservation's end past the
+      // file (at least a page: the reservation is a huge page longer) is given back.
+      EXPECT_NE(mincore(at(map + end), page, &v), 0) << "after the file, size " << size;
+      EXPECT_EQ(errno, ENOMEM);
+    }
+    unsigned char v = 0;
+    EXPECT_NE(mincore(const_cast<std::byte*>(map), page, &v), 0) << "unmapped with the File";
+  }
 }
 
 TEST_F(FileTest, MapOfAnEmptyFileIsNonNull) {
