@@ -48,7 +48,9 @@ struct LoaderOptions {
   int64_t shuffle_block = 0;  // Default: 0 = full shuffle; < 0 = the source's PreferredBlock()
   int shuffle_window = 4;     // Default: 4 (see SamplerOptions)
   int workers = 0;            // Default: 0 = min(4, hardware threads)
-  int prefetch = 0;           // Default: 0 = 2 * workers: batches kept ready beyond the workers'
+  // Default: 0 = 2 * workers, within 128 MiB of batches but at least 2: batches kept ready
+  // beyond the workers'
+  int prefetch = 0;
   // Default: 3 batches the consumer may hold when it asks for more, planned for up front: a
   // Python loop still holds the last batch in its loop variable when it asks for the next, and
   // one kept for logging plus a spare should not grow the pool. A consumer that holds more
@@ -67,7 +69,7 @@ struct LoaderOptions {
   int max_prefetch = 0;                 // Default: 0 = 4 * max_workers, within 25% of available RAM
   std::shared_ptr<Device> device = {};  // Default: null = the host
   std::vector<std::shared_ptr<Transform>> transforms = {};  // Default: none
-  int64_t start_epoch = 0;  // Default: 0
+  int64_t start_epoch = 0;                                  // Default: 0
   // Default: "" = no file. A path: the stage trace (Loader::WriteTrace) is written there when
   // the loader is destroyed.
   std::string trace = {};
@@ -79,8 +81,8 @@ struct LoaderOptions {
   // groups), each listing its groups (Batch::groups()) and carrying an int64 field "group"
   // (the group of each row). drop_last does not apply.
   std::shared_ptr<const GroupTable> groups = {};
-  bool pack = false;         // Default: false; required (true) with groups
-  int64_t pack_window = 0;   // Default: 0 = automatic (groups for about 4 batches)
+  bool pack = false;        // Default: false; required (true) with groups
+  int64_t pack_window = 0;  // Default: 0 = automatic (groups for about 4 batches)
 };
 
 // Where one field of a batch lives: `rows` samples of `spec`, contiguous, C order.

@@ -129,7 +129,7 @@ class Loader:
                 so DDP's collectives stay paired. False: every sample exactly once, shards of
                 unequal length (evaluation without collectives).
     workers:    reader threads (None: min(4, cores)). prefetch: batches kept ready beyond
-                the workers (None: 2 * workers).
+                the workers (None: 2 * workers, within 128 MiB of batches but at least 2).
     device:     "auto" (CUDA when there is a GPU), "cpu", "cuda", "cuda:N" or a torch.device.
     transforms: host transforms applied before the copy, e.g. ["cast:mel:float16",
                 "normalize:mel:0.5:0.25", "specaugment:mel"].

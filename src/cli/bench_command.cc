@@ -139,8 +139,10 @@ void RegisterBenchCommand(CLI::App& app) {
   cmd->add_option("-w,--workers", args->config.open.loader.workers,
                   "Worker threads (0: min(4, cores))")
       ->capture_default_str();
-  cmd->add_option("-p,--prefetch", args->config.open.loader.prefetch,
-                  "Batches kept ready beyond the workers' (0: 2 x workers)")
+  cmd->add_option(
+         "-p,--prefetch", args->config.open.loader.prefetch,
+         "Batches kept ready beyond the workers' (0: 2 x workers, within 128 MiB of batches but "
+         "at least 2)")
       ->capture_default_str();
   cmd->add_option("-e,--epochs", args->config.epochs, "Epochs to run")->capture_default_str();
   cmd->add_option("--step-ms", args->config.step_ms,

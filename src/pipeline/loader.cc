@@ -25,9 +25,9 @@
 #include "gpufeed/sampler.h"
 #include "pipeline/autotuner.h"
 #include "pipeline/batch_builder.h"
+#include "pipeline/gpu_busy_tracker.h"
 #include "pipeline/group_packer.h"
 #include "pipeline/group_source.h"
-#include "pipeline/gpu_busy_tracker.h"
 #include "pipeline/loader_checks.h"
 #include "pipeline/loader_metrics.h"
 #include "pipeline/reorder_queue.h"
@@ -71,6 +71,7 @@ class Loader::Impl {
  public:
   Impl(std::shared_ptr<Source> source, LoaderOptions options)
       : source_(WithGroupIds(std::move(source), options.groups)),
+        prefetch_defaulted_(options.prefetch == 0),
         options_(CheckOptions(std::move(options))),
         sampler_(source_ ? source_->size() : 0, ToSamplerOptions(options_, CheckSource(source_))),
         // Buffers hold the largest batch an epoch can give this rank, not batch_size rows: a
@@ -82,6 +83,10 @@ class Loader::Impl {
         queue_(options_.workers, options_.prefetch) {
     if (options_.trace_batches >= 0) {
       trace_ = std::make_unique<TraceRecorder>(options_.trace_batches);
+    }
+    if (prefetch_defaulted_) {
+      options_.prefetch = DefaultPrefetch(options_.workers, builder_.buffer_bytes());
+      queue_.SetWindow(options_.workers, options_.prefetch);
     }
     ResolveMaxPrefetch(options_, builder_.buffer_bytes());
     if (options_.autotune) {
@@ -424,7 +429,8 @@ class Loader::Impl {
   }
 
   const std::shared_ptr<Source> source_;
-  LoaderOptions options_;  // resolved in the constructor, then only read
+  const bool prefetch_defaulted_;  // LoaderOptions::prefetch was 0: DefaultPrefetch decides
+  LoaderOptions options_;          // resolved in the constructor, then only read
   const Sampler sampler_;
   BatchBuilder builder_;
   const std::shared_ptr<std::atomic<int>> held_ = std::make_shared<std::atomic<int>>(0);

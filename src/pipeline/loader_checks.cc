@@ -83,12 +83,20 @@ LoaderOptions CheckOptions(LoaderOptions o) {
     o.max_workers = std::min(o.max_workers, most_workers);
   }
   if (o.workers == 0) o.workers = std::min(4, cpus);
+  // The byte bound (DefaultPrefetch) applies once the batch's bytes are known (Loader).
   if (o.prefetch == 0) o.prefetch = 2 * o.workers;
   if (o.max_workers == 0) o.max_workers = o.autotune ? UsableCpus() : o.workers;
   o.max_workers = std::max(o.max_workers, o.workers);
   // max_prefetch == 0 is resolved once the batch size in bytes is known (RAM budget).
   if (!o.device) o.device = HostDevice();
   return o;
+}
+
+int DefaultPrefetch(int workers, size_t batch_bytes) {
+  const int64_t by_workers = 2 * int64_t{std::max(1, workers)};
+  const auto by_bytes = static_cast<int64_t>(
+      std::min<size_t>(kDefaultPrefetchBytes / std::max<size_t>(1, batch_bytes), 1 << 16));
+  return static_cast<int>(std::min(by_workers, std::max<int64_t>(2, by_bytes)));
 }
 
 // Prefetched batches are memory: under the autotuner, keep the deepest it may go within a
@@ -124,7 +132,8 @@ void AdviseOnShuffle(const Source& source, const Sampler& sampler) {
   // Distinct chunks a batch of random samples touches, and the share the workers find decoded
   // (their shared cache keeps the first chunks met, up to the budget).
   const double per_batch = chunks * (1.0 - std::pow(1.0 - 1.0 / chunks, rows));
-  const double kept = static_cast<double>(c.cache_bytes) / static_cast<double>(c.decoded_chunk_bytes);
+  const double kept =
+      static_cast<double>(c.cache_bytes) / static_cast<double>(c.decoded_chunk_bytes);
   const double hit = std::min(1.0, kept / chunks);
   const double decodes = static_cast<double>(sampler.batches_per_epoch()) * per_batch * (1.0 - hit);
   if (decodes <= 4.0 * chunks) return;
@@ -166,8 +175,8 @@ std::optional<std::string> DataFingerprint(const Source& source) {
   const int64_t n = source.size();
   if (n <= 0 || source.device_rows() != nullptr) return std::nullopt;
   const Schema& schema = source.schema();
-  const std::vector<int64_t> rows = n >= 3 ? std::vector<int64_t>{0, n / 2, n - 1}
-                                           : std::vector<int64_t>{0, n - 1};
+  const std::vector<int64_t> rows =
+      n >= 3 ? std::vector<int64_t>{0, n / 2, n - 1} : std::vector<int64_t>{0, n - 1};
   std::vector<std::vector<std::byte>> fields(schema.fields.size());
   BatchView view;
   view.rows = static_cast<int64_t>(rows.size());

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
+#include "pipeline/loader_checks.h"
 #include "pipeline/loader_test_util.h"
 
 namespace gpufeed {
@@ -195,6 +196,39 @@ TEST(Loader, TransformsChangeTheSchemaAndValues) {
     const float expected = (static_cast<float>(i * 10 + 1) - 5.0f) / 10.0f;
     EXPECT_NEAR(HalfToFloat(x.as<uint16_t>()[r * 4 + 1]), expected, 1e-3f * (1 + expected));
   }
+}
+
+// The default prefetch keeps 2 batches per worker, as DataLoader's prefetch_factor=2 does,
+// within 128 MiB of batches and never under 2; an explicit prefetch is kept as given.
+TEST(Loader, DefaultPrefetchIsTwoPerWorkerWithin128MiBOfBatchesAndAtLeastTwo) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  EXPECT_EQ(DefaultPrefetch(2, 2 * kMiB), 4);
+  EXPECT_EQ(DefaultPrefetch(8, 2 * kMiB), 16);
+  EXPECT_EQ(DefaultPrefetch(8, 16 * kMiB), 8);    // 128 MiB of 16 MiB batches
+  EXPECT_EQ(DefaultPrefetch(2, 67 * kMiB), 2);    // batch 8192 of 8 KB rows: 4 would be 268 MB
+  EXPECT_EQ(DefaultPrefetch(4, 1024 * kMiB), 2);  // at least 2
+  EXPECT_EQ(DefaultPrefetch(1, 1024 * kMiB), 2);
+  EXPECT_EQ(DefaultPrefetch(1, 1), 2);  // 2 per worker bounds it first
+  EXPECT_EQ(DefaultPrefetch(0, 0), 2);
+
+  // A loader whose batches are 48 MiB (48 rows of 1 MiB): 2 ready, not 2 * 2 workers.
+  const int64_t rows = 48;
+  const size_t row_bytes = kMiB;
+  auto data = std::make_shared<std::vector<std::byte>>(rows * row_bytes, std::byte{7});
+  const auto open = [&] {
+    return OpenMemory(
+        {{FieldSpec{"x", DType::kUInt8, {static_cast<int64_t>(row_bytes)}}, data->data(), rows}},
+        data);
+  };
+  LoaderOptions o = Opts(rows);
+  {
+    Loader loader(open(), o);
+    EXPECT_EQ(loader.stats().prefetch, 2);
+    EXPECT_EQ(loader.options().prefetch, 2);
+  }
+  o.prefetch = 5;
+  Loader asked(open(), o);
+  EXPECT_EQ(asked.stats().prefetch, 5);
 }
 
 TEST(Loader, StatsCountWhatWasDelivered) {
