@@ -352,6 +352,7 @@ int main(int argc, char** argv) {
     const auto file = gpufeed::DefaultFileSystem()->Open(rows.path);
     const std::byte* p = file->Map();
     if (p == nullptr) throw std::runtime_error("cannot map " + rows.path);
+    file->PreferHugePages(rows.offset, total);
     const double setup = Since(t0);
     report("File::Map", setup,
            [&](const Batch& b, std::byte* dst) { GatherFrom(p + rows.offset, rb, b, dst); });

@@ -36,6 +36,16 @@ class File {
   // when many threads call at once); an empty file maps to a valid, non-null pointer to no
   // bytes, so nullptr always means "use ReadAt".
   virtual const std::byte* Map() const = 0;
+  // Says that [offset, offset + length) will be gathered from Map()'s mapping. The POSIX file
+  // maps files of 2 MiB and more at a 2 MiB boundary with MADV_HUGEPAGE (within half the
+  // available RAM), so that the page cache's 2 MiB folios map whole; where the range's cached
+  // pages are small it drops them once, so that the mapping reads them back in 2 MiB folios
+  // for every later process (src/core/file.cc, PromoteToHugeFolios). Never throws; does
+  // nothing for a file that is not mapped.
+  virtual void PreferHugePages(uint64_t offset, uint64_t length) const {
+    (void)offset;
+    (void)length;
+  }
 };
 
 class FileSystem {

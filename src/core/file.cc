@@ -54,59 +54,69 @@ std::optional<uint64_t> FilePmdMappedBytes() {
   return ParseKeyedValue(text, "FilePmdMapped");
 }
 
-// Where the page cache holds the file in small folios (it was just written, or read with
-// read()/pread, whose readahead makes folios of 4-128 KiB), every new process's mapping pays
-// one trap per 4 KiB page again. Probes up to 16 fully cached 2 MiB regions spread over the
-// mapping: when fewer than half map as one PMD each, drops the file's cached pages
-// (POSIX_FADV_DONTNEED: clean pages no process has mapped; dirty and mapped ones stay), so
-// this mapping's faults, under MADV_HUGEPAGE, read the file back in 2 MiB folios. The first
-// process pays a read of the file from storage (0.45 s for the demo set here, about what its
-// traps cost) and every later process maps it with one trap per 2 MiB. A region that cannot
-// be read (a file truncated under the mapping) ends the probe; the readers report it.
-void PromoteToHugeFolios(int fd, void* map, uint64_t size, const std::string& path) {
-  const uint64_t regions = size / kHugePage;
-  if (regions == 0) return;
+// Where the page cache holds a range of the file in small folios (it was just written, or
+// read with read()/pread, whose readahead makes folios of 4-128 KiB), every new process's
+// mapping pays one trap per 4 KiB page of it again. Probes up to 16 fully cached 2 MiB
+// regions spread over [begin, end) of the mapping: when fewer than half map as one PMD each,
+// drops the range's cached pages (POSIX_FADV_DONTNEED: clean pages no process has mapped;
+// dirty and mapped ones stay), so this mapping's faults, under MADV_HUGEPAGE, read it back
+// in 2 MiB folios. The first process pays a read of the range from storage (0.45 s for the
+// demo set here, about what its traps cost) and every later process maps it with one trap
+// per 2 MiB. Only ranges the caller gathers from the mapping come here: a range read with
+// pread would come back in small folios and be dropped again by the next process. Returns
+// whether it dropped the range; a region that cannot be read (a file truncated under the
+// mapping) ends the probe (the readers report it).
+bool PromoteToHugeFolios(int fd, std::byte* map, uint64_t begin, uint64_t end,
+                         const std::string& path) {
+  const uint64_t first = (begin + kHugePage - 1) / kHugePage * kHugePage;
+  const uint64_t regions = end > first ? (end - first) / kHugePage : 0;
+  if (regions == 0) return false;
   const std::optional<uint64_t> before = FilePmdMappedBytes();
-  if (!before) return;
+  if (!before) return false;
   constexpr uint64_t kProbes = 16;
+  const uint64_t probes_wanted = std::min(regions, kProbes);
   const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   std::vector<unsigned char> resident(kHugePage / page);
-  std::vector<const volatile char*> probes;
-  for (uint64_t i = 0; i < std::min(regions, kProbes); ++i) {
-    auto* region = static_cast<char*>(map) + (i * regions / std::min(regions, kProbes)) * kHugePage;
-    if (mincore(region, kHugePage, resident.data()) != 0) return;
+  std::vector<const volatile std::byte*> probes;
+  for (uint64_t i = 0; i < probes_wanted; ++i) {
+    std::byte* region = map + first + i * regions / probes_wanted * kHugePage;
+    if (mincore(region, kHugePage, resident.data()) != 0) return false;
     if (std::all_of(resident.begin(), resident.end(), [](unsigned char r) { return r & 1; })) {
       probes.push_back(region);
     }
   }
-  if (probes.empty()) return;  // not cached: the faults read it in 2 MiB folios
+  if (probes.empty()) return false;  // not cached: the faults read it in 2 MiB folios
   try {
     GuardMappedRead(path, [&] {
-      for (const volatile char* p : probes) (void)*p;
+      for (const volatile std::byte* p : probes) (void)*p;
     });
   } catch (const Error&) {
-    return;
+    return false;
   }
   const std::optional<uint64_t> after = FilePmdMappedBytes();
-  if (!after || *after < *before) return;
+  if (!after || *after < *before) return false;
   const uint64_t pmd_regions = (*after - *before) / kHugePage;
-  if (2 * pmd_regions >= probes.size()) return;  // already in 2 MiB folios
-  // Unmap this process's pages first (a shared read-only mapping: nothing is lost), so the
-  // probes' pages can be dropped too.
-  madvise(map, size, MADV_DONTNEED);
-  if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0) {
-    Log(LogLevel::kInfo,
-        fmt::format("{}: the page cache held this file in small pages ({} of {} probed 2 MiB "
-                    "regions mapped whole); dropped its cached pages so that this mapping reads "
-                    "it back in 2 MiB pages, which every later process maps with one fault per "
-                    "2 MiB instead of 512",
-                    path, pmd_regions, probes.size()));
+  if (2 * pmd_regions >= probes.size()) return false;  // already in 2 MiB folios
+  // Unmap this process's pages of the range first (a shared read-only mapping: nothing is
+  // lost), so the probes' pages can be dropped too.
+  const uint64_t page_begin = begin / page * page;
+  madvise(map + page_begin, end - page_begin, MADV_DONTNEED);
+  if (posix_fadvise(fd, static_cast<off_t>(begin), static_cast<off_t>(end - begin),
+                    POSIX_FADV_DONTNEED) != 0) {
+    return false;
   }
+  Log(LogLevel::kInfo,
+      fmt::format("{}: the page cache held this file in small pages ({} of {} probed 2 MiB "
+                  "regions mapped whole); dropped those pages so that the mapping reads them "
+                  "back in 2 MiB pages, which every later process maps with one fault per "
+                  "2 MiB instead of 512",
+                  path, pmd_regions, probes.size()));
+  return true;
 }
 
 // Maps `size` bytes of the file read-only at a 2 MiB-aligned address, with MADV_HUGEPAGE when
-// the file fits in half of the available RAM (and then, where its cached pages are small,
-// PromoteToHugeFolios); MAP_FAILED when the file cannot be mapped.
+// the file fits in half of the available RAM (*advised says whether it was given); MAP_FAILED
+// when the file cannot be mapped.
 //
 // Why: a shuffled gather touches every page of the mapping, and on a VM the first access to
 // each 4 KiB page of a new process's mapping traps to the hypervisor (about 0.3-0.45 s for the
@@ -120,7 +130,8 @@ void PromoteToHugeFolios(int fd, void* map, uint64_t size, const std::string& pa
 // than half the available RAM: there a fault reads 2 MiB for a row of a few KB, and the page
 // cache cannot keep the rest until it is needed. Where the kernel refuses or ignores either
 // step, the mapping works as a plain one.
-void* MapFileAligned(int fd, uint64_t size, const std::string& path) {
+void* MapFileAligned(int fd, uint64_t size, bool* advised) {
+  *advised = false;
   if (size < kHugePage || size > std::numeric_limits<uintptr_t>::max() - 2 * kHugePage) {
     return mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   }
@@ -143,9 +154,7 @@ void* MapFileAligned(int fd, uint64_t size, const std::string& path) {
     munmap(reinterpret_cast<void*>(file_end), base + reserve_bytes - file_end);
   }
   const uint64_t available = AvailableRamBytes();
-  if (available > 0 && size <= available / 2 && madvise(p, size, MADV_HUGEPAGE) == 0) {
-    PromoteToHugeFolios(fd, p, size, path);
-  }
+  *advised = available > 0 && size <= available / 2 && madvise(p, size, MADV_HUGEPAGE) == 0;
   return p;
 }
 
@@ -191,12 +200,20 @@ class PosixFile final : public File {
         map_ = kEmptyMapping;
         return;
       }
-      void* p = MapFileAligned(fd_, size_, path_);
+      void* p = MapFileAligned(fd_, size_, &huge_advised_);
       // A file that cannot be mapped (a pipe, some network file systems) is still readable
       // through ReadAt, so a failed mmap is not an error: callers fall back.
       map_ = p == MAP_FAILED ? nullptr : static_cast<const std::byte*>(p);
     });
     return map_;
+  }
+
+  void PreferHugePages(uint64_t offset, uint64_t length) const override {
+    const std::byte* map = Map();
+    if (map == nullptr || map == kEmptyMapping || !huge_advised_ || offset >= size_) return;
+    const uint64_t end = offset + std::min(length, size_ - offset);
+    std::lock_guard lock(promote_mu_);
+    PromoteToHugeFolios(fd_, const_cast<std::byte*>(map), offset, end, path_);
   }
 
  private:
@@ -208,6 +225,8 @@ class PosixFile final : public File {
   // Written once inside call_once, which orders that write before every return of Map().
   mutable std::once_flag map_once_;
   mutable const std::byte* map_ = nullptr;
+  mutable bool huge_advised_ = false;  // written with map_, inside call_once
+  mutable std::mutex promote_mu_;      // one PreferHugePages at a time (its probes count PMDs)
 };
 
 class PosixFileSystem final : public FileSystem {

@@ -41,6 +41,8 @@ Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint
   if (ds_.storage == Hdf5Storage::kContiguous && sample_bytes_ > 0) {
     // The open checked the data's range against the file's size.
     if (const std::byte* map = file_->Map(); map != nullptr) {
+      file_->PreferHugePages(ds_.contiguous_address,
+                             sample_bytes_ * static_cast<uint64_t>(ds_.samples));
       warm_ = std::make_unique<WarmedMapping>(
           map, ds_.contiguous_address,
           ds_.contiguous_address + sample_bytes_ * static_cast<uint64_t>(ds_.samples),

@@ -247,6 +247,8 @@ NumpyField OpenField(const FileSystem& fs, const std::string& dir, const std::st
   if (use_mmap) {
     const std::byte* map = field.file->Map();
     if (map != nullptr) {
+      field.file->PreferHugePages(header.data_offset,
+                                  field.row_bytes * static_cast<uint64_t>(field.samples));
       field.data = map + header.data_offset;
       field.warm = std::make_shared<WarmedMapping>(
           map, header.data_offset,

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -127,6 +128,32 @@ TEST_F(FileTest, LargeFilesMapAtA2MiBBoundaryAndLeaveNoReservationBehind) {
     unsigned char v = 0;
     EXPECT_NE(mincore(const_cast<std::byte*>(map), page, &v), 0) << "unmapped with the File";
   }
+}
+
+// PreferHugePages may drop the range's cached pages (where they are small) for the mapping to
+// read them back in 2 MiB pages: whatever the kernel does, the mapping and ReadAt still give
+// the file's bytes, and ranges past the end or of nothing are ignored.
+TEST_F(FileTest, PreferHugePagesLeavesTheBytesAsTheyAre) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const std::string data = Pattern(3 * kHuge + 777);
+  const auto file = DefaultFileSystem()->Open(Write("prefer.bin", data));
+  const std::byte* map = file->Map();
+  ASSERT_NE(map, nullptr);
+  ASSERT_EQ(std::memcmp(map, data.data(), data.size()), 0);  // cached now, by this mapping
+  file->PreferHugePages(128, data.size() - 128);
+  file->PreferHugePages(0, std::numeric_limits<uint64_t>::max());
+  file->PreferHugePages(data.size(), 10);
+  file->PreferHugePages(data.size() + 5, 0);
+  file->PreferHugePages(5, 0);
+  EXPECT_EQ(std::memcmp(map, data.data(), data.size()), 0);
+  std::string back(data.size(), '\0');
+  ASSERT_EQ(file->ReadAt(0, back.data(), back.size()), data.size());
+  EXPECT_EQ(back, data);
+  // A file that does not map (the fault-injecting one) takes the call and does nothing.
+  FaultInjectingFileSystem fs(DefaultFileSystem());
+  const auto faulty = fs.Open(Write("f.bin", data));
+  faulty->PreferHugePages(0, data.size());
+  EXPECT_EQ(faulty->Map(), nullptr);
 }
 
 TEST_F(FileTest, MapOfAnEmptyFileIsNonNull) {
