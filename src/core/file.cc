@@ -60,12 +60,13 @@ std::optional<uint64_t> FilePmdMappedBytes() {
 // regions spread over [begin, end) of the mapping: when fewer than half map as one PMD each,
 // drops the range's cached pages (POSIX_FADV_DONTNEED: clean pages no process has mapped;
 // dirty and mapped ones stay), so this mapping's faults, under MADV_HUGEPAGE, read it back
-// in 2 MiB folios. The first process pays a read of the range from storage (0.45 s for the
-// demo set here, about what its traps cost) and every later process maps it with one trap
-// per 2 MiB. Only ranges the caller gathers from the mapping come here: a range read with
-// pread would come back in small folios and be dropped again by the next process. Returns
-// whether it dropped the range; a region that cannot be read (a file truncated under the
-// mapping) ends the probe (the readers report it).
+// in 2 MiB folios. One probe region is dropped and read back first: where it does not come
+// back as one folio (a file system without large folios), nothing more is dropped. The first
+// process pays a read of the range from storage (0.45 s for the demo set here, about what
+// its traps cost) and every later process maps it with one trap per 2 MiB. Only ranges the caller
+// gathers from the mapping come here: a range read with pread would come back in small folios and
+// be dropped again by the next process. Returns whether it dropped the range; a region that cannot
+// be read (a file truncated under the mapping) ends the probe (the readers report it).
 bool PromoteToHugeFolios(int fd, std::byte* map, uint64_t begin, uint64_t end,
                          const std::string& path) {
   const uint64_t first = (begin + kHugePage - 1) / kHugePage * kHugePage;
@@ -97,6 +98,24 @@ bool PromoteToHugeFolios(int fd, std::byte* map, uint64_t begin, uint64_t end,
   if (!after || *after < *before) return false;
   const uint64_t pmd_regions = (*after - *before) / kHugePage;
   if (2 * pmd_regions >= probes.size()) return false;  // already in 2 MiB folios
+  // One region first: dropped and read back through the mapping. Where the file system cannot
+  // make 2 MiB folios (no large-folio support, or the pages stay because another process maps
+  // them), it comes back in small pages: stop there, so that no process drops the whole
+  // range again and again for nothing.
+  auto* trial = const_cast<std::byte*>(probes.front());
+  madvise(trial, kHugePage, MADV_DONTNEED);
+  if (posix_fadvise(fd, static_cast<off_t>(trial - map), static_cast<off_t>(kHugePage),
+                    POSIX_FADV_DONTNEED) != 0) {
+    return false;
+  }
+  const std::optional<uint64_t> trial_before = FilePmdMappedBytes();
+  try {
+    GuardMappedRead(path, [&] { (void)*static_cast<const volatile std::byte*>(trial); });
+  } catch (const Error&) {
+    return false;
+  }
+  const std::optional<uint64_t> trial_after = FilePmdMappedBytes();
+  if (!trial_before || !trial_after || *trial_after < *trial_before + kHugePage) return false;
   // Unmap this process's pages of the range first (a shared read-only mapping: nothing is
   // lost), so the probes' pages can be dropped too.
   const uint64_t page_begin = begin / page * page;
