@@ -125,10 +125,9 @@ bool PromoteToHugeFolios(int fd, std::byte* map, uint64_t begin, uint64_t end,
     return false;
   }
   Log(LogLevel::kInfo,
-      fmt::format("{}: the page cache held this file in small pages ({} of {} probed 2 MiB "
-                  "regions mapped whole); dropped those pages so that the mapping reads them "
-                  "back in 2 MiB pages, which every later process maps with one fault per "
-                  "2 MiB instead of 512",
+      fmt::format("{}: reading its cached pages again as 2 MiB pages (they were small: {} of "
+                  "{} probed 2 MiB regions whole), so that this and every later process maps "
+                  "it with one fault per 2 MiB instead of 512; once per file",
                   path, pmd_regions, probes.size()));
   return true;
 }
