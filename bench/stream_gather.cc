@@ -162,13 +162,6 @@ double RunEpoch(const std::vector<Batch>& plan, int threads, std::vector<std::by
   return Since(t0);
 }
 
-// This process's file pages mapped 2 MiB at a time (smaps_rollup), in bytes; 0 if unknown.
-uint64_t FilePmdMapped() {
-  std::string text;
-  if (!gpufeed::ReadTextFile("/proc/self/smaps_rollup", &text)) return 0;
-  return gpufeed::ParseKeyedValue(text, "FilePmdMapped").value_or(0);
-}
-
 // The sources' own copy loop (CopyRows: the pages of the row a few rows ahead prefetched),
 // or with `plain` a memcpy per row and nothing prefetched (the loop before CopyRows).
 void GatherFrom(const std::byte* base, size_t rb, const Batch& b, std::byte* dst,
@@ -308,6 +301,11 @@ int main(int argc, char** argv) {
   const int fd = open(rows.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error("cannot open " + rows.path);
   const size_t map_bytes = rows.offset + total;
+  // How much of the candidate's mapping (the only file mapping alive) the kernel mapped whole.
+  const auto print_pmd_mapped = [] {
+    fmt::print("{:<14} {:>8} {:.0f} MB of the mapping in 2 MiB pages\n", "", "",
+               static_cast<double>(gpufeed::ProcessFilePmdMappedBytes().value_or(0)) / 1e6);
+  };
   auto mapped = [&](const char* name, int flags, bool advise, bool touch = false,
                     bool populate_read = false, bool plain = false) {
     if (drop) DropCaches();
@@ -333,8 +331,7 @@ int main(int argc, char** argv) {
     const auto* base = static_cast<const std::byte*>(p) + rows.offset;
     report(name, setup,
            [&](const Batch& b, std::byte* dst) { GatherFrom(base, rb, b, dst, plain); });
-    fmt::print("{:<14} {:>8} {:.0f} MB of the mapping in 2 MiB pages\n", "", "",
-               static_cast<double>(FilePmdMapped()) / 1e6);
+    print_pmd_mapped();
     munmap(p, map_bytes);
   };
   mapped("mmap", 0, false);
@@ -356,8 +353,7 @@ int main(int argc, char** argv) {
     const double setup = Since(t0);
     report("File::Map", setup,
            [&](const Batch& b, std::byte* dst) { GatherFrom(p + rows.offset, rb, b, dst); });
-    fmt::print("{:<14} {:>8} {:.0f} MB of the mapping in 2 MiB pages\n", "", "",
-               static_cast<double>(FilePmdMapped()) / 1e6);
+    print_pmd_mapped();
   }
   if (drop) DropCaches();
   report("pread", 0,

@@ -46,14 +46,6 @@ uintptr_t RoundUpToPage(uintptr_t n) {
   return (n + page - 1) / page * page;
 }
 
-// This process's file pages mapped by PMDs (2 MiB at once), from /proc/self/smaps_rollup;
-// nullopt where the kernel does not say.
-std::optional<uint64_t> FilePmdMappedBytes() {
-  std::string text;
-  if (!ReadTextFile("/proc/self/smaps_rollup", &text)) return std::nullopt;
-  return ParseKeyedValue(text, "FilePmdMapped");
-}
-
 // Where the page cache holds a range of the file in small folios (it was just written, or
 // read with read()/pread, whose readahead makes folios of 4-128 KiB), every new process's
 // mapping pays one trap per 4 KiB page of it again. Probes up to 16 fully cached 2 MiB
@@ -72,7 +64,7 @@ bool PromoteToHugeFolios(int fd, std::byte* map, uint64_t begin, uint64_t end,
   const uint64_t first = (begin + kHugePage - 1) / kHugePage * kHugePage;
   const uint64_t regions = end > first ? (end - first) / kHugePage : 0;
   if (regions == 0) return false;
-  const std::optional<uint64_t> before = FilePmdMappedBytes();
+  const std::optional<uint64_t> before = ProcessFilePmdMappedBytes();
   if (!before) return false;
   constexpr uint64_t kProbes = 16;
   const uint64_t probes_wanted = std::min(regions, kProbes);
@@ -94,7 +86,7 @@ bool PromoteToHugeFolios(int fd, std::byte* map, uint64_t begin, uint64_t end,
   } catch (const Error&) {
     return false;
   }
-  const std::optional<uint64_t> after = FilePmdMappedBytes();
+  const std::optional<uint64_t> after = ProcessFilePmdMappedBytes();
   if (!after || *after < *before) return false;
   const uint64_t pmd_regions = (*after - *before) / kHugePage;
   if (2 * pmd_regions >= probes.size()) return false;  // already in 2 MiB folios
@@ -108,13 +100,13 @@ bool PromoteToHugeFolios(int fd, std::byte* map, uint64_t begin, uint64_t end,
                     POSIX_FADV_DONTNEED) != 0) {
     return false;
   }
-  const std::optional<uint64_t> trial_before = FilePmdMappedBytes();
+  const std::optional<uint64_t> trial_before = ProcessFilePmdMappedBytes();
   try {
     GuardMappedRead(path, [&] { (void)*static_cast<const volatile std::byte*>(trial); });
   } catch (const Error&) {
     return false;
   }
-  const std::optional<uint64_t> trial_after = FilePmdMappedBytes();
+  const std::optional<uint64_t> trial_after = ProcessFilePmdMappedBytes();
   if (!trial_before || !trial_after || *trial_after < *trial_before + kHugePage) return false;
   // Unmap this process's pages of the range first (a shared read-only mapping: nothing is
   // lost), so the probes' pages can be dropped too.

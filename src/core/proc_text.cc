@@ -190,4 +190,10 @@ std::optional<uint64_t> ProcessStorageReadBytes() {
   return ParseKeyedValue(text, "read_bytes");
 }
 
+std::optional<uint64_t> ProcessFilePmdMappedBytes() {
+  std::string text;
+  if (!ReadTextFile("/proc/self/smaps_rollup", &text)) return std::nullopt;
+  return ParseKeyedValue(text, "FilePmdMapped");
+}
+
 }  // namespace gpufeed

@@ -54,6 +54,10 @@ std::optional<uint64_t> ParseKeyedValue(std::string_view text, std::string_view 
 // the kernel does not say.
 std::optional<uint64_t> ProcessStorageReadBytes();
 
+// This process's file pages mapped by PMDs, 2 MiB at a time (/proc/self/smaps_rollup
+// FilePmdMapped), in bytes; nullopt where the kernel does not say.
+std::optional<uint64_t> ProcessFilePmdMappedBytes();
+
 // Bytes read from whole disks in /proc/diskstats (sectors are always 512 bytes). Loop, ram,
 // zram, device-mapper and md devices and partitions are left out so no read counts twice.
 std::optional<uint64_t> ParseDiskstatsReadBytes(std::string_view text);
