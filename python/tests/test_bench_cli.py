@@ -30,11 +30,47 @@ def test_bench_json_reports_memcpy_and_same_work_ceilings():
     assert 0 < result["first_epoch_s"] < result["wall_s"]
     assert result["later_ratio_to_ceiling"] == pytest.approx(
         result["later_samples_per_s"] / result["ceiling_samples_per_s"], rel=1e-6)
+    # ... the same work's on warm memory: a synthetic source has no file to open again, so
+    # both same-work figures read the loader's own source.
+    assert result["same_work_fresh_opening"] is False
+    assert result["same_work_warm_samples_per_s"] == result["same_work_samples_per_s"]
     assert result["later_ratio_to_same_work"] == pytest.approx(
-        result["later_samples_per_s"] / result["same_work_samples_per_s"], rel=1e-6)
+        result["later_samples_per_s"] / result["same_work_warm_samples_per_s"], rel=1e-6)
     # Batch memory taken fresh in the run: whole 4 KiB pages, and time spent when any.
     assert result["fresh_batch_memory_bytes"] % 4096 == 0
     assert (result["fresh_batch_memory_s"] > 0) == (result["fresh_batch_memory_bytes"] > 0)
+
+
+def test_bench_of_a_file_measures_the_same_work_on_a_second_opening(tmp_path):
+    # A file: the same work reads it again through a new opening (its own mapping, the first
+    # touch paid as the loader's was), and again through the loader's own, warm.
+    binary = os.environ.get("GPUFEED_BIN")
+    if not binary:
+        pytest.skip("GPUFEED_BIN (the built CLI) is not set")
+    np = pytest.importorskip("numpy")
+    folder = tmp_path / "set"
+    folder.mkdir()
+    np.save(folder / "x.npy", np.arange(3000 * 64, dtype=np.float32).reshape(3000, 64))
+    np.save(folder / "label.npy", np.arange(3000, dtype=np.int64))
+    out = subprocess.run(
+        [binary, "bench", str(folder), "-b", "128", "-w", "2", "-e", "2", "-d", "cpu", "--json",
+         "-q"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["same_work_fresh_opening"] is True
+    assert result["same_work_samples_per_s"] > 0
+    assert result["same_work_warm_samples_per_s"] > 0
+    assert result["ratio_to_same_work"] == pytest.approx(
+        result["samples_per_s"] / result["same_work_samples_per_s"], rel=1e-6)
+    assert result["later_ratio_to_same_work"] == pytest.approx(
+        result["later_samples_per_s"] / result["same_work_warm_samples_per_s"], rel=1e-6)
+    text = subprocess.run(
+        [binary, "bench", str(folder), "-b", "128", "-w", "2", "-e", "2", "-d", "cpu", "-q"],
+        capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0, text.stderr
+    assert "from a new opening of the source" in text.stdout
+    assert "of the same work on warm memory" in text.stdout
 
 
 def test_demo_runs_for_its_seconds_and_reports_the_verdict_as_json(tmp_path):

@@ -50,20 +50,26 @@ std::string FormatBenchReport(const BenchResult& r) {
   }
   if (r.same_work_samples_per_s > 0) {
     out += fmt::format(
-        "same work   {} samples/s   {}/s  (the same shuffled rows read by {} threads from the "
-        "same source without the loader, same run)\n",
-        FormatCount(r.same_work_samples_per_s), FormatBytes(r.same_work_bytes_per_s), s.workers);
+        "same work   {} samples/s   {}/s  (the same shuffled rows read by {} threads without "
+        "the loader, same run; {})\n",
+        FormatCount(r.same_work_samples_per_s), FormatBytes(r.same_work_bytes_per_s), s.workers,
+        r.same_work_fresh_opening ? "from a new opening of the source: its first touch paid, "
+                                    "as the loader's was"
+                                  : "from the loader's source, warmed by the run");
     out += fmt::format("ratio       {:.2f} of the same work (1.00: the loader adds nothing)\n",
                        r.ratio_to_same_work);
   }
   if (r.later_samples_per_s > 0) {
-    // The ceilings run after the loader on memory it warmed: these ratios compare like with
-    // like once the process's first touch of the source and its buffers is behind it.
+    // Against the ceilings on memory the run warmed (the memcpy's, the same work on the
+    // loader's own source): like with like once the process's first touch of the source and
+    // its buffers is behind it.
     std::string ratios;
     if (r.later_ratio_to_ceiling > 0) {
       ratios = fmt::format(": {:.2f} of the ceiling", r.later_ratio_to_ceiling);
       if (r.later_ratio_to_same_work > 0) {
-        ratios += fmt::format(", {:.2f} of the same work", r.later_ratio_to_same_work);
+        ratios += fmt::format(", {:.2f} of the same work on warm memory ({} samples/s)",
+                              r.later_ratio_to_same_work,
+                              FormatCount(r.same_work_warm_samples_per_s));
       }
     }
     out += fmt::format("later       {} samples/s over epochs 2-{}{} (the first took {:.2f} s)\n",

@@ -30,6 +30,12 @@ struct BenchConfig {
   bool measure_ceiling = true;
   bool monitor = true;  // Default: true: sample GPU/CPU/RAM and show them in the progress
   bool doctor = false;  // Default: false: diagnose the run at its end
+  // Default: none. Opens the run's source again, as it was opened (a new handle: its own
+  // file descriptors and mappings): the same-work ceiling then starts from a fresh opening
+  // and pays the first touch of the file (or shm cache) in this process, as the loader's
+  // run did. Without it, or when the loader reads something else (a RAM or device cache,
+  // packed groups), the same work reads the loader's own source.
+  std::function<std::shared_ptr<Source>()> reopen;
 };
 
 struct BenchProgress {
@@ -60,16 +66,22 @@ struct BenchResult {
   double ceiling_samples_per_s = 0;
   double ratio_to_ceiling = 0;
   // The same work without the loader: the same epochs' batches (the same shuffled rows)
-  // read by as many threads from the same source (the same memory: the cache or the file)
-  // with Source::Read into batch buffers, after the loader's run. 1.0 = the loader adds
-  // nothing. Its memory is warm (the loader's run touched it first), so a first epoch's
-  // page faults count against the loader.
+  // read by as many threads from the same data (the file or the shm cache) with Source::Read
+  // into batch buffers the run faulted in, after the loader's run. 1.0 = the loader adds
+  // nothing. same_work_fresh_opening: it read a fresh opening of the source
+  // (BenchConfig::reopen), so its first epoch paid this process's first touch of the mapping
+  // as the loader's did; false: it read the loader's own source, whose mapping the run had
+  // warmed (a first epoch's page-table faults then count against the loader).
   double same_work_samples_per_s = 0;
   double same_work_bytes_per_s = 0;
   double ratio_to_same_work = 0;
+  bool same_work_fresh_opening = false;
+  // The same work again on the loader's own source, warmed by the run: the yardstick for
+  // the epochs after the first (later_ratio_to_same_work).
+  double same_work_warm_samples_per_s = 0;
   // Epochs after the first (runs of 2 epochs or more; 0 otherwise): the rate once the
   // process has touched the source and its batch buffers, and its ratio to each ceiling
-  // (both are measured after the run, on memory the run warmed). first_epoch_s: first Next()
+  // measured on warm memory (the memcpy ceiling, same_work_warm_samples_per_s). first_epoch_s: first Next()
   // to the first epoch's last batch.
   double first_epoch_s = 0;
   double later_samples_per_s = 0;
