@@ -189,3 +189,27 @@ def test_the_cli_binary_hands_trials_to_python(storage):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 3
     assert "no study named 'nope'" in done.stderr and "studies there: real" in done.stderr
+
+
+def test_the_cli_binary_runs_the_python_it_was_built_for(storage, tmp_path):
+    """Without $GPUFEED_PYTHON or a PYTHONPATH, `gpufeed trials` from a build tree runs the
+    interpreter the package was built for and that tree's staged package, not the python3
+    first on PATH (here a stand-in that fails: on the development VM that python3 has no
+    torch and no gpufeed)."""
+    binary = os.environ.get("GPUFEED_BIN")
+    if not binary or not os.path.exists(binary):
+        pytest.skip("GPUFEED_BIN names no built gpufeed binary")
+    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
+        pytest.skip("the build's default interpreter is /usr/bin/python3; this is another")
+    url, _ = storage
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python3").write_text("#!/bin/sh\necho 'the python3 on PATH ran' >&2\nexit 42\n")
+    (fake / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUFEED_PYTHON", "PYTHONPATH")}
+    env["PATH"] = f"{fake}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run([binary, "trials", url, "--study", "nope"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert "the python3 on PATH ran" not in done.stderr
+    assert done.returncode == 3, done.stderr
+    assert "no study named 'nope'" in done.stderr
