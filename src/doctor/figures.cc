@@ -76,8 +76,13 @@ Figures Measure(const DoctorInput& in, Diagnosis& d) {
                    {"read", f.t.waited_read / w},           {"transform", f.t.waited_transform / w},
                    {"copy", f.t.waited_copy / w},           {"handoff", f.t.waited_handoff / w}};
   }
+  // At most 1: the window's batches may have been read before it began (prefetched while
+  // the loader started, or while the loop stepped), and over a window of a batch or two that
+  // made a figure of thousands of percent.
   d.worker_busy_fraction =
-      f.consumer > 0 ? (f.t.read + f.t.transform + f.t.copy) / (f.workers * f.consumer) : 0;
+      f.consumer > 0
+          ? std::min(1.0, (f.t.read + f.t.transform + f.t.copy) / (f.workers * f.consumer))
+          : 0;
   f.usable =
       in.cpu_limit_cores ? std::min<double>(in.cpu_count, *in.cpu_limit_cores) : in.cpu_count;
   f.batch_bytes = in.sample_bytes * static_cast<double>(in.batch_size);

@@ -105,6 +105,18 @@ TEST(DoctorRules, TooFewBatchesOrTooShortARunGiveNoVerdict) {
   EXPECT_EQ(Diagnose(DoctorInput{}).verdict, Verdict::kMeasuring);
 }
 
+// Batches read before the window (prefetched at start-up) against a loop of a fraction of a
+// millisecond: the workers' busy share stays a share.
+TEST(DoctorRules, WorkerBusyShareNeverExceedsOne) {
+  DoctorInput in = Recorded(/*wait=*/0.01, /*step=*/0.2, /*read=*/92, 0, 0, /*n=*/1);
+  in.min_seconds = 1.0;
+  Diagnosis d = Diagnose(in);
+  EXPECT_EQ(d.verdict, Verdict::kMeasuring);
+  EXPECT_DOUBLE_EQ(d.worker_busy_fraction, 1.0);
+  EXPECT_THAT(d.ToText(), HasSubstr("workers 100% busy"));
+  EXPECT_DOUBLE_EQ(Diagnose(Recorded(30, 10, 40)).worker_busy_fraction, 0.5);
+}
+
 // The stage named is the one the loop's wait was spent on, even where another stage takes
 // the workers longer in total.
 TEST(DoctorRules, TheStageIsTheOneTheWaitWasSpentOn) {
