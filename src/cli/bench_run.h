@@ -1,6 +1,6 @@
 // The measurement behind `gpufeed bench` and `gpufeed demo`: drive a Loader for some epochs
-// with an optional simulated GPU step, and measure in the same run the memcpy ceiling of the
-// same bytes with the same number of threads.
+// with an optional simulated GPU step, and measure in the same run two ceilings with the same
+// number of threads: the memcpy of the same bytes, and the same work without the loader.
 // Thread-safety: RunBench runs on the calling thread; the progress callback is called there.
 #pragma once
 
