@@ -59,12 +59,22 @@ def test_bench_of_a_file_measures_the_same_work_on_a_second_opening(tmp_path):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["same_work_fresh_opening"] is True
+    assert result["cache"] == ""  # none asked for
     assert result["same_work_samples_per_s"] > 0
     assert result["same_work_warm_samples_per_s"] > 0
     assert result["ratio_to_same_work"] == pytest.approx(
         result["samples_per_s"] / result["same_work_samples_per_s"], rel=1e-6)
     assert result["later_ratio_to_same_work"] == pytest.approx(
         result["later_samples_per_s"] / result["same_work_warm_samples_per_s"], rel=1e-6)
+    # A RAM copy is this process's own memory: the same work reads the loader's source.
+    ram = subprocess.run(
+        [binary, "bench", str(folder), "-b", "128", "-w", "2", "-e", "2", "-d", "cpu", "--json",
+         "-q", "--cache", "ram"],
+        capture_output=True, text=True, timeout=120)
+    assert ram.returncode == 0, ram.stderr
+    ram_result = json.loads(ram.stdout)
+    assert ram_result["cache"].startswith("ram ("), ram_result["cache"]
+    assert ram_result["same_work_fresh_opening"] is False
     text = subprocess.run(
         [binary, "bench", str(folder), "-b", "128", "-w", "2", "-e", "2", "-d", "cpu", "-q"],
         capture_output=True, text=True, timeout=120)

@@ -444,6 +444,7 @@ std::string BenchResult::ToJson() const {
   nlohmann::json j = {
       {"source", source},
       {"device", device},
+      {"cache", cache},  // what the cache chose and why; "" when none was asked for
       {"epochs", epochs},
       {"samples", samples},
       {"bytes", bytes},
