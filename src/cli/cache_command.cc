@@ -138,7 +138,7 @@ void RegisterCacheCommand(CLI::App& app) {
   CLI::App* cache = app.add_subcommand(
       "cache",
       "Your shared-memory caches (/dev/shm/gpufeed-user-UID/gpufeed-KEY): one copy of a data\n"
-      "set that every local process of yours maps. `cache='shm'` or 'auto' makes them; these\n"
+      "set that every local process of yours reads. `cache='shm'` or 'auto' makes them; these\n"
       "commands list, remove and collect them. Other users' caches are not visible or used;\n"
       "--group names a group's shared caches (Loader(shm_group=...)) instead.");
   cache->require_subcommand(1);
