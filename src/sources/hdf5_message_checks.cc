@@ -35,9 +35,17 @@ size_t CompoundMembers(const Hdf5MessageContext& c, const Bytes& m, size_t pos, 
   return pos;
 }
 
-// Enumeration: base type, names, values.
+// Enumeration: base type, names, values. libhdf5 sizes the values by the base type (it
+// allocates members x base size before it reads them), so the base type's size must be the
+// enumeration's own: a crafted base of 1.5 GB under a 1-byte enumeration made it allocate
+// 3 GB (found by hdf5_fuzz).
 size_t EnumMembers(const Hdf5MessageContext& c, const Bytes& m, size_t pos, unsigned version,
                    uint64_t bits, uint64_t size, int depth) {
+  const uint64_t base_size = m.Uint(pos + 4, 4);
+  if (base_size != size) {
+    c.Damaged(fmt::format("enumeration datatype of {} bytes over a base type of {} bytes", size,
+                          base_size));
+  }
   pos += CheckDatatypeMessage(c, m, pos, depth + 1);
   const uint64_t members = bits & 0xffff;
   for (uint64_t i = 0; i < members; ++i) {

@@ -52,6 +52,10 @@ const HostileCase kCases[] = {
     {"message_overrun", ErrorCode::kCorruptData, "runs past its block"},
     // Item 5: a local heap free list that loops (libhdf5 follows it forever).
     {"heap_free_list_loop", ErrorCode::kCorruptData, "its free list loops"},
+    // An enumeration whose base type claims 1.5 GB: libhdf5 would allocate 3 GB for its two
+    // values (found by hdf5_fuzz).
+    {"enum_base_size", ErrorCode::kCorruptData,
+     "enumeration datatype of 1 bytes over a base type of 1610612737 bytes"},
     // Chunk indexes of libver="latest" files (layout version 4), read by gpufeed itself: a
     // fixed array block changed after its checksum; a fixed array header (checksum intact)
     // claiming 2^40 entries; two extensible array pointers naming one data block; a v2

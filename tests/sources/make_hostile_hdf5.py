@@ -348,6 +348,27 @@ def dense_heap_checksum(path):
     open(path, 'wb').write(data)
 
 
+def enum_base_size(path):
+    # An enumeration of 1-byte values over a base type claiming 1.5 GB: libhdf5 allocates
+    # members x base size for the values (3 GB here) before it reads them (found by hdf5_fuzz).
+    with h5py.File(path, 'w', libver='earliest') as f:
+        f.create_dataset('x', data=np.array([0, 1, 1], dtype=np.int8),
+                         dtype=h5py.enum_dtype({'FALSE': 0, 'TRUE': 1}, basetype='i1'))
+    with h5py.File(path, 'r') as f:
+        header = h5py.h5o.get_info(f['x'].id).addr
+    data = bytearray(open(path, 'rb').read())
+    pos = header + 16  # v1 header prefix, then messages: type(2) size(2) flags(1) reserved(3)
+    for _ in range(struct.unpack_from('<H', data, header + 2)[0]):
+        kind, size = struct.unpack_from('<HH', data, pos)
+        body = pos + 8
+        if kind == 3 and data[body] & 0x0f == 8:  # the datatype message, an enumeration
+            struct.pack_into('<I', data, body + 8 + 4, 0x60000001)  # its base type's size
+            open(path, 'wb').write(data)
+            return
+        pos = body + size
+    raise SystemExit('enum_base_size: no enumeration datatype message in ' + path)
+
+
 CASES = {
     'grid_overflow': grid_overflow,
     'grid_huge': grid_huge,
@@ -360,6 +381,7 @@ CASES = {
     'symbol_node_overflow': symbol_node_overflow,
     'message_overrun': message_overrun,
     'heap_free_list_loop': heap_free_list_loop,
+    'enum_base_size': enum_base_size,
     'fa_checksum': fa_checksum,
     'fa_count': fa_count,
     'earray_shared': earray_shared,
