@@ -26,6 +26,7 @@ constexpr unsigned kDatatype = 0x0003;
 constexpr unsigned kFillOld = 0x0004;
 constexpr unsigned kFill = 0x0005;
 constexpr unsigned kLink = 0x0006;
+constexpr unsigned kExternalFiles = 0x0007;
 constexpr unsigned kLayout = 0x0008;
 constexpr unsigned kPipeline = 0x000B;
 constexpr unsigned kContinuation = 0x0010;
@@ -227,6 +228,9 @@ class StructureWalker {
       case kPipeline:
         CheckPipelineMessage(ctx_, m);
         break;
+      case kExternalFiles:
+        CheckExternalFileList(m, what);
+        break;
       case kSymbolTable:
         CheckGroupTree(m.Uint(0, o_), m.Uint(o_, o_));
         break;
@@ -375,6 +379,27 @@ class StructureWalker {
           fmt::format("{}: name at heap offset {} is not a terminated string inside the "
                       "heap ({} bytes)",
                       what, offset, heap.size()));
+    }
+  }
+
+  // The external file list of a dataset whose data lies in other files: libhdf5 reads its
+  // local heap (allocating the heap's stated size) and each used slot's file name from it
+  // when it opens the dataset. Version, slot counts, the heap and every name checked.
+  void CheckExternalFileList(const Bytes& m, const std::string& what) {
+    const uint64_t version = m.Uint(0, 1);
+    if (version != 1) Damaged(fmt::format("{}: external file list version {}", what, version));
+    const uint64_t allocated = m.Uint(4, 2);
+    const uint64_t used = m.Uint(6, 2);
+    if (used > allocated) {
+      Damaged(fmt::format("{}: external file list uses {} of its {} slots", what, used,
+                          allocated));
+    }
+    const uint64_t heap_addr = m.Uint(8, o_);
+    const size_t slots = 8 + o_;
+    m.Need(slots, used * 3 * l_);  // name offset, file offset, size: used <= 65535
+    const std::vector<uint8_t>& heap = LocalHeap(heap_addr);
+    for (uint64_t i = 0; i < used; ++i) {
+      CheckName(heap, m.Uint(slots + i * 3 * l_, l_), what + ": external file name");
     }
   }
 

@@ -56,6 +56,10 @@ const HostileCase kCases[] = {
     // values (found by hdf5_fuzz).
     {"enum_base_size", ErrorCode::kCorruptData,
      "enumeration datatype of 1 bytes over a base type of 1610612737 bytes"},
+    // An external dataset whose file-name heap claims 0x31313131313131 bytes: libhdf5 would
+    // allocate that much on open (found by hdf5_fuzz).
+    {"external_heap_size", ErrorCode::kCorruptData,
+     "(13846361207288113 bytes) lies past the end of the file"},
     // Chunk indexes of libver="latest" files (layout version 4), read by gpufeed itself: a
     // fixed array block changed after its checksum; a fixed array header (checksum intact)
     // claiming 2^40 entries; two extensible array pointers naming one data block; a v2

@@ -369,6 +369,31 @@ def enum_base_size(path):
     raise SystemExit('enum_base_size: no enumeration datatype message in ' + path)
 
 
+def external_heap_size(path):
+    # A dataset stored in an external file whose file-name heap claims 0x31313131313131 bytes:
+    # libhdf5 allocates the heap's stated size when it opens the dataset (found by hdf5_fuzz).
+    folder = os.path.dirname(path)
+    with open(os.path.join(folder, 'external_heap_size.bin'), 'wb') as ext:
+        ext.write(np.arange(3, dtype=np.int32).tobytes())
+    with h5py.File(path, 'w', libver='earliest') as f:
+        f.create_dataset('x', shape=(3,), dtype='<i4',
+                         external=[('external_heap_size.bin', 0, 12)])
+    with h5py.File(path, 'r') as f:
+        header = h5py.h5o.get_info(f['x'].id).addr
+    data = bytearray(open(path, 'rb').read())
+    pos = header + 16  # v1 header prefix, then messages: type(2) size(2) flags(1) reserved(3)
+    for _ in range(struct.unpack_from('<H', data, header + 2)[0]):
+        kind, size = struct.unpack_from('<HH', data, pos)
+        body = pos + 8
+        if kind == 7:  # the external file list: version, reserved(3), slots(2 + 2), heap
+            heap = struct.unpack_from('<Q', data, body + 8)[0]
+            struct.pack_into('<Q', data, heap + 8, 0x31313131313131)  # its data size
+            open(path, 'wb').write(data)
+            return
+        pos = body + size
+    raise SystemExit('external_heap_size: no external file list message in ' + path)
+
+
 CASES = {
     'grid_overflow': grid_overflow,
     'grid_huge': grid_huge,
@@ -382,6 +407,7 @@ CASES = {
     'message_overrun': message_overrun,
     'heap_free_list_loop': heap_free_list_loop,
     'enum_base_size': enum_base_size,
+    'external_heap_size': external_heap_size,
     'fa_checksum': fa_checksum,
     'fa_count': fa_count,
     'earray_shared': earray_shared,
