@@ -5,6 +5,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -33,6 +34,7 @@ constexpr unsigned kContinuation = 0x0010;
 constexpr unsigned kSymbolTable = 0x0011;
 constexpr unsigned kBTreeK = 0x0013;
 constexpr unsigned kAttributeInfo = 0x0015;
+constexpr unsigned kRefCount = 0x0016;
 
 constexpr uint64_t kMaxObjects = uint64_t{1} << 20;
 constexpr int kMaxTreeLevel = 64;
@@ -60,12 +62,13 @@ class StructureWalker {
       CheckHeader(sb_.extension_address);
       extension_ = false;
     }
-    pending_.push_back(sb_.root_header_address);
+    HardLink(sb_.root_header_address);  // the superblock's pointer is the root's one link
     while (!pending_.empty()) {
       const uint64_t addr = pending_.back();
       pending_.pop_back();
       CheckHeader(addr);
     }
+    CheckLinkCounts();
     return summary_;
   }
 
@@ -125,6 +128,30 @@ class StructureWalker {
 
   // ---- object headers -------------------------------------------------------------------
 
+  // A hard link to the object header at `addr` (a group's entry, a link message, the root's
+  // pointer): counted, and the header queued for checking.
+  void HardLink(uint64_t addr) {
+    ++links_[addr];
+    pending_.push_back(addr);
+  }
+
+  // libhdf5's visit of a group tree (H5Ovisit2, which lists the datasets) remembers an object
+  // only when its reference count says more than one link reaches it: an object reached by
+  // more links than that is visited once per path, endlessly around a cycle (a group linking
+  // to itself: the stack overflows; found by hdf5_fuzz), exponentially along chains.
+  void CheckLinkCounts() const {
+    for (const auto& [addr, links] : links_) {
+      if (links < 2) continue;
+      const auto rc = ref_counts_.find(addr);
+      const uint64_t count = rc == ref_counts_.end() ? 1 : rc->second;
+      if (count < 2) {
+        Damaged(fmt::format("object header at offset {} is reached by {} hard links but its "
+                            "reference count is {}",
+                            addr, links, count));
+      }
+    }
+  }
+
   void CheckHeader(uint64_t addr) {
     if (!headers_.insert(addr).second) return;  // hard links may share an object
     if (headers_.size() > kMaxObjects) {
@@ -151,6 +178,7 @@ class StructureWalker {
       blocks.push_back({AddOrDamaged(addr, pos + width, what), h.Uint(pos, width)});
     } else {
       if (h.Uint(0, 1) != 1) Damaged(fmt::format("{} has version {}", what, h.Uint(0, 1)));
+      ref_counts_[addr] = h.Uint(4, 4);  // version 2 keeps it in a message (kRefCount)
       blocks.push_back({AddOrDamaged(addr, 16, what), h.Uint(8, 4)});
     }
     for (size_t b = 0; b < blocks.size(); ++b) {
@@ -191,6 +219,10 @@ class StructureWalker {
           }
           blocks.push_back({at, length});
         } else {
+          if (type == kRefCount) {
+            if (flags & 0x02) Damaged(msg_what + ": a shared reference count");
+            ref_counts_[addr] = msg.Uint(1, 4);  // version, count
+          }
           CheckMessage(type, flags, msg, msg_what);
         }
         pos = start + size;
@@ -303,11 +335,12 @@ class StructureWalker {
     if (name == 0) Damaged("link with an empty name");
     m.Need(pos, name);
     std::string link_name(reinterpret_cast<const char*>(m.span().data() + pos), name);
+    CheckLinkName(link_name, "link message");
     pos += name;
     if (kind == 0) {
       const uint64_t addr = m.Uint(pos, o_);
       CheckAddressInFile(addr, "hard link target");
-      pending_.push_back(addr);
+      HardLink(addr);
     } else if (kind == 1 || kind >= 64) {
       const uint64_t len = m.Uint(pos, 2);
       if (kind == 1 && len == 0) Damaged("soft link with an empty target");
@@ -403,6 +436,17 @@ class StructureWalker {
     }
   }
 
+  // A link's name: libhdf5 resolves names as paths, so one holding a '/' or one that is "."
+  // names another object than the link's (the root, the group itself): its visit of the
+  // tree then recurses without end (a link named "/": the stack overflowed; found by
+  // hdf5_fuzz). h5py and libhdf5 refuse to create such names.
+  void CheckLinkName(std::string_view name, const std::string& what) const {
+    if (name.find('/') != std::string_view::npos || name == ".") {
+      Damaged(fmt::format("{}: a link named '{}' (names hold no '/' and are not '.')", what,
+                          name));
+    }
+  }
+
   void CheckGroupTree(uint64_t btree, uint64_t heap_addr) {
     const std::vector<uint8_t>& heap = LocalHeap(heap_addr);
     CheckGroupNode(btree, -1, heap, 0);
@@ -456,7 +500,9 @@ class StructureWalker {
     Bytes b(body, &what);
     for (uint64_t i = 0; i < symbols; ++i) {
       const size_t at = i * entry;
-      CheckName(heap, b.Uint(at, l_), what);
+      const uint64_t name = b.Uint(at, l_);
+      CheckName(heap, name, what);  // terminated inside the heap
+      CheckLinkName(reinterpret_cast<const char*>(heap.data() + name), what);
       const uint64_t header = b.Uint(at + l_, o_);
       const uint64_t cache = b.Uint(at + l_ + o_, 4);
       if (cache > 2) Damaged(fmt::format("{}: entry {} has cache type {}", what, i, cache));
@@ -469,7 +515,7 @@ class StructureWalker {
         continue;
       }
       CheckAddressInFile(header, what + ": object header");
-      pending_.push_back(header);
+      HardLink(header);
     }
   }
 
@@ -484,6 +530,8 @@ class StructureWalker {
   bool extension_ = false;
   std::vector<uint64_t> pending_;
   std::unordered_set<uint64_t> headers_, continuations_, nodes_;
+  std::unordered_map<uint64_t, uint64_t> links_;       // hard links reaching each header
+  std::unordered_map<uint64_t, uint64_t> ref_counts_;  // each header's reference count
   std::unordered_map<uint64_t, std::vector<uint8_t>> heaps_;
   Hdf5StructureSummary summary_;
 };

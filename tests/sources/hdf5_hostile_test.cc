@@ -60,6 +60,13 @@ const HostileCase kCases[] = {
     // allocate that much on open (found by hdf5_fuzz).
     {"external_heap_size", ErrorCode::kCorruptData,
      "(13846361207288113 bytes) lies past the end of the file"},
+    // A group linking to itself whose reference count says one link: libhdf5 lists the
+    // datasets by recursing around the cycle until the stack overflows (found by hdf5_fuzz).
+    {"group_cycle", ErrorCode::kCorruptData,
+     "is reached by 2 hard links but its reference count is 1"},
+    // A group entry named "z/": names are resolved as paths (one named "/" made libhdf5's
+    // visit recurse until the stack overflowed; found by hdf5_fuzz).
+    {"link_name_slash", ErrorCode::kCorruptData, "a link named 'z/'"},
     // Chunk indexes of libver="latest" files (layout version 4), read by gpufeed itself: a
     // fixed array block changed after its checksum; a fixed array header (checksum intact)
     // claiming 2^40 entries; two extensible array pointers naming one data block; a v2

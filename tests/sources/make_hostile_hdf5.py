@@ -394,6 +394,35 @@ def external_heap_size(path):
     raise SystemExit('external_heap_size: no external file list message in ' + path)
 
 
+def group_cycle(path):
+    # A group holding a hard link to itself whose reference count says one link: libhdf5's
+    # H5Ovisit2 tracks only objects counted as linked more than once, so it recurses around
+    # the cycle until the stack overflows (found by hdf5_fuzz).
+    with h5py.File(path, 'w', libver='earliest') as f:
+        f['x'] = np.arange(10)
+        g = f.create_group('g')
+        g['again'] = g  # a second hard link: the group's count becomes 2
+    with h5py.File(path, 'r') as f:
+        header = h5py.h5o.get_info(f['g'].id).addr
+    data = bytearray(open(path, 'rb').read())
+    assert struct.unpack_from('<I', data, header + 4)[0] == 2
+    struct.pack_into('<I', data, header + 4, 1)  # v1 header: version, reserved, count(2), rc(4)
+    open(path, 'wb').write(data)
+
+
+def link_name_slash(path):
+    # A group entry whose name holds a '/': libhdf5 resolves it as a path (a name of '/' is
+    # the root, and its visit recursed until the stack overflowed; found by hdf5_fuzz).
+    with h5py.File(path, 'w', libver='earliest') as f:
+        f['x'] = np.arange(10)
+        f.create_group('zz')
+    data = bytearray(open(path, 'rb').read())
+    at = data.find(b'zz\x00')
+    assert at > 0
+    data[at + 1] = ord('/')
+    open(path, 'wb').write(data)
+
+
 CASES = {
     'grid_overflow': grid_overflow,
     'grid_huge': grid_huge,
@@ -408,6 +437,8 @@ CASES = {
     'heap_free_list_loop': heap_free_list_loop,
     'enum_base_size': enum_base_size,
     'external_heap_size': external_heap_size,
+    'group_cycle': group_cycle,
+    'link_name_slash': link_name_slash,
     'fa_checksum': fa_checksum,
     'fa_count': fa_count,
     'earray_shared': earray_shared,
