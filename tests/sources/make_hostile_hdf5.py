@@ -348,25 +348,31 @@ def dense_heap_checksum(path):
     open(path, 'wb').write(data)
 
 
+def v1_message(path, dataset, kind):
+    """The file's bytes and the offset of the body of `dataset`'s first header message of type
+    `kind`, in the version-1 object header libver='earliest' writes."""
+    with h5py.File(path, 'r') as f:
+        header = h5py.h5o.get_info(f[dataset].id).addr
+    data = bytearray(open(path, 'rb').read())
+    pos = header + 16  # v1 header prefix, then messages: type(2) size(2) flags(1) reserved(3)
+    for _ in range(struct.unpack_from('<H', data, header + 2)[0]):
+        mtype, size = struct.unpack_from('<HH', data, pos)
+        if mtype == kind:
+            return data, pos + 8
+        pos += 8 + size
+    raise SystemExit(f'{path}: dataset {dataset} has no header message of type {kind}')
+
+
 def enum_base_size(path):
     # An enumeration of 1-byte values over a base type claiming 1.5 GB: libhdf5 allocates
     # members x base size for the values (3 GB here) before it reads them (found by hdf5_fuzz).
     with h5py.File(path, 'w', libver='earliest') as f:
         f.create_dataset('x', data=np.array([0, 1, 1], dtype=np.int8),
                          dtype=h5py.enum_dtype({'FALSE': 0, 'TRUE': 1}, basetype='i1'))
-    with h5py.File(path, 'r') as f:
-        header = h5py.h5o.get_info(f['x'].id).addr
-    data = bytearray(open(path, 'rb').read())
-    pos = header + 16  # v1 header prefix, then messages: type(2) size(2) flags(1) reserved(3)
-    for _ in range(struct.unpack_from('<H', data, header + 2)[0]):
-        kind, size = struct.unpack_from('<HH', data, pos)
-        body = pos + 8
-        if kind == 3 and data[body] & 0x0f == 8:  # the datatype message, an enumeration
-            struct.pack_into('<I', data, body + 8 + 4, 0x60000001)  # its base type's size
-            open(path, 'wb').write(data)
-            return
-        pos = body + size
-    raise SystemExit('enum_base_size: no enumeration datatype message in ' + path)
+    data, body = v1_message(path, 'x', 3)  # the datatype message
+    assert data[body] & 0x0f == 8  # an enumeration; its base type follows its 8-byte head
+    struct.pack_into('<I', data, body + 8 + 4, 0x60000001)  # the base type's size
+    open(path, 'wb').write(data)
 
 
 def external_heap_size(path):
@@ -378,20 +384,11 @@ def external_heap_size(path):
     with h5py.File(path, 'w', libver='earliest') as f:
         f.create_dataset('x', shape=(3,), dtype='<i4',
                          external=[('external_heap_size.bin', 0, 12)])
-    with h5py.File(path, 'r') as f:
-        header = h5py.h5o.get_info(f['x'].id).addr
-    data = bytearray(open(path, 'rb').read())
-    pos = header + 16  # v1 header prefix, then messages: type(2) size(2) flags(1) reserved(3)
-    for _ in range(struct.unpack_from('<H', data, header + 2)[0]):
-        kind, size = struct.unpack_from('<HH', data, pos)
-        body = pos + 8
-        if kind == 7:  # the external file list: version, reserved(3), slots(2 + 2), heap
-            heap = struct.unpack_from('<Q', data, body + 8)[0]
-            struct.pack_into('<Q', data, heap + 8, 0x31313131313131)  # its data size
-            open(path, 'wb').write(data)
-            return
-        pos = body + size
-    raise SystemExit('external_heap_size: no external file list message in ' + path)
+    # The external file list: version, reserved(3), slots(2 + 2), its heap's address.
+    data, body = v1_message(path, 'x', 7)
+    heap = struct.unpack_from('<Q', data, body + 8)[0]
+    struct.pack_into('<Q', data, heap + 8, 0x31313131313131)  # the heap's data size
+    open(path, 'wb').write(data)
 
 
 def group_cycle(path):
