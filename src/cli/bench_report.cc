@@ -67,9 +67,9 @@ std::string FormatBenchReport(const BenchResult& r) {
     if (r.later_ratio_to_ceiling > 0) {
       ratios = fmt::format(": {:.2f} of the ceiling", r.later_ratio_to_ceiling);
       if (r.later_ratio_to_same_work > 0) {
-        ratios += fmt::format(", {:.2f} of the same work on warm memory ({} samples/s)",
-                              r.later_ratio_to_same_work,
-                              FormatCount(r.same_work_warm_samples_per_s));
+        ratios +=
+            fmt::format(", {:.2f} of the same work on warm memory ({} samples/s)",
+                        r.later_ratio_to_same_work, FormatCount(r.same_work_warm_samples_per_s));
       }
     }
     out += fmt::format("later       {} samples/s over epochs 2-{}{} (the first took {:.2f} s)\n",

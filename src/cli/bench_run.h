@@ -81,8 +81,8 @@ struct BenchResult {
   double same_work_warm_samples_per_s = 0;
   // Epochs after the first (runs of 2 epochs or more; 0 otherwise): the rate once the
   // process has touched the source and its batch buffers, and its ratio to each ceiling
-  // measured on warm memory (the memcpy ceiling, same_work_warm_samples_per_s). first_epoch_s: first Next()
-  // to the first epoch's last batch.
+  // measured on warm memory (the memcpy ceiling, same_work_warm_samples_per_s). first_epoch_s:
+  // first Next() to the first epoch's last batch.
   double first_epoch_s = 0;
   double later_samples_per_s = 0;
   double later_ratio_to_ceiling = 0;

@@ -145,9 +145,10 @@ class StructureWalker {
       const auto rc = ref_counts_.find(addr);
       const uint64_t count = rc == ref_counts_.end() ? 1 : rc->second;
       if (count < 2) {
-        Damaged(fmt::format("object header at offset {} is reached by {} hard links but its "
-                            "reference count is {}",
-                            addr, links, count));
+        Damaged(
+            fmt::format("object header at offset {} is reached by {} hard links but its "
+                        "reference count is {}",
+                        addr, links, count));
       }
     }
   }
@@ -424,8 +425,7 @@ class StructureWalker {
     const uint64_t allocated = m.Uint(4, 2);
     const uint64_t used = m.Uint(6, 2);
     if (used > allocated) {
-      Damaged(fmt::format("{}: external file list uses {} of its {} slots", what, used,
-                          allocated));
+      Damaged(fmt::format("{}: external file list uses {} of its {} slots", what, used, allocated));
     }
     const uint64_t heap_addr = m.Uint(8, o_);
     const size_t slots = 8 + o_;
@@ -442,8 +442,7 @@ class StructureWalker {
   // hdf5_fuzz). h5py and libhdf5 refuse to create such names.
   void CheckLinkName(std::string_view name, const std::string& what) const {
     if (name.find('/') != std::string_view::npos || name == ".") {
-      Damaged(fmt::format("{}: a link named '{}' (names hold no '/' and are not '.')", what,
-                          name));
+      Damaged(fmt::format("{}: a link named '{}' (names hold no '/' and are not '.')", what, name));
     }
   }
 
