@@ -36,10 +36,11 @@ struct Figures {
 // (warm).
 Figures Measure(size_t bytes, bool huge, int threads, double idle_s) {
   constexpr size_t kAlign = size_t{2} << 20;
-  void* raw = mmap(nullptr, bytes + kAlign, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+  void* raw =
+      mmap(nullptr, bytes + kAlign, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) throw std::runtime_error("mmap failed");
-  auto* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + kAlign - 1) & ~(kAlign - 1));
+  auto* p =
+      reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + kAlign - 1) & ~(kAlign - 1));
   madvise(p, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   std::this_thread::sleep_for(std::chrono::duration<double>(idle_s));
   Figures f;
