@@ -12,9 +12,11 @@
 #include <sys/mman.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -38,7 +40,10 @@ Figures Measure(size_t bytes, bool huge, int threads, double idle_s) {
   constexpr size_t kAlign = size_t{2} << 20;
   void* raw =
       mmap(nullptr, bytes + kAlign, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) throw std::runtime_error("mmap failed");
+  if (raw == MAP_FAILED) {
+    throw std::runtime_error(
+        fmt::format("mmap of {} bytes failed: {}", bytes, std::strerror(errno)));
+  }
   auto* p =
       reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + kAlign - 1) & ~(kAlign - 1));
   madvise(p, bytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
@@ -62,23 +67,8 @@ Figures Measure(size_t bytes, bool huge, int threads, double idle_s) {
   return f;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"First touch of fresh memory: the floor under a new process's first batches"};
-  size_t mib = 512;
-  double idle_s = 15;
-  double batch_mib = 67;
-  app.add_option("--mib", mib, "Fresh memory per case, MiB")->check(CLI::Range(16, 1 << 16));
-  app.add_option("--idle-s", idle_s, "Idle seconds before each touch (lets the host reclaim)")
-      ->check(CLI::Range(0.0, 600.0));
-  app.add_option("--batch-mib", batch_mib, "Batch buffer size to price, MiB (8192 x 8 KB = 67)")
-      ->check(CLI::Range(1.0, 65536.0));
-  CLI11_PARSE(app, argc, argv);
-  const size_t bytes = mib << 20;
-  fmt::print("{} MiB of fresh memory per case, {} s idle before each touch\n", mib, idle_s);
-  fmt::print("{:<24} {:>12} {:>14} {:>12} {:>16}\n", "case", "first touch", "", "warm rewrite",
-             fmt::format("{} MiB buffer", batch_mib));
+// Prints the four cases.
+void Run(size_t bytes, double idle_s, double batch_mib) {
   for (const bool huge : {true, false}) {
     for (const int threads : {1, 2}) {
       const Figures f = Measure(bytes, huge, threads, idle_s);
@@ -89,6 +79,31 @@ int main(int argc, char** argv) {
                  f.touch_s, gbs, static_cast<double>(bytes) / f.warm_s / 1e9,
                  batch_mib * (1 << 20) / (gbs * 1e9));
     }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"First touch of fresh memory: the floor under a new process's first batches"};
+  size_t mib = 512;
+  double idle_s = 15;
+  double batch_mib = 67;
+  app.add_option("--mib", mib, "Fresh memory per case, MiB")->check(CLI::Range(16, 1 << 14));
+  app.add_option("--idle-s", idle_s, "Idle seconds before each touch (lets the host reclaim)")
+      ->check(CLI::Range(0.0, 600.0));
+  app.add_option("--batch-mib", batch_mib, "Batch buffer size to price, MiB (8192 x 8 KB = 67)")
+      ->check(CLI::Range(1.0, 65536.0));
+  CLI11_PARSE(app, argc, argv);
+  const size_t bytes = mib << 20;
+  fmt::print("{} MiB of fresh memory per case, {} s idle before each touch\n", mib, idle_s);
+  fmt::print("{:<24} {:>12} {:>14} {:>12} {:>16}\n", "case", "first touch", "", "warm rewrite",
+             fmt::format("{} MiB buffer", batch_mib));
+  try {
+    Run(bytes, idle_s, batch_mib);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bench_first_touch: {}\n", e.what());
+    return 1;
   }
   return 0;
 }
