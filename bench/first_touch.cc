@@ -16,7 +16,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -97,6 +99,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const size_t bytes = mib << 20;
   fmt::print("{} MiB of fresh memory per case, {} s idle before each touch\n", mib, idle_s);
+  // "2 MiB pages" asks for them with MADV_HUGEPAGE; the kernel gives them only when this
+  // says "always" or "madvise".
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(thp, mode);
+  fmt::print("transparent huge pages: {}\n", mode.empty() ? "unknown" : mode);
   fmt::print("{:<24} {:>12} {:>14} {:>12} {:>16}\n", "case", "first touch", "", "warm rewrite",
              fmt::format("{} MiB buffer", batch_mib));
   try {

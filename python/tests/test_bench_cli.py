@@ -1,6 +1,7 @@
 """`gpufeed bench --json`: both ceilings and the ratio to each, from the same run."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -81,6 +82,23 @@ def test_bench_of_a_file_measures_the_same_work_on_a_second_opening(tmp_path):
     assert text.returncode == 0, text.stderr
     assert "from a new opening of the source" in text.stdout
     assert "of the same work on warm memory" in text.stdout
+
+
+def test_bench_text_gives_the_rate_of_its_first_touch():
+    # A new process's batch buffers (here 2048 x 8 KB, from the process-wide pool) are fresh
+    # memory; the line gives its rate, which tells the kernel's zeroing (memset speed) from a
+    # VM's host backing fresh memory (well under 1 GB/s).
+    binary = os.environ.get("GPUFEED_BIN")
+    if not binary:
+        pytest.skip("GPUFEED_BIN (the built CLI) is not set")
+    out = subprocess.run(
+        [binary, "bench", "--synthetic", "mel:float32[1,64,32],label:int64", "--samples",
+         "20000", "-b", "2048", "-w", "2", "-e", "1", "-d", "cpu", "-q"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"first touch \S+ \S+ of fresh batch memory faulted in, [0-9.]+ "
+                     r"worker-seconds \([0-9.,]+ [kKMGT]?B/s: the kernel zeroes each page",
+                     out.stdout), out.stdout
 
 
 def test_demo_runs_for_its_seconds_and_reports_the_verdict_as_json(tmp_path):

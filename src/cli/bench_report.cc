@@ -78,16 +78,16 @@ std::string FormatBenchReport(const BenchResult& r) {
   if (r.fresh_batch_memory_bytes > 0) {
     // The rate tells the two costs apart: the kernel zeroing a page runs at memset speed; a
     // VM's host backing memory it has not yet given (or took back) runs at well under 1 GB/s.
-    const double rate =
-        r.fresh_batch_memory_s > 0
-            ? static_cast<double>(r.fresh_batch_memory_bytes) / r.fresh_batch_memory_s
-            : 0;
+    const std::string rate = r.fresh_batch_memory_s > 0
+                                 ? FormatBytes(static_cast<double>(r.fresh_batch_memory_bytes) /
+                                               r.fresh_batch_memory_s) +
+                                       "/s: "
+                                 : "";
     out += fmt::format(
-        "first touch {} of fresh batch memory faulted in, {:.2f} worker-seconds ({}/s: the "
+        "first touch {} of fresh batch memory faulted in, {:.2f} worker-seconds ({}the "
         "kernel zeroes each page, and on a VM the host may have to back it first; a later "
         "loader in this process reuses it)\n",
-        FormatBytes(static_cast<double>(r.fresh_batch_memory_bytes)), r.fresh_batch_memory_s,
-        FormatBytes(rate));
+        FormatBytes(static_cast<double>(r.fresh_batch_memory_bytes)), r.fresh_batch_memory_s, rate);
   }
   out += fmt::format("first batch {:.3f} s after the first Next(); loader set up in {:.3f} s\n",
                      r.time_to_first_batch_s, r.setup_s);
