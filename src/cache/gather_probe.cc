@@ -137,10 +137,10 @@ GatherRates ProbeGatherRates(const Source& source) {
             const uint64_t k = index / per;
             const uint64_t first = k * per;
             if (k != held) {
-              const uint64_t rows =
+              const uint64_t in_block =
                   std::min<uint64_t>(static_cast<uint64_t>(probe_rows), first + per) - first;
-              read(block.data(), rows * row, first * row);
-              sink += HashShmBlock(block.data(), rows * row);
+              read(block.data(), in_block * row, first * row);
+              sink += HashShmBlock(block.data(), in_block * row);
               held = k;
             }
             std::memcpy(dst, block.data() + (index - first) * row, row);

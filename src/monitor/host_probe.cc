@@ -98,7 +98,8 @@ void HostProbe::SampleTree(TimePoint now, double dt, HostSample& sample,
     sample.tree_rss_bytes = tree->rss_bytes;
     std::unordered_map<pid_t, MemberTicks> member_ticks;
     for (const ProcessTreeMember& m : tree->members) {
-      ProcessSample p{.pid = m.pid, .ppid = m.ppid, .name = m.name, .rss_bytes = m.rss_bytes};
+      ProcessSample p{
+          .pid = m.pid, .ppid = m.ppid, .name = m.name, .cpu_cores = {}, .rss_bytes = m.rss_bytes};
       auto last = last_member_ticks_.find(m.pid);
       if (rates && last != last_member_ticks_.end() && last->second.start_time == m.start_time &&
           m.own_ticks >= last->second.ticks) {

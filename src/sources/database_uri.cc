@@ -7,8 +7,8 @@
 #include <charconv>
 #include <string_view>
 
-#include "gpufeed/database.h"
 #include "core/text.h"
+#include "gpufeed/database.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -84,10 +84,14 @@ std::string TakeOptions(std::string_view params, DatabaseOptions& options) {
     } else {
 // g++ 12 warns -Wrestrict on `"literal" + std::string` inside libstdc++ (a false positive,
 // GCC bug 105329); silenced for this line only.
+#if defined(__GNUC__) && !defined(__clang__)  // clang has no -Wrestrict
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wrestrict"
+#endif
       rest += (rest.empty() ? "" : "&") + std::string(pair);
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
     }
   }
   return rest;
