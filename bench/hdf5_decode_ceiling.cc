@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "gpufeed/file.h"
-#include "sources/hdf5_codecs.h"
-#include "sources/hdf5_dataset.h"
-#include "sources/hdf5_filters.h"
-#include "sources/hdf5_library.h"
+#include "sources/hdf5/codecs.h"
+#include "sources/hdf5/dataset.h"
+#include "sources/hdf5/filters.h"
+#include "sources/hdf5/library.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "sources/image_list.h"
+#include "images/list.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"libjpeg-turbo full-size decode rate of an ImageFolder's JPEGs"};

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "sources/image_source.h"
+#include "images/source.h"
 
 namespace {
 

@@ -59,7 +59,7 @@
 #include "core/proc_text.h"
 #include "core/row_gather.h"
 #include "gpufeed/file.h"
-#include "sources/npy_header.h"
+#include "sources/numpy/npy_header.h"
 
 namespace {
 

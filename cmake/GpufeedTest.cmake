@@ -15,7 +15,7 @@ function(gpufeed_add_test name)
   # the tests spend their time.
   target_compile_options(${name} PRIVATE -O0)
   # Where test files written by h5py are kept for every later test process of this tree
-  # (tests/sources/hdf5_test_files.h: SharedFixtureDir).
+  # (tests/sources/hdf5/test_files.h: SharedFixtureDir).
   target_compile_definitions(${name} PRIVATE
     GPUFEED_TEST_FIXTURE_ROOT="${PROJECT_BINARY_DIR}/test-fixtures")
   if("tsan" IN_LIST ARG_LABELS)

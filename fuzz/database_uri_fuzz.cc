@@ -5,7 +5,7 @@
 #include <string>
 
 #include "gpufeed/error.h"
-#include "sources/database_uri.h"
+#include "sources/db/uri.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string uri(reinterpret_cast<const char*>(data), size);

@@ -14,7 +14,7 @@
 
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
-#include "sources/hdf5_inspect.h"
+#include "sources/hdf5/inspect.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Fuzzes the image decoders (sources/image_decode.h): a file's header, its whole decode at a
+// Fuzzes the image decoders (images/decode.h): a file's header, its whole decode at a
 // DCT scale, and the window decode the streaming source uses for a random crop (libjpeg's
 // jpeg_crop_scanline and jpeg_skip_scanlines), then the orientation and the resampling of
 // what came out. Any input must decode or throw gpufeed::Error, never crash or read out of
@@ -12,8 +12,8 @@
 #include <string>
 
 #include "gpufeed/error.h"
-#include "sources/image_decode.h"
-#include "sources/image_resample.h"
+#include "images/decode.h"
+#include "images/resample.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 5) return 0;

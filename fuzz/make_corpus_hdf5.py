@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Seed corpus for hdf5_fuzz: small valid files of every layout gpufeed reads, plus the
-crafted regression files of tests/sources/make_hostile_hdf5.py. Run with Debian's
+crafted regression files of tests/sources/hdf5/make_hostile_hdf5.py. Run with Debian's
 /usr/bin/python3 (h5py):
 
     make_corpus_hdf5.py OUT_DIR

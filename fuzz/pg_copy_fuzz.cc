@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gpufeed/error.h"
-#include "sources/postgres_copy.h"
+#include "sources/db/postgres_copy.h"
 
 namespace {
 

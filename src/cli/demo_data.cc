@@ -15,9 +15,9 @@
 #include "gpufeed/hdf5.h"
 #include "gpufeed/sources.h"
 #include "pipeline/random.h"
-#include "sources/hdf5_inspect.h"
-#include "sources/hdf5_library.h"
-#include "sources/npy_header.h"
+#include "sources/hdf5/inspect.h"
+#include "sources/hdf5/library.h"
+#include "sources/numpy/npy_header.h"
 
 namespace gpufeed::cli {
 namespace {

@@ -8,7 +8,7 @@
 #include "cli/exit_codes.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
-#include "sources/hdf5_inspect.h"
+#include "sources/hdf5/inspect.h"
 #include "sources/open_path.h"
 
 namespace gpufeed::cli {

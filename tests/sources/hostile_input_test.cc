@@ -11,7 +11,7 @@
 
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
-#include "sources/npy_test_util.h"
+#include "sources/numpy/npy_test_util.h"
 #include "sources/scratch_dir.h"
 
 namespace gpufeed {

@@ -8,7 +8,7 @@
 #include "core/fault_file.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
-#include "sources/npy_test_util.h"
+#include "sources/numpy/npy_test_util.h"
 #include "sources/scratch_dir.h"
 
 namespace gpufeed {

@@ -6,7 +6,7 @@
 
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
-#include "sources/npy_test_util.h"
+#include "sources/numpy/npy_test_util.h"
 
 namespace gpufeed {
 namespace {

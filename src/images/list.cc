@@ -1,0 +1,246 @@
+#include "images/list.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <system_error>
+
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+constexpr const char* kImageExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+                                            ".pgm", ".tif",  ".tiff", ".webp"};
+// Symbolic links may form cycles that os.walk would follow forever; gpufeed stops there.
+constexpr int kMaxFolderDepth = 64;
+
+std::string ExtensionList() {
+  std::string out;
+  for (const char* ext : kImageExtensions) out += (out.empty() ? "" : ", ") + std::string(ext);
+  return out;
+}
+
+bool IsDirectory(const stdfs::path& p) {
+  std::error_code ec;
+  return stdfs::is_directory(p, ec);  // follows symbolic links, as os.walk(followlinks) does
+}
+
+// os.walk(top, followlinks=True): each folder's files (non-folders, links included), then
+// its sub-folders. Collected as (folder path, file names) for sorting like sorted(os.walk()).
+void Walk(const std::string& folder, int depth, std::set<stdfs::path>& seen,
+          std::vector<std::pair<std::string, std::vector<std::string>>>& out) {
+  std::error_code ec;
+  const stdfs::path canonical = stdfs::canonical(folder, ec);
+  if (ec || depth > kMaxFolderDepth || !seen.insert(canonical).second) return;
+  std::vector<std::string> files;
+  std::vector<std::string> folders;
+  for (stdfs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (IsDirectory(it->path())) {
+      folders.push_back(name);
+    } else {
+      files.push_back(name);
+    }
+  }
+  out.emplace_back(folder, std::move(files));
+  for (const std::string& name : folders) Walk(folder + "/" + name, depth + 1, seen, out);
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\r' || s.back() == '\n')) s.pop_back();
+  return s;
+}
+
+// One CSV record (RFC 4180 quoting; no fields spanning lines).
+std::vector<std::string> SplitCsv(const std::string& line, const std::string& where) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  if (quoted) {
+    throw Error(ErrorCode::kCorruptData, fmt::format("{}: unterminated quoted field", where));
+  }
+  return fields;
+}
+
+bool ParseLabel(const std::string& text, int64_t& value) {
+  if (text.empty()) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return ec == std::errc() && end == text.data() + text.size() && value >= 0;
+}
+
+}  // namespace
+
+bool HasImageExtension(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return std::any_of(std::begin(kImageExtensions), std::end(kImageExtensions),
+                     [&](const char* ext) { return lower.ends_with(ext); });
+}
+
+ImageList ListImageFolder(const std::string& root) {
+  std::error_code ec;
+  if (!stdfs::exists(root, ec)) {
+    throw Error(ErrorCode::kNotFound, fmt::format("{}: no such image folder", root));
+  }
+  ImageList list;
+  for (stdfs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    if (IsDirectory(it->path())) list.classes.push_back(it->path().filename().string());
+  }
+  if (ec) throw Error(ErrorCode::kIo, fmt::format("{}: cannot list: {}", root, ec.message()));
+  std::sort(list.classes.begin(), list.classes.end());
+  if (list.classes.empty()) {
+    throw Error(
+        ErrorCode::kNotFound,
+        fmt::format("{}: no class folder (ImageFolder layout: one sub-folder per class)", root));
+  }
+  std::vector<std::string> empty_classes;
+  for (size_t c = 0; c < list.classes.size(); ++c) {
+    std::vector<std::pair<std::string, std::vector<std::string>>> folders;
+    std::set<stdfs::path> seen;
+    Walk(root + "/" + list.classes[c], 0, seen, folders);
+    std::sort(folders.begin(), folders.end());
+    const size_t before = list.paths.size();
+    for (auto& [folder, files] : folders) {
+      std::sort(files.begin(), files.end());
+      for (const std::string& file : files) {
+        if (!HasImageExtension(file)) continue;
+        list.paths.push_back(folder + "/" + file);
+        list.labels.push_back(static_cast<int64_t>(c));
+      }
+    }
+    if (list.paths.size() == before) empty_classes.push_back(list.classes[c]);
+  }
+  if (!empty_classes.empty()) {
+    std::string names;
+    for (const auto& name : empty_classes) names += (names.empty() ? "" : ", ") + name;
+    throw Error(ErrorCode::kNotFound,
+                fmt::format("{}: no image file for the classes {}; image files end in {}", root,
+                            names, ExtensionList()));
+  }
+  return list;
+}
+
+ImageList ReadImageList(const std::string& list_path, const std::string& path_column,
+                        const std::string& label_column, const std::vector<std::string>& classes,
+                        bool skip_bad_rows, std::vector<std::string>* skipped) {
+  std::ifstream in(list_path, std::ios::binary);
+  if (!in) {
+    std::error_code ec;
+    throw Error(stdfs::exists(list_path, ec) ? ErrorCode::kIo : ErrorCode::kNotFound,
+                fmt::format("{}: cannot open the image list", list_path));
+  }
+  std::string folder = stdfs::path(list_path).parent_path().string();
+  if (folder.empty()) folder = ".";
+  std::string line;
+  if (!std::getline(in, line)) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: empty (expected a header row)", list_path));
+  }
+  const auto header = SplitCsv(Trim(line), list_path + ":1");
+  const auto column = [&](const std::string& name) {
+    const auto it = std::find(header.begin(), header.end(), name);
+    if (it == header.end()) {
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: no column '{}' in the header ({})",
+                                                           list_path, name, Trim(line)));
+    }
+    return static_cast<size_t>(it - header.begin());
+  };
+  const size_t path_at = column(path_column);
+  const size_t label_at = column(label_column);
+
+  struct Row {
+    std::string path;
+    std::string label;
+    int line;
+  };
+  std::vector<Row> rows;
+  for (int number = 2; std::getline(in, line); ++number) {
+    line = Trim(line);
+    if (line.empty()) continue;
+    const std::string where = fmt::format("{}:{}", list_path, number);
+    auto fields = SplitCsv(line, where);
+    if (fields.size() <= std::max(path_at, label_at)) {
+      throw Error(ErrorCode::kCorruptData, fmt::format("{}: {} fields, the header has {}", where,
+                                                       fields.size(), header.size()));
+    }
+    if (fields[path_at].empty()) {
+      throw Error(ErrorCode::kCorruptData, fmt::format("{}: empty path", where));
+    }
+    rows.push_back({fields[path_at], fields[label_at], number});
+  }
+  if (rows.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: no images listed", list_path));
+  }
+
+  ImageList list;
+  int64_t value = 0;
+  const bool numeric = classes.empty() && std::all_of(rows.begin(), rows.end(), [&](const Row& r) {
+                         return ParseLabel(r.label, value);
+                       });
+  std::map<std::string, int64_t> index;
+  if (!numeric) {
+    list.classes = classes;
+    if (list.classes.empty()) {
+      std::set<std::string> names;
+      for (const Row& r : rows) names.insert(r.label);
+      list.classes.assign(names.begin(), names.end());
+    }
+    for (size_t i = 0; i < list.classes.size(); ++i) {
+      index.emplace(list.classes[i], static_cast<int64_t>(i));
+    }
+  }
+  for (const Row& r : rows) {
+    int64_t label = 0;
+    if (numeric) {
+      ParseLabel(r.label, label);
+    } else {
+      const auto it = index.find(r.label);
+      if (it == index.end()) {
+        const std::string what = fmt::format("{}:{}: unknown class '{}' (classes: {} names)",
+                                             list_path, r.line, r.label, list.classes.size());
+        if (!skip_bad_rows) throw Error(ErrorCode::kInvalidArgument, what);
+        if (skipped != nullptr) skipped->push_back(what);
+        continue;
+      }
+      label = it->second;
+    }
+    list.paths.push_back(stdfs::path(r.path).is_absolute() ? r.path : folder + "/" + r.path);
+    list.labels.push_back(label);
+  }
+  if (list.paths.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: every row was skipped (unknown classes)", list_path));
+  }
+  return list;
+}
+
+}  // namespace gpufeed

@@ -1,0 +1,293 @@
+#include "images/source.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/checked_math.h"
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+
+ImageSetSource::ImageSetSource(std::shared_ptr<const ImageSet> set) : set_(std::move(set)) {
+  const int size = set_->options().size;
+  schema_.fields = {FieldSpec{"image", DType::kUInt8, {3, size, size}},
+                    FieldSpec{"label", DType::kInt64, {}}};
+}
+
+namespace {
+
+constexpr size_t kMaxSkipRecords = 8;
+
+// The streaming source: each sample decoded from its file and cropped as options say.
+class StreamingImageSource final : public ImageSetSource {
+ public:
+  explicit StreamingImageSource(std::shared_ptr<const ImageSet> set)
+      : ImageSetSource(std::move(set)) {}
+
+  std::string Describe() const override {
+    return fmt::format("images:{} ({} images, {} classes, {} crop {})", set_->origin(), size(),
+                       set_->list().classes.size(), set_->options().crop, set_->options().size);
+  }
+  std::string Identity() const override {
+    const ImageOptions& o = set_->options();
+    return fmt::format("images:{}:{}:{}:{}|{}", o.crop, o.size, o.resize, o.dct_scaling,
+                       set_->FilesIdentity());
+  }
+  std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
+    return std::make_unique<ImageWorker>();
+  }
+  void ReadSeeded(std::span<const int64_t> indices, const BatchView& out, SourceWorkerState* state,
+                  uint64_t seed) const override {
+    CheckReadRequest(*this, indices, out);
+    ImageWorker local;
+    auto* worker = state != nullptr ? static_cast<ImageWorker*>(state) : &local;
+    const size_t image_bytes = schema_.fields[0].SampleBytes();
+    for (size_t row = 0; row < indices.size(); ++row) {
+      const int64_t index = indices[row];
+      uint8_t* image = reinterpret_cast<uint8_t*>(out.fields[0]) + row * image_bytes;
+      // The sample's own generator: a replacement (on_error="skip") crops with it too.
+      const int64_t produced = set_->ProduceOrSkip(index, [&](int64_t sample) {
+        Pcg32 rng(MixSeed(seed, static_cast<uint64_t>(index)));
+        Produce(sample, rng, *worker, image);
+      });
+      const int64_t label = set_->list().labels[static_cast<size_t>(produced)];
+      std::memcpy(out.fields[1] + row * sizeof(int64_t), &label, sizeof(label));
+    }
+  }
+
+ private:
+  void Produce(int64_t sample, Pcg32& rng, ImageWorker& worker, uint8_t* image) const {
+    const ImageOptions& o = set_->options();
+    const int size = o.size;
+    if (o.crop == "random") {
+      ImageCrop rect;
+      CropRect window;
+      int ox = 0;
+      int oy = 0;
+      const double d = DecodeOriented(
+          *set_, sample, worker,
+          [&](int w, int h) {
+            rect = DrawCrop(w, h, o, rng);
+            window = {rect.x, rect.y, rect.width, rect.height};
+            return DctScaleFor(rect.width, rect.height, size, size);
+          },
+          &window, &ox, &oy);
+      // The crop chosen in full-size pixels, mapped into the image decoded at 1/d, then into
+      // the decoded window (exact: d is a power of two, the origin an integer).
+      ResampleToChw(View(worker.decoded),
+                    {rect.x / d - ox, rect.y / d - oy, (rect.x + rect.width) / d - ox,
+                     (rect.y + rect.height) / d - oy},
+                    {size, size, 0, 0, size, size}, rect.flip, image, worker.resample);
+      return;
+    }
+    int full_w = 0;
+    int full_h = 0;
+    int resized_w = 0;
+    int resized_h = 0;
+    const double d = DecodeOriented(*set_, sample, worker, [&](int w, int h) {
+      full_w = w;
+      full_h = h;
+      ResizedSize(w, h, o.resize, resized_w, resized_h);
+      return DctScaleFor(w, h, resized_w, resized_h);
+    });
+    // torchvision's CenterCrop: int(round((side - size) / 2.0)), half to even.
+    const int left = static_cast<int>(std::nearbyint((resized_w - size) / 2.0));
+    const int top = static_cast<int>(std::nearbyint((resized_h - size) / 2.0));
+    ResampleToChw(View(worker.decoded), {0, 0, full_w / d, full_h / d},
+                  {resized_w, resized_h, left, top, size, size}, false, image, worker.resample);
+  }
+};
+
+}  // namespace
+
+ImageSet::ImageSet(std::string origin, ImageList list, ImageOptions options)
+    : origin_(std::move(origin)), list_(std::move(list)), options_(std::move(options)) {
+  fs_ = options_.file_system != nullptr ? options_.file_system : DefaultFileSystem();
+}
+
+RandomCropParams ImageSet::crop_params() const {
+  return {options_.scale_min, options_.scale_max, options_.ratio_min, options_.ratio_max};
+}
+
+int64_t ImageSet::ProduceOrSkip(int64_t index, const std::function<void(int64_t)>& produce) const {
+  const int64_t n = size();
+  for (int64_t attempt = 0; attempt < n; ++attempt) {
+    const int64_t sample = (index + attempt) % n;
+    try {
+      produce(sample);
+      return sample;
+    } catch (const Error& e) {
+      if (!skip()) {
+        throw Error(e.code(), fmt::format("{} (image sample {})", e.what(), sample));
+      }
+      RecordSkip(e.what());
+    }
+  }
+  throw Error(
+      ErrorCode::kCorruptData,
+      fmt::format("{}: on_error=\"skip\" found no image that decodes among all {}", origin_, n));
+}
+
+void ImageSet::RecordSkip(const std::string& what) const {
+  std::lock_guard lock(skip_mu_);
+  ++skipped_.count;
+  if (skipped_.first.size() < kMaxSkipRecords &&
+      std::find(skipped_.first.begin(), skipped_.first.end(), what) == skipped_.first.end()) {
+    skipped_.first.push_back(what);
+  }
+}
+
+SkippedImages ImageSet::skipped() const {
+  std::lock_guard lock(skip_mu_);
+  return skipped_;
+}
+
+std::string ImageSet::FilesIdentity() const {
+  std::string id;
+  id.reserve(list_.paths.size() * 64);
+  for (const std::string& p : list_.paths) {
+    std::error_code ec;
+    const auto absolute = std::filesystem::absolute(p, ec).string();
+    const auto bytes = std::filesystem::file_size(p, ec);
+    const auto mtime = std::filesystem::last_write_time(p, ec);
+    id += fmt::format(
+        "|{}:{}:{}", absolute, ec ? 0 : bytes,
+        ec ? 0
+           : std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch())
+                 .count());
+  }
+  return id;
+}
+
+void ImageWorker::ReadFile(const ImageSet& set, const std::string& path) {
+  const auto file = set.file_system().Open(path);
+  const uint64_t size = file->Size();
+  // No image format packs more than a few bytes per pixel: a bigger file is refused before it
+  // is read whole (max_pixels guards the decoded size the same way).
+  const uint64_t limit =
+      AddOrThrow(MulOrThrow(set.options().max_pixels, 8, "max_pixels"), 64 << 20, "max_pixels");
+  if (size > limit) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: {} bytes, more than an image of max_pixels = {} can take; "
+                            "raise max_pixels to read it",
+                            path, size, set.options().max_pixels));
+  }
+  bytes.resize(size);
+  ReadFully(*file, 0, bytes.data(), bytes.size(), path);
+}
+
+double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
+                      const std::function<DctScale(int, int)>& need, const CropRect* window,
+                      int* origin_x, int* origin_y) {
+  const std::string& path = set.list().paths[static_cast<size_t>(index)];
+  worker.ReadFile(set, path);
+  const ImageHeader header =
+      worker.decoder.ReadHeader(worker.bytes, path, set.options().max_pixels);
+  const int orientation = set.options().exif_orientation ? header.orientation : 1;
+  const bool swap = SwapsAxes(orientation);
+  DctScale scale = need(swap ? header.height : header.width, swap ? header.width : header.height);
+  if (header.format != ImageFormat::kJpeg || !set.options().dct_scaling) scale = {1, 1};
+  const double divisor = static_cast<double>(scale.denom) / scale.num;
+  if (origin_x != nullptr) *origin_x = 0;
+  if (origin_y != nullptr) *origin_y = 0;
+  if (window != nullptr && orientation == 1 && header.format == ImageFormat::kJpeg) {
+    // The resampler's taps stay in [floor(x0 / d), ceil(x1 / d)): that is the window.
+    worker.decoder.DecodeWindow(worker.bytes, header, scale,
+                                static_cast<int>(std::floor(window->x / divisor)),
+                                static_cast<int>(std::floor(window->y / divisor)),
+                                static_cast<int>(std::ceil((window->x + window->width) / divisor)),
+                                static_cast<int>(std::ceil((window->y + window->height) / divisor)),
+                                path, worker.decoded, *origin_x, *origin_y);
+    return divisor;
+  }
+  worker.decoder.Decode(worker.bytes, header, scale, path, worker.decoded);
+  ApplyOrientation(orientation, worker.decoded, worker.scratch);
+  return divisor;
+}
+
+ImageCrop DrawCrop(int width, int height, const ImageOptions& options, Pcg32& rng) {
+  const CropRect rect = RandomResizedCropRect(
+      width, height, {options.scale_min, options.scale_max, options.ratio_min, options.ratio_max},
+      rng);
+  const bool flip = options.flip && (rng.Next() >> 31) != 0;
+  return {rect.x, rect.y, rect.width, rect.height, flip};
+}
+
+ImageCrop RandomCropOf(int width, int height, uint64_t seed, int64_t epoch, int64_t index,
+                       const ImageOptions& options) {
+  if (width <= 0 || height <= 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("RandomCropOf: a {}x{} image has no pixels", width, height));
+  }
+  Pcg32 rng(MixSeed(MixSeed(seed, static_cast<uint64_t>(epoch)), static_cast<uint64_t>(index)));
+  return DrawCrop(width, height, options, rng);
+}
+
+std::shared_ptr<ImageSource> NewStreamingImageSource(std::shared_ptr<const ImageSet> set) {
+  return std::make_shared<StreamingImageSource>(std::move(set));
+}
+
+std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions options) {
+  if (options.crop != "random" && options.crop != "center") {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("images: crop must be \"random\" or \"center\", got \"{}\"", options.crop));
+  }
+  if (options.size <= 0 || options.size > 16384) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("images: size must be in [1, 16384], got {}", options.size));
+  }
+  if (options.resize == 0) options.resize = options.size * 256 / 224;
+  if (options.resize < options.size || options.resize > 16384) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("images: resize ({}) must be at least size ({}) and at most 16384",
+                            options.resize, options.size));
+  }
+  if (!(options.scale_min > 0 && options.scale_min <= options.scale_max &&
+        options.scale_max <= 1.0)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("images: scale must satisfy 0 < min <= max <= 1, got ({}, {})",
+                            options.scale_min, options.scale_max));
+  }
+  if (!(options.ratio_min > 0 && options.ratio_min <= options.ratio_max)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("images: ratio must satisfy 0 < min <= max, got ({}, {})",
+                            options.ratio_min, options.ratio_max));
+  }
+  if (options.on_error != "raise" && options.on_error != "skip") {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("images: on_error must be \"raise\" or \"skip\", got \"{}\"",
+                            options.on_error));
+  }
+  if (options.max_pixels == 0) {
+    throw Error(ErrorCode::kInvalidArgument, "images: max_pixels must be > 0");
+  }
+  if (options.cache == CacheTier::kDevice) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "images: cache must be none, ram, shm or auto, got \"device\" (each epoch's "
+                "crops are cut on the host from the stored images)");
+  }
+  if (options.cache != CacheTier::kNone &&
+      (options.cache_size < options.size || options.cache_size > 4096)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("images: cache_size ({}) must be at least size ({}) and at most 4096",
+                            options.cache_size, options.size));
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    throw Error(ErrorCode::kNotFound, fmt::format("{}: no such image folder or list", path));
+  }
+  std::vector<std::string> skipped_rows;
+  ImageList list = std::filesystem::is_directory(path, ec)
+                       ? ListImageFolder(path)
+                       : ReadImageList(path, options.path_column, options.label_column,
+                                       options.classes, options.on_error == "skip", &skipped_rows);
+  auto set = std::make_shared<ImageSet>(path, std::move(list), options);
+  for (const std::string& row : skipped_rows) set->RecordSkip(row);
+  if (options.cache == CacheTier::kNone) return NewStreamingImageSource(std::move(set));
+  return NewCachedImageSource(std::move(set));
+}
+
+}  // namespace gpufeed

@@ -1,0 +1,122 @@
+// The parts of the image sources (gpufeed/images.h) shared by streaming and cached reading:
+// the file list with its options, the per-worker decoding state, and the skip accounting.
+// Thread-safety: ImageSet is immutable after construction except its skip record, which
+// takes its own mutex (only when a sample is skipped, never on the good path); ImageWorker
+// is one worker's.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpufeed/images.h"
+#include "images/crop.h"
+#include "images/decode.h"
+#include "images/list.h"
+#include "images/resample.h"
+
+namespace gpufeed {
+
+class ImageSet {
+ public:
+  ImageSet(std::string origin, ImageList list, ImageOptions options);
+
+  const std::string& origin() const { return origin_; }
+  const ImageList& list() const { return list_; }
+  const ImageOptions& options() const { return options_; }
+  int64_t size() const { return static_cast<int64_t>(list_.paths.size()); }
+  const FileSystem& file_system() const { return *fs_; }
+  bool skip() const { return options_.on_error == "skip"; }
+  RandomCropParams crop_params() const;
+
+  // Runs `produce(sample)` for `index`; on an Error, with on_error="raise", rethrows it naming
+  // the sample; with "skip", records it and tries the following samples (wrapping around)
+  // until one succeeds. Returns the sample that was produced.
+  int64_t ProduceOrSkip(int64_t index, const std::function<void(int64_t)>& produce) const;
+
+  void RecordSkip(const std::string& what) const;
+  SkippedImages skipped() const;
+  // "path:size:mtime_ns" of every file, joined, for Source::Identity (stats every file).
+  std::string FilesIdentity() const;
+
+ private:
+  std::string origin_;
+  ImageList list_;
+  ImageOptions options_;
+  std::shared_ptr<const FileSystem> fs_;
+  mutable std::mutex skip_mu_;
+  mutable SkippedImages skipped_;
+};
+
+class ImageWorker : public SourceWorkerState {
+ public:
+  // Reads the whole file of `path` into bytes. Throws Error naming it.
+  void ReadFile(const ImageSet& set, const std::string& path);
+
+  ImageDecoder decoder;
+  std::vector<uint8_t> bytes;
+  RgbImage decoded;
+  RgbImage scratch;
+  ResampleScratch resample;
+  std::vector<std::byte> stored_rows;  // cached reading: stored images of a few samples
+  std::vector<std::byte> stored_sizes;
+  std::vector<std::byte> stored_labels;
+  std::unique_ptr<SourceWorkerState> inner;  // the cache tier's worker state
+};
+
+// Draws the random crop of a width x height image from the sample's generator.
+ImageCrop DrawCrop(int width, int height, const ImageOptions& options, Pcg32& rng);
+
+// Decodes the file of `index` with its orientation applied, at a DCT scale chosen by `need`
+// (given the oriented full size, returns the scale); `decoded` receives the image; returns
+// the factor full-size pixels were divided by (8 / num for a scale num/8, 1 for none).
+// With `window` (filled in by `need`, in the oriented full-size image's pixels), only as much
+// of a JPEG stored upright is decoded as holds that window (ImageDecoder::DecodeWindow), and
+// `origin` receives where `decoded`'s top-left pixel lies in the image decoded at the scale
+// ((0, 0) for a whole image).
+double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
+                      const std::function<DctScale(int, int)>& need,
+                      const CropRect* window = nullptr, int* origin_x = nullptr,
+                      int* origin_y = nullptr);
+
+// The cached reading's stored image: the longer side at most this many times the shorter.
+constexpr int kStoredAspectNum = 4;
+constexpr int kStoredAspectDen = 3;
+
+// What both image sources share: the ImageSet they read, the output schema (image uint8
+// [3, size, size], label int64) and the per-sample accessors; Read is ReadSeeded with the
+// unseeded generator.
+class ImageSetSource : public ImageSource {
+ public:
+  explicit ImageSetSource(std::shared_ptr<const ImageSet> set);
+
+  const Schema& schema() const override { return schema_; }
+  int64_t size() const override { return set_->size(); }
+  const std::string& path(int64_t index) const override {
+    return set_->list().paths.at(static_cast<size_t>(index));
+  }
+  int64_t label(int64_t index) const override {
+    return set_->list().labels.at(static_cast<size_t>(index));
+  }
+  const std::vector<std::string>& classes() const override { return set_->list().classes; }
+  SkippedImages skipped() const override { return set_->skipped(); }
+  void Read(std::span<const int64_t> indices, const BatchView& out,
+            SourceWorkerState* state) const override {
+    ReadSeeded(indices, out, state, MixSeed(0, 0));
+  }
+
+ protected:
+  std::shared_ptr<const ImageSet> set_;
+  Schema schema_;
+};
+
+// The streaming source (crops decoded straight from the files).
+std::shared_ptr<ImageSource> NewStreamingImageSource(std::shared_ptr<const ImageSet> set);
+// The cached source: stored images decoded once into `options.cache`'s tier, crops cut from
+// them.
+std::shared_ptr<ImageSource> NewCachedImageSource(std::shared_ptr<const ImageSet> set);
+
+}  // namespace gpufeed

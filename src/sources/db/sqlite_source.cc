@@ -1,0 +1,362 @@
+// OpenSqlite: one pass of sqlite3_step over the query, each column appended to its array.
+// SQLite types values per row, not per column, so every row is checked against the type
+// the column's first row (or its declaration) set.
+#include <fmt/format.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <set>
+
+#include "gpufeed/database.h"
+#include "gpufeed/error.h"
+#include "sources/db/table.h"
+
+namespace gpufeed {
+namespace {
+
+struct SqliteCloser {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+struct StatementFinalizer {
+  void operator()(sqlite3_stmt* statement) const { sqlite3_finalize(statement); }
+};
+
+enum class Storage { kInteger, kReal, kBlob };
+
+std::string_view StorageName(int type) {
+  switch (type) {
+    case SQLITE_INTEGER:
+      return "INTEGER";
+    case SQLITE_FLOAT:
+      return "REAL";
+    case SQLITE_TEXT:
+      return "TEXT";
+    case SQLITE_BLOB:
+      return "BLOB";
+    default:
+      return "NULL";
+  }
+}
+
+struct SqliteColumn {
+  FieldSpec spec;
+  bool declared = false;
+  bool typed = false;  // storage known (declared, or set by the first row)
+  Storage storage = Storage::kInteger;
+};
+
+template <typename T>
+bool StoreInteger(int64_t value, std::byte* out) {
+  if (value < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+      (value > 0 && static_cast<uint64_t>(value) > std::numeric_limits<T>::max())) {
+    return false;
+  }
+  const T v = static_cast<T>(value);
+  std::memcpy(out, &v, sizeof(T));
+  return true;
+}
+
+// An integer into a field of any numeric dtype; false when it does not fit.
+bool StoreIntegerAs(DType dtype, int64_t value, std::byte* out) {
+  switch (dtype) {
+    case DType::kBool:
+      if (value != 0 && value != 1) return false;
+      *reinterpret_cast<uint8_t*>(out) = static_cast<uint8_t>(value);
+      return true;
+    case DType::kInt8:
+      return StoreInteger<int8_t>(value, out);
+    case DType::kInt16:
+      return StoreInteger<int16_t>(value, out);
+    case DType::kInt32:
+      return StoreInteger<int32_t>(value, out);
+    case DType::kInt64:
+      return StoreInteger<int64_t>(value, out);
+    case DType::kUInt8:
+      return StoreInteger<uint8_t>(value, out);
+    case DType::kUInt16:
+      return StoreInteger<uint16_t>(value, out);
+    case DType::kUInt32:
+      return StoreInteger<uint32_t>(value, out);
+    case DType::kUInt64:
+      return StoreInteger<uint64_t>(value, out);
+    case DType::kFloat32: {
+      const float v = static_cast<float>(value);
+      std::memcpy(out, &v, 4);
+      return true;
+    }
+    case DType::kFloat64: {
+      const double v = static_cast<double>(value);
+      std::memcpy(out, &v, 8);
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+class SqliteLoader {
+ public:
+  SqliteLoader(const std::string& path, const DatabaseOptions& options) : path_(path) {
+    if (!options.key.empty() || options.connections > 1) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("sqlite {}: key and connections are PostgreSQL options; a SQLite "
+                              "file is read in one pass",
+                              path));
+    }
+    if (!std::filesystem::exists(path)) {
+      throw Error(ErrorCode::kNotFound, fmt::format("sqlite {}: no such file", path));
+    }
+    sqlite3* db = nullptr;
+    const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+    db_.reset(db);
+    if (rc != SQLITE_OK) {
+      throw Error(ErrorCode::kIo,
+                  fmt::format("sqlite {}: cannot open: {}", path,
+                              db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
+    }
+    query_ = BuildQuery(options);
+    context_ = fmt::format("sqlite {}: {}", path_, ShortQuery(query_));
+    sqlite3_stmt* statement = nullptr;
+    if (sqlite3_prepare_v2(db_.get(), query_.c_str(), static_cast<int>(query_.size()), &statement,
+                           nullptr) != SQLITE_OK) {
+      ThrowDbError("the query");
+    }
+    statement_.reset(statement);
+    if (statement == nullptr) {
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: the query is empty", context_));
+    }
+    DescribeColumns(options.fields);
+  }
+
+  std::shared_ptr<Source> Load() {
+    ColumnTable table;
+    for (const auto& c : columns_) {
+      table.fields.push_back(c.spec);
+      table.data.emplace_back();
+    }
+    int rc;
+    while ((rc = sqlite3_step(statement_.get())) == SQLITE_ROW) {
+      for (size_t c = 0; c < columns_.size(); ++c) StoreValue(c, table);
+      ++table.rows;
+      row_ = table.rows;
+    }
+    if (rc != SQLITE_DONE) {
+      ThrowDbError(fmt::format("row {}", table.rows));
+    }
+    for (size_t c = 0; c < columns_.size(); ++c) table.fields[c] = columns_[c].spec;
+    return NewDatabaseSource(std::move(table), context_,
+                             fmt::format("sqlite|{}|{}", FileIdentity(), query_));
+  }
+
+ private:
+  std::string BuildQuery(const DatabaseOptions& options) const {
+    if (!options.query.empty() && !options.table.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("sqlite {}: give a query or a table, not both", path_));
+    }
+    if (!options.query.empty()) {
+      if (!options.columns.empty()) {
+        throw Error(
+            ErrorCode::kInvalidArgument,
+            fmt::format("sqlite {}: columns go with a table; a query selects its own", path_));
+      }
+      return options.query;
+    }
+    if (options.table.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("sqlite {}: no query and no table given", path_));
+    }
+    auto quote = [](const std::string& name) {
+      std::string q = "\"";
+      for (char ch : name) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+      return q + "\"";
+    };
+    std::string columns;
+    for (const auto& c : options.columns) columns += (columns.empty() ? "" : ", ") + quote(c);
+    return fmt::format("SELECT {} FROM {}", columns.empty() ? "*" : columns, quote(options.table));
+  }
+
+  // "/abs/path:size:mtime_ns", the spelling cache garbage collection checks for staleness.
+  std::string FileIdentity() const {
+    const std::string absolute = std::filesystem::absolute(path_).string();
+    struct stat st {};
+    if (stat(absolute.c_str(), &st) != 0) return absolute;
+    return fmt::format("{}:{}:{}", absolute, st.st_size,
+                       int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec);
+  }
+
+  [[noreturn]] void ThrowDbError(const std::string& where) const {
+    const int code = sqlite3_errcode(db_.get());
+    const std::string why = sqlite3_errmsg(db_.get());
+    ErrorCode ours = ErrorCode::kInvalidArgument;
+    if (why.starts_with("no such table") || why.starts_with("no such column")) {
+      ours = ErrorCode::kNotFound;
+    } else if (code == SQLITE_IOERR || code == SQLITE_BUSY || code == SQLITE_LOCKED) {
+      ours = ErrorCode::kIo;
+    } else if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) {
+      ours = ErrorCode::kCorruptData;
+    }
+    throw Error(ours, fmt::format("{}: {}: {}", context_, where, why));
+  }
+
+  void DescribeColumns(const std::vector<FieldSpec>& declared) {
+    sqlite3_stmt* s = statement_.get();
+    const int count = sqlite3_column_count(s);
+    if (count == 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: the statement returns no columns", context_));
+    }
+    std::set<std::string> seen;
+    for (int i = 0; i < count; ++i) {
+      SqliteColumn column;
+      column.spec.name = sqlite3_column_name(s, i);
+      if (!seen.insert(column.spec.name).second) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("{}: two columns are named '{}'; name them apart with AS", context_,
+                                column.spec.name));
+      }
+      columns_.push_back(std::move(column));
+    }
+    for (const FieldSpec& field : declared) {
+      auto it = std::find_if(columns_.begin(), columns_.end(),
+                             [&](const SqliteColumn& c) { return c.spec.name == field.name; });
+      if (it == columns_.end()) {
+        std::string all;
+        for (const auto& c : columns_) all += (all.empty() ? "" : ", ") + c.spec.name;
+        throw Error(ErrorCode::kNotFound,
+                    fmt::format("{}: declared field '{}' is not a column of the query "
+                                "(columns: {})",
+                                context_, field.name, all));
+      }
+      if (field.dtype == DType::kFloat16 || field.dtype == DType::kBFloat16) {
+        if (field.shape.empty()) {
+          throw Error(ErrorCode::kUnsupported,
+                      fmt::format("{}: declared field {}: half-precision scalars are not read; "
+                                  "store them as REAL",
+                                  context_, field.ToString()));
+        }
+      }
+      it->spec = field;
+      it->declared = true;
+    }
+  }
+
+  [[noreturn]] void Fail(size_t c, const std::string& what) const {
+    throw Error(ErrorCode::kCorruptData, fmt::format("{}: row {}, column '{}': {}", context_, row_,
+                                                     columns_[c].spec.name, what));
+  }
+
+  // Sets the column's storage from its declaration or its first value.
+  void Type(size_t c, int type) {
+    SqliteColumn& column = columns_[c];
+    if (column.typed) return;
+    column.typed = true;
+    const bool array = column.declared && !column.spec.shape.empty();
+    if (array || type == SQLITE_BLOB) {
+      if (!column.declared) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("{}: column '{}' holds BLOBs: declare its dtype and shape "
+                                "(fields {}:float32[7,5] for a 7x5 float32 array per row)",
+                                context_, column.spec.name, column.spec.name));
+      }
+      column.storage = Storage::kBlob;
+    } else if (type == SQLITE_TEXT) {
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{}: column '{}' holds TEXT (row {}), which gpufeed does not read; "
+                              "it reads INTEGER, REAL and BLOBs of a declared dtype and shape",
+                              context_, column.spec.name, row_));
+    } else if (type == SQLITE_FLOAT || (column.declared && IsFloating(column.spec.dtype))) {
+      column.storage = Storage::kReal;
+      if (!column.declared) column.spec.dtype = DType::kFloat64;
+      if (column.spec.dtype != DType::kFloat32 && column.spec.dtype != DType::kFloat64) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("{}: declared field {}: a REAL column reads as float32 or float64",
+                                context_, column.spec.ToString()));
+      }
+    } else {
+      column.storage = Storage::kInteger;
+      if (!column.declared) column.spec.dtype = DType::kInt64;
+    }
+  }
+
+  void StoreValue(size_t c, ColumnTable& table) {
+    sqlite3_stmt* s = statement_.get();
+    const int i = static_cast<int>(c);
+    const int type = sqlite3_column_type(s, i);
+    if (type == SQLITE_NULL) {
+      Fail(c, fmt::format("NULL; every row needs a value (filter with WHERE {} IS NOT NULL or "
+                          "replace it with COALESCE)",
+                          columns_[c].spec.name));
+    }
+    Type(c, type);
+    SqliteColumn& column = columns_[c];
+    table.fields[c] = column.spec;
+    auto& out = table.data[c];
+    const size_t size = column.spec.SampleBytes();
+    const size_t base = out.size();
+    switch (column.storage) {
+      case Storage::kBlob: {
+        if (type != SQLITE_BLOB) {
+          Fail(c, fmt::format("a {} value in a BLOB column", StorageName(type)));
+        }
+        const int bytes = sqlite3_column_bytes(s, i);
+        if (static_cast<size_t>(bytes) != size) {
+          Fail(c, fmt::format("a ragged array: a BLOB of {} bytes; the declared {} needs {}", bytes,
+                              column.spec.ToString(), size));
+        }
+        out.resize(base + size);
+        if (size > 0) std::memcpy(out.data() + base, sqlite3_column_blob(s, i), size);
+        break;
+      }
+      case Storage::kReal: {
+        if (type != SQLITE_FLOAT && type != SQLITE_INTEGER) {
+          Fail(c, fmt::format("a {} value in a REAL column", StorageName(type)));
+        }
+        const double v = sqlite3_column_double(s, i);
+        out.resize(base + size);
+        if (column.spec.dtype == DType::kFloat32) {
+          const float f = static_cast<float>(v);
+          std::memcpy(out.data() + base, &f, 4);
+        } else {
+          std::memcpy(out.data() + base, &v, 8);
+        }
+        break;
+      }
+      case Storage::kInteger: {
+        if (type != SQLITE_INTEGER) {
+          Fail(c, fmt::format("a {} value in an INTEGER column (its first row is an integer); "
+                              "CAST it in the query",
+                              StorageName(type)));
+        }
+        const int64_t v = sqlite3_column_int64(s, i);
+        out.resize(base + size);
+        if (!StoreIntegerAs(column.spec.dtype, v, out.data() + base)) {
+          Fail(c, fmt::format("{} does not fit the declared {}", v, column.spec.ToString()));
+        }
+        break;
+      }
+    }
+  }
+
+  const std::string path_;
+  std::unique_ptr<sqlite3, SqliteCloser> db_;
+  std::unique_ptr<sqlite3_stmt, StatementFinalizer> statement_;
+  std::string query_;
+  std::string context_;
+  std::vector<SqliteColumn> columns_;
+  int64_t row_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<Source> OpenSqlite(const std::string& path, DatabaseOptions options) {
+  return SqliteLoader(path, options).Load();
+}
+
+}  // namespace gpufeed

@@ -1,0 +1,84 @@
+// One dataset of one HDF5 file as the hot path needs it: dtype and shape, where its bytes
+// are (contiguous offset, or the chunk index: offset, size and filter mask per chunk), its
+// filters and its fill value. Built once at open under the libhdf5 lock; read-only after.
+//
+// Thread-safety: an Hdf5Dataset is immutable after OpenHdf5Dataset returns; share it freely.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpufeed/file.h"
+#include "gpufeed/schema.h"
+#include "sources/hdf5/filters.h"
+#include "sources/hdf5/library.h"
+
+namespace gpufeed {
+
+enum class Hdf5Storage {
+  kContiguous,  // unfiltered bytes at one file offset
+  kChunked,     // chunks found through `chunks`
+  kInMemory,    // compact (stored in the object header): read whole at open
+  kFill,        // no storage allocated: every element is the fill value
+  kLibrary,     // a filter or storage gpufeed cannot read itself: H5Dread under the lock
+};
+
+struct Hdf5ChunkEntry {
+  uint64_t address = 0;
+  uint64_t size = 0;  // stored bytes; 0 = never written (fill value)
+  uint32_t filter_mask = 0;
+};
+
+struct Hdf5Dataset {
+  std::string path;     // the file
+  std::string dataset;  // as opened ("/train/mel")
+  FieldSpec field;      // dtype and per-sample shape (name left to the caller)
+  int64_t samples = 0;
+  std::vector<int64_t> dims;  // full shape, samples first
+  size_t element_size = 0;
+  bool big_endian = false;  // elements need a byte swap after reading
+  Hdf5Storage storage = Hdf5Storage::kContiguous;
+  std::string layout_name;     // "contiguous", "chunked", "compact"
+  std::string library_reason;  // kLibrary: why ("filter lzf")
+
+  uint64_t contiguous_address = 0;
+  std::vector<std::byte> in_memory;  // kInMemory: the whole dataset
+
+  std::vector<int64_t> chunk_dims;     // kChunked (and kLibrary when chunked): per axis
+  std::vector<int64_t> chunk_grid;     // chunks per axis
+  std::vector<Hdf5Filter> filters;     // write order
+  std::vector<Hdf5ChunkEntry> chunks;  // by row-major grid position
+  std::string index_method;            // how the chunk index was read, for inspect
+  double index_seconds = 0;            // how long that took
+
+  // kLibrary: the open dataset and the memory type H5Dread converts to.
+  std::shared_ptr<Hdf5Id> library_dataset;
+  std::shared_ptr<Hdf5Id> library_memory_type;
+
+  std::vector<std::byte> fill_value;  // one element, as stored (file byte order)
+  uint64_t storage_bytes = 0;         // H5Dget_storage_size
+
+  size_t ChunkBytes() const;  // decoded bytes of one full chunk
+  bool filtered() const { return !filters.empty(); }
+  int64_t ChunksPerSample() const;  // chunks one sample spans (1 when not chunked)
+};
+
+// Opens `file` with libhdf5 (H5Fopen on its path) once gpufeed's own superblock checks passed
+// (hdf5_superblock.h). Throws Error(kCorruptData) naming the file when either refuses it.
+// Takes the libhdf5 lock.
+Hdf5Id OpenHdf5File(const File& file);
+
+// Opens `dataset` of the HDF5 file `file_id`, whose bytes the hot path reads through `file`.
+// Throws Error naming the file and dataset: kNotFound, kUnsupported (dtype, rank 0),
+// kCorruptData (index past the end of the file, damaged index). Takes the libhdf5 lock.
+Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& dataset);
+
+// Every dataset in the file, by path ("/a", "/g/b"), sorted.
+std::vector<std::string> ListHdf5Datasets(hid_t file_id);
+
+}  // namespace gpufeed

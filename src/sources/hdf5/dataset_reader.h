@@ -1,0 +1,96 @@
+// Reads samples of one dataset of one file into batch rows: the hot path of the HDF5 source.
+//
+// Contiguous data is read at its offset; chunked data chunk row by chunk row, each needed
+// chunk read and decoded once per call and kept in the worker's decoded-chunk cache;
+// unfiltered chunks are read per sample at the sample's offset inside the chunk, copied from
+// the file's mapping where the file maps (h5py's chunks=True cuts a float32[1,64,32] sample
+// into 256 pieces of 32 bytes: a pread each ran at about 800 samples/s on 2 threads, the
+// mapping's copies at memory speed), by pread elsewhere. Only
+// datasets the file layout puts out of reach (kLibrary) take the libhdf5 lock.
+// Reads are preads through the file seam, except contiguous data, which is copied from the
+// file's mapping (a warm mapping gathers 2-5x faster than a pread per row: README, "Streaming
+// at memory speed"); with GPUFEED_MAPPING_WARMER=1 only where a background warmer has touched
+// it, and by pread elsewhere (core/warmed_mapping.h: a cold mapping is slower than pread on
+// a VM).
+// Either way a file truncated or rewritten while a loader reads it is Error(kIo) "changed
+// size while being read" naming the file (mapping copies run under GuardMappedRead), never
+// a SIGBUS.
+//
+// Thread-safety: Read is const and thread-safe; each calling thread passes its own scratch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/warmed_mapping.h"
+#include "gpufeed/file.h"
+#include "gpufeed/hdf5.h"
+#include "sources/hdf5/chunk_cache.h"
+#include "sources/hdf5/dataset.h"
+#include "sources/hdf5/geometry.h"
+
+namespace gpufeed {
+
+// A worker's buffers and counts, reused between batches.
+struct Hdf5ReadScratch {
+  explicit Hdf5ReadScratch(size_t cache_bytes) : cache(cache_bytes) {}
+  explicit Hdf5ReadScratch(std::shared_ptr<SharedChunkCache> shared) : cache(std::move(shared)) {}
+  DecodedChunkCache cache;
+  std::vector<std::byte> raw;      // a stored chunk
+  std::vector<std::byte> inflate;  // between two filters
+  std::vector<std::byte> decoded;  // a decoded chunk the cache does not keep
+  std::vector<std::byte> slab;     // one sample's piece of an unfiltered chunk
+  Hdf5Counters counters;           // since the owner last collected them
+};
+
+// One row to fill: sample `local` of this dataset (`global` in the whole source, for error
+// messages) goes to `dst` (the field's SampleBytes()).
+struct Hdf5RowTarget {
+  int64_t local = 0;
+  int64_t global = 0;
+  std::byte* dst = nullptr;
+};
+
+class Hdf5DatasetReader {
+ public:
+  // `cache_tag` distinguishes this reader's chunks in a shared DecodedChunkCache.
+  Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint32_t cache_tag);
+
+  const Hdf5Dataset& dataset() const { return ds_; }
+  const Hdf5ChunkGeometry& geometry() const { return geometry_; }
+
+  // REQUIRES: rows sorted by `local`, every local in [0, samples).
+  void Read(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+
+ private:
+  void ReadContiguous(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  void ReadChunked(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  // Unfiltered chunks of a mapped file: every piece copied out of the mapping.
+  void ReadChunkedMapped(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  void ReadLibrary(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  // The decoded chunk at grid position `linear`: from the cache or decoded now.
+  const std::byte* DecodedChunk(size_t linear, const Hdf5RowTarget& first, Hdf5ReadScratch& scratch,
+                                DecodedChunkCache::Buffer& hold) const;
+  void Fill(std::byte* dst, size_t bytes) const;
+  // Reads `n` bytes at `offset`, which open checked to lie inside the file. Throws
+  // Error(kIo) "changed size while being read" when the file now ends first.
+  void ReadBytes(uint64_t offset, void* dst, size_t n, Hdf5ReadScratch& scratch) const;
+  std::string ChunkName(size_t linear) const;
+
+  const Hdf5Dataset ds_;
+  const File* const file_;
+  const uint32_t cache_tag_;
+  const size_t sample_bytes_;
+  Hdf5ChunkGeometry geometry_;
+  bool zero_fill_ = true;
+  // Contiguous data in a mappable file: the mapping and how far it is warm; else null.
+  std::unique_ptr<WarmedMapping> warm_;
+  // Unfiltered chunked data in a mappable file: the file's mapping (every stored chunk's range
+  // was checked against the file's size at open); else null.
+  const std::byte* chunk_map_ = nullptr;
+};
+
+}  // namespace gpufeed

@@ -1,0 +1,314 @@
+// The HDF5 source: OpenHdf5 and the Source that concatenates files.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <new>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+
+#include "core/log.h"
+#include "core/system_memory.h"
+#include "gpufeed/error.h"
+#include "gpufeed/hdf5.h"
+#include "sources/hdf5/dataset.h"
+#include "sources/hdf5/dataset_reader.h"
+#include "sources/hdf5/library.h"
+
+namespace gpufeed {
+namespace {
+
+class Hdf5WorkerState final : public SourceWorkerState {
+ public:
+  explicit Hdf5WorkerState(size_t cache_bytes) : scratch(cache_bytes) {}
+  explicit Hdf5WorkerState(std::shared_ptr<SharedChunkCache> chunks) : scratch(std::move(chunks)) {}
+  Hdf5ReadScratch scratch;
+  std::vector<std::pair<int64_t, int64_t>> order;  // (sample, batch row), sorted
+  std::vector<Hdf5RowTarget> targets;
+};
+
+// One file: its handle for the hot path and a reader per field.
+struct Hdf5FilePart {
+  std::unique_ptr<File> file;
+  std::vector<std::unique_ptr<Hdf5DatasetReader>> readers;  // by field
+  int64_t first_sample = 0;                                 // in the whole source
+  int64_t samples = 0;
+};
+
+class Hdf5Source final : public Source {
+ public:
+  Hdf5Source(std::vector<Hdf5FilePart> parts, Schema schema, std::vector<std::string> datasets,
+             Hdf5Options options)
+      : parts_(std::move(parts)),
+        schema_(std::move(schema)),
+        datasets_(std::move(datasets)),
+        options_(std::move(options)) {
+    for (const auto& p : parts_) samples_ += p.samples;
+    for (const auto& r : parts_.front().readers) {
+      if (!r->dataset().chunk_dims.empty()) {
+        block_ = std::max<int64_t>(1, r->dataset().chunk_dims[0]);
+        break;
+      }
+    }
+    for (size_t f = 0; f < parts_.front().readers.size(); ++f) {
+      const Hdf5Dataset& ds = parts_.front().readers[f]->dataset();
+      if (ds.storage == Hdf5Storage::kChunked && ds.filtered()) {
+        chunking_.compressed = true;
+        chunking_.decoded_chunk_bytes +=
+            block_ * static_cast<int64_t>(schema_.fields[f].SampleBytes());
+      }
+    }
+    chunking_.samples_per_chunk = block_;
+    for (size_t f = 0; f < parts_.front().readers.size(); ++f) {
+      const auto& reader = *parts_.front().readers[f];
+      const auto columns = static_cast<int64_t>(reader.geometry().columns());
+      if (reader.dataset().storage == Hdf5Storage::kChunked &&
+          columns > chunking_.pieces_per_sample) {
+        chunking_.pieces_per_sample = columns;
+        chunking_.pieces_field = schema_.fields[f].name;
+        chunking_.pieces_chunk_shape = reader.dataset().chunk_dims;
+      }
+    }
+    // The default budget: the decoded data set, as whole chunks (nothing more is ever worth
+    // keeping; a last chunk only part-filled still decodes whole, so the samples' bytes alone
+    // fell short of holding every chunk and an epoch kept evicting), within a 16th of the RAM
+    // available now and [16 MiB, 1 GiB].
+    size_t budget = options_.chunk_cache_bytes;
+    if (budget == kAutoChunkCache) {
+      const uint64_t ram =
+          std::clamp<uint64_t>(AvailableRamBytes() / 16, uint64_t{16} << 20, uint64_t{1} << 30);
+      uint64_t decoded = 0;  // saturates at `ram`: only the comparison with it matters
+      for (const Hdf5FilePart& part : parts_) {
+        for (const auto& reader : part.readers) {
+          const Hdf5Dataset& ds = reader->dataset();
+          if (ds.storage != Hdf5Storage::kChunked || !ds.filtered()) continue;
+          for (const Hdf5ChunkEntry& e : ds.chunks) {
+            if (e.size != 0) decoded = std::min(ram, decoded + ds.ChunkBytes());
+          }
+        }
+      }
+      budget = static_cast<size_t>(std::min(ram, std::max<uint64_t>(decoded, 1)));
+    }
+    chunk_cache_ = std::make_shared<SharedChunkCache>(budget);
+    chunking_.cache_bytes = static_cast<int64_t>(budget);
+  }
+
+  SourceChunking chunking() const override { return chunking_; }
+
+  const Schema& schema() const override { return schema_; }
+  int64_t size() const override { return samples_; }
+  int64_t PreferredBlock() const override { return block_; }
+
+  std::string Describe() const override {
+    const std::string more =
+        parts_.size() > 1 ? fmt::format(" + {} more files", parts_.size() - 1) : "";
+    return fmt::format("hdf5:{}{} ({} fields, {} samples)", parts_.front().file->path(), more,
+                       schema_.fields.size(), samples_);
+  }
+
+  std::string Identity() const override {
+    std::string id = fmt::format("hdf5:[{}]", fmt::join(datasets_, ","));
+    for (const auto& p : parts_) {
+      id += fmt::format("|{}:{}:{}", p.file->path(), p.file->Size(), p.file->ModificationTimeNs());
+      // A rewrite that keeps the size and restores the mtime still changes these.
+      if (const std::string stamp = p.file->VersionStamp(); !stamp.empty()) {
+        id += fmt::format("|stamp:{}={}", p.file->path(), stamp);
+      }
+    }
+    return id + "|" + schema_.ToString();
+  }
+
+  std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
+    return std::make_unique<Hdf5WorkerState>(chunk_cache_);
+  }
+
+  void Read(std::span<const int64_t> indices, const BatchView& out,
+            SourceWorkerState* state) const override {
+    std::unique_ptr<Hdf5WorkerState> local;
+    auto* ws = dynamic_cast<Hdf5WorkerState*>(state);
+    if (ws == nullptr) {
+      local = std::make_unique<Hdf5WorkerState>(0);
+      ws = local.get();
+    }
+    CheckReadRequest(*this, indices, out);
+    ws->order.resize(indices.size());
+    for (size_t i = 0; i < indices.size(); ++i)
+      ws->order[i] = {indices[i], static_cast<int64_t>(i)};
+    // Sorted, a batch walks each file forwards and meets each chunk row once.
+    std::sort(ws->order.begin(), ws->order.end());
+    ws->scratch.cache.BeginBatch();
+    size_t k = 0;
+    try {
+      while (k < ws->order.size()) {
+        const size_t p = PartOf(ws->order[k].first);
+        const Hdf5FilePart& part = parts_[p];
+        size_t end = k;
+        while (end < ws->order.size() && ws->order[end].first < part.first_sample + part.samples) {
+          ++end;
+        }
+        for (size_t f = 0; f < part.readers.size(); ++f) {
+          const size_t bytes = schema_.fields[f].SampleBytes();
+          ws->targets.clear();
+          for (size_t j = k; j < end; ++j) {
+            ws->targets.push_back(
+                {ws->order[j].first - part.first_sample, ws->order[j].first,
+                 out.fields[f] + static_cast<size_t>(ws->order[j].second) * bytes});
+          }
+          part.readers[f]->Read(ws->targets, ws->scratch);
+        }
+        k = end;
+      }
+    } catch (...) {
+      ws->scratch.cache.EndBatch();
+      Collect(ws->scratch.counters);
+      throw;
+    }
+    ws->scratch.cache.EndBatch();
+    Collect(ws->scratch.counters);
+  }
+
+  Hdf5Counters counters() const {
+    Hdf5Counters c;
+    c.chunks_decoded = chunks_decoded_.load(std::memory_order_relaxed);
+    c.chunk_cache_hits = chunk_cache_hits_.load(std::memory_order_relaxed);
+    c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+    c.library_reads = library_reads_.load(std::memory_order_relaxed);
+    c.chunk_cache_bytes = chunk_cache_->capacity();
+    return c;
+  }
+
+ private:
+  size_t PartOf(int64_t sample) const {
+    const auto it =
+        std::upper_bound(parts_.begin(), parts_.end(), sample,
+                         [](int64_t s, const Hdf5FilePart& p) { return s < p.first_sample; });
+    return static_cast<size_t>(it - parts_.begin()) - 1;
+  }
+
+  // Adds a worker's counts to the source's once per batch, not once per chunk.
+  void Collect(Hdf5Counters& c) const {
+    chunks_decoded_.fetch_add(c.chunks_decoded, std::memory_order_relaxed);
+    chunk_cache_hits_.fetch_add(c.chunk_cache_hits, std::memory_order_relaxed);
+    bytes_read_.fetch_add(c.bytes_read, std::memory_order_relaxed);
+    library_reads_.fetch_add(c.library_reads, std::memory_order_relaxed);
+    c = Hdf5Counters{};
+  }
+
+  const std::vector<Hdf5FilePart> parts_;
+  const Schema schema_;
+  const std::vector<std::string> datasets_;
+  const Hdf5Options options_;
+  int64_t samples_ = 0;
+  int64_t block_ = 1;
+  SourceChunking chunking_;
+  std::shared_ptr<SharedChunkCache> chunk_cache_;  // decoded chunks, shared by the workers
+  mutable std::atomic<int64_t> chunks_decoded_{0};
+  mutable std::atomic<int64_t> chunk_cache_hits_{0};
+  mutable std::atomic<int64_t> bytes_read_{0};
+  mutable std::atomic<int64_t> library_reads_{0};
+};
+
+std::string FieldName(const std::string& dataset) {
+  return dataset.starts_with('/') ? dataset.substr(1) : dataset;
+}
+
+// OpenHdf5 for one file and its datasets.
+void OpenPart(const std::string& path, std::vector<std::string>& datasets,
+              const Hdf5Options& options, int64_t first_sample, size_t p,
+              const std::vector<std::string>& paths, Schema& schema, Hdf5FilePart& part) {
+  part.file = options.file_system->Open(path);  // kNotFound names the path
+  Hdf5Id h5 = OpenHdf5File(*part.file);
+  if (datasets.empty()) {
+    datasets = ListHdf5Datasets(h5.get());
+    if (datasets.empty()) {
+      throw Error(ErrorCode::kNotFound, fmt::format("{}: the file holds no datasets", path));
+    }
+  }
+  part.first_sample = first_sample;
+  for (size_t f = 0; f < datasets.size(); ++f) {
+    Hdf5Dataset ds = OpenHdf5Dataset(h5.get(), *part.file, datasets[f]);
+    ds.field.name = FieldName(datasets[f]);
+    if (p == 0) {
+      schema.fields.push_back(ds.field);
+    } else if (!(ds.field == schema.fields[f])) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: dataset {} is {}, but in {} it is {}: every file must hold "
+                              "the same dtype and per-sample shape",
+                              path, datasets[f], ds.field.ToString(), paths.front(),
+                              schema.fields[f].ToString()));
+    }
+    if (f == 0) {
+      part.samples = ds.samples;
+    } else if (ds.samples != part.samples) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: datasets have different lengths: {} holds {} samples, {} "
+                              "holds {}",
+                              path, datasets[0], part.samples, datasets[f], ds.samples));
+    }
+    if (ds.storage == Hdf5Storage::kLibrary) {
+      Log(LogLevel::kWarning,
+          fmt::format("warning: {}: dataset {} uses {}, which gpufeed does not read itself: "
+                      "reading it through libhdf5 under its global lock (slow)",
+                      path, datasets[f], ds.library_reason));
+    }
+    const auto tag = static_cast<uint32_t>(p * datasets.size() + f);
+    part.readers.push_back(
+        std::make_unique<Hdf5DatasetReader>(std::move(ds), part.file.get(), tag));
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths, std::vector<std::string> datasets,
+                                 Hdf5Options options) {
+  if (paths.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "OpenHdf5: no files given");
+  }
+  if (options.file_system == nullptr) options.file_system = DefaultFileSystem();
+  if (std::set<std::string>(datasets.begin(), datasets.end()).size() != datasets.size()) {
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: a dataset is named twice in [{}]",
+                                                         paths.front(), fmt::join(datasets, ", ")));
+  }
+  std::vector<Hdf5FilePart> parts;
+  Schema schema;
+  int64_t first_sample = 0;
+  for (size_t p = 0; p < paths.size(); ++p) {
+    const std::string& path = paths[p];
+    Hdf5FilePart part;
+    try {
+      OpenPart(path, datasets, options, first_sample, p, paths, schema, part);
+    } catch (const std::bad_alloc&) {
+      // Every size is checked against the file before it is allocated; this is the backstop
+      // that keeps a damaged file an Error naming it.
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: opening it asks for more memory than there is (damaged "
+                              "file?)",
+                              path));
+    } catch (const std::length_error&) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: opening it asks for an impossible size (damaged file?)", path));
+    }
+    first_sample += part.samples;
+    parts.push_back(std::move(part));
+  }
+  return std::make_shared<Hdf5Source>(std::move(parts), std::move(schema), std::move(datasets),
+                                      std::move(options));
+}
+
+bool IsHdf5Source(const Source& source) {
+  return dynamic_cast<const Hdf5Source*>(&source) != nullptr;
+}
+
+Hdf5Counters Hdf5SourceCounters(const Source& source) {
+  const auto* hdf5 = dynamic_cast<const Hdf5Source*>(&source);
+  if (hdf5 == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} is not an HDF5 source", source.Describe()));
+  }
+  return hdf5->counters();
+}
+
+}  // namespace gpufeed

@@ -1,0 +1,367 @@
+// The NumPy source: a folder with one memory-mapped `.npy` file per field, and WriteNpy.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <set>
+#include <system_error>
+
+#include "core/mapped_read_guard.h"
+#include "core/row_gather.h"
+#include "core/warmed_mapping.h"
+#include "gpufeed/error.h"
+#include "gpufeed/sources.h"
+#include "sources/numpy/npy_header.h"
+
+namespace gpufeed {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+// A coalesced pread moves at most this much, so the per-worker scratch buffer stays small
+// while sequential runs still get large reads.
+constexpr size_t kMaxRunBytes = size_t{4} << 20;
+
+struct NumpyField {
+  FieldSpec spec;
+  std::unique_ptr<File> file;
+  uint64_t data_offset = 0;
+  size_t row_bytes = 0;
+  // The first data byte in the file's mapping, or null: read through ReadAt.
+  const std::byte* data = nullptr;
+  // With a mapping: how far it is warm. Rows below come from the mapping, the rest by pread.
+  std::shared_ptr<WarmedMapping> warm;
+  int64_t samples = 0;  // axis 0
+};
+
+class NumpyWorkerState final : public SourceWorkerState {
+ public:
+  std::vector<size_t> order;       // batch positions sorted by sample index
+  std::vector<std::byte> scratch;  // one coalesced run whose rows go to scattered positions
+};
+
+class NumpySource final : public Source {
+ public:
+  NumpySource(std::string dir, std::vector<NumpyField> fields, int64_t samples)
+      : dir_(std::move(dir)), fields_(std::move(fields)), samples_(samples) {
+    // A cache key must not depend on the working directory the folder was named from.
+    std::error_code ec;
+    const auto absolute = stdfs::absolute(dir_, ec);
+    identity_dir_ = ec ? dir_ : absolute.lexically_normal().string();
+    while (identity_dir_.size() > 1 && identity_dir_.back() == '/') identity_dir_.pop_back();
+    for (const auto& f : fields_) schema_.fields.push_back(f.spec);
+  }
+
+  const Schema& schema() const override { return schema_; }
+  int64_t size() const override { return samples_; }
+
+  std::string Describe() const override {
+    return fmt::format("numpy:{} ({} fields, {} samples)", dir_, fields_.size(), samples_);
+  }
+
+  std::string Identity() const override {
+    std::string id = fmt::format("numpy:{}", identity_dir_);
+    for (const auto& f : fields_) {
+      id += fmt::format("|{}={}/{}.npy:{}:{}:{}", f.spec.ToString(), identity_dir_, f.spec.name,
+                        f.file->Size(), f.file->ModificationTimeNs(), f.data_offset);
+      // A rewrite that keeps the size and restores the mtime still changes these.
+      if (const std::string stamp = f.file->VersionStamp(); !stamp.empty()) {
+        id += fmt::format("|stamp:{}/{}.npy={}", identity_dir_, f.spec.name, stamp);
+      }
+    }
+    return id;
+  }
+
+  std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
+    return std::make_unique<NumpyWorkerState>();
+  }
+
+  void Read(std::span<const int64_t> indices, const BatchView& out,
+            SourceWorkerState* state) const override {
+    CheckReadRequest(*this, indices, out);
+    NumpyWorkerState local;
+    auto* ws = dynamic_cast<NumpyWorkerState*>(state);
+    if (ws == nullptr) ws = &local;
+    SortByIndex(indices, ws->order);
+    for (size_t f = 0; f < fields_.size(); ++f) {
+      const NumpyField& field = fields_[f];
+      std::span<const size_t> order(ws->order);
+      if (field.data != nullptr) {
+        // Which way wins, measured (bench/stream_gather.cc, README): from a warm mapping a
+        // shuffled gather runs 2-5x faster than pread of the same rows (a system call per
+        // 8 KB row), but each page of a new mapping traps on first access on a VM, which made
+        // a new process's first batches 5-10x slower than pread. With the warmer on
+        // (GPUFEED_MAPPING_WARMER=1) the mapping serves the rows where it is warm (the sorted
+        // prefix below WarmEnd) and pread the rest; off (the default: it costs more CPU than
+        // it saves over a few epochs), WarmEnd is the end and every row is a mapping copy.
+        field.warm->StartWarming();
+        const uint64_t warm = field.warm->WarmEnd();
+        size_t cut = 0;
+        while (cut < order.size() &&
+               field.data_offset +
+                       (static_cast<uint64_t>(indices[order[cut]]) + 1) * field.row_bytes <=
+                   warm) {
+          ++cut;
+        }
+        CopyMapped(field, indices, order.first(cut), out.fields[f]);
+        order = order.subspan(cut);
+      }
+      if (!order.empty()) ReadRuns(field, indices, order, ws->scratch, out.fields[f]);
+    }
+  }
+
+ private:
+  // Batch positions in ascending sample order, so reads walk each file forwards.
+  static void SortByIndex(std::span<const int64_t> indices, std::vector<size_t>& order) {
+    order.resize(indices.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    if (std::is_sorted(indices.begin(), indices.end())) return;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return indices[a] != indices[b] ? indices[a] < indices[b] : a < b;
+    });
+  }
+
+  static void CopyMapped(const NumpyField& f, std::span<const int64_t> indices,
+                         std::span<const size_t> order, std::byte* dst) {
+    if (order.empty()) return;
+    const size_t rb = f.row_bytes;
+    // The file may be truncated under the mapping (np.save over it): a SIGBUS here becomes
+    // Error(kIo) naming the file.
+    GuardMappedRead(f.file->path(), [&] {
+      CopyRows(
+          order.size(), rb,
+          [&](size_t i) { return f.data + static_cast<size_t>(indices[order[i]]) * rb; },
+          [&](size_t i) { return dst + order[i] * rb; });
+    });
+  }
+
+  // Sorted rows by pread: a run of consecutive samples is one call, straight into the batch
+  // when its batch positions are consecutive too (else through `scratch`).
+  void ReadRuns(const NumpyField& f, std::span<const int64_t> indices,
+                std::span<const size_t> order, std::vector<std::byte>& scratch,
+                std::byte* dst) const {
+    const size_t rb = f.row_bytes;
+    if (rb == 0) return;
+    const size_t n = order.size();
+    const size_t max_rows = std::max<size_t>(1, kMaxRunBytes / rb);
+    size_t k = 0;
+    while (k < n) {
+      const size_t first_pos = order[k];
+      const int64_t first = indices[first_pos];
+      if (k > 0 && indices[order[k - 1]] == first) {  // a repeated sample: read once
+        std::memcpy(dst + first_pos * rb, dst + order[k - 1] * rb, rb);
+        ++k;
+        continue;
+      }
+      // Extend over consecutive sample numbers; when their batch positions are consecutive
+      // too (a sequential plan), the run is read straight into the batch.
+      size_t end = k + 1;
+      bool direct = true;
+      while (end < n && end - k < max_rows &&
+             indices[order[end]] == first + static_cast<int64_t>(end - k)) {
+        direct = direct && order[end] == order[end - 1] + 1;
+        ++end;
+      }
+      const size_t rows = end - k;
+      const uint64_t offset = f.data_offset + static_cast<uint64_t>(first) * rb;
+      try {
+        if (direct) {
+          ReadFully(*f.file, offset, dst + first_pos * rb, rows * rb, "row data");
+        } else {
+          scratch.resize(rows * rb);
+          ReadFully(*f.file, offset, scratch.data(), rows * rb, "row data");
+          for (size_t j = 0; j < rows; ++j) {
+            std::memcpy(dst + order[k + j] * rb, scratch.data() + j * rb, rb);
+          }
+        }
+      } catch (const Error&) {
+        // Read the run row by row so the error names the exact sample that fails.
+        for (size_t j = 0; j < rows; ++j) {
+          ReadRow(f, indices[order[k + j]], dst + order[k + j] * rb);
+        }
+      }
+      k = end;
+    }
+  }
+
+  void ReadRow(const NumpyField& f, int64_t index, std::byte* dst) const {
+    const uint64_t offset = f.data_offset + static_cast<uint64_t>(index) * f.row_bytes;
+    try {
+      ReadFully(*f.file, offset, dst, f.row_bytes, fmt::format("sample {}", index));
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("numpy field '{}' ({}): cannot read sample {}: {}",
+                                        f.spec.name, f.file->path(), index, e.what()));
+    }
+  }
+
+  const std::string dir_;
+  std::string identity_dir_;
+  const std::vector<NumpyField> fields_;
+  const int64_t samples_;
+  Schema schema_;
+};
+
+// The `.npy` files in `dir` by field name (file name without `.npy`), sorted; best effort,
+// for defaults and messages.
+std::vector<std::string> ListNpyFields(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (stdfs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const stdfs::path& p = it->path();
+    if (p.extension() == ".npy" && !it->is_directory(ec)) names.push_back(p.stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+NumpyField OpenField(const FileSystem& fs, const std::string& dir, const std::string& name,
+                     bool use_mmap) {
+  const std::string path = (stdfs::path(dir) / (name + ".npy")).string();
+  NumpyField field;
+  try {
+    field.file = fs.Open(path);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kNotFound) throw;
+    const auto present = ListNpyFields(dir);
+    throw Error(ErrorCode::kNotFound,
+                fmt::format("numpy folder {} has no field '{}' ({} does not exist); the fields "
+                            "there are: {}",
+                            dir, name, path,
+                            present.empty() ? std::string("none")
+                                            : fmt::format("{}", fmt::join(present, ", "))));
+  }
+  const NpyHeader header = ReadNpyHeader(*field.file);
+  field.spec.name = name;
+  field.spec.dtype = header.dtype;
+  field.spec.shape.assign(header.shape.begin() + 1, header.shape.end());
+  field.data_offset = header.data_offset;
+  field.row_bytes = field.spec.SampleBytes();
+  field.samples = header.shape[0];
+  if (use_mmap) {
+    const std::byte* map = field.file->Map();
+    if (map != nullptr) {
+      field.file->PreferHugePages(header.data_offset,
+                                  field.row_bytes * static_cast<uint64_t>(field.samples));
+      field.data = map + header.data_offset;
+      field.warm = std::make_shared<WarmedMapping>(
+          map, header.data_offset,
+          header.data_offset + field.row_bytes * static_cast<uint64_t>(field.samples), path);
+    }
+  }
+  return field;
+}
+
+// write(2) everything, retrying EINTR and partial writes.
+bool WriteAll(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t put = write(fd, p, std::min<size_t>(n, size_t{1} << 30));
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += put;
+    n -= static_cast<size_t>(put);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::shared_ptr<Source> OpenNumpy(const std::string& dir, NumpyOptions options) {
+  std::shared_ptr<const FileSystem> fs =
+      options.file_system ? options.file_system : DefaultFileSystem();
+  std::error_code ec;
+  const auto status = stdfs::status(dir, ec);
+  if (!stdfs::exists(status)) {
+    throw Error(ErrorCode::kNotFound, fmt::format("numpy folder {} does not exist", dir));
+  }
+  if (!stdfs::is_directory(status)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} is not a folder; a NumPy data set is a folder with one .npy "
+                            "file per field",
+                            dir));
+  }
+  std::vector<std::string> names = options.fields.empty() ? ListNpyFields(dir) : options.fields;
+  if (names.empty()) {
+    throw Error(ErrorCode::kNotFound, fmt::format("numpy folder {} holds no .npy files", dir));
+  }
+  if (std::set<std::string>(names.begin(), names.end()).size() != names.size()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("numpy folder {}: a field is named twice in [{}]", dir,
+                            fmt::join(names, ", ")));
+  }
+
+  std::vector<NumpyField> fields;
+  for (const auto& name : names) {
+    fields.push_back(OpenField(*fs, dir, name, options.use_mmap));
+    const NumpyField& first = fields.front();
+    const NumpyField& last = fields.back();
+    if (last.samples != first.samples) {
+      throw Error(
+          ErrorCode::kCorruptData,
+          fmt::format("numpy folder {}: fields have different sample counts: {} holds "
+                      "{} samples, {} holds {}",
+                      dir, first.file->path(), first.samples, last.file->path(), last.samples));
+    }
+  }
+  const int64_t samples = fields.front().samples;
+  return std::make_shared<NumpySource>(dir, std::move(fields), samples);
+}
+
+void WriteNpy(const std::string& path, const FieldSpec& field, int64_t samples, const void* data) {
+  if (samples < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: cannot write {} samples", path, samples));
+  }
+  std::vector<int64_t> shape{samples};
+  for (int64_t d : field.shape) {
+    if (d < 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: field {} has a negative dimension", path, field.ToString()));
+    }
+    shape.push_back(d);
+  }
+  const std::string header = FormatNpyHeader(field.dtype, shape);
+  const size_t bytes = static_cast<size_t>(samples) * field.SampleBytes();
+  if (bytes > 0 && data == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: no data for {} samples of {}", path, samples, field.ToString()));
+  }
+  // A unique temporary name in the same folder, renamed over `path` when complete, so a
+  // reader never sees a half-written file.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, getpid(), counter.fetch_add(1));
+  int fd;
+  do {
+    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    throw Error(ErrorCode::kIo, fmt::format("{}: cannot create {}: {}", path, tmp,
+                                            std::generic_category().message(errno)));
+  }
+  bool ok = WriteAll(fd, header.data(), header.size()) && WriteAll(fd, data, bytes);
+  int err = ok ? 0 : errno;
+  if (close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (ok && rename(tmp.c_str(), path.c_str()) != 0) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
+    unlink(tmp.c_str());
+    throw Error(ErrorCode::kIo,
+                fmt::format("{}: cannot write: {}", path, std::generic_category().message(err)));
+  }
+}
+
+}  // namespace gpufeed
