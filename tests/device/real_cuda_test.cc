@@ -136,9 +136,8 @@ TEST_F(RealCudaTest, DeviceCacheTierGathersIntactRowsOnTheGpu) {
   options.loader.seed = 5;
   options.device = "cuda";
   options.cache.tier = CacheTier::kDevice;
-  auto [loader, info] =
-      OpenCachedLoader(OpenSynthetic(ParseSchema("x:float32[32],label:int64"), 10000, kSeed),
-                       options);
+  auto [loader, info] = OpenCachedLoader(
+      OpenSynthetic(ParseSchema("x:float32[32],label:int64"), 10000, kSeed), options);
   EXPECT_EQ(info.tier, CacheTier::kDevice) << info.ToString();
   int batches = 0;
   while (auto batch = loader->Next()) {
