@@ -48,7 +48,7 @@ def regex(pattern):
 
     def extract(stdout):
         match = compiled.search(stdout)
-        return float(match.group(1)) if match else None
+        return float(match.group(1).replace(",", "")) if match else None
     return extract
 
 
@@ -99,12 +99,17 @@ BENCHMARKS = [
         ],
     },
     {
-        "id": "hdf5-chunked-demo",
-        "what": "the demo's HDF5 file as h5py chunks it (chunks=True: 256 pieces per sample), "
-                "no cache, 2 workers, batch 8192",
-        "command": "{gpufeed} bench " + DEMO_H5 + " -w 2 -b 8192 -e 2 --cache none --json",
+        "id": "rechunk-gain",
+        "what": "the demo's HDF5 file, no cache, 2 workers, batch 8192: after `gpufeed rechunk` "
+                "(whole-sample chunks) vs h5py's chunks=True layout",
+        "command": "{py} bench/rechunk_gain.py --gpufeed {gpufeed}",
         "prepare": ["{gpufeed} demo --no-baseline --seconds 0 --epochs 1"],
-        "figures": [("samples/s", json_key("samples_per_s"))],
+        "figures": [
+            ("rechunked / original, samples/s", regex(r"^rechunked / original: ([0-9.]+)x")),
+            ("h5py's chunks=True layout, samples/s",
+             regex(r"^h5py chunks=True layout:\s+([0-9,.]+)")),
+            ("after rechunk, samples/s", regex(r"^after gpufeed rechunk:\s+([0-9,.]+)")),
+        ],
     },
     {
         "id": "hdf5-vs-dataloader",
