@@ -150,14 +150,21 @@ def _gpufeed_bin():
 
 
 def _remove_shm_caches_of(folder):
-    """The examples' cache="shm" / "auto" leave caches in /dev/shm: remove those of our data."""
+    """The examples' cache="shm" / "auto" leave caches in /dev/shm: remove those of our files
+    (their identity names each file's inode and modification time, or its absolute path)."""
     binary = _gpufeed_bin()
     if not os.path.exists(binary):
         return
     listed = subprocess.run([binary, "cache", "ls", "--json"], capture_output=True, text=True)
     if listed.returncode != 0:
         return
-    keys = [c["key"] for c in json.loads(listed.stdout or "[]") if folder in json.dumps(c)]
+    marks = {folder}
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            st = os.stat(os.path.join(parent, name))
+            marks.add(f"={st.st_ino}:{st.st_mtime_ns}")
+    keys = [c["key"] for c in json.loads(listed.stdout or "[]")
+            if any(mark in c.get("identity", "") for mark in marks)]
     if keys:
         subprocess.run([binary, "cache", "rm", *keys], capture_output=True)
 
