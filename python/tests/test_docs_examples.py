@@ -12,7 +12,9 @@ A block that cannot run here (it needs a GPU, a PostgreSQL server or torchrun) i
 
     ```python no-run: <why>
 
-and is reported as skipped with that reason. Keep them few. Shell and C++ blocks are not run.
+and is reported as skipped with that reason. Keep them few. ```cpp blocks are compile-checked
+(syntax only, against include/); shell and console blocks are not run. Relative links between
+the documents must resolve (docs/benchmarks.md, which bench/run_all.py generates, excepted).
 """
 
 import json
@@ -180,6 +182,25 @@ def data_folder(tmp_path_factory):
 def test_the_documents_hold_examples():
     names = {name for name, _, _, _ in _blocks()}
     assert "README.md" in names
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(#[^)\s]*)?\)")
+GENERATED = {os.path.join("docs", "benchmarks.md")}
+
+
+def test_relative_links_resolve():
+    broken = []
+    for name in _documents():
+        with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+            text = f.read()
+        for match in LINK.finditer(text):
+            target = match.group(1)
+            if "://" in target:
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(name), target))
+            if path not in GENERATED and not os.path.exists(os.path.join(ROOT, path)):
+                broken.append(f"{name}: {target}")
+    assert not broken, broken
 
 
 @pytest.mark.parametrize("document, line, code", _params())
