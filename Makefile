@@ -15,7 +15,7 @@ CMAKE_FLAGS ?=
 CCACHE := $(shell command -v ccache 2>/dev/null)
 LAUNCHER := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
-.PHONY: demo test setup build test-cpp test-asan test-tsan test-python check-threads fuzz \
+.PHONY: demo test setup build test-cpp test-asan test-tsan test-python check-threads check-layout fuzz \
   test-fuzz clean
 
 demo: build
@@ -64,6 +64,11 @@ test-python: build
 	  PYTHONPATH=$(CURDIR)/python:$(CURDIR)/$(BUILD)/python GPUFEED_BIN=$(CURDIR)/$(BUILD)/src/cli/gpufeed \
 	    $(PYTHON) -m pytest -q python/tests; \
 	else echo "no Python tests yet"; fi
+
+# The tree's shape: files of at most 500 lines, functions of at most 80, no include up the
+# layer order (scripts/check-layout says how each is measured).
+check-layout: setup
+	scripts/check-layout
 
 # Clang's thread-safety analysis (GUARDED_BY, REQUIRES, ... from src/core/thread_annotations.h)
 # over the sources whose locks are annotated: a syntax-only pass, the normal build's compiler

@@ -1,10 +1,11 @@
-// The `gpufeed` command line: demo, bench, inspect, watch, cache and trials.
+// The `gpufeed` command line: demo, bench, inspect, rechunk, watch, cache and trials.
 #include <CLI/CLI.hpp>
 
 #include "cli/bench_command.h"
 #include "cli/demo_command.h"
 #include "cli/exit_codes.h"
 #include "cli/inspect_command.h"
+#include "cli/rechunk_command.h"
 #include "cli/trials_command.h"
 #include "cli/watch_command.h"
 #include "cli/cache_command.h"
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   RegisterDemoCommand(app);
   RegisterBenchCommand(app);
   RegisterInspectCommand(app);
+  RegisterRechunkCommand(app);
   RegisterWatchCommand(app);
   RegisterCacheCommand(app);
   RegisterTrialsCommand(app);

@@ -429,6 +429,22 @@ CUresult cuStreamDestroy_v2(void* stream) {
   return fc::kSuccess;
 }
 
+// Synchronous device-to-host copy: the product never calls it; the real-GPU test reads
+// batches back with it, and runs against this fake in rehearsal. The caller synchronizes
+// the batch first, so no pending stream work is waited for here.
+CUresult cuMemcpyDtoH_v2(void* dst, unsigned long long src, size_t bytes) {
+  State& s = GetState();
+  Lock lock(s.mu);
+  if (CUresult r = fc::RequireContext(s, "cuMemcpyDtoH_v2"); r != fc::kSuccess) return r;
+  const void* src_ptr = reinterpret_cast<const void*>(src);
+  if (dst == nullptr || fc::FindAllocation(s, src_ptr, bytes, true) == nullptr) {
+    fc::RecordFailure(s, "cuMemcpyDtoH_v2: source is not inside a live device allocation");
+    return fc::kInvalidValue;
+  }
+  std::memcpy(dst, src_ptr, bytes);
+  return fc::kSuccess;
+}
+
 CUresult cuStreamSynchronize(void* stream) {
   State& s = GetState();
   Lock lock(s.mu);

@@ -1,0 +1,406 @@
+#!/usr/bin/python3
+"""Runs gpufeed's benchmarks and writes docs/benchmarks.md.
+
+    /usr/bin/python3 bench/run_all.py [--build build] [--runs 3] [--only ID,...] [--list]
+                                      [--out docs/benchmarks.md]
+
+Each benchmark is a program in bench/ (or `gpufeed bench`) that measures gpufeed and a peer
+(or a ceiling) in the same run and prints the figures; this script runs each one `--runs`
+times, takes the figures it names from the output, and writes one table row per figure:
+the median, the spread (lowest to highest) and the command that printed it, under a header
+naming the machine (CPU, cores, memory, GPU or none), the date and the load average before
+and after. Rerunning it replaces the file: the page holds the figures as they stand now.
+
+Data sets are made once before the timed runs (`prepare`), so their cost is not in any
+figure. Benchmarks whose prerequisites are missing (a PostgreSQL server, a GPU) are listed
+as not run, with the reason.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = "/usr/bin/python3"
+DEMO_NPY = "~/.cache/gpufeed/demo-mel"
+DEMO_H5 = "~/.cache/gpufeed/demo-mel.h5"
+
+
+def json_key(key):
+    """The figure `key` of the JSON document the command printed (whole output or a line)."""
+    def extract(stdout):
+        doc = parse_json(stdout)
+        value = doc
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return float(value) if value is not None else None
+    return extract
+
+
+def regex(pattern):
+    compiled = re.compile(pattern, re.M)
+
+    def extract(stdout):
+        match = compiled.search(stdout)
+        return float(match.group(1)) if match else None
+    return extract
+
+
+def parse_json(stdout):
+    try:
+        return json.loads(stdout)
+    except ValueError:
+        pass
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return {}
+
+
+# Each benchmark: what it measures, the command (placeholders: {gpufeed}, {build}, {py}),
+# the commands that make its data once, and the figures taken from its output.
+BENCHMARKS = [
+    {
+        "id": "numpy-stream",
+        "what": "NumPy demo set (100,000 x float32[1,64,32] + int64, 820 MB, page cache "
+                "warm), 2 workers, batch 8192, full shuffle, host batches",
+        "command": "{gpufeed} bench " + DEMO_NPY + " -w 2 -b 8192 -e 3 --json",
+        "prepare": ["{gpufeed} demo --format npy --no-baseline --seconds 0 --epochs 1"],
+        "figures": [
+            ("samples/s", json_key("samples_per_s")),
+            ("ratio to memcpy of the same bytes (same threads, same run)",
+             json_key("ratio_to_ceiling")),
+            ("ratio to the same shuffled rows read without the loader",
+             json_key("ratio_to_same_work")),
+            ("epochs after the first: ratio to the same work",
+             json_key("later_ratio_to_same_work")),
+            ("one-time: time to the first batch, s", json_key("time_to_first_batch_s")),
+        ],
+    },
+    {
+        "id": "numpy-stepped",
+        "what": "the same set with a simulated 10 ms GPU step per batch, 30 epochs",
+        "command": "{gpufeed} bench " + DEMO_NPY + " -w 2 -b 8192 -e 30 --step-ms 10 --json",
+        "prepare": ["{gpufeed} demo --format npy --no-baseline --seconds 0 --epochs 1"],
+        "figures": [
+            ("simulated GPU busy share, epochs after the first",
+             json_key("gpu_busy_fraction")),
+            ("simulated GPU busy share, whole run", json_key("gpu_busy_fraction_with_startup")),
+        ],
+    },
+    {
+        "id": "hdf5-chunked-demo",
+        "what": "the demo's HDF5 file as h5py chunks it (chunks=True: 256 pieces per sample), "
+                "no cache, 2 workers, batch 8192",
+        "command": "{gpufeed} bench " + DEMO_H5 + " -w 2 -b 8192 -e 2 --cache none --json",
+        "prepare": ["{gpufeed} demo --no-baseline --seconds 0 --epochs 1"],
+        "figures": [("samples/s", json_key("samples_per_s"))],
+    },
+    {
+        "id": "hdf5-vs-dataloader",
+        "what": "HDF5 seed-like file (100,000 x float32[1,64,32], chunks of 256): gpufeed vs "
+                "a DataLoader over per-sample h5py reads, 2 workers each",
+        "command": "{py} bench/hdf5_vs_dataloader.py --gpufeed {gpufeed} --json",
+        "figures": [
+            ("uncompressed: gpufeed / DataLoader", json_key("plain_vs_dataloader")),
+            ("uncompressed: ratio to memcpy", json_key("plain_ratio_to_ceiling")),
+            ("gzip, block shuffle: gpufeed / DataLoader", json_key("gzip_block_vs_dataloader")),
+            ("gzip, full shuffle: gpufeed / DataLoader", json_key("gzip_full_vs_dataloader")),
+        ],
+    },
+    {
+        "id": "ram-cache-epoch",
+        "what": "RAM-cached epoch vs memcpy of the same bytes into as many batch buffers "
+                "(synthetic 512 MB, batch 8192, 2 threads)",
+        "command": "{build}/bench/bench_cache_ram_epoch --mb 512 --epochs 3",
+        "figures": [("RAM-cached epoch / memcpy", regex(r"/ memcpy ceiling = ([0-9.]+)"))],
+    },
+    {
+        "id": "gpu-h2d",
+        "gpu": True,
+        "what": "GPU: host-to-device copies, the loader's path vs a plain pinned copy "
+                "(16 MiB batches, 4 workers)",
+        "command": "{build}/bench/bench_h2d_copy",
+        "figures": [
+            ("plain pinned copy, GB/s", regex(r"^plain pinned copy:\s+([0-9.]+) GB/s")),
+            ("loader path, GB/s", regex(r"^loader path:\s+([0-9.]+) GB/s")),
+            ("loader / plain", regex(r"^ratio loader/plain:\s+([0-9.]+)")),
+        ],
+    },
+    {
+        "id": "gpu-device-cache",
+        "gpu": True,
+        "what": "GPU: the device cache tier (200,000 x 1 KiB rows in VRAM, gather kernel) vs "
+                "streaming through pinned staging, batch 8192",
+        "command": "{build}/bench/bench_cache_device_gather",
+        "figures": [
+            ("gather kernel, GB/s", regex(r"^gather kernel:\s+([0-9.]+) GB/s")),
+            ("loader over the device tier, GB/s", regex(r"^loader, device tier:\s+([0-9.]+)")),
+            ("device tier / streaming", regex(r"^ratio device tier / streaming:\s+([0-9.]+)")),
+            ("one-time: upload, s", regex(r"^upload:\s+([0-9.]+) s")),
+        ],
+    },
+    {
+        "id": "gpu-numpy-stepped",
+        "gpu": True,
+        "what": "GPU: the NumPy demo set to cuda, 2 workers, batch 8192, 10 ms simulated step, "
+                "10 epochs",
+        "command": "{gpufeed} bench " + DEMO_NPY + " --device cuda -w 2 -b 8192 -e 10 "
+                   "--step-ms 10 --json",
+        "prepare": ["{gpufeed} demo --format npy --no-baseline --seconds 0 --epochs 1"],
+        "figures": [
+            ("samples/s", json_key("samples_per_s")),
+            ("simulated GPU busy share, epochs after the first", json_key("gpu_busy_fraction")),
+        ],
+    },
+    {
+        "id": "gpu-file-eval",
+        "gpu": True,
+        "torch_cuda": True,
+        "what": "GPU: whole-file evaluation, 7,913 files x 8..64 segments, small CNN on cuda: "
+                "gpufeed packed batches + GroupReducer vs a per-file h5py loop",
+        "command": "PYTHONPATH={build}/python {py} bench/file_level_eval.py --device cuda",
+        "figures": [
+            ("gpufeed / per-file loop", regex(r"gpufeed / per-file loop: ([0-9.]+)x")),
+            ("batch fill", regex(r"fill ([0-9.]+) \(target")),
+        ],
+    },
+    {
+        "id": "file-eval",
+        "what": "whole-file evaluation on the CPU, 7,913 files x 8..64 segments, small CNN: "
+                "gpufeed packed batches + GroupReducer vs a per-file h5py loop",
+        "command": "PYTHONPATH={build}/python {py} bench/file_level_eval.py --device cpu",
+        "figures": [
+            ("gpufeed / per-file loop", regex(r"gpufeed / per-file loop: ([0-9.]+)x")),
+            ("gpufeed / 16 files stacked by hand", regex(r"gpufeed / stacking: ([0-9.]+)x")),
+            ("batch fill", regex(r"fill ([0-9.]+) \(target")),
+        ],
+    },
+    {
+        "id": "python-overhead",
+        "what": "Python cost per batch between Next() calls (empty loop, 2 and 8 fields)",
+        "command": "PYTHONPATH={build}/python {py} bench/python_overhead.py",
+        "figures": [
+            ("2 fields, microseconds", regex(r"^2 fields\s+\S+\s+\S+\s+([0-9.]+)")),
+            ("8 fields, microseconds", regex(r"^8 fields\s+\S+\s+\S+\s+([0-9.]+)")),
+        ],
+    },
+]
+
+
+def machine():
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    gpu = "none"
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip():
+            gpu = ", ".join(out.stdout.split("\n")).strip(", ")
+    return (f"{cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB RAM, GPU: {gpu}, "
+            f"{platform.system()} {platform.release()}")
+
+
+def expand(command, args):
+    return os.path.expanduser(command.format(gpufeed=args.gpufeed, build=args.build, py=PY))
+
+
+def run(command, timeout):
+    result = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True,
+                            timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"exit {result.returncode}: {result.stderr.strip()[-400:]}")
+    return result.stdout
+
+
+def fmt(value):
+    if value >= 1000:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def torch_cuda():
+    probe = subprocess.run([PY, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True)
+    return probe.stdout.strip() == "True"
+
+
+def gpu_missing(args):
+    """Why the GPU benchmarks cannot run here; empty when a CUDA driver loads."""
+    probe = subprocess.run([args.gpufeed, "bench", "--synthetic", "x:float32[4]", "--samples",
+                            "64", "-b", "64", "-e", "1", "--device", "cuda"],
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        return "no GPU: " + (probe.stderr.strip().splitlines() or ["the probe failed"])[-1]
+    return ""
+
+
+def measure(bench, args, prepared):
+    for step in bench.get("prepare", []):
+        command = expand(step, args)
+        if command not in prepared:
+            print(f"  prepare: {command}", flush=True)
+            run(command, args.timeout)
+            prepared.add(command)
+    values = {label: [] for label, _ in bench["figures"]}
+    command = expand(bench["command"], args)
+    for i in range(args.runs):
+        print(f"  run {i + 1}/{args.runs}: {command}", flush=True)
+        stdout = run(command, args.timeout)
+        for label, extract in bench["figures"]:
+            value = extract(stdout)
+            if value is not None:
+                values[label].append(value)
+    return values
+
+
+SECTIONS = {
+    "host": "## On the host (no GPU needed)",
+    "gpu": "## On a GPU (`scripts/gpu-check` runs these)",
+}
+INTRO = """# Benchmarks
+
+Written by `bench/run_all.py` (`/usr/bin/python3 bench/run_all.py`; `scripts/gpu-check` runs
+its GPU part). Each run replaces the section it measured: the page holds the figures as they
+stand now. Each figure is the median of the runs, with the lowest and highest in brackets;
+ratios compare gpufeed with a peer or a ceiling measured in the same run, so they hold better
+than absolute rates on a shared machine. One-time costs (first batch, uploads, cache builds)
+are on lines of their own, never folded into a rate.
+"""
+
+
+def section_of(bench):
+    return "gpu" if bench.get("gpu") else "host"
+
+
+def kept_sections(path):
+    """The sections of the page at `path`, by name, as written there."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return {}
+    found = re.findall(r"<!-- section:(\w+) -->\n(.*?)<!-- end:\1 -->\n", text, re.S)
+    return {name: body for name, body in found}
+
+
+def render_section(name, results, args, load_before, load_after, started):
+    fake = "fake" in os.environ.get("GPUFEED_CUDA_LIBRARY", "")
+    lines = [
+        SECTIONS[name],
+        "",
+        f"- Runs per benchmark: {args.runs}"
+        + (" (the fake CUDA driver of the test tree: a rehearsal, not GPU figures)" if fake
+           else ""),
+        f"- Machine: {machine()}",
+        f"- Date: {started:%Y-%m-%d %H:%M} UTC",
+        f"- Load average (1 min) before and after: {load_before:.2f}, {load_after:.2f}",
+        "",
+        "| benchmark | figure | median [spread] | command |",
+        "| --- | --- | --- | --- |",
+    ]
+    for bench, values, error in results:
+        command = bench["command"].format(gpufeed="build/src/cli/gpufeed", build="build",
+                                          py=PY)
+        if error:
+            lines.append(f"| {bench['what']} | not run | {error} | `{command}` |")
+            continue
+        for label, figures in values.items():
+            if not figures:
+                cell = "not printed"
+            else:
+                cell = (f"{fmt(statistics.median(figures))} "
+                        f"[{fmt(min(figures))} – {fmt(max(figures))}]")
+            lines.append(f"| {bench['what']} | {label} | {cell} | `{command}` |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def render(results, args, load_before, load_after, started):
+    sections = kept_sections(args.out)
+    for name in SECTIONS:
+        mine = [r for r in results if section_of(r[0]) == name]
+        if mine:
+            sections[name] = render_section(name, mine, args, load_before, load_after, started)
+    parts = [INTRO]
+    for name, title in SECTIONS.items():
+        body = sections.get(name, f"{title}\n\nNot measured: no run of this section is recorded.\n")
+        parts.append(f"<!-- section:{name} -->\n{body}<!-- end:{name} -->\n")
+    parts.append("Without a GPU the batches stay in host memory and the GPU step is simulated "
+                 "(`--step-ms`): nothing in the host section ran on a GPU.\n")
+    return "\n".join(parts)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", default=os.path.join(ROOT, "build"))
+    p.add_argument("--gpufeed", default=None, help="the gpufeed binary (default: BUILD/src/cli/gpufeed)")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--only", default="", help="comma-separated benchmark ids")
+    p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per command")
+    p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
+    args = p.parse_args()
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
+    args.gpufeed = args.gpufeed or os.path.join(args.build, "src", "cli", "gpufeed")
+    if args.list:
+        for bench in BENCHMARKS:
+            print(f"{bench['id']:22} {bench['what']}")
+        return 0
+    chosen = [b for b in BENCHMARKS if not args.only or b["id"] in args.only.split(",")]
+    unknown = set(filter(None, args.only.split(","))) - {b["id"] for b in BENCHMARKS}
+    if unknown:
+        p.error(f"unknown benchmark ids: {', '.join(sorted(unknown))} (see --list)")
+    if not os.access(args.gpufeed, os.X_OK):
+        p.error(f"{args.gpufeed} is not built: run `make build` first")
+    started = datetime.datetime.utcnow()
+    load_before = os.getloadavg()[0]
+    results, prepared = [], set()
+    no_gpu = gpu_missing(args) if any(b.get("gpu") for b in chosen) else ""
+    fake = "fake" in os.environ.get("GPUFEED_CUDA_LIBRARY", "")
+    for bench in chosen:
+        print(f"{bench['id']}: {bench['what']}", flush=True)
+        if bench.get("gpu") and no_gpu:
+            results.append((bench, {}, no_gpu[:200].replace("|", "/")))
+            continue
+        if bench.get("torch_cuda") and not torch_cuda():
+            results.append((bench, {}, "torch here has no CUDA"))
+            continue
+        if bench.get("gpu") and fake:
+            bench = dict(bench, what=bench["what"] + " (FAKE DRIVER: not a GPU figure)")
+        try:
+            results.append((bench, measure(bench, args, prepared), None))
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"  not run: {e}", file=sys.stderr)
+            results.append((bench, {}, str(e).replace("|", "/").replace("\n", " ")[:200]))
+    page = render(results, args, load_before, os.getloadavg()[0], started)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(page)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
