@@ -18,7 +18,7 @@ Then measures, in one run:
       --epochs 10` (full shuffle; --workers 1 for scaling); on the gzip file one epoch,
       with --block-shuffle (2 workers and 1) and without.
   (c) the memcpy ceiling of the same bytes and threads, from the same JSON.
-and prints samples/s and the ratios the issue asks for.
+and prints samples/s and the ratios of (b) to (a) and to (c).
 """
 import argparse
 import json

@@ -19,7 +19,7 @@ uint8 output, the same number of batches each (the first 2 not timed: start-up):
       transforms (bench_image_decode_ceiling).
 (b) and (d) are measured alternately --rounds times (default 3) and their medians reported,
 with images per CPU-second of each (less moved by other work on a shared machine).
-Prints images/s and the ratios the issue asks for. Figures, not a test: the machine may be
+Prints images/s, the ratios of gpufeed to torchvision and to the ceiling. Figures, not a test: the machine may be
 shared, so compare the ratios of one run.
 """
 import argparse
