@@ -12,7 +12,7 @@ import sys
 import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "sources"))
+                                "sources", "hdf5"))
 from make_compressed_hdf5 import (bitshuffle_block, bitshuffle_chunk, lz4_block,  # noqa: E402
                                   zstd_frame)
 import numpy as np  # noqa: E402

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, '..', 'tests', 'sources'))
+sys.path.insert(0, os.path.join(HERE, '..', 'tests', 'sources', 'hdf5'))
 import make_hostile_hdf5  # noqa: E402
 
 
