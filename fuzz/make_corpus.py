@@ -5,7 +5,7 @@ fuzzers start from deep inside the formats. Pure Python (no numpy), deterministi
   fuzz/make_corpus.py OUT            seeds into OUT/<target>/ (make fuzz: build-asan/seeds)
   fuzz/make_corpus.py --regressions fuzz/corpus
                                      the small regression inputs kept in git: one per bug
-                                     class of issue 14 (the HDF5 ones come from hdf5's own
+                                     class of hostile input (the HDF5 ones come from hdf5's own
                                      script)
 """
 import os
@@ -114,7 +114,7 @@ def shm_seeds():
 
 
 def shm_row_bytes_72():
-    """Issue 14 item 7: a well-formed header whose field table says 72 bytes per row where the
+    """A well-formed header whose field table says 72 bytes per row where the
     schema says 128 (and so on): refused by CheckShmHeaderFor."""
     h = bytearray(shm_header(5))
     at = 128 + len(b"synthetic:seed") + len(b"mel: float32[1,8,4], label: int64[], mask: bool[3]")

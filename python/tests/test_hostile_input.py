@@ -1,4 +1,4 @@
-"""Issue 14, item 3: shapes whose sizes overflow 64 bits are gpufeed errors in Python, never an
+"""Shapes whose sizes overflow 64 bits are gpufeed errors in Python, never an
 abort in torch's storage-size check; and a memory-mapped file truncated under a loader is an
 IoError naming it, not a SIGBUS."""
 

@@ -1,4 +1,4 @@
-"""What a PyTorch user does first (issue 15): DDP shards of equal length, fork, holding batches,
+"""What a PyTorch user does first: DDP shards of equal length, fork, holding batches,
 a per-batch hook, several files, and the small traps (seed, fields, workers, resume, pickle)."""
 
 import copy

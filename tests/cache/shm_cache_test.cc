@@ -231,7 +231,7 @@ uint64_t MappedRssKb(const std::string& path) {
   return kb;
 }
 
-// Issue 18: the process that builds the cache read the whole source through its mapping;
+// The process that builds the cache read the whole source through its mapping;
 // those pages leave its PSS once the cache is published (the cache serves from then on).
 TEST(ShmCacheTest, TheBuilderDropsTheSourcesMappedPages) {
   ScratchDir data;

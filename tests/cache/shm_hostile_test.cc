@@ -1,4 +1,4 @@
-// Issue 14, items 7, 8 and 9: the shared-memory cache against a hostile folder, a writer that
+// The shared-memory cache against a hostile folder, a writer that
 // rewrites a verified file, a squatted lock, planted FIFOs and symlinks, a file truncated under
 // a reader, and (when run as root) a second user planting things for the first.
 #include <fcntl.h>

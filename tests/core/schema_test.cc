@@ -49,7 +49,7 @@ TEST(Schema, FieldLookupNamesTheFieldsPresent) {
   }
 }
 
-// Issue 14, item 3: every shape product and byte count is checked; none wraps.
+// Every shape product and byte count is checked; none wraps.
 TEST(Schema, SizesThatOverflowAreErrorsNeverWrappedNumbers) {
   const auto code_and_message = [](auto&& f, std::string* message) {
     try {

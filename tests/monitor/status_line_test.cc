@@ -51,7 +51,7 @@ TEST(StatusLine, SeveralGpusAreNumberedAndMissingReadingsAreNa) {
             "18.4/64.0 GiB (29%) | proc n/a cores, RSS 300 MiB");
 }
 
-// Issue 18: one line per process of the tree, with its figures on each GPU that lists it.
+// One line per process of the tree, with its figures on each GPU that lists it.
 TEST(StatusLine, OneLinePerProcessWithItsGpuFigures) {
   MonitorSnapshot s = Example();
   s.host.processes = {

@@ -188,7 +188,7 @@ TEST_F(WatchTest, AttachesToAPidUntilItExits) {
   EXPECT_THAT(err, HasSubstr("process_cpu"));
 }
 
-// Issue 18: one line per process of the tree, children included, each with its own CPU and
+// One line per process of the tree, children included, each with its own CPU and
 // RSS from /proc and, per GPU, its SM share and memory from NVML's per-process queries (the
 // fake NVML answers for the children's pids, read from the files they write).
 class WatchProcessesTest : public WatchTest {

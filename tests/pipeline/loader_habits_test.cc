@@ -1,4 +1,4 @@
-// The loader against the habits DataLoader users bring (issue 15): holding batches, batch
+// The loader against the habits DataLoader users bring: holding batches, batch
 // sizes past the data set, fork, restoring a foreign state, absurd options.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Issue 14: hostile .npy files and files that change under a mapping. Each crafted file is
+// Hostile .npy files and files that change under a mapping. Each crafted file is
 // made here, byte by byte, and each must become an Error with its code and a message naming
 // the file and what was wrong: never a crash, a hang or wrong data.
 #include <fcntl.h>
@@ -55,7 +55,7 @@ TEST(HostileNpyTest, AShapeWhoseByteCountWrapsIsRefused) {
   EXPECT_THAT(message, AllOf(HasSubstr(path), HasSubstr("more than 2^64")));
 }
 
-// Issue 14, item 9: a mapped file truncated under a reader (np.save to the same path writes
+// A mapped file truncated under a reader (np.save to the same path writes
 // in place) was a SIGBUS that killed the process.
 TEST(HostileNpyTest, AMappedFileTruncatedWhileReadIsAnIoErrorOnTheReadingThread) {
   ScratchDir dir;

@@ -174,7 +174,7 @@ std::vector<PgColumn> ArrayColumn(std::optional<std::vector<int64_t>> declared =
            .declared_shape = std::move(declared)}};
 }
 
-// Issue 14, item 6: every array header is checked before anything is allocated.
+// Every array header is checked before anything is allocated.
 TEST(PgCopyParserTest, HostileArrayHeadersAreCorruptDataBeforeAnyAllocation) {
   struct Case {
     std::vector<int32_t> dims;
@@ -223,7 +223,7 @@ TEST(PgCopyParserTest, AnHonestArrayStillParses) {
   EXPECT_EQ(table.data[0].size(), 24u);
 }
 
-// Issue 14, item 10: "%-1" decoded to byte 0xFF (from_chars takes a sign).
+// "%-1" decoded to byte 0xFF (from_chars takes a sign).
 TEST(DatabaseUriTest, BadPercentEscapesAreRejected) {
   for (const char* uri :
        {"sqlite:/tmp/a%-1.db", "sqlite:/tmp/a%+1.db", "sqlite:/tmp/a% 1.db", "sqlite:/tmp/a%4",

@@ -1,4 +1,4 @@
-// Every way an HDF5 file can place a dataset's bytes elsewhere (issue 15, item 2): an external
+// Every way an HDF5 file can place a dataset's bytes elsewhere: an external
 // link (the data lies in another HDF5 file) is refused naming the link's target, never read
 // through the linking file; external storage (H5Pset_external: raw files beside the HDF5 file)
 // is read from the right file whatever the current directory, and a missing or short raw file

@@ -1,4 +1,4 @@
-// Crafted HDF5 files (issue 14), one per class of hostile input, written by
+// Crafted HDF5 files, one per class of hostile input, written by
 // make_hostile_hdf5.py: each must become an Error naming the file and what is wrong, from
 // OpenHdf5 and from `gpufeed inspect`, never a crash, a hang or a huge allocation. Also a
 // file truncated while a source reads it: Error(kIo), never SIGBUS.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes crafted HDF5 files, one per class of hostile input gpufeed must refuse (issue 14).
+"""Writes crafted HDF5 files, one per class of hostile input gpufeed must refuse.
 
 Each file starts as a small valid file written by h5py; then the bytes that carry the attack
 are patched in place (a dataspace extent, the chunk shape in the layout message, a v1 B-tree
