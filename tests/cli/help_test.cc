@@ -98,5 +98,20 @@ TEST(CliHelp, TrialsParsesItsOptionsAndRejectsOthers) {
   EXPECT_THROW(third->parse(none), CLI::RequiredError);
 }
 
+// `bench` opens what OpenPath opens, image folders and lists, and database URIs; `cache build`
+// what OpenPath opens. Their help says so.
+TEST(CliHelp, BenchAndCacheBuildHelpNameEveryKindOfDataSetTheyOpen) {
+  const auto app = MakeApp();
+  const std::string bench = app->get_subcommand("bench")->help();
+  for (const char* kind : {".npy", "HDF5", "ImageFolder", ".csv", "sqlite:///", "postgresql://",
+                           "table=", "query=", "key=", "connections=", "--group"}) {
+    EXPECT_NE(bench.find(kind), std::string::npos) << "bench --help lacks " << kind;
+  }
+  const std::string build = app->get_subcommand("cache")->get_subcommand("build")->help();
+  for (const char* kind : {".npy", "HDF5", "sqlite:///", "postgresql://"}) {
+    EXPECT_NE(build.find(kind), std::string::npos) << "cache build --help lacks " << kind;
+  }
+}
+
 }  // namespace
 }  // namespace gpufeed::cli
