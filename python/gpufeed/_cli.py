@@ -39,11 +39,13 @@ def main(argv=None):
     path = binary()
     if not os.access(path, os.X_OK):
         if path == _build_tree_binary():
+            why = "is not built at"
             how = "build it: cmake --build <build> --target gpufeed"
         else:
+            why = "is not installed at"
             how = ("reinstall the package (pip install .), or build it with `make build` and "
                    "set GPUFEED_BIN to build/src/cli/gpufeed")
-        sys.stderr.write(f"gpufeed: the command-line tool is not at {path}: {how}\n")
+        sys.stderr.write(f"gpufeed: the command-line tool {why} {path}: {how}\n")
         return 127
     sys.stdout.flush()
     sys.stderr.flush()
