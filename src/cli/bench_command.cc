@@ -191,8 +191,9 @@ void RegisterBenchCommand(CLI::App& app) {
   cmd->add_option("-d,--device", args->config.open.device, "cpu, auto, cuda or cuda:N")
       ->capture_default_str();
   cmd->add_option("-t,--transform", args->config.open.transforms,
-                  "A host transform, repeatable: cast:FIELD:float16, normalize:FIELD:MEAN:STD, "
-                  "specaugment:FIELD");
+                  "A host transform, repeatable: cast:FIELD:float16 (or bfloat16), "
+                  "normalize:FIELD:MEAN:STD, specaugment:FIELD[:FM:F:TM:T] (FM frequency masks "
+                  "of up to F bins, TM time masks of up to T steps)");
   cmd->add_flag("--json", args->json,
                 "Print one JSON object (samples_per_s, ceiling_samples_per_s, ratio_to_ceiling, "
                 "consumer_wait_fraction, gpu_busy_fraction, ...)");
