@@ -3,6 +3,7 @@
 #include "cli/bench_command.h"
 #include "cli/cache_command.h"
 #include "cli/demo_command.h"
+#include "cli/exit_codes.h"
 #include "cli/inspect_command.h"
 #include "cli/trials_command.h"
 #include "cli/watch_command.h"
@@ -26,6 +27,22 @@ std::unique_ptr<CLI::App> MakeApp() {
   RegisterCacheCommand(*app);
   gpufeed::RegisterTrialsCommand(*app);
   return app;
+}
+
+int RunCommandLine(CLI::App& app, int argc, const char* const* argv) {
+  return RunReportingErrors([&] {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::RuntimeError& e) {
+      return app.exit(e);  // a command's own exit code, thrown from its callback
+    } catch (const CLI::ParseError& e) {
+      // CLI11 numbers its parse errors from 100 up; the exit codes gpufeed documents
+      // (main's help) say 2 for a bad argument, whichever part of the line it is in.
+      const int code = app.exit(e);
+      return code == 0 ? 0 : ExitCodeFor(ErrorCode::kInvalidArgument);
+    }
+    return 0;
+  });
 }
 
 }  // namespace gpufeed::cli

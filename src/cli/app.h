@@ -12,4 +12,11 @@ namespace gpufeed::cli {
 // argument a command takes is a CLI11 option or positional, so --help lists it.
 std::unique_ptr<CLI::App> MakeApp();
 
+// Parses `argv` with `app` and runs the command; returns the process's exit code: the
+// command's own, 0 for --help and --version, and 2 (invalid argument, as for every command's
+// bad values) for a command line CLI11 rejects (an unknown option, a missing positional),
+// with CLI11's message on stderr. A gpufeed::Error outside a command prints and maps as
+// RunReportingErrors does.
+int RunCommandLine(CLI::App& app, int argc, const char* const* argv);
+
 }  // namespace gpufeed::cli

@@ -113,5 +113,23 @@ TEST(CliHelp, BenchAndCacheBuildHelpNameEveryKindOfDataSetTheyOpen) {
   }
 }
 
+int ExitCodeOf(std::vector<const char*> argv) {
+  const auto app = MakeApp();
+  return RunCommandLine(*app, static_cast<int>(argv.size()), argv.data());
+}
+
+// The exit codes main's help documents: 2 for a bad command line, whatever CLI11 calls it;
+// the command's own code otherwise.
+TEST(CliExitCodes, ARejectedCommandLineExitsTwoAndHelpZero) {
+  EXPECT_EQ(ExitCodeOf({"gpufeed", "bench", "--no-such-option"}), 2);
+  EXPECT_EQ(ExitCodeOf({"gpufeed", "inspect"}), 2);  // a required positional missing
+  EXPECT_EQ(ExitCodeOf({"gpufeed", "demo", "--format", "csv"}), 2);
+  EXPECT_EQ(ExitCodeOf({"gpufeed", "trials"}), 2);
+  EXPECT_EQ(ExitCodeOf({"gpufeed"}), 2);  // no command
+  EXPECT_EQ(ExitCodeOf({"gpufeed", "trials", "--help"}), 0);
+  EXPECT_EQ(ExitCodeOf({"gpufeed", "--version"}), 0);
+  EXPECT_EQ(ExitCodeOf({"gpufeed", "inspect", "/no/such/file.h5"}), 3);  // the command's: not found
+}
+
 }  // namespace
 }  // namespace gpufeed::cli
