@@ -114,12 +114,21 @@ def _seed(value):
 class Loader:
     """Loads batches of a data set in C++ threads and yields them as dicts of tensors.
 
-    source:     a path (a folder of .npy files, one per field, or an HDF5 file), a dict
-                name -> NumPy array / CPU tensor (read in place), or a gpufeed.Source such as
-                gpufeed.synthetic(...).
+    source:     a path (a folder of .npy files, one per field, or an HDF5 file), a database
+                URI, a dict name -> NumPy array / CPU tensor (read in place), or a
+                gpufeed.Source such as gpufeed.synthetic(...) or gpufeed.images(...).
                 Several HDF5 files (a list of paths) are one data set, concatenated in the
                 order given; every file holds the same datasets.
+                Databases: "sqlite:///abs/path.db?table=T" (sqlite:rel/path.db is relative)
+                or "postgresql://user@host/db?query=SELECT ..." (or postgres://), with
+                gpufeed's parameters table, query, columns, fields, key, connections and
+                cursor; every other postgresql:// parameter goes to libpq. Credentials come
+                from the URI, the PG* environment variables (PGPASSWORD, ...) and
+                ~/.pgpass, as libpq reads them. The rows are loaded once, when the Loader is
+                made, into memory, where they stay for the loader's lifetime; epochs never
+                query again. help(gpufeed.open) has the details.
     fields:     the fields to read, in order (None: all); one name may be given as a string.
+                For a database table, its columns.
     batch_size: samples per batch (required).
     shuffle, seed, drop_last: as torch's DataLoader + DistributedSampler; a seed gives the
                 same batches on every run.

@@ -1,4 +1,5 @@
-"""Sources from Python values: a path, NumPy arrays or torch tensors in memory, synthetic."""
+"""Sources from Python values: a path or database URI, NumPy arrays or torch tensors in memory,
+synthetic."""
 
 import os
 from collections.abc import Mapping
@@ -26,18 +27,65 @@ _TORCH_DTYPE_NAMES = {
 
 
 def open(path, fields=None, chunk_cache=None):  # noqa: A001 - mirrors the builtin on purpose
-    """Opens a data set on disk: a folder of .npy files (one per field) or an HDF5 file.
+    """Opens a data set: a folder of .npy files (one per field), an HDF5 file, or a database
+    named by a URI.
 
-    `fields` picks the fields (datasets) to read, in order; None reads them all.
-    `chunk_cache` (HDF5): bytes of decoded chunks the loader's workers keep between batches,
-    one budget they share (None: the decoded data set's size within 1/16 of free RAM, 16 MiB
-    to 1 GiB).
+    `fields` picks the fields, in order; None reads them all. They are the HDF5 datasets, the
+    .npy file names, or a database table's columns.
+    `chunk_cache` (HDF5 only): bytes of decoded chunks the loader's workers keep between
+    batches, one budget they share (None: the decoded data set's size within 1/16 of free
+    RAM, 16 MiB to 1 GiB).
+
+    Databases (SQLite, PostgreSQL)::
+
+        gpufeed.open("sqlite:///abs/path/train.db?table=samples", fields=["x", "label"])
+        gpufeed.open("sqlite:data/train.db?query=SELECT x, label FROM samples")  # relative
+        gpufeed.open("postgresql://user@host:5432/db?table=samples&key=id&connections=4")
+        gpufeed.open("postgresql:///db?host=/run/postgresql&query=SELECT%20x%20FROM%20t"
+                     "&fields=x:float32[7,5]")
+
+    A URI starts with sqlite: (three slashes before an absolute path), postgresql: or
+    postgres:. gpufeed's parameters, %-decoded:
+
+        table=NAME      the table to load (quoted as an identifier), or
+        query=SELECT..  a SELECT (or VALUES) statement; exactly one of table and query
+        columns=a,b     the table's columns to load (default: every column); with a table,
+                        the `fields` argument means the same; a query selects its own
+        fields=SCHEMA   declared dtypes and shapes, as in "x:float32[7,5],label:int32":
+                        required for a SQLite BLOB column (the raw bytes of a fixed-shape
+                        array); narrows an INTEGER or REAL column (range-checked) or reshapes
+                        a PostgreSQL array
+        key=COLUMN      PostgreSQL: an integer column to split the load by, with
+        connections=N   connections each COPYing one key range (default 4 with a key, else 1)
+        cursor=1        PostgreSQL: a binary server-side cursor instead of COPY (for poolers)
+
+    Every other part of a postgresql:// URI goes to libpq unchanged (host, port, dbname,
+    sslmode, ...). Credentials are libpq's: the user and password of the URI, else the PG*
+    environment variables (PGHOST, PGUSER, PGPASSWORD, ...) and ~/.pgpass (mode 0600), as
+    libpq reads them; keep passwords out of the URI. A password never appears in an error
+    message, describe() or identity().
+
+    The rows are read once, at open, in bulk (binary COPY for PostgreSQL), into one
+    contiguous array per column in this process's memory, where they stay for the source's
+    lifetime (about rows x row bytes): epochs read from that memory, never from the
+    database again, so later changes to the table are not seen. Open a new source to reload.
+    PostgreSQL bool, int2, int4, int8, float4, float8 and arrays of them (the same
+    dimensions in every row) become bool, int16, int32, int64, float32, float64 fields;
+    SQLite INTEGER becomes int64 and REAL float64. A NULL, a ragged array, an unsupported
+    column type or a lost connection raises an error naming the row and column.
     """
     if isinstance(fields, str):
         fields = [fields]
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if chunk_cache is not None and _gpufeed.is_database_uri(path):
+        raise _gpufeed.InvalidArgument(
+            "chunk_cache applies to HDF5 files; a database is loaded into memory when it is "
+            "opened")
     if chunk_cache is not None and not os.path.isdir(path):
         return hdf5([path], fields, chunk_cache=chunk_cache)
-    return _gpufeed.open_path(os.fspath(path), list(fields or []))
+    return _gpufeed.open_path(path, list(fields or []))
 
 
 def hdf5(paths, fields=None, chunk_cache=None):
@@ -153,6 +201,6 @@ def as_source(source, fields, chunk_cache=None):
     if isinstance(source, Mapping):
         return memory(source, fields)
     raise _gpufeed.InvalidArgument(
-        "source must be a path (NumPy folder or HDF5 file), a list of HDF5 files, a dict of "
-        "arrays or tensors, or a "
+        "source must be a path (NumPy folder or HDF5 file), a database URI (sqlite:///..., "
+        "postgresql://...), a list of HDF5 files, a dict of arrays or tensors, or a "
         f"gpufeed.Source; got {type(source).__name__}")

@@ -36,6 +36,7 @@ ATTR_GPU_BUSY_BY = "gpufeed_gpu_busy_by"  # "events" or "nvml"
 ATTR_CACHE_TIER = "gpufeed_cache_tier"
 ATTR_DEVICE_SHARE = "gpufeed_device_share"
 ATTR_VERDICT = "gpufeed_verdict"  # the doctor's verdict ("input-bound", ...)
+ATTR_DEVICE = "gpufeed_device"  # where the batches went: "cpu" or "cuda"
 
 _STATES = ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
 
@@ -106,6 +107,9 @@ class Tracker:
                     and not name.endswith("memory_utilization") and m.get("mean") is not None]
             if util:
                 attrs[ATTR_GPU_BUSY], attrs[ATTR_GPU_BUSY_BY] = max(util) / 100.0, "nvml"
+        device = getattr(self._loader, "device", None)
+        if device is not None:
+            attrs[ATTR_DEVICE] = str(getattr(device, "type", device))
         info = getattr(self._loader, "cache_info", None) or {}
         if info.get("tier"):
             attrs[ATTR_CACHE_TIER] = info["tier"]
@@ -131,7 +135,7 @@ def track(trial, loader, monitor=None, started=None):
     seconds from the objective's start to the first batch, the share of the loop's time
     spent waiting for data, samples/s, the GPU's busy share (CUDA events; else the mean GPU
     utilization of a running gpufeed.Monitor given as `monitor`), the cache tier (and how a
-    device copy is shared) and the doctor's verdict. The objective's start is `started`
+    device copy is shared), where the batches went (cpu or cuda) and the doctor's verdict. The objective's start is `started`
     (time.time() taken on entering the objective) when given, else the trial's
     datetime_start, stamped by Optuna just before it calls the objective (so its sampler's
     and storage's time count as start-up). Returns a Tracker: iterate it instead
@@ -187,7 +191,28 @@ def _state_figures(trials, now):
     tiers = sorted({t.user_attrs[ATTR_CACHE_TIER] for t in trials
                     if ATTR_CACHE_TIER in t.user_attrs})
     out["cache_tiers"] = tiers
+    out["devices"] = sorted({str(t.user_attrs[ATTR_DEVICE]) for t in trials
+                             if ATTR_DEVICE in t.user_attrs})
+    verdicts = {}
+    for t in trials:
+        if t.user_attrs.get(ATTR_VERDICT):
+            name = str(t.user_attrs[ATTR_VERDICT])
+            verdicts[name] = verdicts.get(name, 0) + 1
+    out["doctor_verdicts"] = verdicts
     return out
+
+
+def _used_gpu(overall):
+    """Whether the trials put batches on a GPU, as they recorded it: their device, or a GPU
+    busy share (measured only where there was a GPU)."""
+    return (any(d != "cpu" for d in overall.get("devices", []))
+            or overall["mean_gpu_busy_share"] is not None)
+
+
+def _starvation(overall):
+    """(trials the doctor found cpu-starved, trials it gave a verdict for)."""
+    verdicts = overall.get("doctor_verdicts", {})
+    return verdicts.get("cpu-starved", 0), sum(verdicts.values())
 
 
 def _verdict(states, overall, total_trials):
@@ -206,28 +231,45 @@ def _verdict(states, overall, total_trials):
     wait = overall["mean_data_wait_share"]
     busy = overall["mean_gpu_busy_share"]
     tiers = overall["cache_tiers"]
+    starved, judged = _starvation(overall)
+    figures = [f"start-up {100 * share:.0f} %"]
+    if wait is not None:
+        figures.append(f"data wait {100 * wait:.0f} %")
+    if busy is not None:
+        figures.append(f"GPU busy {100 * busy:.0f} %")
+    if starved and 2 * starved >= judged:
+        # The doctor saw the loaders' threads runnable without a CPU: the cores are taken,
+        # which slows every stage of a trial, its start-up included.
+        return (f"the doctor found {starved} of {judged} trials cpu-starved: their loader "
+                f"threads were runnable but had no CPU while the loop waited for data, so "
+                f"other work takes the cores (trials run in parallel, other processes); run "
+                f"fewer trials at once or give each loader fewer workers ("
+                + ", ".join(figures) + ")" + pruned_note)
+    starved_note = (f"; the doctor found {starved} of {judged} trials cpu-starved"
+                    if starved else "")
+    notes = starved_note + pruned_note
     if share >= 0.10:
         if tiers and all(t in ("shm", "device") for t in tiers):
+            setup = "model, CUDA context"
+            if not _used_gpu(overall):
+                setup = "the model and what else it builds before iterating the loader"
+                if overall.get("devices") == ["cpu"]:
+                    setup += "; the batches stayed on the CPU"
             return (f"start-up takes {100 * share:.0f} % of trial time although the trials "
                     f"already map a shared cache ({', '.join(tiers)}): the time before the "
-                    f"first batch is in the objective's own set-up (model, CUDA context)"
-                    + pruned_note)
+                    f"first batch is in the objective's own set-up ({setup})" + notes)
         return (f"start-up takes {100 * share:.0f} % of trial time: use cache='shm' so every "
                 f"trial maps one copy of the data (cache='device' shares one GPU copy too), and "
-                f"keep the loader's set-up out of the per-trial path" + pruned_note)
+                f"keep the loader's set-up out of the per-trial path" + notes)
     if wait is not None and wait >= 0.20:
-        return (f"trials wait for data {100 * wait:.0f} % of their loop time: run `gpufeed "
-                f"doctor` on one trial's loader for the stage to fix" + pruned_note)
+        return (f"trials wait for data {100 * wait:.0f} % of their loop time: call "
+                f"loader.report() (the doctor) in one trial's objective for the stage to fix"
+                + notes)
     if busy is not None and busy < 0.80:
         return (f"the GPU is busy only {100 * busy:.0f} % of trial time while data waits are "
                 f"{100 * (wait or 0):.0f} %: the gap is in the training step (small batches, "
-                f"host work, synchronization), not the input" + pruned_note)
-    parts = [f"start-up {100 * share:.0f} %"]
-    if wait is not None:
-        parts.append(f"data wait {100 * wait:.0f} %")
-    if busy is not None:
-        parts.append(f"GPU busy {100 * busy:.0f} %")
-    return "data is not what slows this study (" + ", ".join(parts) + ")" + pruned_note
+                f"host work, synchronization), not the input" + notes)
+    return "data is not what slows this study (" + ", ".join(figures) + ")" + notes
 
 
 def summary(study):

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "gpufeed/database.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/sampler.h"
@@ -77,7 +78,12 @@ void BindSources(py::module_& m) {
         return RunInterruptible([&] { return OpenPath(path, fields); });  // Ctrl-C cancels
       },
       py::arg("path"), py::arg("fields") = std::vector<std::string>{},
-      "A NumPy folder or an HDF5 file, by what lies at `path`.");
+      "The data set at `path`: a database URI (sqlite:///abs/path.db?table=T, "
+      "postgresql://user@host/db?query=..., loaded into memory now), else by what lies at the "
+      "path: a folder of .npy files (one per field) or an HDF5 file. `fields`: the datasets, "
+      ".npy names or table columns to read (empty: all). gpufeed.open() documents each kind.");
+  m.def("is_database_uri", &IsDatabaseUri, py::arg("path"),
+        "Whether `path` names a database: it starts with sqlite:, postgresql: or postgres:.");
 
   BindFileSources(m);
   BindTestingHelpers(m);

@@ -132,14 +132,33 @@ void RegisterBenchCommand(CLI::App& app) {
       "bytes, and the same shuffled rows read without the loader (from a new opening of the\n"
       "data set). A ratio of 1.00 to the second means the loader adds nothing.");
   cmd->add_option("path", args->path,
-                  "A data set: a folder of .npy files (one per field) or an HDF5 file");
+                  "The data set: a NumPy folder, an HDF5 file, an image folder or .csv list, "
+                  "or a database URI (the kinds are below)");
+  cmd->footer(
+      "PATH is one of:\n"
+      "  a folder of .npy files, one per field (train/mel.npy, train/label.npy)\n"
+      "  an HDF5 file: .h5, .hdf5, .hdf, or any file with the HDF5 signature\n"
+      "  an image folder in ImageFolder layout (one sub-folder per class) or a .csv image list:\n"
+      "    RandomResizedCrop(224) + flip, decoded in the workers; fields image and label\n"
+      "  a database URI, loaded once into memory (quote it in the shell):\n"
+      "    sqlite:///abs/path.db?table=T   (sqlite:rel/path.db is relative)\n"
+      "    postgresql://user@host:5432/db?query=SELECT x, label FROM t   (or postgres://)\n"
+      "    parameters: table=T or query=SELECT..., columns=a,b, fields=x:float32[7,5] (a\n"
+      "    BLOB's dtype and shape); PostgreSQL only: key=COLUMN and connections=N (parallel\n"
+      "    COPY by key ranges), cursor=1; any other parameter goes to libpq. A password comes\n"
+      "    from PGPASSWORD or ~/.pgpass, as libpq reads them.\n"
+      "Grouped data (--group, --group-offsets): an HDF5 file or a NumPy folder that holds the\n"
+      "group datasets.");
   cmd->add_option("--synthetic", args->synthetic,
                   "Benchmark generated data of this schema instead, e.g. "
                   "'mel:float32[1,64,32],label:int64'");
   cmd->add_option("--samples", args->samples, "Samples of synthetic data")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--fields", args->fields, "Fields to read (default: all)")->delimiter(',');
+  cmd->add_option("--fields", args->fields,
+                  "Fields to read: HDF5 datasets, .npy names or database columns (default: "
+                  "all; an image source always gives image and label)")
+      ->delimiter(',');
   cmd->add_option("-b,--batch-size", args->config.open.loader.batch_size, "Samples per batch")
       ->capture_default_str();
   cmd->add_option("-w,--workers", args->config.open.loader.workers,
@@ -172,15 +191,17 @@ void RegisterBenchCommand(CLI::App& app) {
   cmd->add_option("-d,--device", args->config.open.device, "cpu, auto, cuda or cuda:N")
       ->capture_default_str();
   cmd->add_option("-t,--transform", args->config.open.transforms,
-                  "A host transform, repeatable: cast:FIELD:float16, normalize:FIELD:MEAN:STD, "
-                  "specaugment:FIELD");
+                  "A host transform, repeatable: cast:FIELD:float16 (or bfloat16), "
+                  "normalize:FIELD:MEAN:STD, specaugment:FIELD[:FM:F:TM:T] (FM frequency masks "
+                  "of up to F bins, TM time masks of up to T steps)");
   cmd->add_flag("--json", args->json,
                 "Print one JSON object (samples_per_s, ceiling_samples_per_s, ratio_to_ceiling, "
                 "consumer_wait_fraction, gpu_busy_fraction, ...)");
   cmd->add_flag("-q,--quiet", args->quiet, "No progress line");
   cmd->add_option("--cache", args->cache,
                   "Cache the data set: none, ram, shm (shared by every process on the node), "
-                  "device or auto (chosen within memory budgets)")
+                  "device or auto (chosen within memory budgets); for images, the decoded "
+                  "images")
       ->capture_default_str();
   cmd->add_flag("--preload", args->config.open.cache.preload,
                 "With --cache ram: read the whole set first");
@@ -191,7 +212,8 @@ void RegisterBenchCommand(CLI::App& app) {
                 "Tune workers and prefetch online from the given (or default) start; the changes "
                 "and final values are reported");
   cmd->add_option("--max-workers", args->config.open.loader.max_workers,
-                  "With --autotune: the most workers to try (0: the CPU count)");
+                  "With --autotune: the most workers to try (0: the CPU count, or the cgroup "
+                  "quota where lower)");
   cmd->add_option("--trace", args->config.open.loader.trace,
                   "Write the stage trace of the run's last batches (Chrome trace-event JSON: "
                   "open it in Perfetto or chrome://tracing) to this file at the end");

@@ -162,8 +162,17 @@ void RegisterCacheCommand(CLI::App& app) {
 
   CLI::App* build = cache->add_subcommand(
       "build", "Build (or find) the shared-memory cache of a data set before training starts");
-  build->add_option("path", args->path, "A NumPy folder or an HDF5 file")->required();
-  build->add_option("--fields", args->fields, "Fields to cache (default: all)")->delimiter(',');
+  build
+      ->add_option("path", args->path,
+                   "The data set: a folder of .npy files (one per field), an HDF5 file, or a "
+                   "database URI (sqlite:///abs/path.db?table=T, "
+                   "postgresql://user@host/db?query=...), as `gpufeed bench` takes them")
+      ->required();
+  build
+      ->add_option("--fields", args->fields,
+                   "Fields to cache: HDF5 datasets, .npy names or database columns (default: "
+                   "all)")
+      ->delimiter(',');
   build->add_option("--threads", args->threads, "Build threads (default: hardware threads)");
   Run(build, RunBuild, args);
 }

@@ -10,9 +10,9 @@
 #include "cli/bench_run.h"
 #include "cli/demo_baseline.h"
 #include "cli/demo_data.h"
-#include "core/format.h"
 #include "cli/exit_codes.h"
 #include "cli/progress_line.h"
+#include "core/format.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/sources.h"
@@ -101,8 +101,10 @@ int RunDemo(const DemoArgs& args) {
       fmt::print(out, "DataLoader + h5py: {} samples/s, simulated GPU busy {:.2f}%\n",
                  FormatCount(baseline.samples_per_s), 100 * baseline.gpu_busy_fraction);
     } else {
-      fmt::print(out, "skipped: {}\n(set GPUFEED_PYTHON to a Python with torch and h5py to "
-                 "compare)\n", baseline.why_not);
+      fmt::print(out,
+                 "skipped: {}\n(set GPUFEED_PYTHON to a Python with torch and h5py to "
+                 "compare)\n",
+                 baseline.why_not);
     }
   }
   fmt::print(out, "\nNow gpufeed on the same file.\n");
@@ -121,9 +123,9 @@ int RunDemo(const DemoArgs& args) {
                "step of {} ms\n\n",
                args.seconds, args.batch_size, args.step_ms);
   } else {
-    fmt::print(out,
-               "running     {} epochs at batch {}, shuffled, with a simulated GPU step of {} ms\n\n",
-               args.epochs, args.batch_size, args.step_ms);
+    fmt::print(
+        out, "running     {} epochs at batch {}, shuffled, with a simulated GPU step of {} ms\n\n",
+        args.epochs, args.batch_size, args.step_ms);
   }
   // The same-work ceiling reads a second opening (BenchConfig::reopen).
   config.reopen = [path, hdf5]() -> std::shared_ptr<Source> {
@@ -132,19 +134,20 @@ int RunDemo(const DemoArgs& args) {
   };
   auto source = config.reopen();
   ProgressLine line(!args.json, 2.0);
-  const BenchResult r = RunBench(source, config, [&](const BenchProgress& p) {
-    line.Update(FormatProgress(p));
-  });
+  const BenchResult r =
+      RunBench(source, config, [&](const BenchProgress& p) { line.Update(FormatProgress(p)); });
   line.Finish();
 
   fmt::print(out, "\nSummary\n");
   fmt::print(out, "  gpufeed delivered {} samples ({}) in {:.2f} s: {} samples/s, {}/s.\n",
              FormatCount(static_cast<double>(r.samples)), FormatBytes(static_cast<double>(r.bytes)),
              r.wall_s, FormatCount(r.samples_per_s), FormatBytes(r.bytes_per_s));
-  fmt::print(out, "  That is {:.2f} of what a plain memcpy of the same bytes reaches on this machine "
+  fmt::print(out,
+             "  That is {:.2f} of what a plain memcpy of the same bytes reaches on this machine "
              "({} threads).\n",
              r.ratio_to_ceiling, r.stats.workers);
-  fmt::print(out, "  The simulated GPU was busy {:.1f}% of the time after the first batch ({:.2f} s "
+  fmt::print(out,
+             "  The simulated GPU was busy {:.1f}% of the time after the first batch ({:.2f} s "
              "in); the\n  training loop waited {:.1f}% of its time for data.\n",
              100 * r.gpu_busy_fraction, r.time_to_first_batch_s, 100 * r.consumer_wait_fraction);
   if (baseline.ran) {
@@ -168,11 +171,13 @@ int RunDemo(const DemoArgs& args) {
   if (!r.diagnosis_text.empty()) {
     fmt::print(out, "\n{}", r.diagnosis_text);
   } else {
-    fmt::print(out, "  {}\n", r.gpu_busy_fraction >= 0.95
-                             ? "The loader keeps up: the GPU step is the bottleneck, as it should be."
-                             : "The GPU waited for data: `gpufeed bench --doctor` says why.");
+    fmt::print(out, "  {}\n",
+               r.gpu_busy_fraction >= 0.95
+                   ? "The loader keeps up: the GPU step is the bottleneck, as it should be."
+                   : "The GPU waited for data: `gpufeed bench --doctor` says why.");
   }
-  fmt::print(out, "\nNext: `gpufeed bench {}{}` for the full figures, or the Python quick start in "
+  fmt::print(out,
+             "\nNext: `gpufeed bench {}{}` for the full figures, or the Python quick start in "
              "the README.\n",
              path, hdf5 ? " --fields mel,label" : "");
   if (args.json) {
@@ -252,7 +257,7 @@ void RegisterDemoCommand(CLI::App& app) {
   cmd->add_option("--step-ms", args->step_ms, "Simulated GPU step per batch, ms")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("-w,--workers", args->workers, "Worker threads (0: automatic)")
+  cmd->add_option("-w,--workers", args->workers, "Worker threads (0: min(4, hardware threads))")
       ->capture_default_str();
   cmd->add_option("-d,--device", args->device, "cpu, auto, cuda or cuda:N")->capture_default_str();
   cmd->callback([args] {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -55,23 +56,36 @@ std::string PackageRoot() {
 }  // namespace
 
 void RegisterTrialsCommand(CLI::App& app) {
+  struct TrialsArgs {
+    std::string storage;
+    std::string study;
+    bool json = false;
+  };
+  auto args = std::make_shared<TrialsArgs>();
   CLI::App* sub = app.add_subcommand(
       "trials",
-      "Where an Optuna study's time went (counts, durations, start-up share, data wait, GPU "
-      "busy per trial state, and a verdict): gpufeed trials STORAGE_URL [--study NAME] "
-      "[--json]. Runs the Python package's implementation (needs python3-optuna).");
-  sub->prefix_command();  // every argument after `trials` goes to Python untouched
-  sub->callback([sub] {
+      "Where an Optuna study's time went: per trial state the count, mean duration, share of\n"
+      "trial time before the first batch, data wait and GPU busy (as gpufeed.optuna.track\n"
+      "recorded them), and a verdict. Runs the Python package's implementation (needs\n"
+      "python3-optuna): GPUFEED_PYTHON names the interpreter.");
+  sub->add_option("storage", args->storage,
+                  "An Optuna storage URL: sqlite:///study.db, postgresql://user@host/db")
+      ->required();
+  sub->add_option("--study", args->study, "The study's name (default: every study there)");
+  sub->add_flag("--json", args->json, "Print JSON for machines");
+  sub->callback([args, sub] {
     const std::string python = ChooseInterpreter();
     if (const std::string root = PackageRoot(); !root.empty()) {
       const char* old = std::getenv("PYTHONPATH");
       const std::string path = old != nullptr && *old != '\0' ? root + ":" + old : root;
       setenv("PYTHONPATH", path.c_str(), 1);
     }
-    std::vector<std::string> args = {python, "-m", "gpufeed", "trials"};
-    for (const std::string& a : sub->remaining()) args.push_back(a);
+    // "--study=NAME" keeps a name that starts with '-' a value for Python's argparse.
+    std::vector<std::string> argv_strings = {python, "-m", "gpufeed", "trials", args->storage};
+    if (sub->count("--study") > 0) argv_strings.push_back("--study=" + args->study);
+    if (args->json) argv_strings.push_back("--json");
     std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
+    for (std::string& a : argv_strings) argv.push_back(a.data());
     argv.push_back(nullptr);
     std::fflush(stdout);
     std::fflush(stderr);

@@ -1,4 +1,4 @@
-// `gpufeed trials STORAGE_URL [--study NAME] [--json]`: where an Optuna study's time went.
+// `gpufeed trials STORAGE [--study NAME] [--json]`: where an Optuna study's time went.
 // Reading an Optuna storage needs Optuna, which is Python: the command is implemented in the
 // Python package (gpufeed.optuna.main); this binary hands the arguments to
 // `$GPUFEED_PYTHON -m gpufeed trials ...` (default python3), which needs the gpufeed package
