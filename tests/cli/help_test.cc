@@ -33,7 +33,7 @@ TEST(CliHelp, EveryCommandIsRegistered) {
   std::vector<std::string> names;
   for (const auto& [name, sub] : AllCommands(*app)) names.push_back(name);
   EXPECT_EQ(names,
-            (std::vector<std::string>{"demo", "bench", "inspect", "watch", "cache", "cache ls",
+            (std::vector<std::string>{"demo", "bench", "inspect", "rechunk", "watch", "cache", "cache ls",
                                       "cache rm", "cache gc", "cache build", "trials"}));
 }
 
