@@ -20,7 +20,7 @@ namespace gpufeed {
 namespace {
 
 // The `libhdf5` by-index listing is quadratic in 1.10.8; below this many chunks it is still
-// only milliseconds (it lists only layout versions 1 and 2, which gpufeed does not read).
+// only milliseconds (it lists only indexes gpufeed's own walk does not read).
 constexpr uint64_t kSlowIndexWarning = 20000;
 // The chunk table holds one entry (24 bytes) per grid position, written or not. A file indexes
 // at most one stored chunk per few dozen bytes, so a grid far larger than the file is a damaged
@@ -64,9 +64,8 @@ std::vector<Hdf5RawChunk> ListChunksByIndex(hid_t dset, hid_t space, uint64_t n,
   return out;
 }
 
-// The chunk index read by gpufeed's own walkers (every index kind of layout versions 3 and 4):
-// bounded by the grid, every node visited once, checked against the file size. nullopt for the
-// old layout versions only libhdf5 reads. Runs before any libhdf5 call that walks the index, so
+// The chunk index read by gpufeed's own walkers (every index kind of layout versions 1 to 4):
+// bounded by the grid, every node visited once, checked against the file size. Runs before any libhdf5 call that walks the index, so
 // libhdf5 only walks an index that passed these checks.
 std::optional<Hdf5ChunkList> ReadOwnChunkIndex(const Hdf5Dataset& ds, hid_t file_id, hid_t dset,
                                                hid_t space, const File& file, uint64_t grid_total,

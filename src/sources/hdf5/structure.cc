@@ -47,10 +47,10 @@ class StructureWalker {
         o_(sb.sizeof_addr),
         l_(sb.sizeof_size),
         ctx_{file.path(), sb.sizeof_addr, sb.sizeof_size},
-        dense_(file,
-               Hdf5ObjectLocation{0, sb.base_address, sb.sizeof_addr, sb.sizeof_size,
-                                  sb.end_of_file},
-               file.path()),
+        dense_(
+            file,
+            Hdf5ObjectLocation{0, sb.base_address, sb.sizeof_addr, sb.sizeof_size, sb.end_of_file},
+            file.path()),
         // Each structure is read once; overlapping ones may share bytes, but not more than a
         // few times over in a file a library wrote.
         read_budget_(4 * file.Size() + (uint64_t{1} << 20)) {}
@@ -59,16 +59,17 @@ class StructureWalker {
     if (sb_.extension_address != ~uint64_t{0}) {
       // The extension first: it may hold the symbol-table K values the groups use.
       extension_ = true;
-      CheckHeader(sb_.extension_address);
+      CheckHeader(sb_.extension_address, "the superblock extension");
       extension_ = false;
     }
-    HardLink(sb_.root_header_address);  // the superblock's pointer is the root's one link
+    HardLink(sb_.root_header_address, "/");  // the superblock's pointer is the root's one link
     while (!pending_.empty()) {
-      const uint64_t addr = pending_.back();
+      const auto [addr, path] = pending_.back();
       pending_.pop_back();
-      CheckHeader(addr);
+      CheckHeader(addr, path);
     }
     CheckLinkCounts();
+    CheckCommittedTypeSizes();
     return summary_;
   }
 
@@ -130,9 +131,40 @@ class StructureWalker {
 
   // A hard link to the object header at `addr` (a group's entry, a link message, the root's
   // pointer): counted, and the header queued for checking.
-  void HardLink(uint64_t addr) {
+  void HardLink(uint64_t addr, std::string path) {
     ++links_[addr];
-    pending_.push_back(addr);
+    pending_.emplace_back(addr, std::move(path));
+  }
+
+  // The path of link `name` in the group being checked.
+  std::string ChildPath(std::string_view name) const {
+    return (path_ == "/" ? path_ : path_ + "/") + std::string(name);
+  }
+
+  // Compact data whose dataset's type is a committed one: checked once every header is read.
+  void CheckCommittedTypeSizes() const {
+    for (const auto& [path, facts] : committed_compact_) {
+      const auto size = type_sizes_.find(*facts.shared_type);
+      if (size == type_sizes_.end()) continue;  // not a datatype: libhdf5 refuses to open it
+      Hdf5DatasetMessages resolved = facts;
+      resolved.type_size = size->second;
+      WithObjectPath(path, true, [&] { CheckCompactLayout(ctx_, resolved); });
+    }
+  }
+
+  // Runs `check`; an error it throws names the object at `path` after the file.
+  template <typename F>
+  void WithObjectPath(const std::string& path, bool dataset, F&& check) const {
+    try {
+      check();
+    } catch (const Error& e) {
+      std::string_view rest = e.what();
+      const std::string prefix = file_.path() + ": ";
+      if (rest.starts_with(prefix)) rest.remove_prefix(prefix.size());
+      throw Error(e.code(), fmt::format("{}: {} {}: {}", file_.path(),
+                                        dataset || messages_.has_dataspace ? "dataset" : "object",
+                                        path, rest));
+    }
   }
 
   // libhdf5's visit of a group tree (H5Ovisit2, which lists the datasets) remembers an object
@@ -153,8 +185,22 @@ class StructureWalker {
     }
   }
 
-  void CheckHeader(uint64_t addr) {
+  void CheckHeader(uint64_t addr, const std::string& path) {
     if (!headers_.insert(addr).second) return;  // hard links may share an object
+    path_ = path;
+    messages_ = Hdf5DatasetMessages();
+    WithObjectPath(path, false, [&] {
+      CheckHeaderMessages(addr);
+      if (messages_.compact_size && messages_.shared_type) {
+        committed_compact_.emplace_back(path, messages_);
+      } else if (messages_.compact_size) {
+        CheckCompactLayout(ctx_, messages_);
+      }
+    });
+    if (messages_.type_size) type_sizes_[addr] = *messages_.type_size;
+  }
+
+  void CheckHeaderMessages(uint64_t addr) {
     if (headers_.size() > kMaxObjects) {
       Damaged(fmt::format("more than {} object headers", kMaxObjects));
     }
@@ -239,15 +285,18 @@ class StructureWalker {
 
   void CheckMessage(unsigned type, unsigned flags, const Bytes& m, const std::string& what) {
     if (flags & 0x02) {  // shared: the message body is elsewhere
-      CheckSharedPointer(m, what);
+      const uint64_t target = CheckSharedPointer(m, what);
+      if (type == kDatatype) messages_.shared_type = target;
       return;
     }
     switch (type) {
       case kDataspace:
-        CheckDataspaceMessage(ctx_, m);
+        messages_.elements = CheckDataspaceMessage(ctx_, m);
+        messages_.has_dataspace = true;
         break;
       case kDatatype:
         CheckDatatypeMessage(ctx_, m, 0, 0);
+        messages_.type_size = m.Uint(4, 4);
         break;
       case kFillOld:
         m.Need(4, m.Uint(0, 4));
@@ -256,7 +305,7 @@ class StructureWalker {
         CheckFillMessage(ctx_, m);
         break;
       case kLayout:
-        CheckLayoutMessage(ctx_, m);
+        messages_.compact_size = CheckLayoutMessage(ctx_, m);
         break;
       case kPipeline:
         CheckPipelineMessage(ctx_, m);
@@ -289,7 +338,8 @@ class StructureWalker {
     }
   }
 
-  void CheckSharedPointer(const Bytes& m, const std::string& what) {
+  // Returns the address of the object header that holds the message.
+  uint64_t CheckSharedPointer(const Bytes& m, const std::string& what) {
     const uint64_t version = m.Uint(0, 1);
     const uint64_t kind = m.Uint(1, 1);
     uint64_t addr = 0;
@@ -311,7 +361,8 @@ class StructureWalker {
     }
     // A committed datatype: an object header libhdf5 reads to decode the message.
     CheckAddressInFile(addr, what + ": shared message");
-    pending_.push_back(addr);
+    pending_.emplace_back(addr, path_ + " (its committed datatype)");
+    return addr;
   }
 
   // Checks a link message; returns the link's name.
@@ -341,7 +392,7 @@ class StructureWalker {
     if (kind == 0) {
       const uint64_t addr = m.Uint(pos, o_);
       CheckAddressInFile(addr, "hard link target");
-      HardLink(addr);
+      HardLink(addr, ChildPath(link_name));
     } else if (kind == 1 || kind >= 64) {
       const uint64_t len = m.Uint(pos, 2);
       if (kind == 1 && len == 0) Damaged("soft link with an empty target");
@@ -514,7 +565,7 @@ class StructureWalker {
         continue;
       }
       CheckAddressInFile(header, what + ": object header");
-      HardLink(header);
+      HardLink(header, ChildPath(reinterpret_cast<const char*>(heap.data() + name)));
     }
   }
 
@@ -527,7 +578,11 @@ class StructureWalker {
   unsigned group_leaf_k_ = sb_.group_leaf_k;
   unsigned group_internal_k_ = sb_.group_internal_k;
   bool extension_ = false;
-  std::vector<uint64_t> pending_;
+  std::vector<std::pair<uint64_t, std::string>> pending_;  // headers to check, and their paths
+  std::string path_;                                       // of the header being checked
+  Hdf5DatasetMessages messages_;                           // what its messages said
+  std::unordered_map<uint64_t, uint64_t> type_sizes_;      // each header's datatype size
+  std::vector<std::pair<std::string, Hdf5DatasetMessages>> committed_compact_;
   std::unordered_set<uint64_t> headers_, continuations_, nodes_;
   std::unordered_map<uint64_t, uint64_t> links_;       // hard links reaching each header
   std::unordered_map<uint64_t, uint64_t> ref_counts_;  // each header's reference count
