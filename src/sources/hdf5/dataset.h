@@ -42,6 +42,9 @@ struct Hdf5Dataset {
   std::vector<int64_t> dims;  // full shape, samples first
   size_t element_size = 0;
   bool big_endian = false;  // elements need a byte swap after reading
+  // Why libhdf5 converts the elements ("3-bit precision at bit offset 0"), or "" when their
+  // bytes are the dtype's standard layout (hdf5/dtype.h).
+  std::string type_conversion;
   Hdf5Storage storage = Hdf5Storage::kContiguous;
   std::string layout_name;     // "contiguous", "chunked", "compact"
   std::string library_reason;  // kLibrary: why ("filter lzf")
@@ -56,7 +59,7 @@ struct Hdf5Dataset {
   std::string index_method;            // how the chunk index was read, for inspect
   double index_seconds = 0;            // how long that took
 
-  // kLibrary: the open dataset and the memory type H5Dread converts to.
+  // kLibrary: the open dataset and the memory type H5Dread converts to (Hdf5MemoryType).
   std::shared_ptr<Hdf5Id> library_dataset;
   std::shared_ptr<Hdf5Id> library_memory_type;
 

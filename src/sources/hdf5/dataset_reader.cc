@@ -10,6 +10,7 @@
 #include "core/nvtx.h"
 #include "core/row_gather.h"
 #include "gpufeed/error.h"
+#include "sources/hdf5/dtype.h"
 #include "sources/hdf5/filters.h"
 #include "sources/hdf5/library.h"
 
@@ -35,6 +36,11 @@ Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint
   if (ds_.storage == Hdf5Storage::kChunked) {
     geometry_ = Hdf5ChunkGeometry(ds_.dims, ds_.chunk_dims, ds_.element_size);
     if (!ds_.filtered() && sample_bytes_ > 0) chunk_map_ = file_->Map();
+  }
+  if (ds_.storage == Hdf5Storage::kLibrary) {
+    Hdf5Lock lock;
+    CheckHdf5MemoryType(ds_.library_memory_type->get(), ds_.field.dtype,
+                        fmt::format("{}: dataset {}", ds_.path, ds_.dataset));
   }
   zero_fill_ = std::all_of(ds_.fill_value.begin(), ds_.fill_value.end(),
                            [](std::byte b) { return b == std::byte{0}; });
