@@ -270,6 +270,39 @@ void CheckPipelineMessage(const Hdf5MessageContext& c, const Bytes& m) {
   }
 }
 
+void CheckGroupInfoMessage(const Hdf5MessageContext& c, const Bytes& m) {
+  const uint64_t version = m.Uint(0, 1);
+  const uint64_t flags = m.Uint(1, 1);
+  if (version != 0 || (flags & ~uint64_t{0x03}) != 0) {
+    c.Damaged(fmt::format("group info version {} flags 0x{:02x}", version, flags));
+  }
+  m.Need(2, ((flags & 0x01) ? 4 : 0) + ((flags & 0x02) ? 4 : 0));
+}
+
+void CheckDriverInfoMessage(const Hdf5MessageContext& c, const Bytes& m) {
+  const uint64_t version = m.Uint(0, 1);
+  if (version != 0) c.Damaged(fmt::format("driver info version {}", version));
+  m.Need(11, m.Uint(9, 2));  // version, 8-byte driver name, length, data
+}
+
+void CheckFileSpaceInfoMessage(const Hdf5MessageContext& c, const Bytes& m) {
+  const uint64_t version = m.Uint(0, 1);
+  if (version == 0) {
+    m.Need(1, 1 + c.sizeof_size);  // strategy, threshold
+  } else if (version == 1) {
+    // strategy, persist, threshold, page size, page end threshold, EOA before allocation
+    m.Need(1, 2 + 3 * c.sizeof_size + 2);
+  } else {
+    c.Damaged(fmt::format("file space info version {}", version));
+  }
+}
+
+void CheckSharedTableMessage(const Hdf5MessageContext& c, const Bytes& m) {
+  const uint64_t version = m.Uint(0, 1);
+  if (version != 0) c.Damaged(fmt::format("shared message table version {}", version));
+  m.Need(1, c.sizeof_addr + 1);
+}
+
 void CheckCompactLayout(const Hdf5MessageContext& c, const Hdf5DatasetMessages& m) {
   if (!m.has_dataspace || !m.type_size) {
     c.Damaged(fmt::format("a compact layout of {} bytes without a dataspace or datatype",

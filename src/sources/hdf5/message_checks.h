@@ -34,6 +34,16 @@ void CheckFillMessage(const Hdf5MessageContext& c, const Bytes& m);
 // message holds, or nullopt for the other layouts.
 std::optional<uint64_t> CheckLayoutMessage(const Hdf5MessageContext& c, const Bytes& m);
 void CheckPipelineMessage(const Hdf5MessageContext& c, const Bytes& m);
+// Group info (new-style groups): version 0, flags, the optional link-count fields.
+void CheckGroupInfoMessage(const Hdf5MessageContext& c, const Bytes& m);
+// The superblock extension's driver info: libhdf5 1.10.8 copies the stated length of driver
+// data without comparing it with the message.
+void CheckDriverInfoMessage(const Hdf5MessageContext& c, const Bytes& m);
+// The superblock extension's file space info: version, then the fixed fields of that version
+// (the addresses of persistent free-space managers that may follow are not checked).
+void CheckFileSpaceInfoMessage(const Hdf5MessageContext& c, const Bytes& m);
+// The superblock extension's shared message table pointer: version 0, address, index count.
+void CheckSharedTableMessage(const Hdf5MessageContext& c, const Bytes& m);
 
 // What one object header's messages said, for the checks that span messages.
 struct Hdf5DatasetMessages {

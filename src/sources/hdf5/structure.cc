@@ -245,6 +245,25 @@ void StructureWalker::CheckMessage(unsigned type, unsigned flags, const Bytes& m
     case kPipeline:
       CheckPipelineMessage(ctx_, m);
       break;
+    case kGroupInfo:
+      CheckGroupInfoMessage(ctx_, m);
+      break;
+    case kDriverInfo:
+      CheckDriverInfoMessage(ctx_, m);
+      break;
+    case kSharedTable:
+      CheckSharedTableMessage(ctx_, m);
+      break;
+    case kFileSpaceInfo:
+      CheckFileSpaceInfoMessage(ctx_, m);
+      break;
+    case kCacheImage:
+      // libhdf5 loads a metadata cache image (H5Pset_mdc_image_config) at open and trusts
+      // every entry in it; gpufeed does not walk one.
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{}: {}: a metadata cache image is not supported; rewrite the file "
+                              "without one (h5repack)",
+                              file_.path(), what));
     case kExternalFiles:
       CheckExternalFileList(m, what);
       break;

@@ -34,12 +34,17 @@ constexpr unsigned kFill = 0x0005;
 constexpr unsigned kLink = 0x0006;
 constexpr unsigned kExternalFiles = 0x0007;
 constexpr unsigned kLayout = 0x0008;
+constexpr unsigned kGroupInfo = 0x000A;
 constexpr unsigned kPipeline = 0x000B;
+constexpr unsigned kSharedTable = 0x000F;
 constexpr unsigned kContinuation = 0x0010;
 constexpr unsigned kSymbolTable = 0x0011;
 constexpr unsigned kBTreeK = 0x0013;
+constexpr unsigned kDriverInfo = 0x0014;
 constexpr unsigned kAttributeInfo = 0x0015;
 constexpr unsigned kRefCount = 0x0016;
+constexpr unsigned kFileSpaceInfo = 0x0017;
+constexpr unsigned kCacheImage = 0x0018;
 
 constexpr uint64_t kMaxObjects = uint64_t{1} << 20;
 constexpr int kMaxTreeLevel = 64;
