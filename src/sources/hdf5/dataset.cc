@@ -71,6 +71,12 @@ Hdf5Id AccessList(ExternalLinkSeen* seen, const std::string& external_prefix) {
   return dapl;
 }
 
+std::string NoDatasets(hid_t file_id, const std::string& reason) {
+  const std::string links = DescribeHdf5ExternalLinks(file_id);
+  return links.empty() ? fmt::format("none (an empty file, or a damaged one: {})", reason)
+                       : "none; " + links;
+}
+
 // The dataset at `dataset`, or kNotFound listing what the file holds (kCorruptData when it is
 // there but libhdf5 cannot open it). External links are refused naming their target: their
 // data lies in another file, which gpufeed has not checked and does not read through this one.
@@ -98,9 +104,8 @@ Hdf5Id OpenOrExplain(hid_t file_id, const Hdf5Dataset& ds, const std::string& wh
   }
   throw Error(ErrorCode::kNotFound,
               fmt::format("{}: no dataset '{}'; the datasets there are: {}", ds.path, name,
-                          present.empty()
-                              ? fmt::format("none (an empty file, or a damaged one: {})", reason)
-                              : fmt::format("{}", fmt::join(present, ", "))));
+                          present.empty() ? NoDatasets(file_id, reason)
+                                          : fmt::format("{}", fmt::join(present, ", "))));
 }
 
 // dtype, element size, byte order and shape.
@@ -294,6 +299,21 @@ herr_t CollectDataset(hid_t, const char* name, const H5O_info_t* info, void* dat
   return 0;
 }
 
+herr_t CollectExternalLink(hid_t group, const char* name, const H5L_info_t* info, void* data) {
+  if (info->type != H5L_TYPE_EXTERNAL) return 0;
+  std::vector<char> value(info->u.val_size);
+  const char* file = nullptr;
+  const char* object = nullptr;
+  unsigned flags = 0;
+  if (value.empty() || H5Lget_val(group, name, value.data(), value.size(), H5P_DEFAULT) < 0 ||
+      H5Lunpack_elink_val(value.data(), value.size(), &flags, &file, &object) < 0) {
+    return 0;  // the listing names the links it can read
+  }
+  static_cast<std::vector<std::string>*>(data)->push_back(
+      fmt::format("/{} -> {} ({})", name, file ? file : "?", object ? object : "?"));
+  return 0;
+}
+
 }  // namespace
 
 size_t Hdf5Dataset::ChunkBytes() const {
@@ -356,6 +376,23 @@ std::vector<std::string> ListHdf5Datasets(hid_t file_id) {
   H5Eclear2(H5E_DEFAULT);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::string DescribeHdf5ExternalLinks(hid_t file_id) {
+  Hdf5Lock lock;
+  std::vector<std::string> links;
+  // Hard links only are followed (libhdf5 does not cross external links while it visits).
+  H5Lvisit(file_id, H5_INDEX_NAME, H5_ITER_INC, CollectExternalLink, &links);
+  H5Eclear2(H5E_DEFAULT);
+  if (links.empty()) return "";
+  constexpr size_t kShown = 8;
+  std::string shown = fmt::format(
+      "{}", fmt::join(links.begin(), links.begin() + std::min(links.size(), kShown), ", "));
+  if (links.size() > kShown) shown += fmt::format(" and {} more", links.size() - kShown);
+  return fmt::format(
+      "its datasets lie behind external links in other files: {}; gpufeed reads "
+      "a dataset from the file that holds it: open those files",
+      shown);
 }
 
 Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& dataset) {

@@ -81,7 +81,13 @@ Hdf5Id OpenHdf5File(const File& file);
 // kCorruptData (index past the end of the file, damaged index). Takes the libhdf5 lock.
 Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& dataset);
 
-// Every dataset in the file, by path ("/a", "/g/b"), sorted.
+// Every dataset in the file, by path ("/a", "/g/b"), sorted. Datasets behind external links
+// lie in other files and are not listed.
 std::vector<std::string> ListHdf5Datasets(hid_t file_id);
+
+// For a file that holds no datasets of its own: "" when it has no external links, else
+// "its datasets lie behind external links: /a -> other.h5 (/data), ...; open those files".
+// Takes the libhdf5 lock.
+std::string DescribeHdf5ExternalLinks(hid_t file_id);
 
 }  // namespace gpufeed

@@ -241,6 +241,7 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
   out.mem_available_bytes = mem_available ? *mem_available : AvailableRamBytes();
 
   std::vector<Hdf5Storage> storage;
+  std::string external_links;
   try {
     Hdf5Lock lock;
     Hdf5Id h5 = OpenHdf5File(*file);
@@ -261,6 +262,7 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
       }
       out.datasets.push_back(std::move(d));
     }
+    if (out.datasets.empty()) external_links = DescribeHdf5ExternalLinks(h5.get());
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::kCorruptData,
                 fmt::format("{}: inspecting it asks for more memory than there is (damaged "
@@ -279,7 +281,9 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
     readable += d.unsupported.empty() ? 1 : 0;
   }
   if (out.datasets.empty()) {
-    out.recommendation = "the file holds no datasets";
+    out.recommendation = external_links.empty()
+                             ? "the file holds no datasets"
+                             : "the file holds no datasets of its own: " + external_links;
   } else if (readable == 0) {
     out.recommendation = "gpufeed can read none of its datasets (each says why)";
   } else if (!any_costly) {

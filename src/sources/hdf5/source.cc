@@ -224,7 +224,11 @@ void OpenPart(const std::string& path, std::vector<std::string>& datasets,
   if (datasets.empty()) {
     datasets = ListHdf5Datasets(h5.get());
     if (datasets.empty()) {
-      throw Error(ErrorCode::kNotFound, fmt::format("{}: the file holds no datasets", path));
+      const std::string links = DescribeHdf5ExternalLinks(h5.get());
+      throw Error(ErrorCode::kNotFound,
+                  links.empty()
+                      ? fmt::format("{}: the file holds no datasets", path)
+                      : fmt::format("{}: the file holds no datasets of its own: {}", path, links));
     }
   }
   part.first_sample = first_sample;
