@@ -18,7 +18,7 @@ h5py = pytest.importorskip("h5py")
 bitshuffle = pytest.importorskip("bitshuffle")
 bitshuffle_h5 = pytest.importorskip("bitshuffle.h5")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "sources"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "sources", "hdf5"))
 
 
 # (dtype, per-sample shape, samples per chunk, bitshuffle block size in elements: 0 is the
