@@ -197,6 +197,17 @@ def never_written_chunked(path):
     return 'float64'
 
 
+def never_written_latest(maxshape, compression=None):
+    # libver='latest' chunk indexes (fixed array, extensible array, v2 B-tree) not yet made:
+    # their address is undefined until a chunk is written.
+    def make(path):
+        with h5py.File(path, 'w', libver='latest') as f:
+            f.create_dataset('x', shape=(6, 3), dtype='<f4', chunks=(2, 3), fillvalue=2.5,
+                             maxshape=maxshape, compression=compression)
+        return 'float32'
+    return make
+
+
 def sparse_chunked(path):
     with h5py.File(path, 'w', libver='earliest') as f:
         d = f.create_dataset('x', shape=(40, 3), dtype='<i2', chunks=(4, 3), fillvalue=9)
@@ -221,6 +232,9 @@ VALID = {
     'never_written': never_written,
     'never_written_chunked': never_written_chunked,
     'sparse_chunked': sparse_chunked,
+    'never_written_fixed_array': never_written_latest((6, 3), 'gzip'),
+    'never_written_extensible_array': never_written_latest((None, 3)),
+    'never_written_btree2': never_written_latest((None, None)),
 }
 
 
