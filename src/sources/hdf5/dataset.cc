@@ -316,6 +316,24 @@ herr_t CollectExternalLink(hid_t group, const char* name, const H5L_info_t* info
 
 }  // namespace
 
+void Hdf5ChunkTable::Assign(uint64_t positions,
+                            std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> stored, bool dense) {
+  positions_ = positions;
+  stored_ = std::move(stored);
+  dense_.clear();
+  if (!dense) return;
+  dense_.assign(positions, Hdf5ChunkEntry{});
+  for (const auto& [linear, entry] : stored_) dense_[linear] = entry;
+}
+
+const Hdf5ChunkEntry& Hdf5ChunkTable::at(uint64_t linear) const {
+  if (!dense_.empty()) return dense_[linear];
+  static const Hdf5ChunkEntry kNeverWritten;
+  const auto it = std::lower_bound(stored_.begin(), stored_.end(), linear,
+                                   [](const auto& e, uint64_t l) { return e.first < l; });
+  return it != stored_.end() && it->first == linear ? it->second : kNeverWritten;
+}
+
 size_t Hdf5Dataset::ChunkBytes() const {
   size_t n = element_size;
   for (int64_t c : chunk_dims) n *= static_cast<size_t>(c);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpufeed/file.h"
@@ -34,6 +35,30 @@ struct Hdf5ChunkEntry {
   uint32_t filter_mask = 0;
 };
 
+// The chunk entries by row-major grid position: every position (dense) for a grid the file
+// could index, or only the stored chunks (sparse) for a larger grid, a dataset whose chunks
+// were mostly never written; a position not stored reads as the fill value either way.
+//
+// Thread-safety: immutable once filled; share it freely.
+class Hdf5ChunkTable {
+ public:
+  // `stored`: (grid position, entry) of every stored chunk, sorted by position, no position
+  // twice. REQUIRES: every position below `positions`.
+  void Assign(uint64_t positions, std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> stored,
+              bool dense);
+  // The entry at `linear` (size 0 when never written). REQUIRES: linear < positions().
+  const Hdf5ChunkEntry& at(uint64_t linear) const;
+  uint64_t positions() const { return positions_; }
+  bool dense() const { return !dense_.empty() || positions_ == 0; }
+  // Every stored chunk: (grid position, entry), by position.
+  const std::vector<std::pair<uint64_t, Hdf5ChunkEntry>>& stored() const { return stored_; }
+
+ private:
+  uint64_t positions_ = 0;
+  std::vector<Hdf5ChunkEntry> dense_;  // empty when sparse
+  std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> stored_;
+};
+
 struct Hdf5Dataset {
   std::string path;     // the file
   std::string dataset;  // as opened ("/train/mel")
@@ -52,12 +77,12 @@ struct Hdf5Dataset {
   uint64_t contiguous_address = 0;
   std::vector<std::byte> in_memory;  // kInMemory: the whole dataset
 
-  std::vector<int64_t> chunk_dims;     // kChunked (and kLibrary when chunked): per axis
-  std::vector<int64_t> chunk_grid;     // chunks per axis
-  std::vector<Hdf5Filter> filters;     // write order
-  std::vector<Hdf5ChunkEntry> chunks;  // by row-major grid position
-  std::string index_method;            // how the chunk index was read, for inspect
-  double index_seconds = 0;            // how long that took
+  std::vector<int64_t> chunk_dims;  // kChunked (and kLibrary when chunked): per axis
+  std::vector<int64_t> chunk_grid;  // chunks per axis
+  std::vector<Hdf5Filter> filters;  // write order
+  Hdf5ChunkTable chunks;            // by row-major grid position
+  std::string index_method;         // how the chunk index was read, for inspect
+  double index_seconds = 0;         // how long that took
 
   // kLibrary: the open dataset and the memory type H5Dread converts to (Hdf5MemoryType).
   std::shared_ptr<Hdf5Id> library_dataset;

@@ -85,8 +85,8 @@ class Hdf5Source final : public Source {
         for (const auto& reader : part.readers) {
           const Hdf5Dataset& ds = reader->dataset();
           if (ds.storage != Hdf5Storage::kChunked || !ds.filtered()) continue;
-          for (const Hdf5ChunkEntry& e : ds.chunks) {
-            if (e.size != 0) decoded = std::min(ram, decoded + ds.ChunkBytes());
+          for (size_t i = 0; i < ds.chunks.stored().size(); ++i) {
+            decoded = std::min(ram, decoded + ds.ChunkBytes());
           }
         }
       }

@@ -66,7 +66,8 @@ TEST_F(Hdf5UnusualTest, EveryCaseReadsAsLibhdf5ConvertsIt) {
        {"nbit_int", "precision_int", "offset_int", "ebias_float", "vax_float32", "vax_float64",
         "compact_be", "layout_v1_contiguous", "layout_v1_chunked", "layout_v2_chunked",
         "layout_v1_compact", "never_written", "never_written_chunked", "sparse_chunked",
-        "never_written_fixed_array", "never_written_extensible_array", "never_written_btree2"}) {
+        "never_written_fixed_array", "never_written_extensible_array", "never_written_btree2",
+        "sparse_huge_grid", "sparse_huge_grid_2d"}) {
     EXPECT_TRUE(cases.contains(name)) << name;
   }
   for (const auto& [name, dtype_name] : cases.items()) {
