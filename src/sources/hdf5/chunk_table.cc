@@ -363,11 +363,18 @@ void OpenHdf5ChunkedLayout(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t spa
   // package provides them.
   RequireHdf5LibraryFilters(ds.filters, what);
   if (own) {
+    // Kept for inspect's counts only (the reads go through libhdf5).
     uint64_t stored = 0;
+    std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> entries;
     for (const auto& c : own->chunks) {
       CheckHdf5DataRange(ds, file, c.address, c.size, ChunkName(c.coords));
       stored += c.size;  // each below the file size, at most grid_total of them
+      entries.emplace_back(GridPosition(ds, c, what),
+                           Hdf5ChunkEntry{c.address, c.size, c.filter_mask});
     }
+    std::sort(entries.begin(), entries.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    ds.chunks.Assign(grid_total, std::move(entries), false);
     ds.storage_bytes = stored;
   } else {
     ds.storage_bytes = H5Dget_storage_size(dset);
