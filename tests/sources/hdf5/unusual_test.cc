@@ -113,6 +113,10 @@ TEST_F(Hdf5UnusualTest, InspectSaysLibhdf5ConvertsTheElements) {
   const Hdf5Inspection in = InspectHdf5(Path("precision_int"), nullptr, uint64_t{1} << 30);
   ASSERT_EQ(in.datasets.size(), 1u);
   EXPECT_THAT(in.datasets[0].read_path, HasSubstr("3-bit precision at bit offset 0"));
+  // Chunks read through libhdf5 are still counted: 8 samples in chunks of 4.
+  const Hdf5Inspection nbit = InspectHdf5(Path("nbit_int"), nullptr, uint64_t{1} << 30);
+  ASSERT_EQ(nbit.datasets.size(), 1u);
+  EXPECT_EQ(nbit.datasets[0].chunks_stored, 2);
 }
 
 TEST_F(Hdf5UnusualTest, CompactLayoutsThatDoNotHoldTheDatasetAreRefused) {
