@@ -269,7 +269,7 @@ void BuildChunkIndex(Hdf5Dataset& ds, hid_t dset, hid_t space, const File& file,
 }
 
 // Checks the chunk shape and computes the grid; returns the number of grid positions.
-uint64_t CheckChunkShape(Hdf5Dataset& ds, const File& file, const std::string& what) {
+uint64_t CheckChunkShape(Hdf5Dataset& ds, const std::string& what) {
   const uint64_t chunk_elements = [&] {
     for (int64_t c : ds.chunk_dims) {
       if (c < 1) {
@@ -342,7 +342,7 @@ void OpenHdf5ChunkedLayout(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t spa
   for (int d = 0; d < rank; ++d) {
     ds.chunk_dims.push_back(static_cast<int64_t>(std::min<hsize_t>(cdims[d], UINT32_MAX)));
   }
-  const uint64_t grid_total = CheckChunkShape(ds, file, what);
+  const uint64_t grid_total = CheckChunkShape(ds, what);
   // gpufeed's own walk of the index comes first: libhdf5's own walks (counting chunks,
   // storage size) follow only once the tree passed it.
   hsize_t userblock = 0;
