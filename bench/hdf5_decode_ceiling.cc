@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   std::vector<Job> jobs;
   uint64_t decoded_bytes = 0;
   for (const auto& ds : datasets) {
-    for (const auto& c : ds.chunks) {
+    for (const auto& [linear, c] : ds.chunks.stored()) {
       if (c.size == 0) continue;
       Job job{&ds, std::vector<std::byte>(c.size), c.filter_mask};
       size_t done = 0;

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """Seed corpus for hdf5_fuzz: small valid files of every layout gpufeed reads, plus the
-crafted regression files of tests/sources/hdf5/make_hostile_hdf5.py. Run with Debian's
+crafted regression files of tests/sources/hdf5/make_hostile_hdf5.py, and the unusual layouts
+of tests/sources/hdf5/make_unusual_hdf5.py (data layout messages of versions 1 and 2, N-bit and
+VAX elements, compact layouts that do not hold their dataset). Run with Debian's
 /usr/bin/python3 (h5py):
 
     make_corpus_hdf5.py OUT_DIR
@@ -15,6 +17,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'tests', 'sources', 'hdf5'))
 import make_hostile_hdf5  # noqa: E402
+import make_unusual_hdf5  # noqa: E402
 
 
 def seeds(out):
@@ -122,6 +125,10 @@ def main():
     seeds(out)
     latest_seeds(out)
     for name, make in make_hostile_hdf5.CASES.items():
+        make(os.path.join(out, 'hostile_' + name + '.h5'))
+    for name, make in make_unusual_hdf5.VALID.items():
+        make(os.path.join(out, 'unusual_' + name + '.h5'))
+    for name, make in make_unusual_hdf5.HOSTILE.items():
         make(os.path.join(out, 'hostile_' + name + '.h5'))
     # Inputs the fuzzer found, kept in git (small): corpus/hdf5_fuzz/.
     kept = os.path.join(HERE, 'corpus', 'hdf5_fuzz')

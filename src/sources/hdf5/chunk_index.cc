@@ -81,15 +81,24 @@ class IndexReader {
       const std::string name = what_ + ": data layout message";
       return ReadV4ChunkIndex(r, Bytes(layout, &name), grid_);
     }
-    // Version 3, class 2 (chunked): dimensionality, B-tree address, chunk dims.
-    if (f.Uint(0, 1) != 3 || f.Uint(1, 1) != 2) return std::nullopt;
-    const uint64_t dimensionality = f.Uint(2, 1);
+    // Version 3, class 2 (chunked): dimensionality, B-tree address, chunk dims. Versions 1
+    // and 2 (HDF5 1.6 and older): dimensionality, class, 5 reserved bytes, B-tree address.
+    const uint64_t version = f.Uint(0, 1);
+    uint64_t dimensionality = 0, root = 0;
+    if (version == 3 && f.Uint(1, 1) == 2) {
+      dimensionality = f.Uint(2, 1);
+      root = f.Uint(3, where_.sizeof_addr);
+    } else if ((version == 1 || version == 2) && f.Uint(2, 1) == 2) {
+      dimensionality = f.Uint(1, 1);
+      root = f.Uint(8, where_.sizeof_addr);
+    } else {
+      return std::nullopt;
+    }
     if (dimensionality != static_cast<uint64_t>(rank_) + 1) {
       throw Error(ErrorCode::kCorruptData,
                   fmt::format("{}: the chunked layout has {} dimensions for a rank-{} dataset",
                               what_, dimensionality, rank_));
     }
-    const uint64_t root = f.Uint(3, where_.sizeof_addr);
     Hdf5ChunkList list;
     list.method = "v1 B-tree, read directly";
     if (!IsUndefined(root)) Walk(root, -1, list.chunks);

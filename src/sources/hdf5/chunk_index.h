@@ -4,10 +4,10 @@
 // H5Dget_chunk_info_by_coord walk the whole index on every call: listing 100,000 chunks that
 // way is quadratic (measured: ~1.7 ms per by-coord call at 100,000 chunks, minutes in all), and
 // libhdf5 crashes on crafted indexes. gpufeed reads every index kind itself, once, through the
-// file seam: the version-1 B-tree of h5py's default files (layout version 3), and the indexes
-// of libver="latest" files (layout version 4: single chunk, implicit, fixed array, extensible
-// array, version-2 B-tree; hdf5_chunk_index_v4.h). Only the rare layout versions 1 and 2 are
-// left to libhdf5 (nullopt).
+// file seam: the version-1 B-tree of h5py's default files (layout version 3) and of HDF5 1.6
+// and older (layout versions 1 and 2), and the indexes of libver="latest" files (layout
+// version 4: single chunk, implicit, fixed array, extensible array, version-2 B-tree;
+// chunk_index_v4.h).
 //
 // Thread-safety: pure functions over a File (which is thread-safe).
 #pragma once
@@ -51,8 +51,8 @@ struct Hdf5ChunkList {
   bool library_chunk_info_reliable = true;
 };
 
-// The chunks of the dataset whose object header is at `where`; nullopt for layout versions 1
-// and 2. Every node or block is read once (a block reached twice, a level that does not
+// The chunks of the dataset whose object header is at `where`; nullopt when its layout message
+// is not a chunked one. Every node or block is read once (a block reached twice, a level that does not
 // descend by one, or more chunks than the grid allows is a damaged index), so a crafted index
 // costs at most its own size. Throws Error(kCorruptData) naming `what` (file and dataset) and
 // the structure when the header or the index is damaged or points past the end of the file;

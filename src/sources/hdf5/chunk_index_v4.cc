@@ -286,6 +286,17 @@ Hdf5ChunkList ReadV4ChunkIndex(Hdf5MetadataReader& r, const Bytes& m, const Hdf5
   size_t pos = 5 + ndims * width;
   const unsigned type = static_cast<unsigned>(m.Uint(pos++, 1));
   Hdf5ChunkList list;
+  // A dataset never written has no index yet (its address undefined): every chunk reads as
+  // the fill value.
+  // (The single-chunk and implicit readers check their own address.)
+  const size_t address_at = type == kExtensibleArray ? pos + 5
+                            : type == kFixedArray    ? pos + 1
+                                                     : pos + 6;
+  if ((type == kExtensibleArray || type == kFixedArray || type == kBTree2) &&
+      r.Undefined(m.Uint(address_at, r.o()))) {
+    list.method = "no chunk written yet";
+    return list;
+  }
   if (type == kExtensibleArray) {
     size_t unlimited = rank;
     for (size_t d = 0; d < rank; ++d) {

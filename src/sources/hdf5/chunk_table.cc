@@ -20,14 +20,16 @@ namespace gpufeed {
 namespace {
 
 // The `libhdf5` by-index listing is quadratic in 1.10.8; below this many chunks it is still
-// only milliseconds (it lists only layout versions 1 and 2, which gpufeed does not read).
+// only milliseconds (it lists only indexes gpufeed's own walk does not read).
 constexpr uint64_t kSlowIndexWarning = 20000;
-// The chunk table holds one entry (24 bytes) per grid position, written or not. A file indexes
-// at most one stored chunk per few dozen bytes, so a grid far larger than the file is a damaged
-// shape (or a nearly empty sparse dataset, which gpufeed does not read): refused before the
-// table is allocated.
+// A dense chunk table holds one entry (24 bytes) per grid position, written or not. A file
+// indexes at most one stored chunk per few dozen bytes, so a grid far larger than the file
+// keeps only its stored chunks (a sparse dataset, most chunks never written); a grid past
+// kMaxSparseGrid is a damaged shape (chunk positions are 36-bit in the decoded-chunk cache's
+// keys), refused before anything is allocated.
 constexpr uint64_t kMinChunkTableCap = uint64_t{1} << 20;
 constexpr uint64_t kFileBytesPerGridEntry = 32;
+constexpr uint64_t kMaxSparseGrid = uint64_t{1} << 36;
 // HDF5 caps a chunk below 4 GiB (its sizes are 32-bit in the index).
 constexpr uint64_t kMaxChunkBytes = 0xffffffffu;
 // Copy runs of one sample over all its chunks: a chunk shape that slices a sample into more
@@ -36,6 +38,12 @@ constexpr uint64_t kMaxCopyRuns = uint64_t{1} << 20;
 // zlib inflates at most 1032 times its input; a stored chunk claiming more decodes to garbage
 // only after allocating the full chunk, so it is refused at open.
 constexpr uint64_t kMaxInflateRatio = 1032;
+
+// Grids up to this many positions a file of this size could index get a table entry per
+// position; larger ones keep only their stored chunks.
+uint64_t DenseTableCap(const File& file) {
+  return std::max(kMinChunkTableCap, file.Size() / kFileBytesPerGridEntry);
+}
 
 std::string ChunkName(const std::vector<uint64_t>& coords) {
   return fmt::format("chunk at [{}]", fmt::join(coords, ","));
@@ -64,10 +72,9 @@ std::vector<Hdf5RawChunk> ListChunksByIndex(hid_t dset, hid_t space, uint64_t n,
   return out;
 }
 
-// The chunk index read by gpufeed's own walkers (every index kind of layout versions 3 and 4):
-// bounded by the grid, every node visited once, checked against the file size. nullopt for the
-// old layout versions only libhdf5 reads. Runs before any libhdf5 call that walks the index, so
-// libhdf5 only walks an index that passed these checks.
+// The chunk index read by gpufeed's own walkers (every index kind of layout versions 1 to 4):
+// bounded by the grid, every node visited once, checked against the file size. Runs before any
+// libhdf5 call that walks the index, so libhdf5 only walks an index that passed these checks.
 std::optional<Hdf5ChunkList> ReadOwnChunkIndex(const Hdf5Dataset& ds, hid_t file_id, hid_t dset,
                                                hid_t space, const File& file, uint64_t grid_total,
                                                hsize_t& userblock) {
@@ -213,23 +220,33 @@ void CheckStoredSize(const Hdf5Dataset& ds, const Hdf5RawChunk& c, uint64_t full
   }
 }
 
-// Places every listed chunk at its grid position in ds.chunks.
+// Places every listed chunk at its grid position in ds.chunks: a dense table for a grid the
+// file could index, the stored chunks only for a larger one.
 void PlaceChunks(Hdf5Dataset& ds, const File& file, const std::vector<Hdf5RawChunk>& raw,
                  uint64_t grid_total, const std::string& what) {
-  ds.chunks.assign(grid_total, Hdf5ChunkEntry{});
   const uint64_t full_bytes = ds.ChunkBytes();
   uint64_t stored = 0;
-  for (const auto& c : raw) {
-    const uint64_t linear = GridPosition(ds, c, what);
+  std::vector<std::pair<uint64_t, size_t>> order;  // (grid position, index in raw)
+  order.reserve(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const Hdf5RawChunk& c = raw[i];
+    order.emplace_back(GridPosition(ds, c, what), i);
     CheckHdf5DataRange(ds, file, c.address, c.size, ChunkName(c.coords));
     CheckStoredSize(ds, c, full_bytes, what);
-    if (ds.chunks[linear].size != 0) {
+    stored += c.size;  // each below the file size, at most grid_total of them: no overflow
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> entries;
+  entries.reserve(order.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    const Hdf5RawChunk& c = raw[order[k].second];
+    if (k > 0 && order[k].first == order[k - 1].first) {
       throw Error(ErrorCode::kCorruptData,
                   fmt::format("{}: the chunk index lists the {} twice", what, ChunkName(c.coords)));
     }
-    ds.chunks[linear] = {c.address, c.size, c.filter_mask};
-    stored += c.size;  // each below the file size, at most grid_total of them: no overflow
+    entries.emplace_back(order[k].first, Hdf5ChunkEntry{c.address, c.size, c.filter_mask});
   }
+  ds.chunks.Assign(grid_total, std::move(entries), grid_total <= DenseTableCap(file));
   ds.storage_bytes = stored;
 }
 
@@ -252,7 +269,7 @@ void BuildChunkIndex(Hdf5Dataset& ds, hid_t dset, hid_t space, const File& file,
 }
 
 // Checks the chunk shape and computes the grid; returns the number of grid positions.
-uint64_t CheckChunkShape(Hdf5Dataset& ds, const File& file, const std::string& what) {
+uint64_t CheckChunkShape(Hdf5Dataset& ds, const std::string& what) {
   const uint64_t chunk_elements = [&] {
     for (int64_t c : ds.chunk_dims) {
       if (c < 1) {
@@ -278,16 +295,14 @@ uint64_t CheckChunkShape(Hdf5Dataset& ds, const File& file, const std::string& w
   }
   ds.chunk_grid.assign(grid.begin(), grid.end());
   const auto total = CheckedProduct(grid);
-  const uint64_t cap = std::max(kMinChunkTableCap, file.Size() / kFileBytesPerGridEntry);
-  if (!total || *total > cap) {
+  if (!total || *total > kMaxSparseGrid) {
     throw Error(ErrorCode::kCorruptData,
                 fmt::format("{}: shape [{}] in chunks of [{}] makes a grid of {} chunks, more than "
-                            "a {}-byte file can index ({} at most): damaged shape or chunk "
-                            "shape?",
+                            "{}: damaged shape or chunk shape?",
                             what, fmt::join(ds.dims, ", "), fmt::join(ds.chunk_dims, ", "),
                             total ? fmt::format("{}", *total)
                                   : fmt::format("[{}] (over 2^64)", fmt::join(grid, " x ")),
-                            file.Size(), cap));
+                            kMaxSparseGrid));
   }
   const auto runs = Hdf5ChunkGeometry::CountRuns(ds.dims, ds.chunk_dims);
   if (!runs || *runs > kMaxCopyRuns) {
@@ -327,7 +342,7 @@ void OpenHdf5ChunkedLayout(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t spa
   for (int d = 0; d < rank; ++d) {
     ds.chunk_dims.push_back(static_cast<int64_t>(std::min<hsize_t>(cdims[d], UINT32_MAX)));
   }
-  const uint64_t grid_total = CheckChunkShape(ds, file, what);
+  const uint64_t grid_total = CheckChunkShape(ds, what);
   // gpufeed's own walk of the index comes first: libhdf5's own walks (counting chunks,
   // storage size) follow only once the tree passed it.
   hsize_t userblock = 0;
@@ -348,11 +363,18 @@ void OpenHdf5ChunkedLayout(Hdf5Dataset& ds, hid_t file_id, hid_t dset, hid_t spa
   // package provides them.
   RequireHdf5LibraryFilters(ds.filters, what);
   if (own) {
+    // Kept for inspect's counts only (the reads go through libhdf5).
     uint64_t stored = 0;
+    std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> entries;
     for (const auto& c : own->chunks) {
       CheckHdf5DataRange(ds, file, c.address, c.size, ChunkName(c.coords));
       stored += c.size;  // each below the file size, at most grid_total of them
+      entries.emplace_back(GridPosition(ds, c, what),
+                           Hdf5ChunkEntry{c.address, c.size, c.filter_mask});
     }
+    std::sort(entries.begin(), entries.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    ds.chunks.Assign(grid_total, std::move(entries), false);
     ds.storage_bytes = stored;
   } else {
     ds.storage_bytes = H5Dget_storage_size(dset);

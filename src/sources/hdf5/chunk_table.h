@@ -1,5 +1,5 @@
 // The chunk table of a chunked HDF5 dataset: its chunk shape and grid checked against the file
-// (no product overflows, no grid larger than the file can index, no chunk of 4 GiB or more),
+// (no product overflows, no grid past 2^36 positions, no chunk of 4 GiB or more),
 // then every stored chunk's offset, size and filter mask placed at its row-major grid position,
 // each inside the file, none listed twice.
 //

@@ -71,6 +71,12 @@ Hdf5Id AccessList(ExternalLinkSeen* seen, const std::string& external_prefix) {
   return dapl;
 }
 
+std::string NoDatasets(hid_t file_id, const std::string& reason) {
+  const std::string links = DescribeHdf5ExternalLinks(file_id);
+  return links.empty() ? fmt::format("none (an empty file, or a damaged one: {})", reason)
+                       : "none; " + links;
+}
+
 // The dataset at `dataset`, or kNotFound listing what the file holds (kCorruptData when it is
 // there but libhdf5 cannot open it). External links are refused naming their target: their
 // data lies in another file, which gpufeed has not checked and does not read through this one.
@@ -98,16 +104,17 @@ Hdf5Id OpenOrExplain(hid_t file_id, const Hdf5Dataset& ds, const std::string& wh
   }
   throw Error(ErrorCode::kNotFound,
               fmt::format("{}: no dataset '{}'; the datasets there are: {}", ds.path, name,
-                          present.empty()
-                              ? fmt::format("none (an empty file, or a damaged one: {})", reason)
-                              : fmt::format("{}", fmt::join(present, ", "))));
+                          present.empty() ? NoDatasets(file_id, reason)
+                                          : fmt::format("{}", fmt::join(present, ", "))));
 }
 
 // dtype, element size, byte order and shape.
 void ReadTypeAndShape(Hdf5Dataset& ds, hid_t type, hid_t space, const std::string& what) {
-  ds.field.dtype = MapHdf5Type(type, what);
+  const Hdf5TypeLayout layout = ReadHdf5TypeLayout(type, what);
+  ds.field.dtype = layout.dtype;
   ds.element_size = H5Tget_size(type);
-  ds.big_endian = ds.element_size > 1 && H5Tget_order(type) == H5T_ORDER_BE;
+  ds.big_endian = layout.big_endian;
+  ds.type_conversion = layout.conversion;
   const int rank = H5Sget_simple_extent_ndims(space);
   if (H5Sget_simple_extent_type(space) != H5S_SIMPLE || rank < 1) {
     throw Error(ErrorCode::kUnsupported,
@@ -148,9 +155,10 @@ void ReadFillAndFilters(Hdf5Dataset& ds, hid_t type, hid_t dcpl) {
   }
 }
 
-// Compact data lives in the object header: read whole now.
-void OpenCompact(Hdf5Dataset& ds, hid_t dset, hid_t type, const File& file,
-                 const std::string& what) {
+// Compact data lives in the object header: read whole now, converted by libhdf5 into the
+// dtype's memory type (the structure walk checked that the message holds exactly the
+// dataset's bytes: libhdf5 1.10.8 copies from a null buffer when it holds none).
+void OpenCompact(Hdf5Dataset& ds, hid_t dset, const File& file, const std::string& what) {
   // Both below 2^64 (CheckShape).
   const uint64_t total_bytes = static_cast<uint64_t>(ds.samples) * ds.field.SampleBytes();
   ds.layout_name = "compact";
@@ -158,8 +166,11 @@ void OpenCompact(Hdf5Dataset& ds, hid_t dset, hid_t type, const File& file,
   CheckHdf5DataRange(ds, file, 0, total_bytes, "the compact data");
   ds.in_memory.resize(total_bytes);
   ds.storage_bytes = total_bytes;
+  const Hdf5Id memory_type = Hdf5MemoryType(ds.field.dtype);
+  CheckHdf5MemoryType(memory_type.get(), ds.field.dtype, what);
+  ds.big_endian = false;
   if (!ds.in_memory.empty() &&
-      H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds.in_memory.data()) < 0) {
+      H5Dread(dset, memory_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ds.in_memory.data()) < 0) {
     throw Error(ErrorCode::kCorruptData,
                 fmt::format("{}: cannot read the compact data: {}", what, Hdf5ErrorMessage()));
   }
@@ -265,6 +276,22 @@ void OpenContiguous(Hdf5Dataset& ds, hid_t file_id, Hdf5Id& dset, hid_t dcpl, co
   ds.storage_bytes = total_bytes;
 }
 
+// Elements whose bits are not their dtype's standard layout (an N-bit integer, another
+// exponent bias) are converted by libhdf5: read as they are, a 3-bit -4 would read as 4.
+// Compact data was converted when it was read.
+void UseLibraryConversion(Hdf5Dataset& ds, const std::string& what) {
+  const std::string reason = fmt::format("elements libhdf5 converts: {}", ds.type_conversion);
+  if (ds.storage == Hdf5Storage::kInMemory) return;
+  if (ds.storage == Hdf5Storage::kLibrary) {
+    ds.library_reason += "; " + reason;
+    return;
+  }
+  // libhdf5 must decode the filters gpufeed would have decoded itself.
+  RequireHdf5LibraryFilters(ds.filters, what);
+  ds.storage = Hdf5Storage::kLibrary;
+  ds.library_reason = reason;
+}
+
 herr_t CollectDataset(hid_t, const char* name, const H5O_info_t* info, void* data) {
   if (info->type == H5O_TYPE_DATASET) {
     static_cast<std::vector<std::string>*>(data)->push_back(std::string("/") + name);
@@ -272,7 +299,40 @@ herr_t CollectDataset(hid_t, const char* name, const H5O_info_t* info, void* dat
   return 0;
 }
 
+herr_t CollectExternalLink(hid_t group, const char* name, const H5L_info_t* info, void* data) {
+  if (info->type != H5L_TYPE_EXTERNAL) return 0;
+  std::vector<char> value(info->u.val_size);
+  const char* file = nullptr;
+  const char* object = nullptr;
+  unsigned flags = 0;
+  if (value.empty() || H5Lget_val(group, name, value.data(), value.size(), H5P_DEFAULT) < 0 ||
+      H5Lunpack_elink_val(value.data(), value.size(), &flags, &file, &object) < 0) {
+    return 0;  // the listing names the links it can read
+  }
+  static_cast<std::vector<std::string>*>(data)->push_back(
+      fmt::format("/{} -> {} ({})", name, file ? file : "?", object ? object : "?"));
+  return 0;
+}
+
 }  // namespace
+
+void Hdf5ChunkTable::Assign(uint64_t positions,
+                            std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> stored, bool dense) {
+  positions_ = positions;
+  stored_ = std::move(stored);
+  dense_.clear();
+  if (!dense) return;
+  dense_.assign(positions, Hdf5ChunkEntry{});
+  for (const auto& [linear, entry] : stored_) dense_[linear] = entry;
+}
+
+const Hdf5ChunkEntry& Hdf5ChunkTable::at(uint64_t linear) const {
+  if (!dense_.empty()) return dense_[linear];
+  static const Hdf5ChunkEntry kNeverWritten;
+  const auto it = std::lower_bound(stored_.begin(), stored_.end(), linear,
+                                   [](const auto& e, uint64_t l) { return e.first < l; });
+  return it != stored_.end() && it->first == linear ? it->second : kNeverWritten;
+}
 
 size_t Hdf5Dataset::ChunkBytes() const {
   size_t n = element_size;
@@ -312,9 +372,9 @@ Hdf5Id OpenHdf5File(const File& file) {
                               "{}` if none runs ({})",
                               path, path, reason));
     }
-    throw Error(ErrorCode::kCorruptData,
-                fmt::format("{}: not a readable HDF5 file (truncated or damaged?): {}", path,
-                            reason));
+    throw Error(
+        ErrorCode::kCorruptData,
+        fmt::format("{}: not a readable HDF5 file (truncated or damaged?): {}", path, reason));
   }
   return id;
 }
@@ -322,19 +382,35 @@ Hdf5Id OpenHdf5File(const File& file) {
 std::vector<std::string> ListHdf5Datasets(hid_t file_id) {
   Hdf5Lock lock;
   std::vector<std::string> names;
-  if (H5Ovisit2(file_id, H5_INDEX_NAME, H5_ITER_INC, CollectDataset, &names, H5O_INFO_BASIC) <
-      0) {
+  if (H5Ovisit2(file_id, H5_INDEX_NAME, H5_ITER_INC, CollectDataset, &names, H5O_INFO_BASIC) < 0) {
     const std::string reason = Hdf5ErrorMessage();
     char path[4096] = "the HDF5 file";
     H5Fget_name(file_id, path, sizeof(path));
     H5Eclear2(H5E_DEFAULT);
-    throw Error(ErrorCode::kCorruptData,
-                fmt::format("{}: the file is damaged: its objects cannot be listed ({})", path,
-                            reason));
+    throw Error(
+        ErrorCode::kCorruptData,
+        fmt::format("{}: the file is damaged: its objects cannot be listed ({})", path, reason));
   }
   H5Eclear2(H5E_DEFAULT);
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::string DescribeHdf5ExternalLinks(hid_t file_id) {
+  Hdf5Lock lock;
+  std::vector<std::string> links;
+  // Hard links only are followed (libhdf5 does not cross external links while it visits).
+  H5Lvisit(file_id, H5_INDEX_NAME, H5_ITER_INC, CollectExternalLink, &links);
+  H5Eclear2(H5E_DEFAULT);
+  if (links.empty()) return "";
+  constexpr size_t kShown = 8;
+  std::string shown = fmt::format(
+      "{}", fmt::join(links.begin(), links.begin() + std::min(links.size(), kShown), ", "));
+  if (links.size() > kShown) shown += fmt::format(" and {} more", links.size() - kShown);
+  return fmt::format(
+      "its datasets lie behind external links in other files: {}; gpufeed reads "
+      "a dataset from the file that holds it: open those files",
+      shown);
 }
 
 Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& dataset) {
@@ -356,7 +432,7 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
   ReadFillAndFilters(ds, type.get(), dcpl.get());
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   if (layout == H5D_COMPACT) {
-    OpenCompact(ds, dset.get(), type.get(), file, what);
+    OpenCompact(ds, dset.get(), file, what);
   } else if (layout == H5D_CONTIGUOUS) {
     OpenContiguous(ds, file_id, dset, dcpl.get(), file, what);
   } else if (layout == H5D_CHUNKED) {
@@ -367,10 +443,11 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
                 fmt::format("{}: the {} layout is not supported", what,
                             layout == H5D_VIRTUAL ? "virtual" : "unknown"));
   }
+  if (!ds.type_conversion.empty()) UseLibraryConversion(ds, what);
   if (ds.storage == Hdf5Storage::kLibrary) {
-    // Reads go through H5Dread into little-endian memory of the same type.
-    Hdf5Id memory_type(H5Tcopy(type.get()));
-    if (ds.element_size > 1) H5Tset_order(memory_type.get(), H5T_ORDER_LE);
+    // Reads go through H5Dread into the dtype's native type: libhdf5 converts the file's
+    // layout (byte order, precision, sign extension) as it does for h5py.
+    Hdf5Id memory_type = Hdf5MemoryType(ds.field.dtype);
     ds.big_endian = false;
     ds.library_dataset = std::make_shared<Hdf5Id>(std::move(dset));
     ds.library_memory_type = std::make_shared<Hdf5Id>(std::move(memory_type));

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpufeed/file.h"
@@ -34,6 +35,30 @@ struct Hdf5ChunkEntry {
   uint32_t filter_mask = 0;
 };
 
+// The chunk entries by row-major grid position: every position (dense) for a grid the file
+// could index, or only the stored chunks (sparse) for a larger grid, a dataset whose chunks
+// were mostly never written; a position not stored reads as the fill value either way.
+//
+// Thread-safety: immutable once filled; share it freely.
+class Hdf5ChunkTable {
+ public:
+  // `stored`: (grid position, entry) of every stored chunk, sorted by position, no position
+  // twice. REQUIRES: every position below `positions`.
+  void Assign(uint64_t positions, std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> stored,
+              bool dense);
+  // The entry at `linear` (size 0 when never written). REQUIRES: linear < positions().
+  const Hdf5ChunkEntry& at(uint64_t linear) const;
+  uint64_t positions() const { return positions_; }
+  bool dense() const { return !dense_.empty() || positions_ == 0; }
+  // Every stored chunk: (grid position, entry), by position.
+  const std::vector<std::pair<uint64_t, Hdf5ChunkEntry>>& stored() const { return stored_; }
+
+ private:
+  uint64_t positions_ = 0;
+  std::vector<Hdf5ChunkEntry> dense_;  // empty when sparse
+  std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> stored_;
+};
+
 struct Hdf5Dataset {
   std::string path;     // the file
   std::string dataset;  // as opened ("/train/mel")
@@ -42,6 +67,9 @@ struct Hdf5Dataset {
   std::vector<int64_t> dims;  // full shape, samples first
   size_t element_size = 0;
   bool big_endian = false;  // elements need a byte swap after reading
+  // Why libhdf5 converts the elements ("3-bit precision at bit offset 0"), or "" when their
+  // bytes are the dtype's standard layout (hdf5/dtype.h).
+  std::string type_conversion;
   Hdf5Storage storage = Hdf5Storage::kContiguous;
   std::string layout_name;     // "contiguous", "chunked", "compact"
   std::string library_reason;  // kLibrary: why ("filter lzf")
@@ -49,14 +77,14 @@ struct Hdf5Dataset {
   uint64_t contiguous_address = 0;
   std::vector<std::byte> in_memory;  // kInMemory: the whole dataset
 
-  std::vector<int64_t> chunk_dims;     // kChunked (and kLibrary when chunked): per axis
-  std::vector<int64_t> chunk_grid;     // chunks per axis
-  std::vector<Hdf5Filter> filters;     // write order
-  std::vector<Hdf5ChunkEntry> chunks;  // by row-major grid position
-  std::string index_method;            // how the chunk index was read, for inspect
-  double index_seconds = 0;            // how long that took
+  std::vector<int64_t> chunk_dims;  // kChunked (and kLibrary when chunked): per axis
+  std::vector<int64_t> chunk_grid;  // chunks per axis
+  std::vector<Hdf5Filter> filters;  // write order
+  Hdf5ChunkTable chunks;            // by row-major grid position
+  std::string index_method;         // how the chunk index was read, for inspect
+  double index_seconds = 0;         // how long that took
 
-  // kLibrary: the open dataset and the memory type H5Dread converts to.
+  // kLibrary: the open dataset and the memory type H5Dread converts to (Hdf5MemoryType).
   std::shared_ptr<Hdf5Id> library_dataset;
   std::shared_ptr<Hdf5Id> library_memory_type;
 
@@ -78,7 +106,13 @@ Hdf5Id OpenHdf5File(const File& file);
 // kCorruptData (index past the end of the file, damaged index). Takes the libhdf5 lock.
 Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& dataset);
 
-// Every dataset in the file, by path ("/a", "/g/b"), sorted.
+// Every dataset in the file, by path ("/a", "/g/b"), sorted. Datasets behind external links
+// lie in other files and are not listed.
 std::vector<std::string> ListHdf5Datasets(hid_t file_id);
+
+// For a file that holds no datasets of its own: "" when it has no external links, else
+// "its datasets lie behind external links: /a -> other.h5 (/data), ...; open those files".
+// Takes the libhdf5 lock.
+std::string DescribeHdf5ExternalLinks(hid_t file_id);
 
 }  // namespace gpufeed

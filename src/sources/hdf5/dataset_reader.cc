@@ -10,6 +10,7 @@
 #include "core/nvtx.h"
 #include "core/row_gather.h"
 #include "gpufeed/error.h"
+#include "sources/hdf5/dtype.h"
 #include "sources/hdf5/filters.h"
 #include "sources/hdf5/library.h"
 
@@ -36,6 +37,11 @@ Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint
     geometry_ = Hdf5ChunkGeometry(ds_.dims, ds_.chunk_dims, ds_.element_size);
     if (!ds_.filtered() && sample_bytes_ > 0) chunk_map_ = file_->Map();
   }
+  if (ds_.storage == Hdf5Storage::kLibrary) {
+    Hdf5Lock lock;
+    CheckHdf5MemoryType(ds_.library_memory_type->get(), ds_.field.dtype,
+                        fmt::format("{}: dataset {}", ds_.path, ds_.dataset));
+  }
   zero_fill_ = std::all_of(ds_.fill_value.begin(), ds_.fill_value.end(),
                            [](std::byte b) { return b == std::byte{0}; });
   if (ds_.storage == Hdf5Storage::kContiguous && sample_bytes_ > 0) {
@@ -61,7 +67,7 @@ std::string Hdf5DatasetReader::ChunkName(size_t linear) const {
   }
   const int64_t first = coords.empty() ? 0 : coords[0];
   const int64_t last = std::min(first + ds_.chunk_dims[0], ds_.samples) - 1;
-  const Hdf5ChunkEntry& e = ds_.chunks[linear];
+  const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
   return fmt::format("chunk {} at [{}] (samples {}..{}, file offset {}, {} bytes)", linear,
                      fmt::join(coords, ","), first, last, e.address, e.size);
 }
@@ -179,7 +185,7 @@ const std::byte* Hdf5DatasetReader::DecodedChunk(size_t linear, const Hdf5RowTar
     ++scratch.counters.chunk_cache_hits;
     return hold->data();
   }
-  const Hdf5ChunkEntry& e = ds_.chunks[linear];
+  const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
   const size_t bytes = ds_.ChunkBytes();
   std::span<std::byte> target;
   std::shared_ptr<ChunkBytes> kept;
@@ -228,7 +234,7 @@ void Hdf5DatasetReader::ReadChunkedMapped(std::span<const Hdf5RowTarget> rows,
       while (end < rows.size() && rows[end].local / per_chunk == chunk_row) ++end;
       const int64_t row_start = chunk_row * per_chunk;
       for (size_t col = 0; col < columns; ++col) {
-        const Hdf5ChunkEntry& e = ds_.chunks[static_cast<size_t>(chunk_row) * columns + col];
+        const Hdf5ChunkEntry& e = ds_.chunks.at(static_cast<size_t>(chunk_row) * columns + col);
         const auto runs = geo.runs(col);
         for (size_t j = k; j < end; ++j) {
           std::byte* dst = rows[j].dst;
@@ -270,7 +276,7 @@ void Hdf5DatasetReader::ReadChunked(std::span<const Hdf5RowTarget> rows,
     const int64_t row_start = chunk_row * per_chunk;
     for (size_t col = 0; col < columns; ++col) {
       const size_t linear = static_cast<size_t>(chunk_row) * columns + col;
-      const Hdf5ChunkEntry& e = ds_.chunks[linear];
+      const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
       const auto& runs = geo.runs(col);
       if (e.size == 0) {  // never written: the fill value
         for (const auto& r : group) {

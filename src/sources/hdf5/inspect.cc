@@ -68,8 +68,7 @@ void Describe(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
   out.index_seconds = ds.index_seconds;
   if (!ds.chunk_dims.empty()) {
     out.chunks_per_sample = ds.ChunksPerSample();
-    out.chunks_stored = static_cast<int64_t>(std::count_if(
-        ds.chunks.begin(), ds.chunks.end(), [](const auto& c) { return c.size > 0; }));
+    out.chunks_stored = static_cast<int64_t>(ds.chunks.stored().size());
   }
   const uint64_t avg_stored = out.chunks_stored > 0
                                   ? ds.storage_bytes / static_cast<uint64_t>(out.chunks_stored)
@@ -116,9 +115,7 @@ void Describe(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
 void MeasureDecode(const Hdf5Dataset& ds, const File& file, Hdf5DatasetInspection& out) {
   if (ds.storage != Hdf5Storage::kChunked || !ds.filtered()) return;
   std::vector<size_t> stored;
-  for (size_t i = 0; i < ds.chunks.size(); ++i) {
-    if (ds.chunks[i].size > 0) stored.push_back(i);
-  }
+  for (const auto& [linear, entry] : ds.chunks.stored()) stored.push_back(linear);
   const size_t chunk_bytes = ds.ChunkBytes();
   if (stored.empty() || chunk_bytes == 0) return;
   const size_t want = std::clamp<size_t>((size_t{64} << 20) / chunk_bytes, 1, 8);
@@ -130,7 +127,7 @@ void MeasureDecode(const Hdf5Dataset& ds, const File& file, Hdf5DatasetInspectio
   std::vector<std::byte> decoded(chunk_bytes), scratch;
   try {
     for (size_t k = 0; k < picks.size(); ++k) {
-      const Hdf5ChunkEntry& e = ds.chunks[picks[k]];
+      const Hdf5ChunkEntry& e = ds.chunks.at(picks[k]);
       raw[k].resize(e.size);  // inside the file (checked at open)
       size_t done = 0;
       while (done < e.size) {
@@ -145,7 +142,7 @@ void MeasureDecode(const Hdf5Dataset& ds, const File& file, Hdf5DatasetInspectio
     for (int round = 0; round < 100 && spent < std::chrono::milliseconds(50); ++round) {
       for (size_t k = 0; k < picks.size(); ++k) {
         const auto t0 = Clock::now();
-        DecodeHdf5Chunk(raw[k], ds.filters, ds.chunks[picks[k]].filter_mask, ds.element_size,
+        DecodeHdf5Chunk(raw[k], ds.filters, ds.chunks.at(picks[k]).filter_mask, ds.element_size,
                         decoded, scratch);
         spent += Clock::now() - t0;
         ++chunks;
@@ -241,6 +238,7 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
   out.mem_available_bytes = mem_available ? *mem_available : AvailableRamBytes();
 
   std::vector<Hdf5Storage> storage;
+  std::string external_links;
   try {
     Hdf5Lock lock;
     Hdf5Id h5 = OpenHdf5File(*file);
@@ -261,6 +259,7 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
       }
       out.datasets.push_back(std::move(d));
     }
+    if (out.datasets.empty()) external_links = DescribeHdf5ExternalLinks(h5.get());
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::kCorruptData,
                 fmt::format("{}: inspecting it asks for more memory than there is (damaged "
@@ -279,7 +278,9 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
     readable += d.unsupported.empty() ? 1 : 0;
   }
   if (out.datasets.empty()) {
-    out.recommendation = "the file holds no datasets";
+    out.recommendation = external_links.empty()
+                             ? "the file holds no datasets"
+                             : "the file holds no datasets of its own: " + external_links;
   } else if (readable == 0) {
     out.recommendation = "gpufeed can read none of its datasets (each says why)";
   } else if (!any_costly) {

@@ -96,7 +96,7 @@ void Hdf5MessageContext::Damaged(const std::string& what) const {
   throw Error(ErrorCode::kCorruptData, fmt::format("{}: damaged HDF5 metadata: {}", path, what));
 }
 
-void CheckDataspaceMessage(const Hdf5MessageContext& c, const Bytes& m) {
+std::optional<uint64_t> CheckDataspaceMessage(const Hdf5MessageContext& c, const Bytes& m) {
   const uint64_t version = m.Uint(0, 1);
   const uint64_t rank = m.Uint(1, 1);
   const uint64_t flags = m.Uint(2, 1);
@@ -105,6 +105,14 @@ void CheckDataspaceMessage(const Hdf5MessageContext& c, const Bytes& m) {
   const size_t start = version == 1 ? 8 : 4;
   size_t arrays = 1 + ((flags & 0x01) ? 1 : 0) + (version == 1 && (flags & 0x02) ? 1 : 0);
   m.Need(start, rank * c.sizeof_size * arrays);
+  if (version == 2 && m.Uint(3, 1) == 2) return 0;  // a null dataspace
+  uint64_t elements = 1;
+  for (uint64_t d = 0; d < rank; ++d) {
+    const auto product = CheckedMul(elements, m.Uint(start + d * c.sizeof_size, c.sizeof_size));
+    if (!product) return std::nullopt;
+    elements = *product;
+  }
+  return elements;
 }
 
 size_t CheckDatatypeMessage(const Hdf5MessageContext& c, const Bytes& m, size_t at, int depth) {
@@ -167,27 +175,50 @@ void CheckFillMessage(const Hdf5MessageContext& c, const Bytes& m) {
   }
 }
 
-void CheckLayoutMessage(const Hdf5MessageContext& c, const Bytes& m) {
-  const uint64_t version = m.Uint(0, 1);
-  if (version == 1 || version == 2) {
-    const uint64_t dims = m.Uint(1, 1);
-    const uint64_t cls = m.Uint(2, 1);
-    if (dims == 0 || dims > kMaxLayoutDims || cls > 2) {
-      c.Damaged(fmt::format("layout version {}: {} dimensions, class {}", version, dims, cls));
-    }
-    size_t pos = 8 + (cls != 0 ? c.sizeof_addr : 0) + 4 * dims;
-    if (cls == 2) pos += 4;  // element size
-    if (cls == 0) pos += 4 + m.Uint(pos, 4);
-    m.Need(pos, 0);
-    return;
+namespace {
+
+// Versions 1 and 2 (HDF5 File Format Specification, "Data Layout Message"; libhdf5's
+// H5O__layout_decode): dimensionality, class, 5 reserved bytes, the address (contiguous and
+// chunked only), then 4 bytes per dimension (for chunked, the chunk shape with the element
+// size last; skipped otherwise), then for compact the data size and the data.
+std::optional<uint64_t> CheckLayoutMessageV1(const Hdf5MessageContext& c, const Bytes& m,
+                                             uint64_t version) {
+  const uint64_t dims = m.Uint(1, 1);
+  const uint64_t cls = m.Uint(2, 1);
+  if (dims == 0 || dims > kMaxLayoutDims || cls > 2 || (cls == 2 && dims < 2)) {
+    c.Damaged(fmt::format("layout version {}: {} dimensions, class {}", version, dims, cls));
   }
+  size_t pos = 8 + (cls != 0 ? c.sizeof_addr : 0);
+  if (cls == 2) {
+    for (uint64_t d = 0; d < dims; ++d) {
+      if (m.Uint(pos + 4 * d, 4) == 0) c.Damaged(fmt::format("chunk dimension {} is 0", d));
+    }
+  }
+  pos += 4 * dims;
+  if (cls != 0) {
+    m.Need(pos, 0);
+    return std::nullopt;
+  }
+  const uint64_t size = m.Uint(pos, 4);
+  m.Need(pos + 4, size);
+  return size;
+}
+
+}  // namespace
+
+std::optional<uint64_t> CheckLayoutMessage(const Hdf5MessageContext& c, const Bytes& m) {
+  const uint64_t version = m.Uint(0, 1);
+  if (version == 1 || version == 2) return CheckLayoutMessageV1(c, m, version);
   if (version != 3 && version != 4) c.Damaged(fmt::format("layout version {}", version));
   // Versions 3 and 4 share compact (class 0) and contiguous (class 1); they differ in how a
   // chunked layout (class 2) is encoded, and only version 4 has virtual datasets (class 3).
   const uint64_t cls = m.Uint(1, 1);
   if (cls == 0) {
-    m.Need(4, m.Uint(2, 2));
-  } else if (cls == 1) {
+    const uint64_t size = m.Uint(2, 2);
+    m.Need(4, size);
+    return size;
+  }
+  if (cls == 1) {
     m.Need(2, c.sizeof_addr + c.sizeof_size);
   } else if (cls == 2 && version == 3) {
     const uint64_t dims = m.Uint(2, 1);
@@ -195,6 +226,11 @@ void CheckLayoutMessage(const Hdf5MessageContext& c, const Bytes& m) {
       c.Damaged(fmt::format("chunked layout of {} dims", dims));
     }
     m.Need(3 + c.sizeof_addr, 4 * dims);
+    for (uint64_t d = 0; d < dims; ++d) {
+      if (m.Uint(3 + c.sizeof_addr + 4 * d, 4) == 0) {
+        c.Damaged(fmt::format("chunk dimension {} is 0", d));
+      }
+    }
   } else if (cls == 2) {
     CheckChunkedLayoutV4(c, m);
   } else if (cls == 3 && version == 4) {
@@ -202,6 +238,7 @@ void CheckLayoutMessage(const Hdf5MessageContext& c, const Bytes& m) {
   } else {
     c.Damaged(fmt::format("layout version {} class {}", version, cls));
   }
+  return std::nullopt;
 }
 
 void CheckPipelineMessage(const Hdf5MessageContext& c, const Bytes& m) {
@@ -230,6 +267,52 @@ void CheckPipelineMessage(const Hdf5MessageContext& c, const Bytes& m) {
     pos += 4 * values;
     if (version == 1 && values % 2 == 1) pos += 4;
     m.Need(pos, 0);
+  }
+}
+
+void CheckGroupInfoMessage(const Hdf5MessageContext& c, const Bytes& m) {
+  const uint64_t version = m.Uint(0, 1);
+  const uint64_t flags = m.Uint(1, 1);
+  if (version != 0 || (flags & ~uint64_t{0x03}) != 0) {
+    c.Damaged(fmt::format("group info version {} flags 0x{:02x}", version, flags));
+  }
+  m.Need(2, ((flags & 0x01) ? 4 : 0) + ((flags & 0x02) ? 4 : 0));
+}
+
+void CheckDriverInfoMessage(const Hdf5MessageContext& c, const Bytes& m) {
+  const uint64_t version = m.Uint(0, 1);
+  if (version != 0) c.Damaged(fmt::format("driver info version {}", version));
+  m.Need(11, m.Uint(9, 2));  // version, 8-byte driver name, length, data
+}
+
+void CheckFileSpaceInfoMessage(const Hdf5MessageContext& c, const Bytes& m) {
+  const uint64_t version = m.Uint(0, 1);
+  if (version == 0) {
+    m.Need(1, 1 + c.sizeof_size);  // strategy, threshold
+  } else if (version == 1) {
+    // strategy, persist, threshold, page size, page end threshold, EOA before allocation
+    m.Need(1, 2 + 3 * c.sizeof_size + 2);
+  } else {
+    c.Damaged(fmt::format("file space info version {}", version));
+  }
+}
+
+void CheckSharedTableMessage(const Hdf5MessageContext& c, const Bytes& m) {
+  const uint64_t version = m.Uint(0, 1);
+  if (version != 0) c.Damaged(fmt::format("shared message table version {}", version));
+  m.Need(1, c.sizeof_addr + 1);
+}
+
+void CheckCompactLayout(const Hdf5MessageContext& c, const Hdf5DatasetMessages& m) {
+  if (!m.has_dataspace || !m.type_size) {
+    c.Damaged(fmt::format("a compact layout of {} bytes without a dataspace or datatype",
+                          *m.compact_size));
+  }
+  const auto needed = m.elements ? CheckedMul(*m.elements, *m.type_size) : std::nullopt;
+  if (!needed || *needed != *m.compact_size) {
+    c.Damaged(fmt::format(
+        "the compact layout holds {} bytes for {} elements of {} bytes", *m.compact_size,
+        m.elements ? std::to_string(*m.elements) : std::string("2^64 or more"), *m.type_size));
   }
 }
 

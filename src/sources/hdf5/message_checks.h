@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "sources/hdf5/metadata_bytes.h"
@@ -22,11 +24,40 @@ struct Hdf5MessageContext {
   [[noreturn]] void Damaged(const std::string& what) const;
 };
 
-void CheckDataspaceMessage(const Hdf5MessageContext& c, const Bytes& m);
+// Returns the dataspace's element count (1 for a scalar, 0 for a null dataspace), or nullopt
+// when it does not fit 64 bits (the dataset's open refuses that shape).
+std::optional<uint64_t> CheckDataspaceMessage(const Hdf5MessageContext& c, const Bytes& m);
 // Checks the datatype at `at` of `m`; returns its encoded length.
 size_t CheckDatatypeMessage(const Hdf5MessageContext& c, const Bytes& m, size_t at, int depth);
 void CheckFillMessage(const Hdf5MessageContext& c, const Bytes& m);
-void CheckLayoutMessage(const Hdf5MessageContext& c, const Bytes& m);
+// Versions 1 and 2 (HDF5 1.6 and older), 3 and 4. Returns the bytes of compact data the
+// message holds, or nullopt for the other layouts.
+std::optional<uint64_t> CheckLayoutMessage(const Hdf5MessageContext& c, const Bytes& m);
 void CheckPipelineMessage(const Hdf5MessageContext& c, const Bytes& m);
+// Group info (new-style groups): version 0, flags, the optional link-count fields.
+void CheckGroupInfoMessage(const Hdf5MessageContext& c, const Bytes& m);
+// The superblock extension's driver info: libhdf5 1.10.8 copies the stated length of driver
+// data without comparing it with the message.
+void CheckDriverInfoMessage(const Hdf5MessageContext& c, const Bytes& m);
+// The superblock extension's file space info: version, then the fixed fields of that version
+// (the addresses of persistent free-space managers that may follow are not checked).
+void CheckFileSpaceInfoMessage(const Hdf5MessageContext& c, const Bytes& m);
+// The superblock extension's shared message table pointer: version 0, address, index count.
+void CheckSharedTableMessage(const Hdf5MessageContext& c, const Bytes& m);
+
+// What one object header's messages said, for the checks that span messages.
+struct Hdf5DatasetMessages {
+  bool has_dataspace = false;
+  std::optional<uint64_t> elements;      // from the dataspace
+  std::optional<uint64_t> type_size;     // from the datatype
+  std::optional<uint64_t> shared_type;   // a committed datatype's object header
+  std::optional<uint64_t> compact_size;  // bytes of compact data in the layout message
+};
+
+// A compact layout must hold exactly elements x element size bytes: libhdf5 1.10.8 reads a
+// dataset's elements from the message without comparing (a message holding none: a copy from
+// a null pointer, a crash). REQUIRES: m.compact_size. Throws Error(kCorruptData) naming the
+// sizes.
+void CheckCompactLayout(const Hdf5MessageContext& c, const Hdf5DatasetMessages& m);
 
 }  // namespace gpufeed

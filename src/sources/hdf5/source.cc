@@ -85,8 +85,8 @@ class Hdf5Source final : public Source {
         for (const auto& reader : part.readers) {
           const Hdf5Dataset& ds = reader->dataset();
           if (ds.storage != Hdf5Storage::kChunked || !ds.filtered()) continue;
-          for (const Hdf5ChunkEntry& e : ds.chunks) {
-            if (e.size != 0) decoded = std::min(ram, decoded + ds.ChunkBytes());
+          for (size_t i = 0; i < ds.chunks.stored().size(); ++i) {
+            decoded = std::min(ram, decoded + ds.ChunkBytes());
           }
         }
       }
@@ -224,7 +224,11 @@ void OpenPart(const std::string& path, std::vector<std::string>& datasets,
   if (datasets.empty()) {
     datasets = ListHdf5Datasets(h5.get());
     if (datasets.empty()) {
-      throw Error(ErrorCode::kNotFound, fmt::format("{}: the file holds no datasets", path));
+      const std::string links = DescribeHdf5ExternalLinks(h5.get());
+      throw Error(ErrorCode::kNotFound,
+                  links.empty()
+                      ? fmt::format("{}: the file holds no datasets", path)
+                      : fmt::format("{}: the file holds no datasets of its own: {}", path, links));
     }
   }
   part.first_sample = first_sample;

@@ -12,6 +12,7 @@
 #include "error_code_of.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
+#include "sources/hdf5/inspect.h"
 #include "sources/hdf5/test_files.h"
 #include "sources/scratch_dir.h"
 
@@ -34,6 +35,9 @@ with h5py.File('linking.h5', 'w') as f:
     f['ext'] = h5py.ExternalLink('target.h5', '/data')
     f['soft'] = h5py.SoftLink('/ext')
     f.create_group('g')['inner'] = h5py.ExternalLink('target.h5', '/')
+with h5py.File('only_links.h5', 'w') as f:
+    f['a'] = h5py.ExternalLink('target.h5', '/data')
+    f.create_group('g')['b'] = h5py.ExternalLink('other.h5', '/x')
 np.arange(50, dtype='<f4').tofile('raw.bin')
 np.arange(100, 130, dtype='<f4').tofile('raw2.bin')
 with h5py.File('external.h5', 'w') as f:
@@ -105,6 +109,24 @@ TEST_F(Hdf5ExternalTest, ExternalLinkIsRefusedNamingItsTarget) {
   EXPECT_DOUBLE_EQ(got[0], 0.1257);
   // The linking file's own datasets still open.
   EXPECT_EQ(OpenHdf5({Path("linking.h5")}, {"own"})->size(), 5000);
+}
+
+// A file whose datasets all lie behind external links is not called empty: the error and
+// `gpufeed inspect` name the links and the files they lead to.
+TEST_F(Hdf5ExternalTest, FileOfOnlyExternalLinksNamesTheirFiles) {
+  const std::string path = Path("only_links.h5");
+  for (const std::vector<std::string>& fields :
+       {std::vector<std::string>{}, std::vector<std::string>{"zz"}}) {
+    std::string msg;
+    EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({path}, fields); }, &msg), ErrorCode::kNotFound) << msg;
+    EXPECT_THAT(msg,
+                AllOf(HasSubstr(path), HasSubstr("behind external links"),
+                      HasSubstr("/a -> target.h5 (/data)"), HasSubstr("/g/b -> other.h5 (/x)")));
+  }
+  const Hdf5Inspection in = InspectHdf5(path, nullptr, uint64_t{1} << 30);
+  EXPECT_TRUE(in.datasets.empty());
+  EXPECT_THAT(in.recommendation,
+              AllOf(HasSubstr("no datasets of its own"), HasSubstr("/a -> target.h5 (/data)")));
 }
 
 TEST_F(Hdf5ExternalTest, ExternalStorageIsReadBesideTheFileFromAnyDirectory) {

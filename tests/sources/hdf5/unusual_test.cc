@@ -1,0 +1,155 @@
+// Valid HDF5 files in layouts other tools write (make_unusual_hdf5.py): each dataset must read
+// exactly as libhdf5 converts it into the native type (as h5py reads it): N-bit and offset
+// integers sign-extended, floats with another exponent bias or in VAX byte order converted,
+// data layout messages of versions 1 and 2 (HDF5 1.6 and older) read, never-written and sparse
+// datasets served their fill value. And crafted compact layouts whose data do not match the
+// dataset, refused before libhdf5 reads them (it copied from a null pointer: SIGSEGV).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "error_code_of.h"
+#include "gpufeed/error.h"
+#include "gpufeed/hdf5.h"
+#include "sources/hdf5/fixture.h"
+#include "sources/hdf5/inspect.h"
+
+namespace gpufeed {
+namespace {
+
+using ::testing::AllOf;
+using testing::ErrorCodeOf;
+using ::testing::HasSubstr;
+
+class Hdf5UnusualTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = testing::SharedScriptOutput("hdf5_unusual", GPUFEED_UNUSUAL_HDF5_SCRIPT, &error_);
+    have_h5py_ = !dir_.empty() || testing::HaveH5py();
+  }
+  void SetUp() override {
+    if (!have_h5py_) GTEST_SKIP() << "Debian's h5py (/usr/bin/python3) is unavailable";
+    ASSERT_FALSE(dir_.empty()) << error_;
+  }
+  static std::string Path(const std::string& name) { return dir_ + "/" + name + ".h5"; }
+
+  // Every sample of dataset 'x' of case `name`, as gpufeed reads them, in plan order.
+  static std::string ReadAll(const std::string& name, DType* dtype) {
+    const auto source = OpenHdf5({Path(name)}, {"x"});
+    const FieldSpec& field = source->schema().fields.at(0);
+    *dtype = field.dtype;
+    const auto state = source->NewWorkerState();
+    std::vector<int64_t> idx(source->size());
+    for (int64_t i = 0; i < source->size(); ++i) idx[i] = i;
+    std::string out(idx.size() * field.SampleBytes(), '\0');
+    BatchView view;
+    view.rows = static_cast<int64_t>(idx.size());
+    view.fields.push_back(reinterpret_cast<std::byte*>(out.data()));
+    source->Read(idx, view, state.get());
+    return out;
+  }
+
+  static std::string dir_;
+  static std::string error_;
+  static bool have_h5py_;
+};
+
+std::string Hdf5UnusualTest::dir_;
+std::string Hdf5UnusualTest::error_;
+bool Hdf5UnusualTest::have_h5py_ = false;
+
+TEST_F(Hdf5UnusualTest, EveryCaseReadsAsLibhdf5ConvertsIt) {
+  const auto cases = nlohmann::json::parse(testing::ReadWholeFile(dir_ + "/cases.json"));
+  // The cases the product's fixes are about must be there.
+  for (const char* name :
+       {"nbit_int", "precision_int", "offset_int", "ebias_float", "vax_float32", "vax_float64",
+        "compact_be", "layout_v1_contiguous", "layout_v1_chunked", "layout_v2_chunked",
+        "layout_v1_compact", "never_written", "never_written_chunked", "sparse_chunked",
+        "never_written_fixed_array", "never_written_extensible_array", "never_written_btree2",
+        "sparse_huge_grid", "sparse_huge_grid_2d"}) {
+    EXPECT_TRUE(cases.contains(name)) << name;
+  }
+  for (const auto& [name, dtype_name] : cases.items()) {
+    SCOPED_TRACE(name);
+    DType dtype{};
+    std::string got;
+    try {
+      got = ReadAll(name, &dtype);
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.what();
+      continue;
+    }
+    EXPECT_EQ(DTypeName(dtype), dtype_name.get<std::string>());
+    EXPECT_TRUE(got == testing::ReadWholeFile(dir_ + "/" + name + ".bin"));
+  }
+}
+
+// The values the fixes are about, spelled out (the comparison above holds them too).
+TEST_F(Hdf5UnusualTest, NbitSignedIntegersKeepTheirSign) {
+  for (const char* name : {"nbit_int", "precision_int"}) {
+    DType dtype{};
+    const std::string got = ReadAll(name, &dtype);
+    ASSERT_EQ(dtype, DType::kInt32);
+    int32_t values[8];
+    ASSERT_EQ(got.size(), sizeof(values));
+    std::memcpy(values, got.data(), sizeof(values));
+    EXPECT_THAT(values, ::testing::ElementsAre(-4, -3, -2, -1, 0, 1, 2, 3)) << name;
+  }
+}
+
+TEST_F(Hdf5UnusualTest, VaxFloatsAreConverted) {
+  DType dtype{};
+  const std::string got = ReadAll("vax_float32", &dtype);
+  ASSERT_EQ(dtype, DType::kFloat32);
+  float values[8];
+  ASSERT_EQ(got.size(), sizeof(values));
+  std::memcpy(values, got.data(), sizeof(values));
+  EXPECT_FLOAT_EQ(values[0], -2.0f);
+  EXPECT_FLOAT_EQ(values[7], 3.0f);
+}
+
+TEST_F(Hdf5UnusualTest, InspectSaysLibhdf5ConvertsTheElements) {
+  const Hdf5Inspection in = InspectHdf5(Path("precision_int"), nullptr, uint64_t{1} << 30);
+  ASSERT_EQ(in.datasets.size(), 1u);
+  EXPECT_THAT(in.datasets[0].read_path, HasSubstr("3-bit precision at bit offset 0"));
+  // Chunks read through libhdf5 are still counted: 8 samples in chunks of 4.
+  const Hdf5Inspection nbit = InspectHdf5(Path("nbit_int"), nullptr, uint64_t{1} << 30);
+  ASSERT_EQ(nbit.datasets.size(), 1u);
+  EXPECT_EQ(nbit.datasets[0].chunks_stored, 2);
+}
+
+TEST_F(Hdf5UnusualTest, CompactLayoutsThatDoNotHoldTheDatasetAreRefused) {
+  struct Case {
+    const char* name;
+    const char* says;
+  };
+  for (const Case& c :
+       {Case{"hostile_compact_size_zero", "the compact layout holds 0 bytes for 12 elements"},
+        Case{"hostile_compact_dataspace_larger",
+             "the compact layout holds 48 bytes for 120 elements of 4 bytes"},
+        Case{"hostile_compact_v1_size_zero", "the compact layout holds 0 bytes for 12 elements"}}) {
+    const std::string path = Path(c.name);
+    std::string msg;
+    EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({path}, {"x"}); }, &msg), ErrorCode::kCorruptData) << msg;
+    EXPECT_THAT(msg, AllOf(HasSubstr(path), HasSubstr("dataset /x"), HasSubstr(c.says)));
+    // gpufeed inspect refuses the file the same way (it crashed with SIGSEGV).
+    try {
+      InspectHdf5(path, nullptr, uint64_t{1} << 30);
+      ADD_FAILURE() << c.name << ": inspect did not refuse it";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), AllOf(HasSubstr(path), HasSubstr(c.says)));
+    }
+  }
+}
+
+TEST_F(Hdf5UnusualTest, FloatLayoutOfNoDtypeIsRefusedNamingTheDataset) {
+  const std::string path = Path("mantissa_float");
+  std::string msg;
+  EXPECT_EQ(ErrorCodeOf([&] { OpenHdf5({path}, {"x"}); }, &msg), ErrorCode::kUnsupported) << msg;
+  EXPECT_THAT(msg, AllOf(HasSubstr(path), HasSubstr("dataset x"),
+                         HasSubstr("a 4-byte float with a 8-bit exponent and 20-bit mantissa")));
+}
+
+}  // namespace
+}  // namespace gpufeed
