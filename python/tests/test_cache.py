@@ -82,3 +82,33 @@ def test_shm_group_shares_through_the_groups_folder(tmp_path, numpy_dir, arrays)
     with pytest.raises(ValueError, match="no such group"):
         gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="shm", shm_dir=tmp_path,
                        shm_group="no-such-group-gpufeed")
+
+
+def test_an_hdf5_file_named_by_a_relative_path_is_keyed_by_its_absolute_path(tmp_path,
+                                                                               arrays,
+                                                                               monkeypatch):
+    import json
+    import subprocess
+
+    import h5py
+
+    binary = os.environ.get("GPUFEED_BIN")
+    if not binary:
+        pytest.skip("GPUFEED_BIN (the built CLI) is not set")
+    data = tmp_path / "data"
+    data.mkdir()
+    with h5py.File(data / "train.h5", "w") as f:
+        for name, array in arrays.items():
+            f[name] = array
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    monkeypatch.chdir(data)
+    loader = gpufeed.Loader("train.h5", fields=["mel", "label"], batch_size=16, device="cpu",
+                            cache="shm", shm_dir=shm_dir)
+    next(iter(loader))
+    # `gpufeed cache ls`, run from another folder, finds the file and calls the cache current.
+    listed = json.loads(subprocess.run([binary, "cache", "ls", "--json", "--dir", str(shm_dir)],
+                                       cwd="/", capture_output=True, text=True,
+                                       check=True).stdout)
+    entry = next(e for e in listed if str(data / "train.h5") in e["identity"])
+    assert entry["state"] == "ok", entry

@@ -181,7 +181,8 @@ std::string Recommend(const Hdf5DatasetInspection& d, const Hdf5Storage storage,
     case Hdf5Storage::kLibrary:
       return fmt::format(
           "{}: every read takes libhdf5's global lock, so workers do not help; "
-          "rewrite with gzip or no compression (h5repack -f GZIP=1)",
+          "rewrite with gzip or no compression (gpufeed rechunk FILE OUT.h5 --compression "
+          "gzip:1)",
           d.read_path);
     case Hdf5Storage::kChunked:
       break;
@@ -197,7 +198,7 @@ std::string Recommend(const Hdf5DatasetInspection& d, const Hdf5Storage storage,
     better[0] = d.chunk_shape.empty() ? 1 : d.chunk_shape[0];
     return fmt::format(
         "a sample spans {} chunks ({} reads, {} per sample); rewrite with "
-        "chunks={} so one read fetches a sample",
+        "chunks={} so one read fetches a sample (gpufeed rechunk FILE OUT.h5)",
         d.chunks_per_sample, d.chunks_per_sample, FormatBytes(d.read_bytes_per_sample),
         fmt::format("({})", fmt::join(better, ", ")));
   }
@@ -215,13 +216,13 @@ std::string Recommend(const Hdf5DatasetInspection& d, const Hdf5Storage storage,
     return fmt::format(
         "{}; the decoded set ({}) fits in RAM ({} available) — cache it, use "
         "block shuffle (each chunk decoded once per epoch), or rewrite with "
-        "chunks of 1–8 samples",
+        "chunks of 1–8 samples (gpufeed rechunk FILE OUT.h5 --samples-per-chunk 8)",
         head, FormatBytes(decoded_set), FormatBytes(mem_available));
   }
   return fmt::format(
       "{}; the decoded set ({}) does not fit in RAM ({} available) — use block "
       "shuffle (each chunk decoded once per epoch), or rewrite with chunks of "
-      "1–8 samples or without compression",
+      "1–8 samples or without compression (gpufeed rechunk FILE OUT.h5 --samples-per-chunk 8)",
       head, FormatBytes(decoded_set), FormatBytes(mem_available));
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <atomic>
 #include <cstdio>
 #include <new>
@@ -112,10 +113,15 @@ class Hdf5Source final : public Source {
   std::string Identity() const override {
     std::string id = fmt::format("hdf5:[{}]", fmt::join(datasets_, ","));
     for (const auto& p : parts_) {
-      id += fmt::format("|{}:{}:{}", p.file->path(), p.file->Size(), p.file->ModificationTimeNs());
+      // A cache key must not depend on the working directory the file was named from (and
+      // `gpufeed cache gc`, run from anywhere, must find the file to tell a stale cache).
+      std::error_code ec;
+      const auto absolute = std::filesystem::absolute(p.file->path(), ec);
+      const std::string path = ec ? p.file->path() : absolute.lexically_normal().string();
+      id += fmt::format("|{}:{}:{}", path, p.file->Size(), p.file->ModificationTimeNs());
       // A rewrite that keeps the size and restores the mtime still changes these.
       if (const std::string stamp = p.file->VersionStamp(); !stamp.empty()) {
-        id += fmt::format("|stamp:{}={}", p.file->path(), stamp);
+        id += fmt::format("|stamp:{}={}", path, stamp);
       }
     }
     return id + "|" + schema_.ToString();

@@ -78,7 +78,7 @@ TEST(Hdf5InspectTest, UnreadableDatasetsAreReportedNotThrown) {
   GPUFEED_REQUIRE_HDF5_FILES(files);
   const auto in = InspectHdf5(files->File("scaleoffset"), nullptr, 16 * kGiB);
   EXPECT_THAT(Find(in, "/s").read_path, HasSubstr("libhdf5 under its global lock"));
-  EXPECT_THAT(Find(in, "/s").recommendation, HasSubstr("h5repack"));
+  EXPECT_THAT(Find(in, "/s").recommendation, HasSubstr("gpufeed rechunk"));
   const auto json = Hdf5InspectionToJson(in);
   EXPECT_EQ(json["datasets"].size(), 2u);
   EXPECT_TRUE(json["datasets"][0].contains("compression_ratio"));
