@@ -20,12 +20,14 @@
 //                   {.name = "y", .columns = {"label"}, .stack = false}}});
 //
 // The `key` column orders the rows and is not a field unless `columns` or `select` names it.
-// Types: PostgreSQL: bool, int2, int4, int8, float4,
-// float8 and arrays of them (any number of dimensions, the same dimensions in every row)
-// become bool, int16, int32, int64, float32, float64 fields, the array dimensions their
-// shape. SQLite: INTEGER -> int64, REAL -> float64 (SQLite stores every REAL in 8 bytes: ask
-// for float32 with a select dtype or a declared field); a BLOB column holds the raw bytes of a
-// fixed-shape array and needs its dtype and shape declared in `fields`; TEXT is refused.
+//
+// Types. PostgreSQL: bool, int2, int4, int8, float4, float8 and arrays of them (any number
+// of dimensions, the same dimensions in every row) become bool, int16, int32, int64,
+// float32, float64 fields, the array dimensions their shape; other types are refused when
+// loaded (cast them in the query). SQLite: INTEGER -> int64, REAL -> float64 (SQLite stores
+// every REAL in 8 bytes: ask for float32 with a select dtype or a declared field); a BLOB
+// column holds the raw bytes of a fixed-shape array and needs its dtype and shape declared
+// in `fields`; TEXT is refused.
 //
 // A load either completes or throws: a NULL, a ragged array, an unsupported column type, a
 // query error or a connection lost mid-load raises Error naming the row and column, and no
@@ -77,8 +79,9 @@ struct DatabaseOptions {
 // parts come from the PG* environment variables and ~/.pgpass) with binary COPY.
 // Throws Error: kIo for a server that cannot be reached or a connection lost mid-load,
 // kInvalidArgument for rejected credentials or a bad query, kNotFound for a missing table
-// or column, kCorruptData for NULLs, ragged arrays and values a declared field cannot hold,
-// kUnsupported for column types that do not map to a dtype.
+// or column, kCorruptData for NULLs, ragged arrays and values a declared field or a select
+// dtype cannot hold (naming the row and column), kUnsupported for column types that do not
+// map to a dtype.
 std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOptions options);
 
 // Loads from the SQLite file at `path`, opened read-only. Errors as for OpenPostgres, and
@@ -92,8 +95,11 @@ bool IsDatabaseUri(const std::string& uri);
 //   sqlite:///abs/path.db?query=SELECT x, label FROM t     (sqlite:rel/path.db also works)
 //   postgresql://user@host:5432/db?table=samples&key=id&connections=4
 //   postgresql:///db?host=/run/pg&query=SELECT%20x%20FROM%20t&fields=x:float32[7,5]
+//   sqlite:///abs/train.db?table=samples&key=id&select=x:float32=f*;y=label
 // gpufeed's parameters -- query, table, columns (comma-separated), key, connections, cursor
-// (0/1), fields (ParseSchema's spelling) -- are taken out of the URI (values %-decoded) and
+// (0/1), fields (ParseSchema's spelling), select (FIELD[:DTYPE]=COLUMNS separated by ';',
+// COLUMNS one column as is, or a pattern or comma-separated list stacked) -- are taken out
+// of the URI (values %-decoded) and
 // override `options`; every other part goes to libpq unchanged. Throws Error(kInvalidArgument) for
 // a URI that is neither, or a bad parameter; otherwise as OpenPostgres / OpenSqlite.
 std::shared_ptr<Source> OpenDatabase(const std::string& uri, DatabaseOptions options = {});

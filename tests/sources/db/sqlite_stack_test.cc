@@ -141,6 +141,25 @@ TEST_F(SqliteStackTest, ThirtyFiveRealColumnsAreOneFloat32FieldEqualToTheOrdered
   EXPECT_EQ(seen, kRows);
 }
 
+TEST_F(SqliteStackTest, TheUriSpellsASelect) {
+  const auto source = OpenDatabase(
+      fmt::format("sqlite://{}?table=wide&key=id&select=x:float32=f*;y=label;z=f1,f0", path_));
+  EXPECT_EQ(source->schema().ToString(), "x: float32[35], y: int64[], z: float64[2]");
+  EXPECT_EQ(ReadAll(*source, 0), Reference());
+  std::string message;
+  EXPECT_EQ(
+      ErrorCodeOf([&] { OpenDatabase(fmt::format("sqlite://{}?table=wide&select=x", path_)); },
+                  &message),
+      ErrorCode::kInvalidArgument);
+  EXPECT_THAT(message, HasSubstr("expected FIELD[:DTYPE]=COLUMNS"));
+  EXPECT_EQ(
+      ErrorCodeOf(
+          [&] { OpenDatabase(fmt::format("sqlite://{}?table=wide&select=x:float33=f*", path_)); },
+          &message),
+      ErrorCode::kInvalidArgument);
+  EXPECT_THAT(message, HasSubstr("unknown dtype 'float33'"));
+}
+
 TEST_F(SqliteStackTest, TheKeyIsNoFieldUnlessNamed) {
   const auto source = OpenSqlite(path_, {.table = "wide", .key = "id"});
   EXPECT_EQ(source->schema().fields.size(), kColumns + 1u);
