@@ -200,6 +200,18 @@ BENCHMARKS = [
             ("8 fields, microseconds", regex(r"^8 fields\s+\S+\s+\S+\s+([0-9.]+)")),
         ],
     },
+    {
+        "id": "tabular-stack",
+        "what": "a table of 35 real columns (200,000 rows), batch 256, 2 workers: the stacked "
+                "field x: float32[B, 35] vs 35 fields torch.stack'ed by the loop",
+        "command": "PYTHONPATH={build}/python {py} bench/tabular_stack.py",
+        "figures": [
+            ("SQLite: stacked / 35 fields", regex(r"^sqlite\s+stacked / 35 fields: ([0-9.]+)x")),
+            ("SQLite: stacked, samples/s", regex(r"^sqlite\s+stacked x: float32\[B, 35\]\s+([0-9,]+)")),
+            ("PostgreSQL: stacked / 35 fields",
+             regex(r"^postgresql\s+stacked / 35 fields: ([0-9.]+)x")),
+        ],
+    },
 ]
 
 

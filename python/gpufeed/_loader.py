@@ -129,6 +129,10 @@ class Loader:
                 query again. help(gpufeed.open) has the details.
     fields:     the fields to read, in order (None: all); one name may be given as a string.
                 For a database table, its columns.
+                A dict makes fields of several: {"x": "f*", "y": "label"} stacks the columns
+                (datasets) f0, f1, ... into x: [B, K] in the workers; see gpufeed.open().
+    dtype:      {field: dtype} converts fields, refusing values that do not fit (out of
+                range; a float narrowed to float32 rounds).
     batch_size: samples per batch (required).
     shuffle, seed, drop_last: as torch's DataLoader + DistributedSampler; a seed gives the
                 same batches on every run.
@@ -212,7 +216,7 @@ class Loader:
                  cache=None, preload=None, shm_dir=None, shm_group=None, trace=None,
                  trace_batches=None, pad=None, held_budget_bytes=None, batch_transform=None,
                  chunk_cache=None, group=None, group_offsets=None, group_fields=None,
-                 pack=None, pack_window=None):
+                 pack=None, pack_window=None, dtype=None):
         # None leaves an option unset: its default is the C++ one (gpufeed/loader.h,
         # gpufeed/cache.h), written there once.
         if batch_size is None:
@@ -258,7 +262,7 @@ class Loader:
                 raise _gpufeed.InvalidArgument(
                     "with groups, pass fields=[...]: the per-row datasets to read (the file "
                     "also holds the group datasets, of other lengths)")
-        self._source = _sources.as_source(source, fields, chunk_cache)
+        self._source = _sources.as_source(source, fields, chunk_cache, dtype)
         self._group_table = None
         self.group_fields = None
         if grouped:

@@ -1,6 +1,7 @@
 """Sources from Python values: a path or database URI, NumPy arrays or torch tensors in memory,
 synthetic."""
 
+import fnmatch
 import os
 from collections.abc import Mapping
 
@@ -26,12 +27,85 @@ _TORCH_DTYPE_NAMES = {
 }
 
 
-def open(path, fields=None, chunk_cache=None):  # noqa: A001 - mirrors the builtin on purpose
+def _dtype_name(value):
+    if isinstance(value, str):
+        return value
+    if type(value).__module__.startswith("torch"):
+        return str(value).replace("torch.", "")
+    return np.dtype(value).name
+
+
+def _has_pattern(name):
+    return any(c in name for c in "*?[")
+
+
+def _select(fields, dtype):
+    """The C++ select, [(field, [columns or patterns], stack, dtype name or None)], of
+    fields={"x": ["f0", "f1"] or "f*", "y": "label"} and dtype={"x": "float32"}."""
+    dtype = dict(dtype or {})
+    unknown = [name for name in dtype if name not in fields]
+    if unknown:
+        raise _gpufeed.InvalidArgument(
+            f"dtype names fields that fields= does not make: {unknown} (fields: {list(fields)})")
+    select = []
+    for name, columns in fields.items():
+        if isinstance(columns, str):
+            # One name is that column as is; a pattern stacks whatever it matches.
+            stack, columns = _has_pattern(columns), [columns]
+        elif isinstance(columns, (list, tuple)) and all(isinstance(c, str) for c in columns):
+            stack, columns = True, list(columns)
+        else:
+            raise _gpufeed.InvalidArgument(
+                f"fields['{name}'] must be a column name, a glob pattern or a list of names; "
+                f"got {columns!r}")
+        wanted = dtype.get(name)
+        select.append((str(name), columns, stack,
+                       None if wanted is None else _dtype_name(wanted)))
+    return select
+
+
+def _as_mapping(fields, dtype, names):
+    """fields as a dict: a list (or None: every name) with a dtype= becomes one field per name."""
+    if isinstance(fields, Mapping):
+        return fields
+    if isinstance(fields, str):
+        fields = [fields]
+    return {name: name for name in (names() if fields is None else fields)}
+
+
+def _needed(select, names):
+    """The fields `select` takes of the `names` a source holds, each once, in source order."""
+    wanted = set()
+    for _, columns, _, _ in select:
+        for column in columns:
+            if column in names:
+                wanted.add(column)
+            elif _has_pattern(column):
+                wanted.update(n for n in names if fnmatch.fnmatchcase(n, column))
+    return [n for n in names if n in wanted]
+
+
+def _stacked(fields, dtype, open_fields, all_names):
+    """A source of fields made of several fields of another: `open_fields(names)` opens the
+    source with just those fields, `all_names()` lists them all (only asked for patterns)."""
+    select = _select(_as_mapping(fields, dtype, all_names), dtype)
+    if any(_has_pattern(c) for _, columns, _, _ in select for c in columns):
+        needed = _needed(select, all_names())
+    else:
+        needed = list(dict.fromkeys(c for _, columns, _, _ in select for c in columns))
+    # Unknown names go through as they are, so the C++ message names them.
+    return _gpufeed.stack_fields(open_fields(needed or None), select)
+
+
+def open(path, fields=None, chunk_cache=None, dtype=None):  # noqa: A001 - mirrors the builtin
     """Opens a data set: a folder of .npy files (one per field), an HDF5 file, or a database
     named by a URI.
 
     `fields` picks the fields, in order; None reads them all. They are the HDF5 datasets, the
     .npy file names, or a database table's columns.
+    A dict makes fields of several: {"x": ["f0", "f1", "f2"], "y": "label"} stacks f0..f2 into
+    x: [B, 3] (a glob pattern, "x": "f*", takes the matches in table order) and reads label
+    as y. `dtype` ({"x": "float32"}) converts a field, refusing values that do not fit.
     `chunk_cache` (HDF5 only): bytes of decoded chunks the loader's workers keep between
     batches, one budget they share (None: the decoded data set's size within 1/16 of free
     RAM, 16 MiB to 1 GiB).
@@ -55,7 +129,9 @@ def open(path, fields=None, chunk_cache=None):  # noqa: A001 - mirrors the built
                         required for a SQLite BLOB column (the raw bytes of a fixed-shape
                         array); narrows an INTEGER or REAL column (range-checked) or reshapes
                         a PostgreSQL array
-        key=COLUMN      PostgreSQL: an integer column to split the load by, with
+        select=SPEC     fields made of columns, as fields={...} says: "x:float32=f*;y=label"
+        key=COLUMN      an integer column the rows are ordered by, no field unless columns,
+                        fields or select names it; PostgreSQL splits the load by it, with
         connections=N   connections each COPYing one key range (default 4 with a key, else 1)
         cursor=1        PostgreSQL: a binary server-side cursor instead of COPY (for poolers)
 
@@ -74,8 +150,6 @@ def open(path, fields=None, chunk_cache=None):  # noqa: A001 - mirrors the built
     SQLite INTEGER becomes int64 and REAL float64. A NULL, a ragged array, an unsupported
     column type or a lost connection raises an error naming the row and column.
     """
-    if isinstance(fields, str):
-        fields = [fields]
     path = os.fspath(path)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
@@ -83,6 +157,18 @@ def open(path, fields=None, chunk_cache=None):  # noqa: A001 - mirrors the built
         raise _gpufeed.InvalidArgument(
             "chunk_cache applies to HDF5 files; a database is loaded into memory when it is "
             "opened")
+    if isinstance(fields, Mapping) or dtype is not None:
+        if _gpufeed.is_database_uri(path):
+            if fields is None:
+                # Listing the columns would load the table: the fields must be named.
+                raise _gpufeed.InvalidArgument(
+                    "dtype= on a database needs fields= naming the fields it converts, e.g. "
+                    "fields={'x': 'f*', 'y': 'label'}, dtype={'x': 'float32'}")
+            return _gpufeed.open_database(path, _select(_as_mapping(fields, dtype, None), dtype))
+        return _stacked(fields, dtype, lambda names: open(path, names, chunk_cache),
+                        lambda: [f[0] for f in open(path, None, chunk_cache).schema])
+    if isinstance(fields, str):
+        fields = [fields]
     if chunk_cache is not None and not os.path.isdir(path):
         return hdf5([path], fields, chunk_cache=chunk_cache)
     return _gpufeed.open_path(path, list(fields or []))
@@ -177,8 +263,20 @@ def memory(arrays, fields=None):
     return _gpufeed.memory(specs, tuple(owners))
 
 
-def as_source(source, fields, chunk_cache=None):
+def as_source(source, fields, chunk_cache=None, dtype=None):
     """The Source a Loader reads from, whatever the user passed."""
+    if isinstance(fields, Mapping) or dtype is not None:
+        if isinstance(source, _gpufeed.Source):
+            return _stacked(fields, dtype, lambda names: source,
+                            lambda: [f[0] for f in source.schema])
+        if isinstance(source, Mapping):
+            return _stacked(fields, dtype, lambda names: memory(source, names),
+                            lambda: list(source))
+        if isinstance(source, (list, tuple)) and source:
+            return _stacked(fields, dtype, lambda names: as_source(source, names, chunk_cache),
+                            lambda: [f[0] for f in as_source(source, None, chunk_cache).schema])
+        if isinstance(source, (str, bytes, os.PathLike)):
+            return open(os.fsdecode(source), fields, chunk_cache, dtype)
     if chunk_cache is not None and not isinstance(source, (str, bytes, os.PathLike, list,
                                                            tuple)):
         raise _gpufeed.InvalidArgument(

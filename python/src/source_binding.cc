@@ -17,6 +17,7 @@
 #include "gpufeed/hdf5.h"
 #include "gpufeed/sampler.h"
 #include "gpufeed/sources.h"
+#include "gpufeed/stack.h"
 #include "interruptible.h"
 
 namespace gpufeed::python {
@@ -58,6 +59,7 @@ using MemoryFieldTuple =
 
 void BindFileSources(py::module_& m);
 void BindTestingHelpers(py::module_& m);
+void BindStacking(py::module_& m);
 
 }  // namespace
 
@@ -86,11 +88,50 @@ void BindSources(py::module_& m) {
         "Whether `path` names a database: it starts with sqlite:, postgresql: or postgres:.");
 
   BindFileSources(m);
+  BindStacking(m);
   BindTestingHelpers(m);
   BindImages(m);
 }
 
 namespace {
+
+// (field, [columns or patterns], stack, dtype name or None): a StackedField as Python spells
+// it (gpufeed/_sources.py builds them from fields={...} and dtype={...}).
+using StackedFieldTuple =
+    std::tuple<std::string, std::vector<std::string>, bool, std::optional<std::string>>;
+
+std::vector<StackedField> ToSelect(const std::vector<StackedFieldTuple>& select) {
+  std::vector<StackedField> out;
+  for (const auto& [name, columns, stack, dtype] : select) {
+    out.push_back({.name = name,
+                   .columns = columns,
+                   .stack = stack,
+                   .dtype = dtype ? std::optional<DType>(DTypeFromName(*dtype)) : std::nullopt});
+  }
+  return out;
+}
+
+// Fields made of several columns: a database stacks them as it loads, any other source as
+// each batch is read.
+void BindStacking(py::module_& m) {
+  m.def(
+      "stack_fields",
+      [](std::shared_ptr<Source> source, const std::vector<StackedFieldTuple>& select) {
+        return StackFields(std::move(source), ToSelect(select));
+      },
+      py::arg("source"), py::arg("select"),
+      "`source` with fields made of its fields: select is [(field, [names or patterns], "
+      "stack, dtype or None)].");
+  m.def(
+      "open_database",
+      [](const std::string& uri, const std::vector<StackedFieldTuple>& select) {
+        DatabaseOptions options;
+        options.select = ToSelect(select);
+        return RunInterruptible([&] { return OpenDatabase(uri, options); });  // Ctrl-C cancels
+      },
+      py::arg("uri"), py::arg("select"),
+      "A database URI (sqlite:..., postgresql://...) loaded into the fields `select` makes.");
+}
 
 // The file sources: a path of either kind, HDF5 files, and an HDF5 source's counters.
 void BindFileSources(py::module_& m) {

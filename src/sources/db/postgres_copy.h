@@ -28,6 +28,7 @@ struct PgColumn {
   uint32_t type_oid = 0;
   std::string type_name;  // "real[]", "integer"
   DType dtype = DType::kFloat32;
+  bool supported = true;  // false: a type that maps to no dtype (only loaded ones must map)
   bool is_array = false;
   uint32_t element_oid = 0;  // for arrays
   // A declared shape (DatabaseOptions::fields): arrays are reshaped to it.

@@ -16,9 +16,10 @@
 #include "core/thread_pool.h"
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
-#include "sources/db/table.h"
 #include "sources/db/postgres_connection.h"
 #include "sources/db/postgres_copy.h"
+#include "sources/db/postgres_describe.h"
+#include "sources/db/table.h"
 
 namespace gpufeed {
 namespace {
@@ -58,115 +59,15 @@ std::string BuildQuery(const DatabaseOptions& options, const PgConnection& conn)
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
+  std::vector<std::string> names = options.columns;
+  // The key splits and orders the rows, so the query selects it even when it is no field.
+  if (!names.empty() && !options.key.empty() &&
+      std::find(names.begin(), names.end(), options.key) == names.end()) {
+    names.push_back(options.key);
+  }
   std::string columns;
-  for (const auto& c : options.columns) {
-    columns += (columns.empty() ? "" : ", ") + conn.QuoteIdentifier(c);
-  }
+  for (const auto& c : names) columns += (columns.empty() ? "" : ", ") + conn.QuoteIdentifier(c);
   return fmt::format("SELECT {} FROM {}", columns.empty() ? "*" : columns, table);
-}
-
-std::map<uint32_t, std::string> TypeNames(PgConnection& conn, const std::set<uint32_t>& oids) {
-  std::string list;
-// g++ 12 warns -Wrestrict on `"literal" + std::string` inside libstdc++ (a false positive,
-// GCC bug 105329); silenced for this line only.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wrestrict"
-  for (uint32_t oid : oids) list += (list.empty() ? "" : ",") + std::to_string(oid);
-#pragma GCC diagnostic pop
-  PgResult r = conn.Exec(
-      fmt::format("SELECT oid::int8, format_type(oid, NULL) FROM pg_type WHERE oid IN ({})", list),
-      PGRES_TUPLES_OK, "naming the column types");
-  std::map<uint32_t, std::string> names;
-  for (int i = 0; i < PQntuples(r.get()); ++i) {
-    names[static_cast<uint32_t>(std::stoul(PQgetvalue(r.get(), i, 0)))] = PQgetvalue(r.get(), i, 1);
-  }
-  return names;
-}
-
-std::vector<PgColumn> DescribeColumns(PgConnection& conn, const std::string& query,
-                                      const DatabaseOptions& options) {
-  const std::string sql = fmt::format("SELECT * FROM ({}) AS gpufeed_q", query);
-  PgResult prepared(PQprepare(conn.get(), "", sql.c_str(), 0, nullptr));
-  if (prepared == nullptr || PQresultStatus(prepared.get()) != PGRES_COMMAND_OK) {
-    conn.ThrowResultError(prepared.get(), fmt::format("the query {}", ShortQuery(query)));
-  }
-  PgResult described(PQdescribePrepared(conn.get(), ""));
-  if (described == nullptr || PQresultStatus(described.get()) != PGRES_COMMAND_OK) {
-    conn.ThrowResultError(described.get(), fmt::format("the query {}", ShortQuery(query)));
-  }
-  const int count = PQnfields(described.get());
-  std::set<uint32_t> oids;
-  for (int i = 0; i < count; ++i) oids.insert(PQftype(described.get(), i));
-  const auto names = TypeNames(conn, oids);
-  std::vector<PgColumn> columns;
-  std::set<std::string> seen;
-  for (int i = 0; i < count; ++i) {
-    PgColumn column;
-    column.name = PQfname(described.get(), i);
-    column.type_oid = PQftype(described.get(), i);
-    const auto name = names.find(column.type_oid);
-    column.type_name = name != names.end() ? name->second : fmt::format("oid {}", column.type_oid);
-    const auto dtype = PgTypeToDType(column.type_oid, &column.is_array, &column.element_oid);
-    if (!dtype) {
-      throw Error(ErrorCode::kUnsupported,
-                  fmt::format("{}: {}: column '{}' has type {}, which gpufeed does not read; it "
-                              "reads boolean, smallint, integer, bigint, real, double precision "
-                              "and arrays of them (cast it in the query, e.g. {}::real)",
-                              conn.target().description, ShortQuery(query), column.name,
-                              column.type_name, column.name));
-    }
-    column.dtype = *dtype;
-    if (!seen.insert(column.name).second) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: {}: two columns are named '{}'; name them apart with AS",
-                              conn.target().description, ShortQuery(query), column.name));
-    }
-    columns.push_back(std::move(column));
-  }
-  if (columns.empty()) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{}: {}: the query has no columns", conn.target().description,
-                            ShortQuery(query)));
-  }
-  for (const FieldSpec& declared : options.fields) {
-    auto it = std::find_if(columns.begin(), columns.end(),
-                           [&](const PgColumn& c) { return c.name == declared.name; });
-    if (it == columns.end()) {
-      std::string all;
-      for (const auto& c : columns) all += (all.empty() ? "" : ", ") + c.name;
-      throw Error(ErrorCode::kNotFound,
-                  fmt::format("{}: declared field '{}' is not a column of the query (columns: {})",
-                              conn.target().description, declared.name, all));
-    }
-    if (declared.dtype != it->dtype) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: declared field {} but column '{}' is {} ({}); cast it in the "
-                              "query instead",
-                              conn.target().description, declared.ToString(), it->name,
-                              it->type_name, DTypeName(it->dtype)));
-    }
-    if (!it->is_array && !declared.shape.empty()) {
-      throw Error(
-          ErrorCode::kInvalidArgument,
-          fmt::format("{}: declared field {} has a shape but column '{}' is a scalar {}",
-                      conn.target().description, declared.ToString(), it->name, it->type_name));
-    }
-    bool positive = true;
-    for (int64_t d : declared.shape) positive = positive && d > 0;
-    std::string bad_shape = positive ? "" : "a dimension that is not positive";
-    try {
-      (void)declared.SampleBytes();
-    } catch (const Error& e) {
-      bad_shape = e.what();
-    }
-    if (!bad_shape.empty()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: declared field {}: {}", conn.target().description,
-                              declared.ToString(), bad_shape));
-    }
-    if (it->is_array) it->declared_shape = declared.shape;
-  }
-  return columns;
 }
 
 struct KeyRange {
@@ -318,6 +219,7 @@ struct KeyRangeLoad {
   const DatabaseOptions& options;
   const std::string& query;
   const std::string& quoted_key;
+  const std::string& projection;  // the loaded columns, quoted: "*" or "a", "b"
   const std::string& snapshot;
   const std::vector<PgColumn>& columns;
   const std::string& context;
@@ -335,9 +237,9 @@ std::vector<ColumnTable> LoadKeyRanges(const KeyRangeLoad& in, const std::vector
       worker.Exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", PGRES_COMMAND_OK, "BEGIN");
       worker.Exec(fmt::format("SET TRANSACTION SNAPSHOT '{}'", in.snapshot), PGRES_COMMAND_OK,
                   "SET TRANSACTION SNAPSHOT");
-      const std::string select =
-          fmt::format("SELECT * FROM ({}) AS gpufeed_q WHERE {} BETWEEN {} AND {} ORDER BY {}",
-                      in.query, in.quoted_key, ranges[i].first, ranges[i].last, in.quoted_key);
+      const std::string select = fmt::format(
+          "SELECT {} FROM ({}) AS gpufeed_q WHERE {} BETWEEN {} AND {} ORDER BY {}", in.projection,
+          in.query, in.quoted_key, ranges[i].first, ranges[i].last, in.quoted_key);
       parts[i] =
           LoadRows(worker, select, in.options.cursor, in.columns, in.context, suffixes[i], stop);
     } catch (...) {
@@ -397,20 +299,6 @@ void CheckOptions(const PgTarget& target, const DatabaseOptions& options) {
   }
 }
 
-void CheckKeyColumn(const std::vector<PgColumn>& columns, const std::string& key_name,
-                    const std::string& context) {
-  const auto key = std::find_if(columns.begin(), columns.end(),
-                                [&](const PgColumn& c) { return c.name == key_name; });
-  if (key == columns.end() || key->is_array ||
-      (key->dtype != DType::kInt16 && key->dtype != DType::kInt32 && key->dtype != DType::kInt64)) {
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        fmt::format("{}: key '{}' must be an integer column of the query{}", context, key_name,
-                    key == columns.end() ? " (it has no such column)"
-                                         : fmt::format(" (it is {})", key->type_name)));
-  }
-}
-
 // min and max of the key over the query, or nullopt when it has no rows.
 std::optional<std::pair<int64_t, int64_t>> KeyBounds(PgConnection& conn, const std::string& query,
                                                      const std::string& quoted_key,
@@ -447,15 +335,26 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
   const std::string query = BuildQuery(options, conn);
   const std::string context = fmt::format("{}: {}", target.description, ShortQuery(query));
   const std::string identity = fmt::format("{}|{}", target.description, query);
-  std::vector<PgColumn> columns = DescribeColumns(conn, query, options);
+  const std::vector<PgColumn> described = DescribeQuery(conn, query);
+  if (!options.key.empty()) CheckKeyColumn(described, options.key, context);
+  std::vector<std::string> names;
+  for (const auto& c : described) names.push_back(c.name);
+  const std::vector<std::string> load = ColumnsToLoad(names, options, context);
+  const std::vector<PgColumn> columns = LoadedColumns(described, load, options, context);
+  std::string projection;
+  for (const auto& c : load)
+    projection += (projection.empty() ? "" : ", ") + conn.QuoteIdentifier(c);
+  if (load == names) projection = "*";
 
   if (options.key.empty()) {
     std::atomic<bool> stop{false};
-    ColumnTable table = LoadRows(conn, query, options.cursor, columns, context, "", stop);
-    return NewDatabaseSource(std::move(table), context, identity);
+    const std::string select =
+        projection == "*" ? query
+                          : fmt::format("SELECT {} FROM ({}) AS gpufeed_q", projection, query);
+    ColumnTable table = LoadRows(conn, select, options.cursor, columns, context, "", stop);
+    return NewDatabaseSource(SelectFields(std::move(table), options, context), context, identity);
   }
 
-  CheckKeyColumn(columns, options.key, context);
   const std::string quoted_key = conn.QuoteIdentifier(options.key);
   // Every connection reads the snapshot this transaction exports, so the key ranges are
   // slices of one table even while others write to it.
@@ -471,10 +370,10 @@ std::shared_ptr<Source> OpenPostgres(const std::string& conninfo, DatabaseOption
     suffixes[i] = fmt::format(" of the rows with {} in [{}, {}]", options.key, ranges[i].first,
                               ranges[i].last);
   }
-  const KeyRangeLoad in{target, options, query, quoted_key, snapshot, columns, context};
+  const KeyRangeLoad in{target, options, query, quoted_key, projection, snapshot, columns, context};
   ColumnTable table = ConcatParts(LoadKeyRanges(in, ranges, suffixes), columns, context, suffixes);
   conn.Exec("COMMIT", PGRES_COMMAND_OK, "COMMIT");
-  return NewDatabaseSource(std::move(table), context, identity);
+  return NewDatabaseSource(SelectFields(std::move(table), options, context), context, identity);
 }
 
 }  // namespace gpufeed

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
 #include "sources/db/table.h"
+#include "sources/stack_plan.h"
 
 namespace gpufeed {
 namespace {
@@ -51,62 +53,26 @@ struct SqliteColumn {
   Storage storage = Storage::kInteger;
 };
 
-template <typename T>
-bool StoreInteger(int64_t value, std::byte* out) {
-  if (value < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
-      (value > 0 && static_cast<uint64_t>(value) > std::numeric_limits<T>::max())) {
-    return false;
-  }
-  const T v = static_cast<T>(value);
-  std::memcpy(out, &v, sizeof(T));
-  return true;
+// `value` (of dtype `from`) into `out` as the column's dtype; empty, or why it is refused.
+std::string StoreAs(DType from, const void* value, DType to, std::byte* out) {
+  const auto* bytes = static_cast<const std::byte*>(value);
+  if (ConvertElements(from, bytes, to, out, 1) < 0) return {};
+  return RefusalReason(from, bytes, to);
 }
 
-// An integer into a field of any numeric dtype; false when it does not fit.
-bool StoreIntegerAs(DType dtype, int64_t value, std::byte* out) {
-  switch (dtype) {
-    case DType::kBool:
-      if (value != 0 && value != 1) return false;
-      *reinterpret_cast<uint8_t*>(out) = static_cast<uint8_t>(value);
-      return true;
-    case DType::kInt8:
-      return StoreInteger<int8_t>(value, out);
-    case DType::kInt16:
-      return StoreInteger<int16_t>(value, out);
-    case DType::kInt32:
-      return StoreInteger<int32_t>(value, out);
-    case DType::kInt64:
-      return StoreInteger<int64_t>(value, out);
-    case DType::kUInt8:
-      return StoreInteger<uint8_t>(value, out);
-    case DType::kUInt16:
-      return StoreInteger<uint16_t>(value, out);
-    case DType::kUInt32:
-      return StoreInteger<uint32_t>(value, out);
-    case DType::kUInt64:
-      return StoreInteger<uint64_t>(value, out);
-    case DType::kFloat32: {
-      const float v = static_cast<float>(value);
-      std::memcpy(out, &v, 4);
-      return true;
-    }
-    case DType::kFloat64: {
-      const double v = static_cast<double>(value);
-      std::memcpy(out, &v, 8);
-      return true;
-    }
-    default:
-      return false;
-  }
+std::string QuoteName(const std::string& name) {
+  std::string q = "\"";
+  for (char ch : name) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
 }
 
 class SqliteLoader {
  public:
   SqliteLoader(const std::string& path, const DatabaseOptions& options) : path_(path) {
-    if (!options.key.empty() || options.connections > 1) {
+    if (options.connections > 1) {
       throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("sqlite {}: key and connections are PostgreSQL options; a SQLite "
-                              "file is read in one pass",
+                  fmt::format("sqlite {}: connections is a PostgreSQL option; a SQLite file is "
+                              "read in one pass",
                               path));
     }
     if (!std::filesystem::exists(path)) {
@@ -122,15 +88,8 @@ class SqliteLoader {
     }
     query_ = BuildQuery(options);
     context_ = fmt::format("sqlite {}: {}", path_, ShortQuery(query_));
-    sqlite3_stmt* statement = nullptr;
-    if (sqlite3_prepare_v2(db_.get(), query_.c_str(), static_cast<int>(query_.size()), &statement,
-                           nullptr) != SQLITE_OK) {
-      ThrowDbError("the query");
-    }
-    statement_.reset(statement);
-    if (statement == nullptr) {
-      throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: the query is empty", context_));
-    }
+    Prepare();
+    Project(options);
     DescribeColumns(options.fields);
   }
 
@@ -150,11 +109,51 @@ class SqliteLoader {
       ThrowDbError(fmt::format("row {}", table.rows));
     }
     for (size_t c = 0; c < columns_.size(); ++c) table.fields[c] = columns_[c].spec;
+    table = SelectFields(std::move(table), options_, context_);
     return NewDatabaseSource(std::move(table), context_,
                              fmt::format("sqlite|{}|{}", FileIdentity(), query_));
   }
 
  private:
+  void Prepare() {
+    sqlite3_stmt* statement = nullptr;
+    statement_.reset();
+    if (sqlite3_prepare_v2(db_.get(), query_.c_str(), static_cast<int>(query_.size()), &statement,
+                           nullptr) != SQLITE_OK) {
+      ThrowDbError("the query");
+    }
+    statement_.reset(statement);
+    if (statement == nullptr) {
+      throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: the query is empty", context_));
+    }
+  }
+
+  // Narrows the query to the columns the load reads, ordered by the key: a subquery, so the
+  // key orders the rows without being a field.
+  void Project(const DatabaseOptions& options) {
+    options_ = options;
+    std::vector<std::string> names;
+    for (int i = 0; i < sqlite3_column_count(statement_.get()); ++i) {
+      names.emplace_back(sqlite3_column_name(statement_.get(), i));
+    }
+    if (!options.key.empty() && std::find(names.begin(), names.end(), options.key) == names.end()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: key '{}' is not a column of the query", context_, options.key));
+    }
+    const std::vector<std::string> load = ColumnsToLoad(names, options, context_);
+    if (load == names && options.key.empty()) return;
+    std::string list;
+    for (const auto& c : load) list += (list.empty() ? "" : ", ") + QuoteName(c);
+    std::string inner = query_;
+    while (!inner.empty() &&
+           (std::isspace(static_cast<unsigned char>(inner.back())) || inner.back() == ';')) {
+      inner.pop_back();
+    }
+    query_ = fmt::format("SELECT {} FROM ({}) AS gpufeed_q{}", list, inner,
+                         options.key.empty() ? "" : " ORDER BY " + QuoteName(options.key));
+    Prepare();
+  }
+
   std::string BuildQuery(const DatabaseOptions& options) const {
     if (!options.query.empty() && !options.table.empty()) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -172,14 +171,16 @@ class SqliteLoader {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("sqlite {}: no query and no table given", path_));
     }
-    auto quote = [](const std::string& name) {
-      std::string q = "\"";
-      for (char ch : name) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-      return q + "\"";
-    };
+    std::vector<std::string> names = options.columns;
+    // The rows are ordered by the key, so the query selects it even when it is no field.
+    if (!names.empty() && !options.key.empty() &&
+        std::find(names.begin(), names.end(), options.key) == names.end()) {
+      names.push_back(options.key);
+    }
     std::string columns;
-    for (const auto& c : options.columns) columns += (columns.empty() ? "" : ", ") + quote(c);
-    return fmt::format("SELECT {} FROM {}", columns.empty() ? "*" : columns, quote(options.table));
+    for (const auto& c : names) columns += (columns.empty() ? "" : ", ") + QuoteName(c);
+    return fmt::format("SELECT {} FROM {}", columns.empty() ? "*" : columns,
+                       QuoteName(options.table));
   }
 
   // "/abs/path:size:mtime_ns", the spelling cache garbage collection checks for staleness.
@@ -320,12 +321,9 @@ class SqliteLoader {
         }
         const double v = sqlite3_column_double(s, i);
         out.resize(base + size);
-        if (column.spec.dtype == DType::kFloat32) {
-          const float f = static_cast<float>(v);
-          std::memcpy(out.data() + base, &f, 4);
-        } else {
-          std::memcpy(out.data() + base, &v, 8);
-        }
+        const std::string refused = StoreAs(DType::kFloat64, &v, column.spec.dtype, &out[base]);
+        if (!refused.empty())
+          Fail(c, fmt::format("{} (declared {})", refused, column.spec.ToString()));
         break;
       }
       case Storage::kInteger: {
@@ -336,9 +334,9 @@ class SqliteLoader {
         }
         const int64_t v = sqlite3_column_int64(s, i);
         out.resize(base + size);
-        if (!StoreIntegerAs(column.spec.dtype, v, out.data() + base)) {
-          Fail(c, fmt::format("{} does not fit the declared {}", v, column.spec.ToString()));
-        }
+        const std::string refused = StoreAs(DType::kInt64, &v, column.spec.dtype, &out[base]);
+        if (!refused.empty())
+          Fail(c, fmt::format("{} (declared {})", refused, column.spec.ToString()));
         break;
       }
     }
@@ -350,6 +348,7 @@ class SqliteLoader {
   std::string query_;
   std::string context_;
   std::vector<SqliteColumn> columns_;
+  DatabaseOptions options_;  // the select (and key) the loaded columns go through
   int64_t row_ = 0;
 };
 

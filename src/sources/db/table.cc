@@ -2,12 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <functional>
 #include <string_view>
 
 #include "gpufeed/error.h"
 #include "sources/memory_source.h"
+#include "sources/stack_plan.h"
 
 namespace gpufeed {
 
@@ -52,6 +54,79 @@ std::shared_ptr<Source> NewDatabaseSource(ColumnTable table, std::string what,
         {.spec = owned->fields[f], .data = owned->data[f].data(), .samples = owned->rows});
   }
   return NewNamedMemorySource(std::move(fields), owned, std::move(what), std::move(identity));
+}
+
+std::vector<std::string> ColumnsToLoad(const std::vector<std::string>& names,
+                                       const DatabaseOptions& options, const std::string& context) {
+  if (options.select.empty()) {
+    const bool key_asked = std::find(options.columns.begin(), options.columns.end(), options.key) !=
+                           options.columns.end();
+    std::vector<std::string> load;
+    for (const auto& name : names) {
+      if (name != options.key || key_asked) load.push_back(name);
+    }
+    return load;
+  }
+  // Names only at this point (the dtypes come with the rows): any one dtype and shape
+  // resolves the names; the real checks run on the loaded columns.
+  Schema by_name;
+  for (const auto& name : names) {
+    by_name.fields.push_back({.name = name, .dtype = DType::kFloat32, .shape = {}});
+  }
+  std::vector<StackedField> select = options.select;
+  for (auto& f : select) f.dtype = DType::kFloat32;
+  const StackPlan plan = PlanStack(by_name, select, context, options.key);
+  std::vector<std::string> load;
+  for (int c : plan.used_columns) load.push_back(names[c]);
+  return load;
+}
+
+namespace {
+
+// Column `c` of `table` as `dtype`: its own array, or converted into `scratch`.
+const std::byte* ColumnAs(const ColumnTable& table, int c, DType dtype,
+                          std::vector<std::byte>& scratch, const std::string& context) {
+  const FieldSpec& column = table.fields[c];
+  const std::byte* data = table.data[c].data();
+  if (column.dtype == dtype) return data;
+  const int64_t per_row = column.ElementsPerSample();
+  const int64_t count = per_row * table.rows;
+  scratch.resize(static_cast<size_t>(count) * DTypeSize(dtype));
+  const int64_t bad = ConvertElements(column.dtype, data, dtype, scratch.data(), count);
+  if (bad >= 0) {
+    throw Error(
+        ErrorCode::kCorruptData,
+        fmt::format("{}: row {}, column '{}': {} as {}: {}", context,
+                    bad / std::max<int64_t>(per_row, 1), column.name, DTypeName(column.dtype),
+                    DTypeName(dtype),
+                    RefusalReason(column.dtype, data + bad * DTypeSize(column.dtype), dtype)));
+  }
+  return scratch.data();
+}
+
+}  // namespace
+
+ColumnTable SelectFields(ColumnTable table, const DatabaseOptions& options,
+                         const std::string& context) {
+  if (options.select.empty()) return table;
+  const StackPlan plan = PlanStack(Schema{table.fields}, options.select, context, options.key);
+  ColumnTable out;
+  out.rows = table.rows;
+  for (const auto& f : plan.fields) {
+    std::vector<std::vector<std::byte>> scratch(f.columns.size());
+    std::vector<const std::byte*> parts;
+    for (size_t i = 0; i < f.columns.size(); ++i) {
+      parts.push_back(ColumnAs(table, f.columns[i], f.spec.dtype, scratch[i], context));
+    }
+    const FieldSpec& first = table.fields[f.columns.front()];
+    const size_t part_bytes =
+        static_cast<size_t>(first.ElementsPerSample()) * DTypeSize(f.spec.dtype);
+    std::vector<std::byte> data(static_cast<size_t>(table.rows) * f.spec.SampleBytes());
+    InterleaveColumns(parts, part_bytes, table.rows, data.data());
+    out.fields.push_back(f.spec);
+    out.data.push_back(std::move(data));
+  }
+  return out;
 }
 
 std::string ShortQuery(const std::string& query, size_t max_chars) {

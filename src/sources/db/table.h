@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "gpufeed/database.h"
 #include "gpufeed/schema.h"
 #include "gpufeed/source.h"
+#include "gpufeed/stack.h"
 
 namespace gpufeed {
 
@@ -32,6 +34,18 @@ struct ColumnTable {
 // Error(kInvalidArgument) for a table without rows, naming `what`.
 std::shared_ptr<Source> NewDatabaseSource(ColumnTable table, std::string what,
                                           std::string identity);
+
+// The columns of a query (`names`, in query order) that a load reads: those `options.select`
+// takes, or without a select every column but `options.key` (unless `options.columns` names
+// it). Throws as PlanStack for a select that does not match the columns, naming `context`.
+std::vector<std::string> ColumnsToLoad(const std::vector<std::string>& names,
+                                       const DatabaseOptions& options, const std::string& context);
+
+// The fields `options.select` makes of the loaded columns: converted where a dtype asks (a
+// refused value throws Error(kCorruptData) naming the row and column) and stacked, each
+// row's columns side by side. Without a select, `table` as it is.
+ColumnTable SelectFields(ColumnTable table, const DatabaseOptions& options,
+                         const std::string& context);
 
 // Shortens a query for messages: whitespace runs become one space, and past `max_chars` it is
 // cut with "...".

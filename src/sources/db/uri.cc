@@ -46,6 +46,41 @@ std::vector<std::string> SplitCommas(std::string_view text) {
   return parts;
 }
 
+// "x:float32=f*;y=label": fields separated by ';', each FIELD[:DTYPE]=COLUMNS, where COLUMNS
+// is one column (the field as is), or a pattern or a comma-separated list (stacked).
+std::vector<StackedField> ParseSelect(std::string_view text) {
+  std::vector<StackedField> select;
+  for (const std::string_view part : Split(text, ';')) {
+    if (part.empty()) continue;
+    const size_t eq = part.find('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == part.size()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("database URI: select part '{}'; expected FIELD[:DTYPE]=COLUMNS "
+                              "(x:float32=f*;y=label)",
+                              part));
+    }
+    StackedField field;
+    std::string_view head = part.substr(0, eq);
+    const size_t colon = head.find(':');
+    if (colon != std::string_view::npos) {
+      const auto dtype = ParseDType(head.substr(colon + 1));
+      if (!dtype) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("database URI: select part '{}': unknown dtype '{}'", part,
+                                head.substr(colon + 1)));
+      }
+      field.dtype = *dtype;
+      head = head.substr(0, colon);
+    }
+    field.name = std::string(head);
+    const std::string_view columns = part.substr(eq + 1);
+    field.columns = SplitCommas(columns);
+    field.stack = field.columns.size() > 1 || columns.find_first_of("*?[") != std::string::npos;
+    select.push_back(std::move(field));
+  }
+  return select;
+}
+
 // Takes gpufeed's parameters out of `params` ("a=1&b=2") into `options`; returns the rest.
 std::string TakeOptions(std::string_view params, DatabaseOptions& options) {
   std::string rest;
@@ -81,6 +116,8 @@ std::string TakeOptions(std::string_view params, DatabaseOptions& options) {
       options.cursor = value == "1";
     } else if (name == "fields") {
       options.fields = ParseSchema(value).fields;
+    } else if (name == "select") {
+      options.select = ParseSelect(value);
     } else {
 // g++ 12 warns -Wrestrict on `"literal" + std::string` inside libstdc++ (a false positive,
 // GCC bug 105329); silenced for this line only.
@@ -121,7 +158,7 @@ DatabaseUriParts ParseDatabaseUri(const std::string& uri, DatabaseOptions option
     if (!rest.empty()) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("database URI sqlite:{}: unknown parameters '{}'; expected query, "
-                              "table, columns, fields",
+                              "table, columns, key, fields, select",
                               path, rest));
     }
     if (path.empty()) {

@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include "gpufeed/error.h"
+#include "sources/db/postgres_copy.h"
 #include "sources/db/uri.h"
 #include "sources/numpy/npy_test_util.h"
-#include "sources/db/postgres_copy.h"
 
 namespace gpufeed {
 namespace {

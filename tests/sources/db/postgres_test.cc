@@ -94,8 +94,12 @@ void ExpectRowsMatch(const Source& source, const std::vector<int64_t>& ids) {
     }
   }
   source.Read(rows, view, nullptr);
+  // A source without the key as a field is checked by the rest, a function of the id.
+  const bool has_id = schema.IndexOf("id") >= 0;
   for (int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(got_ids[i], ids[i]) << "row " << i;
+    if (has_id) {
+      ASSERT_EQ(got_ids[i], ids[i]) << "row " << i;
+    }
     ASSERT_EQ(labels[i], ids[i] % 10) << "row " << i;
     for (int k = 0; k < 35; ++k) {
       ASSERT_EQ(features[i * 35 + k], Feature(ids[i], k / 5, k % 5)) << "row " << i;
@@ -156,6 +160,7 @@ TEST_F(PostgresSourceTest, SplitsByKeyRangesOverConnectionsInKeyOrder) {
     if (id % 3 != 0) ids.push_back(id);
   }
   ASSERT_EQ(source->size(), static_cast<int64_t>(ids.size()));
+  EXPECT_EQ(source->schema().IndexOf("id"), -1);  // the key orders the rows; no field
   ExpectRowsMatch(*source, ids);
 }
 
