@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
+#include "core/format.h"
 #include "core/nvtx.h"
 #include "gpufeed/error.h"
 #include "pipeline/batch_parts.h"
@@ -52,11 +54,13 @@ BatchBuilder::BatchBuilder(std::shared_ptr<Source> source, std::shared_ptr<Devic
       device_(std::move(device)),
       transforms_(std::move(transforms)),
       seed_(seed),
+      batch_rows_(batch_size),
       layout_(source_->schema(), transforms_, batch_size),
       schema_(std::make_shared<const Schema>(layout_.output_schema())),
       resident_(ResidentRowsFor(*source_, device_, transforms_)) {}
 
 void BatchBuilder::Prepare(const Capacity& capacity) {
+  CheckBufferFitsInRam();
   // The pools' functions own the device: a pool outlives the loader while the consumer
   // keeps a batch, and its buffers must go back to the device that made them.
   std::shared_ptr<Device> device = device_;
@@ -88,6 +92,25 @@ void BatchBuilder::Prepare(const Capacity& capacity) {
   if (staging_pool_) staging_pool_->Reserve(capacity.reserve_staging);
   worker_states_.resize(static_cast<size_t>(capacity.workers));
   for (auto& state : worker_states_) state = source_->NewWorkerState();
+}
+
+// Host batch buffers (and pinned staging buffers, as large) live in RAM: one larger than the
+// machine's RAM can never be had, and on an overcommitting kernel its allocation would
+// succeed and then be killed while its pages are touched. Say so, with the sizes, instead.
+void BatchBuilder::CheckBufferFitsInRam() const {
+  if (resident_ != nullptr) return;  // batches are gathered on the device, never in RAM
+  const uint64_t ram = HostDevice()->MemoryInfo().total_bytes;
+  const size_t bytes = layout_.buffer_bytes();
+  if (ram == 0 || bytes <= ram) return;
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("a batch of {} samples of {} each needs a {} ({} byte) batch buffer, "
+                          "more than this machine's {} of RAM: lower batch_size (at most about "
+                          "{} samples of {} fit, and the loader keeps several batches in flight)",
+                          batch_rows_, FormatBytes(static_cast<double>(layout_.row_bytes())),
+                          FormatBytes(static_cast<double>(bytes)), bytes,
+                          FormatBytes(static_cast<double>(ram)),
+                          ram / std::max<size_t>(1, layout_.row_bytes()),
+                          FormatBytes(static_cast<double>(ram))));
 }
 
 BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int64_t> indices,
