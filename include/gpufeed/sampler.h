@@ -36,6 +36,7 @@ namespace gpufeed {
 
 class GroupPacker;
 class EpochShuffle;
+struct ShuffleWindowCache;
 
 struct SamplerOptions {
   int64_t batch_size = 0;     // Required: > 0
@@ -104,7 +105,7 @@ class Sampler {
 
  private:
   EpochShuffle ShuffleOf(int64_t epoch) const;  // the order before sharding
-  int64_t SampleAt(const EpochShuffle& shuffle, int64_t i) const;
+  int64_t SampleAt(const EpochShuffle& shuffle, int64_t i, ShuffleWindowCache& cache) const;
 
   SamplerOptions options_;
   int64_t num_samples_;

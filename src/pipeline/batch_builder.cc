@@ -94,23 +94,27 @@ void BatchBuilder::Prepare(const Capacity& capacity) {
   for (auto& state : worker_states_) state = source_->NewWorkerState();
 }
 
-// Host batch buffers (and pinned staging buffers, as large) live in RAM: one larger than the
-// machine's RAM can never be had, and on an overcommitting kernel its allocation would
-// succeed and then be killed while its pages are touched. Say so, with the sizes, instead.
+// Host batch buffers (and pinned staging buffers, as large) live in RAM, with the batch's
+// sample indices: a batch larger than the machine's RAM can never be had, and on an
+// overcommitting kernel its allocation would succeed and then be killed while its pages are
+// touched. Say so, with the sizes, instead.
 void BatchBuilder::CheckBufferFitsInRam() const {
-  if (resident_ != nullptr) return;  // batches are gathered on the device, never in RAM
   const uint64_t ram = HostDevice()->MemoryInfo().total_bytes;
-  const size_t bytes = layout_.buffer_bytes();
+  const uint64_t rows = static_cast<uint64_t>(batch_rows_);
+  const uint64_t index_bytes = rows * sizeof(int64_t);  // rows <= the source's sample count
+  // Batches gathered on the device hold only their indices in RAM.
+  const uint64_t buffer = resident_ != nullptr ? 0 : layout_.buffer_bytes();
+  const uint64_t bytes = buffer > UINT64_MAX - index_bytes ? UINT64_MAX : buffer + index_bytes;
   if (ram == 0 || bytes <= ram) return;
+  const uint64_t per_row = (resident_ != nullptr ? 0 : layout_.row_bytes()) + sizeof(int64_t);
   throw Error(ErrorCode::kInvalidArgument,
-              fmt::format("a batch of {} samples of {} each needs a {} ({} byte) batch buffer, "
-                          "more than this machine's {} of RAM: lower batch_size (at most about "
-                          "{} samples of {} fit, and the loader keeps several batches in flight)",
-                          batch_rows_, FormatBytes(static_cast<double>(layout_.row_bytes())),
-                          FormatBytes(static_cast<double>(bytes)), bytes,
-                          FormatBytes(static_cast<double>(ram)),
-                          ram / std::max<size_t>(1, layout_.row_bytes()),
-                          FormatBytes(static_cast<double>(ram))));
+              fmt::format("a batch of {} samples needs {} ({} bytes) of RAM: {} per sample for its "
+                          "fields and 8 B for its index, more than this machine's {}. Lower "
+                          "batch_size: about {} samples fit, and the loader keeps several "
+                          "batches in flight",
+                          rows, FormatBytes(static_cast<double>(bytes)), bytes,
+                          FormatBytes(static_cast<double>(per_row - sizeof(int64_t))),
+                          FormatBytes(static_cast<double>(ram)), ram / per_row));
 }
 
 BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int64_t> indices,

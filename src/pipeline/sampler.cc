@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <limits>
+#include <new>
 #include <string_view>
 
 #include "core/format.h"
@@ -112,15 +113,16 @@ EpochShuffle Sampler::ShuffleOf(int64_t epoch) const {
 
 // Rank r's i-th sample is position r + i * world of the epoch's order; positions past its end
 // are the padding: the order again from its start.
-int64_t Sampler::SampleAt(const EpochShuffle& shuffle, int64_t i) const {
+int64_t Sampler::SampleAt(const EpochShuffle& shuffle, int64_t i, ShuffleWindowCache& cache) const {
   const int64_t position = options_.rank + i * options_.world_size;
-  return shuffle.At(position < num_samples_ ? position : position % num_samples_);
+  return shuffle.At(position < num_samples_ ? position : position % num_samples_, cache);
 }
 
 int64_t Sampler::SampleAt(int64_t epoch, int64_t i) const {
   GPUFEED_ASSERT(!packer_, "packed groups are planned per epoch: use Plan");
   GPUFEED_ASSERT(i >= 0 && i < shard_size_, "position outside the shard");
-  return SampleAt(ShuffleOf(epoch), i);
+  ShuffleWindowCache cache;
+  return SampleAt(ShuffleOf(epoch), i, cache);
 }
 
 std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
@@ -135,8 +137,19 @@ std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
   }
   if (packer_) return packer_->Plan(epoch).order;
   const EpochShuffle shuffle = ShuffleOf(epoch);
-  std::vector<int64_t> order(static_cast<size_t>(shard_size_));
-  for (int64_t i = 0; i < shard_size_; ++i) order[static_cast<size_t>(i)] = SampleAt(shuffle, i);
+  std::vector<int64_t> order;
+  try {
+    order.resize(static_cast<size_t>(shard_size_));
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("out of memory allocating the whole order of an epoch ({} samples, "
+                            "{}): take it batch by batch (Plan and BatchOf)",
+                            shard_size_, FormatBytes(static_cast<double>(bytes))));
+  }
+  ShuffleWindowCache cache;
+  for (int64_t i = 0; i < shard_size_; ++i) {
+    order[static_cast<size_t>(i)] = SampleAt(shuffle, i, cache);
+  }
   return order;
 }
 
@@ -162,14 +175,26 @@ int64_t Sampler::BatchRows(const EpochPlan& plan, int64_t batch) const {
 
 std::vector<int64_t> Sampler::BatchOf(const EpochPlan& plan, int64_t batch) const {
   const int64_t rows = BatchRows(plan, batch);
+  std::vector<int64_t> out;
+  try {
+    out.resize(static_cast<size_t>(rows));
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("out of memory allocating the sample indices of batch {} ({} samples, "
+                            "{}): lower batch_size",
+                            batch, rows, FormatBytes(static_cast<double>(rows) * 8)));
+  }
   if (!plan.batch_starts.empty()) {
     const int64_t* begin = plan.order.data() + plan.batch_starts[static_cast<size_t>(batch)];
-    return std::vector<int64_t>(begin, begin + rows);
+    std::copy(begin, begin + rows, out.begin());
+    return out;
   }
   const EpochShuffle shuffle = ShuffleOf(plan.epoch);
-  std::vector<int64_t> out(static_cast<size_t>(rows));
   const int64_t first = batch * options_.batch_size;
-  for (int64_t k = 0; k < rows; ++k) out[static_cast<size_t>(k)] = SampleAt(shuffle, first + k);
+  ShuffleWindowCache cache;
+  for (int64_t k = 0; k < rows; ++k) {
+    out[static_cast<size_t>(k)] = SampleAt(shuffle, first + k, cache);
+  }
   return out;
 }
 

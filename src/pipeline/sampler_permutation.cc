@@ -124,6 +124,11 @@ int64_t EpochShuffle::InBlockOrder(int64_t position) const {
 }
 
 int64_t EpochShuffle::At(int64_t position) const {
+  ShuffleWindowCache cache;
+  return At(position, cache);
+}
+
+int64_t EpochShuffle::At(int64_t position, ShuffleWindowCache& cache) const {
   GPUFEED_ASSERT(position >= 0 && position < n_, "position outside the epoch");
   if (!options_.shuffle) return position;
   if (options_.block <= 1) return full_(position);
@@ -132,9 +137,12 @@ int64_t EpochShuffle::At(int64_t position) const {
   const int64_t window = block > n_ / window_blocks ? n_ : block * window_blocks;
   const int64_t w = position / window;
   const int64_t begin = w * window;
-  const KeyedPermutation within(std::min(window, n_ - begin),
-                                SubKey(epoch_key_, kWindowTag + static_cast<uint64_t>(w)));
-  return InBlockOrder(begin + within(position - begin));
+  if (cache.window != w) {
+    cache.within = KeyedPermutation(std::min(window, n_ - begin),
+                                    SubKey(epoch_key_, kWindowTag + static_cast<uint64_t>(w)));
+    cache.window = w;
+  }
+  return InBlockOrder(begin + cache.within(position - begin));
 }
 
 }  // namespace gpufeed

@@ -48,6 +48,13 @@ class KeyedPermutation {
   std::array<uint64_t, kRounds> keys_ = {};
 };
 
+// The last window's permutation of a block shuffle, kept by a caller that asks for many
+// positions in a row (consecutive positions share a window). One per thread.
+struct ShuffleWindowCache {
+  int64_t window = -1;
+  KeyedPermutation within;
+};
+
 // One epoch's order over [0, n) of the samples, before sharding.
 class EpochShuffle {
  public:
@@ -63,6 +70,7 @@ class EpochShuffle {
 
   // The sample at `position` of the epoch's order. REQUIRES: 0 <= position < n.
   int64_t At(int64_t position) const;
+  int64_t At(int64_t position, ShuffleWindowCache& cache) const;
 
  private:
   // The sample at `position` of the blocks laid out in shuffled order.

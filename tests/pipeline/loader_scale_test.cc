@@ -119,19 +119,29 @@ TEST(LoaderScale, ResumesMidEpochWithoutBuildingTheOrder) {
   EXPECT_EQ(resumed.Next(), nullptr);  // the end of the epoch
 }
 
-TEST(LoaderScale, ABatchBufferLargerThanRamIsRefusedWithItsSizes) {
+TEST(LoaderScale, ABatchLargerThanRamIsRefusedWithItsSizes) {
+  const auto refused = [](const char* schema, int64_t batch_size) -> std::string {
+    LoaderOptions o = Options();
+    o.batch_size = batch_size;
+    try {
+      Loader loader(OpenSynthetic(ParseSchema(schema), batch_size), o);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return e.what();
+    }
+    ADD_FAILURE() << "a batch of " << batch_size << " samples of " << schema << " was accepted";
+    return "";
+  };
   // 4 MiB samples, 2^28 to a batch: a 1 PiB batch buffer, past any machine's RAM.
-  LoaderOptions o = Options();
-  o.batch_size = int64_t{1} << 28;
-  try {
-    Loader loader(OpenSynthetic(ParseSchema("x:float32[1048576]"), int64_t{1} << 28), o);
-    FAIL() << "a 1 PiB batch buffer was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(), HasSubstr("268435456 samples of 4.2 MB"));
-    EXPECT_THAT(e.what(), HasSubstr("1125899906842624 byte"));
-    EXPECT_THAT(e.what(), HasSubstr("of RAM: lower batch_size"));
-  }
+  const std::string wide = refused("x:float32[1048576]", int64_t{1} << 28);
+  EXPECT_THAT(wide, HasSubstr("a batch of 268435456 samples needs 1125902.1 GB"));
+  EXPECT_THAT(wide, HasSubstr("(1125902054326272 bytes)"));
+  EXPECT_THAT(wide, HasSubstr("4.2 MB per sample for its fields and 8 B for its index"));
+  EXPECT_THAT(wide, HasSubstr("Lower batch_size"));
+  // One float per sample, 2^40 to a batch: the sample indices (8 TiB) outweigh the data.
+  const std::string narrow = refused("x:float32", int64_t{1} << 40);
+  EXPECT_THAT(narrow, HasSubstr("(13194139533312 bytes)"));
+  EXPECT_THAT(narrow, HasSubstr("4 B per sample for its fields"));
 }
 
 }  // namespace

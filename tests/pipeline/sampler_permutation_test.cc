@@ -110,6 +110,19 @@ TEST(EpochShuffle, EveryModeIsABijection) {
   }
 }
 
+TEST(EpochShuffle, AWindowCacheChangesNothing) {
+  // Positions asked for in any order through one cache give what each gives alone.
+  const int64_t n = 5000;
+  const EpochShuffle s(n, {.shuffle = true, .seed = 4, .block = 10, .window = 3}, 1);
+  ShuffleWindowCache cache;
+  for (int64_t step : {int64_t{1}, int64_t{7}, int64_t{-3}, int64_t{31}}) {
+    int64_t p = step > 0 ? 0 : n - 1;
+    for (int k = 0; k < 2000; ++k, p = ((p + step) % n + n) % n) {
+      ASSERT_EQ(s.At(p, cache), s.At(p)) << "position " << p;
+    }
+  }
+}
+
 TEST(EpochShuffle, BlockShuffleKeepsBlocksTogether) {
   // Every window of `window` blocks' worth of positions holds the rows of `window` blocks
   // (the short last block anywhere among them).
