@@ -1,6 +1,9 @@
 // Sampler: the plan of an epoch. Which samples, in which order, in which batches, for this
-// rank. Seeded: the same seed and epoch give the same order on any machine (the shuffle
-// uses its own PRNG, not the standard library's implementation-defined distributions).
+// rank. Seeded: the same seed and epoch give the same order on any machine, with any number
+// of workers. The order is never stored: the sample at a position is a keyed permutation of
+// the position (a Feistel network keyed by seed and epoch, src/pipeline/sampler_permutation.h),
+// so a data set of billions of samples costs no memory per sample, and a batch anywhere in an
+// epoch (a resumed run) costs as much to plan as the first.
 //
 // Sharding follows PyTorch's DistributedSampler: the epoch's order is dealt round-robin to
 // `world_size` ranks. Every rank gets the same number of samples, so every rank runs the same
@@ -32,6 +35,8 @@
 namespace gpufeed {
 
 class GroupPacker;
+class EpochShuffle;
+struct ShuffleWindowCache;
 
 struct SamplerOptions {
   int64_t batch_size = 0;     // Required: > 0
@@ -51,10 +56,13 @@ struct SamplerOptions {
   int64_t pack_window = 0;  // Default: 0 = automatic: groups for about 4 batches, at least 64
 };
 
-// One epoch of a rank: the samples in delivery order and, for packed groups, where each
-// batch starts and the group parts each batch holds.
+// One epoch of a rank. A plain plan is the epoch's number alone: each batch's samples are
+// computed when it is built (a keyed permutation, so a plan costs no memory per sample). A plan
+// of packed groups holds the packing's samples, where each batch starts and the group parts
+// each batch holds.
 struct EpochPlan {
-  std::vector<int64_t> order;
+  int64_t epoch = 0;
+  std::vector<int64_t> order = {};         // packed: the samples in delivery order
   std::vector<int64_t> batch_starts = {};  // packed: batches + 1 offsets into `order`
   std::vector<BatchGroup> groups = {};     // packed: every batch's parts, batch after batch
   std::vector<int64_t> group_starts = {};  // packed: batches + 1 offsets into `groups`
@@ -74,21 +82,31 @@ class Sampler {
   int64_t shard_size() const { return shard_size_; }
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
 
-  // This rank's samples of `epoch`, in delivery order; batch b is
-  // [b * batch_size, min((b + 1) * batch_size, shard_size())).
+  // The sample at position `i` of this rank's shard of `epoch` (batch b holds positions
+  // [b * batch_size, min((b + 1) * batch_size, shard_size()))). Constant time and memory.
+  // REQUIRES: no packed groups; 0 <= i < shard_size().
+  int64_t SampleAt(int64_t epoch, int64_t i) const;
+  // This rank's samples of `epoch`, in delivery order: shard_size() of them, so memory per
+  // sample (for tests and tools over small data sets; the loader computes batch by batch).
+  // Throws Error(kInvalidArgument) when the order would not fit in physical RAM.
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
-  // Rows of batch `batch` within an EpochOrder.
-  std::span<const int64_t> BatchOf(const std::vector<int64_t>& order, int64_t batch) const;
 
-  // The epoch's plan: EpochOrder, plus the batch boundaries and groups when packing.
+  // The epoch's plan: its number, or with packed groups the packing's whole plan.
   EpochPlan Plan(int64_t epoch) const;
-  std::span<const int64_t> BatchOf(const EpochPlan& plan, int64_t batch) const;
+  // The samples of batch `batch` of `plan`, in row order. REQUIRES: 0 <= batch <
+  // batches_per_epoch().
+  std::vector<int64_t> BatchOf(const EpochPlan& plan, int64_t batch) const;
+  // How many samples batch `batch` of `plan` holds (constant time).
+  int64_t BatchRows(const EpochPlan& plan, int64_t batch) const;
   // The group parts of batch `batch` (none unless packing groups).
   std::span<const BatchGroup> GroupsOf(const EpochPlan& plan, int64_t batch) const;
   // The packing, or null.
   const GroupPacker* packer() const { return packer_.get(); }
 
  private:
+  EpochShuffle ShuffleOf(int64_t epoch) const;  // the order before sharding
+  int64_t SampleAt(const EpochShuffle& shuffle, int64_t i, ShuffleWindowCache& cache) const;
+
   SamplerOptions options_;
   int64_t num_samples_;
   int64_t shard_size_ = 0;

@@ -6,6 +6,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -204,20 +205,34 @@ void BindTestingHelpers(py::module_& m) {
   m.def(
       "epoch_order",
       [](int64_t num_samples, int64_t batch_size, int64_t epoch, uint64_t seed, bool shuffle,
-         bool drop_last, int rank, int world_size) {
+         bool drop_last, int rank, int world_size, int64_t start, int64_t count) {
         Sampler sampler(num_samples, SamplerOptions{.batch_size = batch_size,
                                                     .shuffle = shuffle,
                                                     .seed = seed,
                                                     .drop_last = drop_last,
                                                     .rank = rank,
                                                     .world_size = world_size});
-        const std::vector<int64_t> order = sampler.EpochOrder(epoch);
-        return py::array_t<int64_t>(static_cast<py::ssize_t>(order.size()), order.data());
+        if (start == 0 && count < 0) {
+          const std::vector<int64_t> order = sampler.EpochOrder(epoch);
+          return py::array_t<int64_t>(static_cast<py::ssize_t>(order.size()), order.data());
+        }
+        // A slice, computed position by position: any part of any epoch without the rest.
+        const int64_t size = sampler.shard_size();
+        if (start < 0 || start > size) {
+          throw Error(ErrorCode::kInvalidArgument,
+                      fmt::format("start {} is outside this rank's {} samples", start, size));
+        }
+        const int64_t n = count < 0 ? size - start : std::min(count, size - start);
+        py::array_t<int64_t> out(static_cast<py::ssize_t>(n));
+        int64_t* data = out.mutable_data();
+        for (int64_t i = 0; i < n; ++i) data[i] = sampler.SampleAt(epoch, start + i);
+        return out;
       },
       py::arg("num_samples"), py::arg("batch_size"), py::arg("epoch"), py::arg("seed") = 0,
       py::arg("shuffle") = true, py::arg("drop_last") = false, py::arg("rank") = 0,
-      py::arg("world_size") = 1,
-      "This rank's samples of `epoch` in delivery order, as the C++ sampler plans them.");
+      py::arg("world_size") = 1, py::arg("start") = 0, py::arg("count") = -1,
+      "This rank's samples of `epoch` in delivery order, as the C++ sampler plans them: all of "
+      "them, or `count` from position `start` (-1: to the end).");
 }
 
 }  // namespace

@@ -140,13 +140,17 @@ double MeasureSameWork(const Source& source, const Sampler& sampler, int epochs,
     return plan.batch_starts.empty() ? batches : static_cast<int64_t>(plan.batch_starts.size()) - 1;
   };
   // The loader's own plans (group packing included when the loader packs groups), made
-  // before the clock starts; buffers hold the largest batch among them.
+  // before the clock starts; buffers hold the largest batch among them. As in the loader,
+  // each batch's samples are computed by the thread that reads it.
   std::vector<EpochPlan> plans;
   size_t batch_rows = 1;
+  int64_t samples_planned = 0;
   for (int e = 0; e < epochs; ++e) {
     plans.push_back(sampler.Plan(e));
     for (int64_t b = 0; b < BatchesIn(plans.back()); ++b) {
-      batch_rows = std::max(batch_rows, sampler.BatchOf(plans.back(), b).size());
+      const int64_t rows = sampler.BatchRows(plans.back(), b);
+      batch_rows = std::max(batch_rows, static_cast<size_t>(rows));
+      samples_planned += rows;
     }
   }
   // Batch buffers from the host device, as the loader's (the process-wide pool hands back
@@ -176,20 +180,18 @@ double MeasureSameWork(const Source& source, const Sampler& sampler, int epochs,
     set.state = source.NewWorkerState();
   }
   ThreadPool pool(threads);
-  int64_t samples = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int e = 0; e < epochs; ++e) {
     const EpochPlan& plan = plans[static_cast<size_t>(e)];
-    samples += static_cast<int64_t>(plan.order.size());
     pool.ParallelFor(BatchesIn(plan), [&](int64_t b, int thread) {
       Buffers& set = per_thread[static_cast<size_t>(thread)];
-      const std::span<const int64_t> rows = sampler.BatchOf(plan, b);
+      const std::vector<int64_t> rows = sampler.BatchOf(plan, b);
       set.view.rows = static_cast<int64_t>(rows.size());
       source.Read(rows, set.view, set.state.get());
     });
   }
   const double s = Seconds(std::chrono::steady_clock::now() - start);
-  return s > 0 ? static_cast<double>(samples) / s : 0;
+  return s > 0 ? static_cast<double>(samples_planned) / s : 0;
 }
 
 namespace {

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
+#include "core/format.h"
 #include "core/nvtx.h"
 #include "gpufeed/error.h"
 #include "pipeline/batch_parts.h"
@@ -52,11 +54,13 @@ BatchBuilder::BatchBuilder(std::shared_ptr<Source> source, std::shared_ptr<Devic
       device_(std::move(device)),
       transforms_(std::move(transforms)),
       seed_(seed),
+      batch_rows_(batch_size),
       layout_(source_->schema(), transforms_, batch_size),
       schema_(std::make_shared<const Schema>(layout_.output_schema())),
       resident_(ResidentRowsFor(*source_, device_, transforms_)) {}
 
 void BatchBuilder::Prepare(const Capacity& capacity) {
+  CheckBufferFitsInRam();
   // The pools' functions own the device: a pool outlives the loader while the consumer
   // keeps a batch, and its buffers must go back to the device that made them.
   std::shared_ptr<Device> device = device_;
@@ -88,6 +92,29 @@ void BatchBuilder::Prepare(const Capacity& capacity) {
   if (staging_pool_) staging_pool_->Reserve(capacity.reserve_staging);
   worker_states_.resize(static_cast<size_t>(capacity.workers));
   for (auto& state : worker_states_) state = source_->NewWorkerState();
+}
+
+// Host batch buffers (and pinned staging buffers, as large) live in RAM, with the batch's
+// sample indices: a batch larger than the machine's RAM can never be had, and on an
+// overcommitting kernel its allocation would succeed and then be killed while its pages are
+// touched. Say so, with the sizes, instead.
+void BatchBuilder::CheckBufferFitsInRam() const {
+  const uint64_t ram = HostDevice()->MemoryInfo().total_bytes;
+  const uint64_t rows = static_cast<uint64_t>(batch_rows_);
+  const uint64_t index_bytes = rows * sizeof(int64_t);  // rows <= the source's sample count
+  // Batches gathered on the device hold only their indices in RAM.
+  const uint64_t buffer = resident_ != nullptr ? 0 : layout_.buffer_bytes();
+  const uint64_t bytes = buffer > UINT64_MAX - index_bytes ? UINT64_MAX : buffer + index_bytes;
+  if (ram == 0 || bytes <= ram) return;
+  const uint64_t per_row = (resident_ != nullptr ? 0 : layout_.row_bytes()) + sizeof(int64_t);
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("a batch of {} samples needs {} ({} bytes) of RAM: {} per sample for its "
+                          "fields and 8 B for its index, more than this machine's {}. Lower "
+                          "batch_size: about {} samples fit, and the loader keeps several "
+                          "batches in flight",
+                          rows, FormatBytes(static_cast<double>(bytes)), bytes,
+                          FormatBytes(static_cast<double>(per_row - sizeof(int64_t))),
+                          FormatBytes(static_cast<double>(ram)), ram / per_row));
 }
 
 BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int64_t> indices,

@@ -61,7 +61,9 @@ class BatchBuilder {
   BatchBuilder(const BatchBuilder&) = delete;
   BatchBuilder& operator=(const BatchBuilder&) = delete;
 
-  // Makes the pools, the copy stream and the worker states. Throws what allocation throws.
+  // Makes the pools, the copy stream and the worker states. Throws Error(kInvalidArgument)
+  // when one batch buffer would not fit in the machine's RAM (before allocating anything), and
+  // what allocation throws.
   void Prepare(const Capacity& capacity);
 
   // Builds batch `batch` of `epoch` from samples `indices` on worker `worker`. Returns a
@@ -91,6 +93,7 @@ class BatchBuilder {
   int buffers_free() const;       // batch buffers neither built into nor held by the consumer
 
  private:
+  void CheckBufferFitsInRam() const;
   void ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker);
   void CopyToDevice(BuiltBatch& built, BufferPool::Handle staging,
                     const std::function<bool()>& stopping);
@@ -107,6 +110,7 @@ class BatchBuilder {
   const std::shared_ptr<Device> device_;
   const std::vector<std::shared_ptr<Transform>> transforms_;
   const uint64_t seed_;
+  const int64_t batch_rows_;  // rows a batch buffer holds
   const BatchLayout layout_;
   const std::shared_ptr<const Schema> schema_;
   // The source's rows in device_'s memory (the device cache tier): batches are gathered

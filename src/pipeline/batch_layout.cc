@@ -22,8 +22,10 @@ BatchLayout::BatchLayout(const Schema& source_schema,
   size_t offset = 0;
   for (size_t f = 0; f < fields; ++f) {
     size_t row_bytes = 0;
-    for (const auto& stage : stages_) row_bytes = std::max(row_bytes, stage.fields[f].SampleBytes());
+    for (const auto& stage : stages_)
+      row_bytes = std::max(row_bytes, stage.fields[f].SampleBytes());
     offsets_.push_back(offset);
+    row_bytes_ += row_bytes;
     // Checked: a batch size times a sample size from a file must not wrap to a small buffer.
     const std::string what = "the batch buffer for field '" + stages_.back().fields[f].name + "'";
     const uint64_t bytes =

@@ -30,6 +30,8 @@ class BatchLayout {
   // The schema the i-th transform receives.
   const Schema& stage_schema(size_t i) const { return stages_[i]; }
   size_t buffer_bytes() const { return buffer_bytes_; }
+  // Bytes a sample takes in the buffer, over all fields (each at its widest along the chain).
+  size_t row_bytes() const { return row_bytes_; }
   // Field pointers into the buffer at `base` for a batch of `rows`.
   BatchView View(std::byte* base, int64_t rows) const;
   // The bytes a device copy must move for a batch of `rows` (output layout).
@@ -39,6 +41,7 @@ class BatchLayout {
   std::vector<Schema> stages_;  // source schema, then after each transform
   std::vector<size_t> offsets_;
   size_t buffer_bytes_ = 0;
+  size_t row_bytes_ = 0;
 };
 
 }  // namespace gpufeed

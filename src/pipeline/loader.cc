@@ -42,7 +42,8 @@ int64_t NowNs() {
       .count();
 }
 
-// The sample order of the epochs in use, made once per epoch and shared by the workers.
+// The plans of the epochs in use, made once per epoch and shared by the workers. A plain plan
+// is a few bytes (workers compute each batch's samples); a packed plan holds the packing.
 // Thread-safety: thread-safe.
 class EpochOrders {
  public:

@@ -5,13 +5,16 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
-#include <numeric>
+#include <limits>
+#include <new>
 #include <string_view>
 
+#include "core/format.h"
 #include "core/text.h"
+#include "gpufeed/device.h"
 #include "gpufeed/error.h"
 #include "pipeline/group_packer.h"
-#include "pipeline/random.h"
+#include "pipeline/sampler_permutation.h"
 
 namespace gpufeed {
 namespace {
@@ -45,9 +48,8 @@ Sampler::Sampler(int64_t num_samples, SamplerOptions options)
                 fmt::format("world_size must be positive, got {}", options_.world_size));
   }
   if (options_.rank < 0 || options_.rank >= options_.world_size) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("rank {} is outside [0, world_size={})", options_.rank,
-                            options_.world_size));
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("rank {} is outside [0, world_size={})",
+                                                         options_.rank, options_.world_size));
   }
   if (options_.shuffle_block < 0) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -81,6 +83,11 @@ Sampler::Sampler(int64_t num_samples, SamplerOptions options)
     return;
   }
   const int64_t world = options_.world_size;
+  if (num_samples > std::numeric_limits<int64_t>::max() - world) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} samples over {} ranks is past what a 64-bit position can count",
+                            num_samples, world));
+  }
   // Positions dealt: cut down (drop_last) or padded up (pad) to a multiple of world_size.
   int64_t used = num_samples;
   if (options_.drop_last) {
@@ -95,66 +102,100 @@ Sampler::Sampler(int64_t num_samples, SamplerOptions options)
   if (options_.drop_last) shard_size_ = batches_per_epoch_ * b;
 }
 
-std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
-  if (packer_) return packer_->Plan(epoch).order;
-  std::vector<int64_t> all(static_cast<size_t>(num_samples_));
-  std::iota(all.begin(), all.end(), int64_t{0});
-  if (options_.shuffle) {
-    Pcg32 rng(MixSeed(options_.seed, static_cast<uint64_t>(epoch)));
-    const int64_t block = options_.shuffle_block;
-    if (block <= 1) {
-      Shuffle(all.data(), num_samples_, rng);
-    } else {
-      const int64_t blocks = (num_samples_ + block - 1) / block;
-      std::vector<int64_t> block_order(static_cast<size_t>(blocks));
-      std::iota(block_order.begin(), block_order.end(), int64_t{0});
-      Shuffle(block_order.data(), blocks, rng);
-      size_t pos = 0;
-      for (int64_t blk : block_order) {
-        const int64_t begin = blk * block;
-        const int64_t end = std::min(num_samples_, begin + block);
-        for (int64_t s = begin; s < end; ++s) all[pos++] = s;
-      }
-      // Mix samples within windows of shuffle_window blocks' worth of positions.
-      const int64_t window = block * options_.shuffle_window;
-      for (int64_t start = 0; start < num_samples_; start += window) {
-        Shuffle(all.data() + start, std::min(window, num_samples_ - start), rng);
-      }
-    }
-  }
-  const int64_t world = options_.world_size;
-  std::vector<int64_t> shard;
-  shard.reserve(static_cast<size_t>(shard_size_));
-  for (int64_t pos = options_.rank; static_cast<int64_t>(shard.size()) < shard_size_;
-       pos += world) {
-    // Positions past the end are the padding: the epoch's order again from its start.
-    shard.push_back(all[static_cast<size_t>(pos % num_samples_)]);
-  }
-  return shard;
+EpochShuffle Sampler::ShuffleOf(int64_t epoch) const {
+  return EpochShuffle(num_samples_,
+                      EpochShuffle::Options{.shuffle = options_.shuffle,
+                                            .seed = options_.seed,
+                                            .block = options_.shuffle_block,
+                                            .window = options_.shuffle_window},
+                      epoch);
 }
 
-std::span<const int64_t> Sampler::BatchOf(const std::vector<int64_t>& order,
-                                          int64_t batch) const {
-  GPUFEED_ASSERT(batch >= 0 && batch < batches_per_epoch_, "batch outside the epoch");
-  GPUFEED_ASSERT(!packer_, "packed batches vary in size: use BatchOf(EpochPlan)");
-  const int64_t begin = batch * options_.batch_size;
-  const int64_t end = std::min<int64_t>(begin + options_.batch_size,
-                                        static_cast<int64_t>(order.size()));
-  return std::span<const int64_t>(order.data() + begin, static_cast<size_t>(end - begin));
+// Rank r's i-th sample is position r + i * world of the epoch's order; positions past its end
+// are the padding: the order again from its start.
+int64_t Sampler::SampleAt(const EpochShuffle& shuffle, int64_t i, ShuffleWindowCache& cache) const {
+  const int64_t position = options_.rank + i * options_.world_size;
+  return shuffle.At(position < num_samples_ ? position : position % num_samples_, cache);
+}
+
+int64_t Sampler::SampleAt(int64_t epoch, int64_t i) const {
+  GPUFEED_ASSERT(!packer_, "packed groups are planned per epoch: use Plan");
+  GPUFEED_ASSERT(i >= 0 && i < shard_size_, "position outside the shard");
+  ShuffleWindowCache cache;
+  return SampleAt(ShuffleOf(epoch), i, cache);
+}
+
+std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
+  const uint64_t ram = HostDevice()->MemoryInfo().total_bytes;
+  const uint64_t bytes = static_cast<uint64_t>(shard_size_) * sizeof(int64_t);
+  if (ram > 0 && bytes > ram) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("the whole order of an epoch of {} samples takes {}, more than this "
+                            "machine's {} of RAM: take it batch by batch (Plan and BatchOf)",
+                            shard_size_, FormatBytes(static_cast<double>(bytes)),
+                            FormatBytes(static_cast<double>(ram))));
+  }
+  if (packer_) return packer_->Plan(epoch).order;
+  const EpochShuffle shuffle = ShuffleOf(epoch);
+  std::vector<int64_t> order;
+  try {
+    order.resize(static_cast<size_t>(shard_size_));
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("out of memory allocating the whole order of an epoch ({} samples, "
+                            "{}): take it batch by batch (Plan and BatchOf)",
+                            shard_size_, FormatBytes(static_cast<double>(bytes))));
+  }
+  ShuffleWindowCache cache;
+  for (int64_t i = 0; i < shard_size_; ++i) {
+    order[static_cast<size_t>(i)] = SampleAt(shuffle, i, cache);
+  }
+  return order;
 }
 
 EpochPlan Sampler::Plan(int64_t epoch) const {
-  if (packer_) return packer_->Plan(epoch);
-  return EpochPlan{EpochOrder(epoch)};
+  if (packer_) {
+    EpochPlan plan = packer_->Plan(epoch);
+    plan.epoch = epoch;
+    return plan;
+  }
+  return EpochPlan{.epoch = epoch};
 }
 
-std::span<const int64_t> Sampler::BatchOf(const EpochPlan& plan, int64_t batch) const {
-  if (plan.batch_starts.empty()) return BatchOf(plan.order, batch);
+int64_t Sampler::BatchRows(const EpochPlan& plan, int64_t batch) const {
   GPUFEED_ASSERT(batch >= 0 && batch < batches_per_epoch_, "batch outside the epoch");
-  const auto b = static_cast<size_t>(batch);
-  return std::span<const int64_t>(
-      plan.order.data() + plan.batch_starts[b],
-      static_cast<size_t>(plan.batch_starts[b + 1] - plan.batch_starts[b]));
+  if (!plan.batch_starts.empty()) {
+    const auto b = static_cast<size_t>(batch);
+    return plan.batch_starts[b + 1] - plan.batch_starts[b];
+  }
+  GPUFEED_ASSERT(!packer_, "a packed batch needs its packed plan");
+  const int64_t begin = batch * options_.batch_size;
+  return std::min(options_.batch_size, shard_size_ - begin);
+}
+
+std::vector<int64_t> Sampler::BatchOf(const EpochPlan& plan, int64_t batch) const {
+  const int64_t rows = BatchRows(plan, batch);
+  std::vector<int64_t> out;
+  try {
+    out.resize(static_cast<size_t>(rows));
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("out of memory allocating the sample indices of batch {} ({} samples, "
+                            "{}): lower batch_size",
+                            batch, rows, FormatBytes(static_cast<double>(rows) * 8)));
+  }
+  if (!plan.batch_starts.empty()) {
+    const int64_t* begin = plan.order.data() + plan.batch_starts[static_cast<size_t>(batch)];
+    std::copy(begin, begin + rows, out.begin());
+    return out;
+  }
+  const EpochShuffle shuffle = ShuffleOf(plan.epoch);
+  const int64_t first = batch * options_.batch_size;
+  ShuffleWindowCache cache;
+  for (int64_t k = 0; k < rows; ++k) {
+    out[static_cast<size_t>(k)] = SampleAt(shuffle, first + k, cache);
+  }
+  return out;
 }
 
 std::span<const BatchGroup> Sampler::GroupsOf(const EpochPlan& plan, int64_t batch) const {

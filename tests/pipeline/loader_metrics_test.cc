@@ -45,7 +45,8 @@ TEST(LoaderMetrics, ADeliveredBatchIsKeptOnceItsStepEnds) {
   const int64_t called = ready + 1000;
   m.BeginNext(called);
   EXPECT_EQ(m.FinishPending(called, false), std::nullopt);  // nothing delivered yet
-  m.Delivered(Built(4, 8), BatchStamps{}, called, ready, /*gpu_step=*/7, /*bytes=*/96, /*workers=*/2,
+  m.Delivered(Built(4, 8), BatchStamps{}, called, ready, /*gpu_step=*/7, /*bytes=*/96,
+              /*workers=*/2,
               /*prefetch=*/5);
   LoaderStats s = m.Stats();
   EXPECT_EQ(s.batches, 1);

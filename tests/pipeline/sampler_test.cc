@@ -1,5 +1,6 @@
 #include "gpufeed/sampler.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -29,22 +30,32 @@ TEST(Sampler, SameSeedAndEpochGiveTheSameOrderAnywhere) {
   EXPECT_EQ(s.EpochOrder(3), s.EpochOrder(3));
   EXPECT_NE(s.EpochOrder(3), s.EpochOrder(4));
   EXPECT_NE(Sampler(10, Opts(4, 43)).EpochOrder(3), s.EpochOrder(3));
-  // Pinned: the shuffle uses gpufeed's own PRNG, so this order holds on every machine and
-  // standard library. A change here breaks every user's resumable runs.
-  EXPECT_EQ(Sampler(8, Opts(4, 0)).EpochOrder(0),
-            (std::vector<int64_t>{5, 0, 3, 6, 1, 7, 2, 4}));
+  // Pinned: the order is gpufeed's own keyed permutation (splitmix64 rounds), so it holds on
+  // every machine and standard library. A change here breaks every user's resumable runs.
+  EXPECT_EQ(Sampler(8, Opts(4, 0)).EpochOrder(0), (std::vector<int64_t>{6, 1, 7, 3, 0, 4, 2, 5}));
+  const Sampler huge(int64_t{4'000'000'000}, Opts(4, 0));
+  EXPECT_EQ((std::vector<int64_t>{huge.SampleAt(0, 0), huge.SampleAt(0, 1), huge.SampleAt(0, 2)}),
+            (std::vector<int64_t>{613145215, 786494128, 697699514}));
+  SamplerOptions blocked = Opts(4, 0);
+  blocked.shuffle_block = 64;
+  const std::vector<int64_t> blocked_order = Sampler(1000, blocked).EpochOrder(0);
+  EXPECT_EQ(std::vector<int64_t>(blocked_order.begin(), blocked_order.begin() + 4),
+            (std::vector<int64_t>{66, 600, 890, 870}));
 }
 
 TEST(Sampler, EverySampleOnceAndBatchesCoverTheEpoch) {
   Sampler s(103, Opts(10, 7));
-  auto order = s.EpochOrder(0);
+  const auto order = s.EpochOrder(0);
+  const EpochPlan plan = s.Plan(0);
   EXPECT_EQ(s.batches_per_epoch(), 11);
   std::vector<int64_t> seen;
   for (int64_t b = 0; b < s.batches_per_epoch(); ++b) {
-    auto batch = s.BatchOf(order, b);
+    auto batch = s.BatchOf(plan, b);
     EXPECT_EQ(batch.size(), b < 10 ? 10u : 3u);
+    EXPECT_EQ(s.BatchRows(plan, b), static_cast<int64_t>(batch.size()));
     seen.insert(seen.end(), batch.begin(), batch.end());
   }
+  EXPECT_EQ(seen, order) << "batches are the epoch's order, cut batch_size apart";
   std::sort(seen.begin(), seen.end());
   std::vector<int64_t> expected(103);
   std::iota(expected.begin(), expected.end(), 0);
@@ -123,8 +134,7 @@ TEST(Sampler, ShardsArePaddedToEqualLengthFromTheStartOfTheOrder) {
         << c.samples << " samples over " << c.world << " ranks";
     EXPECT_EQ(batches, std::vector<int64_t>(static_cast<size_t>(c.world),
                                             (per_rank + c.batch - 1) / c.batch));
-    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(),
-              static_cast<size_t>(c.samples))
+    EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), static_cast<size_t>(c.samples))
         << "every sample is in some shard";
   }
 }
@@ -176,10 +186,11 @@ TEST(Sampler, BlockShuffleKeepsEverySampleAndTouchesFewerBlocks) {
     std::vector<int64_t> sorted = order;
     std::sort(sorted.begin(), sorted.end());
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(sorted[static_cast<size_t>(i)], i);
+    const EpochPlan plan = s.Plan(0);
     double total = 0;
     for (int64_t b = 0; b < s.batches_per_epoch(); ++b) {
       std::set<int64_t> blocks;
-      for (int64_t i : s.BatchOf(order, b)) blocks.insert(i / block);
+      for (int64_t i : s.BatchOf(plan, b)) blocks.insert(i / block);
       total += static_cast<double>(blocks.size());
     }
     return total / static_cast<double>(s.batches_per_epoch());
@@ -188,6 +199,102 @@ TEST(Sampler, BlockShuffleKeepsEverySampleAndTouchesFewerBlocks) {
   const double block_blocks = blocks_per_batch(blocked);
   EXPECT_GT(full_blocks, 50.0);  // a full shuffle touches nearly every block
   EXPECT_LE(block_blocks, 8.0);  // batch/block = 4, plus window spill
+}
+
+// DistributedSampler's rule over many shapes: every rank runs the same number of batches,
+// the ranks together cover every sample, and only the padding (at most world - 1 samples from
+// the start of the order) repeats; with pad = false, every sample exactly once.
+TEST(Sampler, ShardsCoverEverySampleForManyShapes) {
+  for (const int64_t n : {1, 2, 3, 5, 7, 31, 64, 65, 127, 128, 129, 1000}) {
+    for (const int world : {1, 2, 3, 4, 8}) {
+      for (const bool pad : {true, false}) {
+        for (const bool shuffle : {true, false}) {
+          std::vector<int64_t> seen;
+          std::set<int64_t> batches;
+          for (int rank = 0; rank < world; ++rank) {
+            SamplerOptions o = Opts(4, 11);
+            o.rank = rank;
+            o.world_size = world;
+            o.pad = pad;
+            o.shuffle = shuffle;
+            const Sampler s(n, o);
+            const EpochPlan plan = s.Plan(3);
+            for (int64_t b = 0; b < s.batches_per_epoch(); ++b) {
+              const auto rows = s.BatchOf(plan, b);
+              seen.insert(seen.end(), rows.begin(), rows.end());
+            }
+            batches.insert(s.batches_per_epoch());
+          }
+          const std::string shape =
+              fmt::format("n={} world={} pad={} shuffle={}", n, world, pad, shuffle);
+          const std::set<int64_t> unique(seen.begin(), seen.end());
+          EXPECT_EQ(unique.size(), static_cast<size_t>(n)) << shape;
+          EXPECT_EQ(*unique.begin(), 0) << shape;
+          EXPECT_EQ(*unique.rbegin(), n - 1) << shape;
+          if (pad) {
+            EXPECT_EQ(batches.size(), 1u) << "ranks run unequal batch counts: " << shape;
+            EXPECT_EQ(static_cast<int64_t>(seen.size()), (n + world - 1) / world * world) << shape;
+          } else {
+            EXPECT_EQ(static_cast<int64_t>(seen.size()), n) << shape;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Sampler, AnyBatchIsPlannedAloneAsInTheWholeEpoch) {
+  // A resumed run plans batch b on its own: it must be the same rows as in the whole order.
+  for (const int64_t block : {int64_t{0}, int64_t{8}}) {
+    SamplerOptions o = Opts(7, 99);
+    o.rank = 1;
+    o.world_size = 3;
+    o.shuffle_block = block;
+    const Sampler s(200, o);
+    const std::vector<int64_t> order = s.EpochOrder(4);
+    ASSERT_EQ(static_cast<int64_t>(order.size()), s.shard_size());
+    for (int64_t b = s.batches_per_epoch() - 1; b >= 0; --b) {
+      const Sampler fresh(200, o);  // nothing carried over from earlier batches
+      const auto rows = fresh.BatchOf(fresh.Plan(4), b);
+      const auto begin = order.begin() + b * 7;
+      EXPECT_EQ(rows, std::vector<int64_t>(begin, begin + static_cast<int64_t>(rows.size())))
+          << "batch " << b;
+      for (size_t k = 0; k < rows.size(); ++k) {
+        EXPECT_EQ(fresh.SampleAt(4, b * 7 + static_cast<int64_t>(k)), rows[k]);
+      }
+    }
+  }
+}
+
+TEST(Sampler, SeedsAndEpochsChooseTheOrderForManyCounts) {
+  for (const int64_t n : {3, 5, 16, 17, 100, 4096}) {
+    const Sampler a(n, Opts(4, 1));
+    EXPECT_EQ(a.EpochOrder(0), Sampler(n, Opts(4, 1)).EpochOrder(0)) << n;
+    EXPECT_NE(a.EpochOrder(0), Sampler(n, Opts(4, 2)).EpochOrder(0)) << n;
+    // A count this small has few orders: some epoch among the next few must differ.
+    bool differs = false;
+    for (int64_t e = 1; e < 8 && !differs; ++e) differs = a.EpochOrder(0) != a.EpochOrder(e);
+    EXPECT_TRUE(differs) << n;
+  }
+}
+
+TEST(Sampler, HugeCountsArePlannedWithoutMemoryPerSample) {
+  const int64_t n = int64_t{4'000'000'000};
+  SamplerOptions o = Opts(1024, 5);
+  o.world_size = 3;
+  o.rank = 2;
+  const Sampler s(n, o);
+  EXPECT_EQ(s.shard_size(), (n + 2) / 3);
+  const EpochPlan plan = s.Plan(7);
+  for (const int64_t b : {int64_t{0}, s.batches_per_epoch() / 2, s.batches_per_epoch() - 1}) {
+    const auto rows = s.BatchOf(plan, b);
+    EXPECT_EQ(static_cast<int64_t>(rows.size()), s.BatchRows(plan, b));
+    for (int64_t r : rows) {
+      ASSERT_GE(r, 0);
+      ASSERT_LT(r, n);
+    }
+    EXPECT_EQ(std::set<int64_t>(rows.begin(), rows.end()).size(), rows.size());
+  }
 }
 
 }  // namespace

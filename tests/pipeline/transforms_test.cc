@@ -25,7 +25,9 @@ struct Batch {
       view.fields.push_back(storage.back().data());
     }
   }
-  float* f32(int field) { return reinterpret_cast<float*>(view.fields[static_cast<size_t>(field)]); }
+  float* f32(int field) {
+    return reinterpret_cast<float*>(view.fields[static_cast<size_t>(field)]);
+  }
 };
 
 TEST(Transforms, CastToFloat16AndBFloat16InPlace) {
