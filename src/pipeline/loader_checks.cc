@@ -162,14 +162,55 @@ const Source& CheckSource(const std::shared_ptr<Source>& source) {
   return *source;
 }
 
-// The shuffle mode as LoaderState records it.
+// The shuffle mode as LoaderState records it. "keyed-": the order is the keyed permutation
+// computed per position (sampler_permutation.h); states that say "full" or "block:..." were
+// saved over the earlier, materialised order.
 std::string ShuffleMode(const Sampler& sampler) {
   const SamplerOptions& o = sampler.options();
   if (o.groups) return fmt::format("packed:{}:{}", o.shuffle ? "shuffle" : "none", o.pack_window);
   if (!o.shuffle) return "none";
-  if (o.shuffle_block == 0) return "full";
-  return fmt::format("block:{}:{}", o.shuffle_block, o.shuffle_window);
+  if (o.shuffle_block == 0) return "keyed-full";
+  return fmt::format("keyed-block:{}:{}", o.shuffle_block, o.shuffle_window);
 }
+
+namespace {
+
+// A state saved mid-epoch over the earlier shuffled order cannot resume in the keyed order:
+// the rest of its epoch would repeat some samples and skip others. At an epoch's start no
+// sample of the epoch has been seen, so the new order serves it exactly. States saved before
+// the shuffle was recorded at all are taken as saved over the earlier order.
+void CheckShuffle(const LoaderState& state, const Sampler& sampler) {
+  const SamplerOptions& o = sampler.options();
+  const std::string now = ShuffleMode(sampler);
+  const std::string saved = state.shuffle.value_or("");
+  const bool earlier_order = saved == "full" || saved.rfind("block:", 0) == 0 ||
+                             (saved.empty() && o.shuffle && !o.groups);
+  if (!earlier_order) {
+    if (!saved.empty() && saved != now) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("cannot restore loader state: it was saved with shuffle {}, this "
+                              "loader has {}",
+                              saved, now));
+    }
+    return;
+  }
+  if (!saved.empty() && fmt::format("keyed-{}", saved) != now) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("cannot restore loader state: it was saved with shuffle {}, this "
+                            "loader has {}",
+                            saved, now));
+  }
+  if (state.batch != 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("cannot restore loader state: it was saved at batch {} of epoch {} "
+                            "by an earlier gpufeed, whose shuffled order differs from this one's; "
+                            "resuming there would repeat some samples and skip others. Resume "
+                            "from the start of an epoch (batch 0) instead",
+                            state.batch, state.epoch));
+  }
+}
+
+}  // namespace
 
 std::optional<std::string> DataFingerprint(const Source& source) {
   const int64_t n = source.size();
@@ -239,9 +280,7 @@ void CheckRestorable(const LoaderState& state, const LoaderOptions& options, con
                               *state.data, *here, source.Describe()));
     }
   }
-  if (state.shuffle && *state.shuffle != ShuffleMode(sampler)) {
-    throw mismatch("shuffle", *state.shuffle, ShuffleMode(sampler));
-  }
+  CheckShuffle(state, sampler);
   if (state.drop_last && *state.drop_last != sampler.options().drop_last) {
     throw mismatch("drop_last", *state.drop_last, sampler.options().drop_last);
   }

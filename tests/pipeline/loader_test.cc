@@ -102,6 +102,34 @@ TEST(Loader, ResumeMidEpochYieldsExactlyTheRemainingBatches) {
   EXPECT_THROW(LoaderState::FromJson("{\"epoch\": 1}"), Error);
 }
 
+// A state saved over the earlier, materialised shuffled order ("shuffle": "full") resumes at
+// an epoch's start, never mid-epoch, where the keyed order would repeat and skip samples.
+TEST(Loader, AStateOfTheEarlierShuffledOrderResumesOnlyAtAnEpochsStart) {
+  Data data(300);
+  Loader first(data.Open(), Opts(16));
+  for (int i = 0; i < 7; ++i) first.Next();
+  LoaderState state = first.State();
+  EXPECT_EQ(state.shuffle, "keyed-full");
+  state.shuffle = "full";
+  Loader resumed(data.Open(), Opts(16));
+  try {
+    resumed.Restore(state);
+    FAIL() << "a mid-epoch state of the earlier order was restored";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("by an earlier gpufeed"));
+    EXPECT_THAT(e.what(), HasSubstr("batch 7 of epoch 0"));
+  }
+  state.shuffle.reset();  // states older still recorded no shuffle at all
+  EXPECT_THROW(resumed.Restore(state), Error);
+  state.shuffle = "full";
+  state.batch = 0;
+  state.epoch = 2;
+  resumed.Restore(state);
+  EXPECT_EQ(resumed.Next()->epoch(), 2);
+  state.shuffle = "block:64:4";
+  EXPECT_THROW(resumed.Restore(state), Error);  // another mode altogether
+}
+
 TEST(Loader, WorkerErrorIsRaisedByNextWithTheSampleAndFile) {
   Data data(200);
   auto source = std::make_shared<TestSource>(data.Open(), /*fail_at=*/123);
