@@ -3,7 +3,7 @@ the package.
 
 Each ```python fenced block is one test. It runs in a fresh namespace, in a folder holding
 small data sets under the names the examples use (train.h5, a.h5/b.h5, compressed.h5,
-eval.h5, the NumPy folder train/, train.db, images/train and images/val; see
+eval.h5, the NumPy folder train/, train.db, tabular.db, images/train and images/val; see
 `_make_fixture_data`), with stand-ins for what an example leaves to the reader: `model`,
 `epochs`, `mean`, `std`. Examples say device="auto", which is the CPU on a machine without a
 GPU, and stay small enough to run in seconds.
@@ -123,6 +123,15 @@ def _make_fixture_data(folder):
     db.executemany("INSERT INTO samples VALUES (?, ?, ?)",
                    [(i, rng.standard_normal((7, 5), dtype=np.float32).tobytes(), i % 10)
                     for i in range(200)])
+    db.commit()
+    db.close()
+
+    # tabular.db: an id key and 35 REAL feature columns, as a feature table is stored.
+    db = sqlite3.connect(os.path.join(folder, "tabular.db"))
+    columns = ", ".join(f"f{i} REAL" for i in range(35))
+    db.execute(f"CREATE TABLE samples (id INTEGER PRIMARY KEY, {columns}, label INTEGER)")
+    db.executemany(f"INSERT INTO samples VALUES ({', '.join('?' * 37)})",
+                   [(i, *rng.standard_normal(35).tolist(), i % 10) for i in range(300)])
     db.commit()
     db.close()
 
