@@ -10,7 +10,7 @@
 #include <memory>
 
 #include "core/buffer_pool.h"
-#include "gpufeed/loader.h"
+#include "gpufeed/batch.h"
 #include "pipeline/gpu_busy_tracker.h"
 
 namespace gpufeed {
