@@ -21,7 +21,7 @@
 #include <span>
 #include <vector>
 
-#include "core/buffer_pool.h"
+#include "device/buffer_pool.h"
 #include "core/thread_annotations.h"
 #include "gpufeed/batch.h"
 #include "gpufeed/loader_stats.h"

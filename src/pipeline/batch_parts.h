@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/buffer_pool.h"
+#include "device/buffer_pool.h"
 #include "gpufeed/batch.h"
 #include "pipeline/gpu_busy_tracker.h"
 

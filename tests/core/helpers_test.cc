@@ -1,5 +1,5 @@
 // The small shared helpers of core: number parsing, trimming and splitting, byte formatting,
-// the log sink, tenths progress, the row gather, splitmix64 and the cache tier names.
+// the log sink, tenths progress, the row gather and splitmix64.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,7 +17,6 @@
 #include "core/system_memory.h"
 #include "core/text.h"
 #include "gpufeed/error.h"
-#include "gpufeed/source.h"
 
 namespace gpufeed {
 namespace {
@@ -117,21 +116,6 @@ TEST(SplitMixTest, MatchesTheReferenceSequence) {
 TEST(RamBudgetTest, HalfOfWhatIsAvailable) {
   EXPECT_EQ(RamBudgetBytes(10'000'000'000), 5'000'000'000u);
   EXPECT_EQ(RamBudgetBytes(0), 0u);
-}
-
-TEST(CacheTierTest, NamesRoundTripAndUnknownNamesListTheChoices) {
-  for (const CacheTier tier :
-       {CacheTier::kAuto, CacheTier::kNone, CacheTier::kRam, CacheTier::kShm, CacheTier::kDevice}) {
-    EXPECT_EQ(ParseCacheTier(CacheTierName(tier)), tier);
-  }
-  try {
-    ParseCacheTier("disk");
-    FAIL() << "'disk' is no tier";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(),
-                ::testing::HasSubstr("'disk' is not one of auto, none, ram, shm, device"));
-  }
 }
 
 }  // namespace
