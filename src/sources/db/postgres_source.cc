@@ -16,9 +16,9 @@
 #include "core/thread_pool.h"
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
-#include "sources/db/table.h"
 #include "sources/db/postgres_connection.h"
 #include "sources/db/postgres_copy.h"
+#include "sources/db/table.h"
 
 namespace gpufeed {
 namespace {
@@ -83,6 +83,48 @@ std::map<uint32_t, std::string> TypeNames(PgConnection& conn, const std::set<uin
   return names;
 }
 
+// Checks each declared field (DatabaseOptions::fields) against the column of its name (type,
+// shape) and gives array columns their declared shape. `where` names the database.
+void ApplyDeclaredFields(const DatabaseOptions& options, const std::string& where,
+                         std::vector<PgColumn>& columns) {
+  for (const FieldSpec& declared : options.fields) {
+    auto it = std::find_if(columns.begin(), columns.end(),
+                           [&](const PgColumn& c) { return c.name == declared.name; });
+    if (it == columns.end()) {
+      std::string all;
+      for (const auto& c : columns) all += (all.empty() ? "" : ", ") + c.name;
+      throw Error(ErrorCode::kNotFound,
+                  fmt::format("{}: declared field '{}' is not a column of the query (columns: {})",
+                              where, declared.name, all));
+    }
+    if (declared.dtype != it->dtype) {
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: declared field {} but column '{}' is {} ({}); cast it in the "
+                      "query instead",
+                      where, declared.ToString(), it->name, it->type_name, DTypeName(it->dtype)));
+    }
+    if (!it->is_array && !declared.shape.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: declared field {} has a shape but column '{}' is a scalar {}",
+                              where, declared.ToString(), it->name, it->type_name));
+    }
+    bool positive = true;
+    for (int64_t d : declared.shape) positive = positive && d > 0;
+    std::string bad_shape = positive ? "" : "a dimension that is not positive";
+    try {
+      (void)declared.SampleBytes();
+    } catch (const Error& e) {
+      bad_shape = e.what();
+    }
+    if (!bad_shape.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: declared field {}: {}", where, declared.ToString(), bad_shape));
+    }
+    if (it->is_array) it->declared_shape = declared.shape;
+  }
+}
+
 std::vector<PgColumn> DescribeColumns(PgConnection& conn, const std::string& query,
                                       const DatabaseOptions& options) {
   const std::string sql = fmt::format("SELECT * FROM ({}) AS gpufeed_q", query);
@@ -128,44 +170,7 @@ std::vector<PgColumn> DescribeColumns(PgConnection& conn, const std::string& que
                 fmt::format("{}: {}: the query has no columns", conn.target().description,
                             ShortQuery(query)));
   }
-  for (const FieldSpec& declared : options.fields) {
-    auto it = std::find_if(columns.begin(), columns.end(),
-                           [&](const PgColumn& c) { return c.name == declared.name; });
-    if (it == columns.end()) {
-      std::string all;
-      for (const auto& c : columns) all += (all.empty() ? "" : ", ") + c.name;
-      throw Error(ErrorCode::kNotFound,
-                  fmt::format("{}: declared field '{}' is not a column of the query (columns: {})",
-                              conn.target().description, declared.name, all));
-    }
-    if (declared.dtype != it->dtype) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: declared field {} but column '{}' is {} ({}); cast it in the "
-                              "query instead",
-                              conn.target().description, declared.ToString(), it->name,
-                              it->type_name, DTypeName(it->dtype)));
-    }
-    if (!it->is_array && !declared.shape.empty()) {
-      throw Error(
-          ErrorCode::kInvalidArgument,
-          fmt::format("{}: declared field {} has a shape but column '{}' is a scalar {}",
-                      conn.target().description, declared.ToString(), it->name, it->type_name));
-    }
-    bool positive = true;
-    for (int64_t d : declared.shape) positive = positive && d > 0;
-    std::string bad_shape = positive ? "" : "a dimension that is not positive";
-    try {
-      (void)declared.SampleBytes();
-    } catch (const Error& e) {
-      bad_shape = e.what();
-    }
-    if (!bad_shape.empty()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: declared field {}: {}", conn.target().description,
-                              declared.ToString(), bad_shape));
-    }
-    if (it->is_array) it->declared_shape = declared.shape;
-  }
+  ApplyDeclaredFields(options, conn.target().description, columns);
   return columns;
 }
 
