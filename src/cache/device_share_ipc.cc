@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/fd_io.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {

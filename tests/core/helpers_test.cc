@@ -1,7 +1,8 @@
 // The small shared helpers of core: number parsing, trimming and splitting, byte formatting,
-// the log sink, tenths progress, the row gather and splitmix64.
+// the log sink, tenths progress, the row gather, splitmix64 and whole-buffer fd reads/writes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstddef>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/fd_io.h"
 #include "core/format.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -116,6 +118,20 @@ TEST(SplitMixTest, MatchesTheReferenceSequence) {
 TEST(RamBudgetTest, HalfOfWhatIsAvailable) {
   EXPECT_EQ(RamBudgetBytes(10'000'000'000), 5'000'000'000u);
   EXPECT_EQ(RamBudgetBytes(0), 0u);
+}
+
+TEST(FdIoTest, WriteAllThenReadAllRoundTripsAndAnEarlyEndIsFalse) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string text(1000, 'x');
+  ASSERT_TRUE(WriteAll(fds[1], text.data(), text.size()));
+  close(fds[1]);
+  std::string back(text.size(), '\0');
+  EXPECT_TRUE(ReadAll(fds[0], back.data(), back.size()));
+  EXPECT_EQ(back, text);
+  char more = 0;
+  EXPECT_FALSE(ReadAll(fds[0], &more, 1));  // the writer closed: end of file
+  close(fds[0]);
 }
 
 }  // namespace
