@@ -36,12 +36,13 @@
 #include <string>
 #include <vector>
 
+#include "gpufeed/cache.h"
 #include "gpufeed/device.h"
 
 namespace gpufeed {
 
 struct DeviceShareRequest {
-  std::string shm_dir = "/dev/shm";  // the root of the user's shm folder
+  std::string shm_dir = kShmRoot;  // the root of the user's shm folder
   std::optional<gid_t> group = std::nullopt;
   std::string key;                    // 16 hex digits: the uploaded rows' identity
   std::vector<uint64_t> array_bytes;  // per field
