@@ -60,7 +60,7 @@ struct ProcessSample {
 // The host at one instant. Rates are over the interval since the previous sample: the first
 // sample of a run has none.
 struct HostSample {
-  int cpu_count = 0;                            // online CPUs (sysconf)
+  int cpu_count = 0;                            // online CPUs
   std::optional<double> cpu_utilization_ratio;  // whole machine, from /proc/stat
   std::optional<uint64_t> memory_used_bytes;    // MemTotal - MemAvailable
   std::optional<uint64_t> memory_total_bytes;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/proc_text.h"
+#include "core/system_memory.h"
 #include "doctor/figures.h"
 #include "gpufeed/doctor.h"
 
@@ -213,7 +214,7 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
   }
   in.delivered_bytes = static_cast<uint64_t>(std::max<int64_t>(0, stats.bytes));
   const DeviceMemoryInfo ram = HostDevice()->MemoryInfo();
-  in.cpu_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  in.cpu_count = OnlineCpus();
   in.ram_available_bytes = ram.free_bytes;
   in.ram_total_bytes = ram.total_bytes;
   SetGpuEventFigures(in);
