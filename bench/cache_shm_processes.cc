@@ -53,7 +53,7 @@ std::string DemoPath() {
 struct ChildArgs {
   std::string path;
   std::string tier = "shm";
-  std::string shm_dir = "/dev/shm";
+  std::string shm_dir = gpufeed::kShmRoot;
   int64_t spawned_ns = 0;
   bool epoch = false;
   bool barrier = false;  // after the epoch: write to fd 3, wait for EOF on fd 4
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   CLI::App app("Shared-memory cache across processes: time to first batch and summed PSS");
   app.require_subcommand(1);
   std::string path = DemoPath();
-  std::string shm_dir = "/dev/shm";
+  std::string shm_dir = gpufeed::kShmRoot;
   int processes = 4;
   ChildArgs child;
   auto* fb = app.add_subcommand("first-batch", "Time to first batch: building vs warm vs none");

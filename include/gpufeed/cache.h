@@ -49,6 +49,10 @@
 
 namespace gpufeed {
 
+// The root of the shared-memory file system: where the shm caches and the device tier's
+// shared handles live (each user's or group's folder below it) unless told otherwise.
+inline constexpr const char kShmRoot[] = "/dev/shm";
+
 struct CacheOptions {
   // Default: none. Caching is asked for, never assumed: every tier spends RAM, /dev/shm or
   // GPU memory (and the shm tier leaves a file behind for other processes), which nobody
@@ -61,7 +65,7 @@ struct CacheOptions {
   // process's cgroup v2 where that is lower).
   uint64_t ram_budget_bytes = 0;
   uint64_t device_budget_bytes = 0;  // Default: 0 = 40% of the device's free memory
-  std::string shm_dir = "/dev/shm";  // Default: /dev/shm
+  std::string shm_dir = kShmRoot;    // Default: /dev/shm
   // Default: empty = the shm caches are this user's own (<shm_dir>/gpufeed-user-<uid>, 0700).
   // A group name or id the user belongs to: the caches are shared with that group's members
   // (<shm_dir>/gpufeed-group-<gid>, mode 2770, files 0640): any member maps a cache another
@@ -176,21 +180,21 @@ struct ShmCacheEntry {
 // key. Nothing is followed or blocked on: a FIFO or symlink
 // under a cache's name is listed as refused. Throws Error(kIo) when that folder is not the
 // user's own (planted by another user), Error(kInvalidArgument) for a group the user is not in.
-std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir = "/dev/shm",
+std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir = kShmRoot,
                                          const std::string& group = "");
 // Removes the cache `key` (its file, lock and leftovers). Processes mapping it keep their
 // copy until they unmap it. Returns false when there was nothing to remove.
-bool RemoveShmCache(const std::string& key, const std::string& dir = "/dev/shm",
+bool RemoveShmCache(const std::string& key, const std::string& dir = kShmRoot,
                     const std::string& group = "");
 // Removes the caches of older versions of the files `identity` names (a Source::Identity():
 // the same files, rewritten since) that no process maps, in the folder ListShmCaches(dir,
 // group) reads; returns what it removed. Called when a new version is built, so a data set
 // rewritten daily does not fill /dev/shm.
 std::vector<ShmCacheEntry> RemoveOlderShmVersions(const std::string& identity,
-                                                  const std::string& dir = "/dev/shm",
+                                                  const std::string& dir = kShmRoot,
                                                   const std::string& group = "");
 // Removes leftovers of dead builders, invalid files and stale caches; returns what it removed.
-std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir = "/dev/shm",
+std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir = kShmRoot,
                                              const std::string& group = "");
 
 }  // namespace gpufeed

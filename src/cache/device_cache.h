@@ -18,9 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "gpufeed/device.h"
 #include "cache/cached_source.h"
 #include "cache/device_share.h"
+#include "gpufeed/cache.h"
+#include "gpufeed/device.h"
 #include "gpufeed/transforms.h"
 
 namespace gpufeed {
@@ -35,7 +36,7 @@ struct DeviceUploadOptions {
   // shm_dir, or shm_group's); a process that cannot share gets a private copy and share_note()
   // says why.
   bool share = false;
-  std::string shm_dir = "/dev/shm";
+  std::string shm_dir = kShmRoot;
   std::optional<gid_t> shm_group = std::nullopt;
 };
 

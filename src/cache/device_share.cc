@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cache/device_share_ipc.h"
 #include "cache/flock_holders.h"
 #include "cache/shm_user_dir.h"
 #include "core/checked_math.h"
@@ -24,37 +24,8 @@
 namespace gpufeed {
 namespace {
 
-constexpr char kMagic[8] = {'G', 'F', 'D', 'V', 'I', 'P', 'C', '1'};
-constexpr uint32_t kVersion = 1;
 constexpr uint32_t kMaxFields = 4096;
 constexpr uint64_t kAlign = 256;  // every array starts where cuMemAlloc would align it
-
-// The .ipc file: this header, then `fields` IpcField records; nothing else.
-struct IpcHeader {
-  char magic[8];
-  uint32_t version;
-  uint32_t fields;
-  int32_t owner_pid;
-  int32_t ordinal;
-  uint64_t total_bytes;
-  uint64_t generation;  // random per upload: a lingering owner removes only its own file
-  char key[16];
-  std::byte handle[64];
-};
-static_assert(sizeof(IpcHeader) == 120);
-struct IpcField {
-  uint64_t offset;
-  uint64_t bytes;
-};
-
-uint64_t RandomGeneration() {
-  uint64_t value = 0;
-  if (getrandom(&value, sizeof(value), 0) != static_cast<ssize_t>(sizeof(value))) {
-    value = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-            (static_cast<uint64_t>(getpid()) << 32);
-  }
-  return value;
-}
 
 // The processes holding a flock on the file behind `fd`, or nullopt when /proc/locks cannot
 // be read.
@@ -99,14 +70,7 @@ struct DeviceShare::Files {
   // Removes .ipc when it is still the one this process published.
   void Unpublish() const {
     if (generation == 0) return;
-    std::string why;
-    const int fd = dir->OpenFile(base + ".ipc", O_RDONLY, &why);
-    if (fd < 0) return;
-    IpcHeader h{};
-    const bool ours =
-        ReadAll(fd, &h, sizeof(h)) && h.owner_pid == getpid() && h.generation == generation;
-    close(fd);
-    if (ours) unlinkat(dir->fd(), (base + ".ipc").c_str(), 0);
+    if (IsOwnIpc(*dir, base, generation)) unlinkat(dir->fd(), (base + ".ipc").c_str(), 0);
   }
 };
 
@@ -270,6 +234,46 @@ std::vector<uint64_t> DeviceShare::Layout(const std::vector<uint64_t>& array_byt
   return offsets;
 }
 
+namespace {
+
+// The share's files for `base` in the user's shm folder, with .holders open and the decision
+// lock taken into `decision`; null, with `why`, when they cannot be had (no sharing then).
+std::shared_ptr<DeviceShare::Files> OpenFiles(const DeviceShareRequest& request,
+                                              const std::string& base,
+                                              std::optional<DecisionLock>& decision,
+                                              std::string& why) {
+  try {
+    auto files = std::make_shared<DeviceShare::Files>();
+    files->dir = ShmUserDir::Open(request.shm_dir, /*create=*/true, request.group);
+    files->base = base;
+    std::string refused;
+    files->holders_fd = files->dir->OpenFile(base + ".holders", O_RDONLY | O_CREAT, &refused);
+    if (files->holders_fd < 0) {
+      throw Error(ErrorCode::kIo,
+                  fmt::format("{} is refused: {}", files->dir->PathOf(base + ".holders"), refused));
+    }
+    if (!Holders(files->holders_fd)) {
+      throw Error(ErrorCode::kIo, "/proc/locks cannot be read, so holders cannot be counted");
+    }
+    decision.emplace(*files->dir, base, /*try_only=*/false);
+    return files;
+  } catch (const Error& e) {
+    why = DescribeError(e);
+    return nullptr;
+  }
+}
+
+// flock(LOCK_SH) on .holders: this process uses the copy. Throws Error(kIo).
+void HoldShare(const DeviceShare::Files& files) {
+  if (flock(files.holders_fd, LOCK_SH) != 0) {
+    throw Error(ErrorCode::kIo,
+                fmt::format("cannot lock {}: {}", files.dir->PathOf(files.base + ".holders"),
+                            std::strerror(errno)));
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<DeviceShare> DeviceShare::Acquire(const DeviceShareRequest& request,
                                                   std::shared_ptr<Device> device,
                                                   const Fill& fill) {
@@ -289,173 +293,114 @@ std::shared_ptr<DeviceShare> DeviceShare::Acquire(const DeviceShareRequest& requ
   share->registry_key_ = registry_key;
   uint64_t total = 0;
   const std::vector<uint64_t> offsets = Layout(request.array_bytes, &total);
-  const auto place = [&](std::byte* block) {
-    share->block_ = block;
-    share->fields_.clear();
-    for (const uint64_t offset : offsets) share->fields_.push_back(block + offset);
-  };
 
   std::string why = device->IpcUnavailable();
   std::shared_ptr<Files> files;
   std::optional<DecisionLock> decision;
-  if (why.empty()) {
-    try {
-      files = std::make_shared<Files>();
-      files->dir = ShmUserDir::Open(request.shm_dir, /*create=*/true, request.group);
-      files->base = base;
-      std::string refused;
-      files->holders_fd = files->dir->OpenFile(base + ".holders", O_RDONLY | O_CREAT, &refused);
-      if (files->holders_fd < 0) {
-        throw Error(ErrorCode::kIo, fmt::format("{} is refused: {}",
-                                                files->dir->PathOf(base + ".holders"), refused));
-      }
-      if (!Holders(files->holders_fd)) {
-        throw Error(ErrorCode::kIo, "/proc/locks cannot be read, so holders cannot be counted");
-      }
-      decision.emplace(*files->dir, base, /*try_only=*/false);
-    } catch (const Error& e) {
-      why = DescribeError(e);
-      files.reset();
-    }
+  if (why.empty()) files = OpenFiles(request, base, decision, why);
+  if (files && (share->ReclaimLingering() || share->Import(request, offsets, total, files, why))) {
+    Registry()[registry_key] = share;
+    return share;
   }
+  share->Upload(request, offsets, total, fill, std::move(files), std::move(why));
+  Registry()[registry_key] = share;
+  return share;
+}
 
-  if (files) {
-    // This process's own copy, lingering for other processes: back in use.
-    if (std::optional<Lingering> entry = Lingerer::Get().Reclaim(registry_key)) {
-      share->block_ = entry->block;
-      share->fields_ = entry->fields;
-      share->files_ = entry->files;
-      share->shared_ = true;
-      share->owner_ = getpid();
-      share->note_ = entry->note;
-      Registry()[registry_key] = share;
-      return share;
-    }
-    // A published copy whose owner is alive: import it.
-    std::string refused;
-    const int fd = files->dir->OpenFile(base + ".ipc", O_RDONLY, &refused);
-    if (fd >= 0) {
-      struct stat st {};
-      IpcHeader h{};
-      std::vector<IpcField> fields(request.array_bytes.size());
-      const uint64_t expected_size = sizeof(IpcHeader) + fields.size() * sizeof(IpcField);
-      bool valid = fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == expected_size &&
-                   ReadAll(fd, &h, sizeof(h)) &&
-                   ReadAll(fd, fields.data(), fields.size() * sizeof(IpcField));
-      close(fd);
-      valid =
-          valid && std::memcmp(h.magic, kMagic, sizeof(kMagic)) == 0 && h.version == kVersion &&
-          h.fields == fields.size() && h.owner_pid > 0 && h.ordinal == device->ordinal() &&
-          h.total_bytes == total &&
-          std::memcmp(h.key, request.key.data(), std::min<size_t>(16, request.key.size())) == 0 &&
-          request.key.size() == 16;
-      for (size_t f = 0; valid && f < fields.size(); ++f) {
-        valid = fields[f].offset == offsets[f] && fields[f].bytes == request.array_bytes[f];
-      }
-      const auto holders = Holders(files->holders_fd);
-      const bool owner_alive =
-          valid && holders &&
-          std::find(holders->begin(), holders->end(), h.owner_pid) != holders->end();
-      if (owner_alive && h.owner_pid != getpid()) {
-        std::array<std::byte, 64> handle{};
-        std::memcpy(handle.data(), h.handle, handle.size());
-        try {
-          size_t mapped = 0;
-          auto* block = static_cast<std::byte*>(device->OpenIpc(handle, &mapped));
-          // The handle must map at least the block the file claims (a planted or stale handle
-          // of a smaller allocation would let gathers read past its end).
-          if (mapped < total) {
-            device->CloseIpc(block);
-            throw Error(ErrorCode::kDevice,
-                        mapped == 0 ? std::string("the driver cannot tell the mapped size")
-                                    : fmt::format("the handle maps {} bytes, the copy needs {}",
-                                                  mapped, total));
-          }
-          if (flock(files->holders_fd, LOCK_SH) != 0) {
-            device->CloseIpc(block);
-            throw Error(ErrorCode::kIo,
-                        fmt::format("cannot lock {}: {}", files->dir->PathOf(base + ".holders"),
-                                    std::strerror(errno)));
-          }
-          place(block);
-          share->imported_ = true;
-          share->shared_ = true;
-          share->owner_ = h.owner_pid;
-          share->files_ = files;
-          share->note_ =
-              fmt::format("imported the copy process {} uploaded (CUDA IPC)", h.owner_pid);
-          Registry()[registry_key] = share;
-          return share;
-        } catch (const Error& e) {
-          // Another GPU behind the same ordinal, or a driver that refuses: this process
-          // keeps a private copy and leaves the owner's published copy alone.
-          why = fmt::format("the copy process {} published could not be opened: {}", h.owner_pid,
-                            e.what());
-          files.reset();
-        }
-      }
-    }
-  }
+void DeviceShare::Place(std::byte* block, const std::vector<uint64_t>& offsets) {
+  block_ = block;
+  fields_.clear();
+  for (const uint64_t offset : offsets) fields_.push_back(block + offset);
+}
 
-  auto* block = static_cast<std::byte*>(device->AllocDevice(total));
+bool DeviceShare::ReclaimLingering() {
+  // This process's own copy, lingering for other processes: back in use.
+  std::optional<Lingering> entry = Lingerer::Get().Reclaim(registry_key_);
+  if (!entry) return false;
+  block_ = entry->block;
+  fields_ = entry->fields;
+  files_ = entry->files;
+  shared_ = true;
+  owner_ = getpid();
+  note_ = entry->note;
+  return true;
+}
+
+bool DeviceShare::Import(const DeviceShareRequest& request, const std::vector<uint64_t>& offsets,
+                         uint64_t total, std::shared_ptr<Files>& files, std::string& why) {
+  // A published copy whose owner is alive: import it.
+  const std::optional<IpcHeader> h =
+      ReadPublishedIpc(*files->dir, files->base, request, device_->ordinal(), offsets, total);
+  const auto holders = Holders(files->holders_fd);
+  const bool owner_alive =
+      h && holders && std::find(holders->begin(), holders->end(), h->owner_pid) != holders->end();
+  if (!owner_alive || h->owner_pid == getpid()) return false;
+  std::array<std::byte, 64> handle{};
+  std::memcpy(handle.data(), h->handle, handle.size());
   try {
-    place(block);
-    fill(share->fields_);
+    size_t mapped = 0;
+    auto* block = static_cast<std::byte*>(device_->OpenIpc(handle, &mapped));
+    // The handle must map at least the block the file claims (a planted or stale handle of a
+    // smaller allocation would let gathers read past its end).
+    if (mapped < total) {
+      device_->CloseIpc(block);
+      throw Error(ErrorCode::kDevice,
+                  mapped == 0
+                      ? std::string("the driver cannot tell the mapped size")
+                      : fmt::format("the handle maps {} bytes, the copy needs {}", mapped, total));
+    }
+    try {
+      HoldShare(*files);
+    } catch (const Error&) {
+      device_->CloseIpc(block);
+      throw;
+    }
+    Place(block, offsets);
+    imported_ = true;
+    shared_ = true;
+    owner_ = h->owner_pid;
+    files_ = files;
+    note_ = fmt::format("imported the copy process {} uploaded (CUDA IPC)", h->owner_pid);
+    return true;
+  } catch (const Error& e) {
+    // Another GPU behind the same ordinal, or a driver that refuses: this process keeps a
+    // private copy and leaves the owner's published copy alone.
+    why = fmt::format("the copy process {} published could not be opened: {}", h->owner_pid,
+                      e.what());
+    files.reset();
+    return false;
+  }
+}
+
+void DeviceShare::Upload(const DeviceShareRequest& request, const std::vector<uint64_t>& offsets,
+                         uint64_t total, const Fill& fill, std::shared_ptr<Files> files,
+                         std::string why) {
+  auto* block = static_cast<std::byte*>(device_->AllocDevice(total));
+  try {
+    Place(block, offsets);
+    fill(fields_);
   } catch (...) {
-    device->FreeDevice(block);
-    share->block_ = nullptr;
+    device_->FreeDevice(block);
+    block_ = nullptr;
     throw;
   }
-  share->owner_ = getpid();
+  owner_ = getpid();
   if (files) {
     try {
-      const std::array<std::byte, 64> handle = device->ExportIpc(block);
-      IpcHeader h{};
-      std::memcpy(h.magic, kMagic, sizeof(kMagic));
-      h.version = kVersion;
-      h.fields = static_cast<uint32_t>(offsets.size());
-      h.owner_pid = getpid();
-      h.ordinal = device->ordinal();
-      h.total_bytes = total;
-      h.generation = RandomGeneration();
-      std::memcpy(h.key, request.key.data(), std::min<size_t>(16, request.key.size()));
-      std::memcpy(h.handle, handle.data(), handle.size());
-      std::vector<IpcField> records;
-      for (size_t f = 0; f < offsets.size(); ++f) {
-        records.push_back({offsets[f], request.array_bytes[f]});
-      }
-      if (flock(files->holders_fd, LOCK_SH) != 0) {
-        throw Error(ErrorCode::kIo,
-                    fmt::format("cannot lock {}: {}", files->dir->PathOf(base + ".holders"),
-                                std::strerror(errno)));
-      }
-      const std::string tmp = fmt::format("{}.ipc.tmp-{}", base, getpid());
-      unlinkat(files->dir->fd(), tmp.c_str(), 0);
-      const int out = files->dir->CreateFile(tmp);
-      const bool written = out >= 0 && WriteAll(out, &h, sizeof(h)) &&
-                           WriteAll(out, records.data(), records.size() * sizeof(IpcField));
-      const int err = errno;
-      if (out >= 0) close(out);
-      if (!written ||
-          renameat(files->dir->fd(), tmp.c_str(), files->dir->fd(), (base + ".ipc").c_str()) != 0) {
-        unlinkat(files->dir->fd(), tmp.c_str(), 0);
-        throw Error(ErrorCode::kIo,
-                    fmt::format("cannot publish {}: {}", files->dir->PathOf(base + ".ipc"),
-                                std::strerror(written ? errno : err)));
-      }
-      files->generation = h.generation;
-      share->files_ = files;
-      share->shared_ = true;
-      share->note_ = "uploaded here and shared with this GPU's other processes (CUDA IPC)";
+      const std::array<std::byte, 64> handle = device_->ExportIpc(block);
+      HoldShare(*files);
+      files->generation =
+          PublishIpc(*files->dir, files->base, request, device_->ordinal(), offsets, total, handle);
+      files_ = files;
+      shared_ = true;
+      note_ = "uploaded here and shared with this GPU's other processes (CUDA IPC)";
     } catch (const Error& e) {
       why = fmt::format("the copy cannot be shared: {}", e.what());
       files->CloseHolders();
       files.reset();
     }
   }
-  if (!share->shared_) share->note_ = "a private copy: " + why;
-  Registry()[registry_key] = share;
-  return share;
+  if (!shared_) note_ = "a private copy: " + why;
 }
 
 DeviceShare::~DeviceShare() {

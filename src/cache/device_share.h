@@ -36,12 +36,13 @@
 #include <string>
 #include <vector>
 
+#include "gpufeed/cache.h"
 #include "gpufeed/device.h"
 
 namespace gpufeed {
 
 struct DeviceShareRequest {
-  std::string shm_dir = "/dev/shm";  // the root of the user's shm folder
+  std::string shm_dir = kShmRoot;  // the root of the user's shm folder
   std::optional<gid_t> group = std::nullopt;
   std::string key;                    // 16 hex digits: the uploaded rows' identity
   std::vector<uint64_t> array_bytes;  // per field
@@ -82,6 +83,19 @@ class DeviceShare {
 
  private:
   DeviceShare() = default;
+  // The steps of Acquire, each under the registry lock and the share's decision lock.
+  // Points fields_ into `block` at `offsets`.
+  void Place(std::byte* block, const std::vector<uint64_t>& offsets);
+  // Takes back this process's own copy, lingering for other processes; false when none.
+  bool ReclaimLingering();
+  // Imports the copy another live process published for `request`; false (with `why`, and
+  // `files` dropped when the copy could not be opened) when there is none to import.
+  bool Import(const DeviceShareRequest& request, const std::vector<uint64_t>& offsets,
+              uint64_t total, std::shared_ptr<Files>& files, std::string& why);
+  // Allocates the block, fills it and, with `files`, publishes it; a private copy says `why`
+  // (or why publishing failed) in note().
+  void Upload(const DeviceShareRequest& request, const std::vector<uint64_t>& offsets,
+              uint64_t total, const Fill& fill, std::shared_ptr<Files> files, std::string why);
 
   std::shared_ptr<Device> device_;
   std::byte* block_ = nullptr;

@@ -60,30 +60,6 @@ std::string Untrusted(const struct stat& st, bool want_dir, std::optional<gid_t>
 
 }  // namespace
 
-bool ReadAll(int fd, void* buf, size_t n) {
-  auto* p = static_cast<char*>(buf);
-  while (n > 0) {
-    const ssize_t r = read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool WriteAll(int fd, const void* buf, size_t n) {
-  const auto* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    const ssize_t r = write(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
 std::string ShmUserDirPath(const std::string& root, std::optional<gid_t> group) {
   if (group) return fmt::format("{}/gpufeed-group-{}", root, *group);
   return fmt::format("{}/gpufeed-user-{}", root, geteuid());

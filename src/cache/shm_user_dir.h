@@ -26,6 +26,8 @@
 #include <optional>
 #include <string>
 
+#include "core/fd_io.h"  // ReadAll, WriteAll: how its files are read and written
+
 namespace gpufeed {
 
 inline constexpr size_t kShmSecretBytes = 192;  // XXH3 wants at least 136 bytes of secret
@@ -74,11 +76,6 @@ class ShmUserDir {
   std::optional<gid_t> group_;
   std::array<std::byte, kShmSecretBytes> secret_{};
 };
-
-// Reads or writes all `n` bytes at the descriptor's position, retrying after EINTR and short
-// transfers; false on an error or an early end of file.
-bool ReadAll(int fd, void* buf, size_t n);
-bool WriteAll(int fd, const void* buf, size_t n);
 
 // "<root>/gpufeed-user-<uid>" for the calling user, or "<root>/gpufeed-group-<gid>".
 std::string ShmUserDirPath(const std::string& root, std::optional<gid_t> group = std::nullopt);

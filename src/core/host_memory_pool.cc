@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/system_memory.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -29,10 +30,7 @@ uint64_t DefaultRetainBytes() {
     const unsigned long long v = std::strtoull(env, &end, 10);
     if (end != nullptr && *end == '\0') return v;
   }
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  const uint64_t ram = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
-  return std::min<uint64_t>(ram / 8, uint64_t{8} << 30);
+  return std::min<uint64_t>(PhysicalRamBytes() / 8, uint64_t{8} << 30);
 }
 
 // Faults every page of a fresh block in on this thread. MADV_POPULATE_WRITE does it in one

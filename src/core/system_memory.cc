@@ -1,5 +1,7 @@
 #include "core/system_memory.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -19,7 +21,8 @@ uint64_t AvailableRamBytes(const std::string& root) {
   const CgroupReading cgroup = CgroupReader::Self(root + "/proc", root + "/sys/fs/cgroup").Read();
   if (cgroup.memory_limit_bytes && cgroup.memory_used_bytes) {
     const uint64_t limit = *cgroup.memory_limit_bytes;
-    const uint64_t headroom = limit > *cgroup.memory_used_bytes ? limit - *cgroup.memory_used_bytes : 0;
+    const uint64_t headroom =
+        limit > *cgroup.memory_used_bytes ? limit - *cgroup.memory_used_bytes : 0;
     available = available == 0 ? headroom : std::min(available, headroom);
   }
   return available;
@@ -31,8 +34,16 @@ uint64_t RamBudgetBytes(uint64_t available) {
 
 uint64_t RamBudgetBytes() { return RamBudgetBytes(AvailableRamBytes()); }
 
+uint64_t PhysicalRamBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+
+int OnlineCpus() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
 int UsableCpus(const std::string& root) {
-  int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int cpus = OnlineCpus();
   const CgroupReading cgroup = CgroupReader::Self(root + "/proc", root + "/sys/fs/cgroup").Read();
   if (cgroup.cpu_limit_cores) {
     cpus = std::min(cpus, std::max(1, static_cast<int>(std::ceil(*cgroup.cpu_limit_cores - 1e-9))));

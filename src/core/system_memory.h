@@ -14,6 +14,12 @@ namespace gpufeed {
 // can be read. `root` prefixes the paths (tests).
 uint64_t AvailableRamBytes(const std::string& root = "");
 
+// The machine's physical RAM in bytes (all of it, used or not, whatever the cgroup allows);
+// 0 when the system does not say.
+uint64_t PhysicalRamBytes();
+
+// Online CPUs (hardware threads), at least 1; no cgroup quota applied.
+int OnlineCpus();
 // Online CPUs, or the cgroup's CPU quota rounded up where it is lower; at least 1.
 int UsableCpus(const std::string& root = "");
 

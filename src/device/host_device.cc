@@ -74,11 +74,11 @@ class HostDeviceImpl : public Device {
   DeviceMemoryInfo MemoryInfo() override {
     // "Free" for the host is what can be had without swapping: MemAvailable (page cache
     // included), within the cgroup's limit.
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page = sysconf(_SC_PAGESIZE);
-    const uint64_t total = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+    const uint64_t total = PhysicalRamBytes();
     uint64_t available = AvailableRamBytes();
-    if (available == 0) available = static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
+    if (available == 0) {
+      available = static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    }
     return {available, total};
   }
 };

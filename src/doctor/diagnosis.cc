@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/proc_text.h"
+#include "core/system_memory.h"
 #include "doctor/figures.h"
 #include "gpufeed/doctor.h"
 
@@ -46,7 +47,7 @@ std::string Diagnosis::ToJson() const {
 
 namespace {
 
-constexpr int64_t kWarmupBatches = 2;  // the first batches after start-up, reported apart
+constexpr int64_t kWarmupBatches = 2;        // the first batches after start-up, reported apart
 constexpr size_t kMostBatchesJudged = 4096;  // as many as a loader keeps
 
 // Leaves the first batches after start-up out of `in.batches` when the window holds them
@@ -107,31 +108,23 @@ std::vector<std::string> TopCpuProcesses(std::chrono::milliseconds span, size_t 
   return out;
 }
 
-}  // namespace
+// Keeps the last `window` batches of `in.batches`, or as many more as cover min_seconds of the
+// loop's time (a fast loop's 64 batches can be a fraction of a second).
+void KeepJudgedWindow(DoctorInput& in, size_t window) {
+  size_t keep = 0;
+  double seconds = 0;
+  for (auto it = in.batches.rbegin(); it != in.batches.rend(); ++it, ++keep) {
+    if (keep >= window && seconds >= in.min_seconds) break;
+    seconds += 1e-9 * static_cast<double>(it->consumer_wait_ns + it->step_ns);
+  }
+  in.batches.erase(in.batches.begin(),
+                   in.batches.begin() + static_cast<std::ptrdiff_t>(in.batches.size() - keep));
+}
 
-DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, size_t window) {
-  DoctorInput in;
+// What the loader is set to and what it reads: parallelism, batch and sample sizes, the
+// source's cache tier, block and chunking.
+void SetLoaderShape(DoctorInput& in, const Loader& loader) {
   const LoaderOptions& o = loader.options();
-  // The last `window` batches, or as many more as cover min_seconds of the loop's time (a
-  // fast loop's 64 batches can be a fraction of a second).
-  in.batches = loader.RecentBatches(std::max<size_t>(window, kMostBatchesJudged));
-  {
-    size_t keep = 0;
-    double seconds = 0;
-    for (auto it = in.batches.rbegin(); it != in.batches.rend(); ++it, ++keep) {
-      if (keep >= window && seconds >= in.min_seconds) break;
-      seconds += 1e-9 * static_cast<double>(it->consumer_wait_ns + it->step_ns);
-    }
-    in.batches.erase(in.batches.begin(),
-                     in.batches.begin() + static_cast<std::ptrdiff_t>(in.batches.size() - keep));
-  }
-  const LoaderStats stats = loader.stats();
-  SetWarmupApart(in, stats.batches);
-  // Starved threads: name who takes the cores (a fifth of a second of sampling, only then).
-  if (const doctor::Totals t = doctor::Sum(in.batches);
-      t.wait_with_runqueue > 0 && t.starved >= 0.3 * t.wait_with_runqueue) {
-    in.top_cpu_processes = TopCpuProcesses(std::chrono::milliseconds(200), 3);
-  }
   in.workers = loader.workers();
   in.prefetch = loader.prefetch();
   in.max_workers = o.max_workers;
@@ -141,25 +134,18 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
   in.device_copy = loader.device().needs_copy();
   in.cache = loader.source().cache_tier();
   in.source_block = loader.source().PreferredBlock();
-  {
-    const SourceChunking chunking = loader.source().chunking();
-    in.source_pieces_per_sample = chunking.pieces_per_sample;
-    in.pieces_field = chunking.pieces_field;
-    in.pieces_chunk_shape = chunking.pieces_chunk_shape;
-    for (const auto& field : loader.source().schema().fields) {
-      if (field.name == chunking.pieces_field) in.pieces_sample_shape = field.shape;
-    }
+  const SourceChunking chunking = loader.source().chunking();
+  in.source_pieces_per_sample = chunking.pieces_per_sample;
+  in.pieces_field = chunking.pieces_field;
+  in.pieces_chunk_shape = chunking.pieces_chunk_shape;
+  for (const auto& field : loader.source().schema().fields) {
+    if (field.name == chunking.pieces_field) in.pieces_sample_shape = field.shape;
   }
   in.block_shuffle = o.shuffle_block != 0;
-  if (stats.storage_read_bytes >= 0) {
-    in.storage_read_bytes = static_cast<uint64_t>(stats.storage_read_bytes);
-  }
-  in.delivered_bytes = static_cast<uint64_t>(std::max<int64_t>(0, stats.bytes));
-  const DeviceMemoryInfo ram = HostDevice()->MemoryInfo();
-  in.cpu_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  in.ram_available_bytes = ram.free_bytes;
-  in.ram_total_bytes = ram.total_bytes;
-  // The event figures of the same window: steps with both a busy and an idle figure.
+}
+
+// The event figures of the judged window: steps with both a busy and an idle figure.
+void SetGpuEventFigures(DoctorInput& in) {
   int64_t busy = 0, idle = 0;
   for (const BatchTiming& b : in.batches) {
     if (b.gpu_drained) ++in.gpu_drained_steps;
@@ -171,9 +157,11 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
   if (in.gpu_event_steps > 0 && busy + idle > 0) {
     in.gpu_busy_events = static_cast<double>(busy) / static_cast<double>(busy + idle);
   }
-  if (monitor == nullptr) return in;
-  const auto history = monitor->History();
-  if (history.empty()) return in;
+}
+
+// The monitor's latest host and GPU readings, which replace the loader's own where present,
+// and the CPU throttling over the last ~10 s of `history`. REQUIRES: !history.empty().
+void SetMonitorReadings(DoctorInput& in, const std::vector<MonitorSnapshot>& history) {
   const MonitorSnapshot& last = history.back();
   const HostSample& h = last.host;
   in.cpu_count = h.cpu_count > 0 ? h.cpu_count : in.cpu_count;
@@ -187,7 +175,6 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
   in.cgroup_memory_limit_bytes = h.cgroup_memory_limit_bytes;
   in.cgroup_memory_used_bytes = h.cgroup_memory_used_bytes;
   in.disk_read_bytes_per_second = h.disk_read_bytes_per_second;
-  // Throttling over the last ~10 s of history.
   for (auto it = history.rbegin(); it != history.rend(); ++it) {
     const double span = last.elapsed_seconds - it->elapsed_seconds;
     if (span >= 10 || std::next(it) == history.rend()) {
@@ -206,6 +193,34 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
     in.vram_used_bytes = g.memory_used_bytes;
     in.vram_total_bytes = g.memory_total_bytes;
   }
+}
+
+}  // namespace
+
+DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, size_t window) {
+  DoctorInput in;
+  in.batches = loader.RecentBatches(std::max<size_t>(window, kMostBatchesJudged));
+  KeepJudgedWindow(in, window);
+  const LoaderStats stats = loader.stats();
+  SetWarmupApart(in, stats.batches);
+  // Starved threads: name who takes the cores (a fifth of a second of sampling, only then).
+  if (const doctor::Totals t = doctor::Sum(in.batches);
+      t.wait_with_runqueue > 0 && t.starved >= 0.3 * t.wait_with_runqueue) {
+    in.top_cpu_processes = TopCpuProcesses(std::chrono::milliseconds(200), 3);
+  }
+  SetLoaderShape(in, loader);
+  if (stats.storage_read_bytes >= 0) {
+    in.storage_read_bytes = static_cast<uint64_t>(stats.storage_read_bytes);
+  }
+  in.delivered_bytes = static_cast<uint64_t>(std::max<int64_t>(0, stats.bytes));
+  const DeviceMemoryInfo ram = HostDevice()->MemoryInfo();
+  in.cpu_count = OnlineCpus();
+  in.ram_available_bytes = ram.free_bytes;
+  in.ram_total_bytes = ram.total_bytes;
+  SetGpuEventFigures(in);
+  if (monitor == nullptr) return in;
+  const auto history = monitor->History();
+  if (!history.empty()) SetMonitorReadings(in, history);
   return in;
 }
 

@@ -1,6 +1,10 @@
 // The doctor's rules: Diagnose() computes the shared figures once (Figures), adds the
 // evidence every verdict shows, then tries one function per verdict in order; the first that
-// decides fills in the headline and the advice computed from the figures.
+// decides fills in the headline and the advice computed from the figures. The rules of memory
+// pressure, too little measured, a copy lagging behind the loop, a host-bound loop and a
+// healthy one are here; those where the loop waits for data are in input_rules.cc.
+#include "doctor/rules.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -13,24 +17,39 @@
 namespace gpufeed {
 namespace {
 
+using doctor::AddCopyAdvice;
 using doctor::Figures;
 using doctor::Gb;
+using doctor::kDecided;
+using doctor::kNotDecided;
+using doctor::kWaitInputBound;
 using doctor::Ms;
 using doctor::Pct;
+using doctor::Ruling;
 using doctor::Totals;
 
-constexpr double kWaitInputBound = 0.10;  // the loop waits this share of its time for data
-constexpr double kCpuSaturated = 0.90;    // of the usable cores
-constexpr double kGpuIdle = 0.50;         // below this GPU utilization the GPU idles
-constexpr double kMemoryFull = 0.95;      // of RAM or of the cgroup limit
-// Reads are storage-bound only when the process fetched at least this share of the bytes it
-// delivered from a device; below it the reads were served by the page cache or memory.
-constexpr double kFromStorage = 0.10;
-// The loop's wait counts as CPU starvation when the loader's threads on its path spent at
-// least this share of it runnable without a CPU.
-constexpr double kStarvedShare = 0.5;
-// A sample cut into at least this many pieces by the file's chunks gets layout advice.
-constexpr int64_t kManyPieces = 4;
+constexpr double kGpuIdle = 0.50;     // below this GPU utilization the GPU idles
+constexpr double kMemoryFull = 0.95;  // of RAM or of the cgroup limit
+
+// "batch 128 uses 4.5 of 24.0 GB VRAM ...": how much of a process's VRAM grows with the
+// batch (activations) and how much does not (weights, optimizer state, the CUDA context, a
+// device cache) is not known from one reading, so no size is guessed here: the Python helper
+// measures the step's peak at two sizes and suggests one.
+std::optional<std::string> BatchSizeAdvice(const DoctorInput& in) {
+  if (!in.vram_used_bytes || !in.vram_total_bytes || *in.vram_total_bytes == 0) return {};
+  const double used = static_cast<double>(*in.vram_used_bytes);
+  const double total = static_cast<double>(*in.vram_total_bytes);
+  if (used <= 0 || used > 0.5 * total) return {};
+  return fmt::format(
+      "batch {} uses {} of {} VRAM: a larger batch may fit; "
+      "gpufeed.suggest_batch_size(step, loader) measures how much of that memory grows with "
+      "the batch and suggests a size (your setting stands until you change it)",
+      in.batch_size, Gb(used), Gb(total));
+}
+
+}  // namespace
+
+namespace doctor {
 
 // What shortens the copy stage. With the device cache tier the "copy" is the gather on the
 // GPU, and the loader cannot run host transforms on rows that never reach the host.
@@ -53,23 +72,7 @@ void AddCopyAdvice(const DoctorInput& in, double batch_bytes, Diagnosis& d) {
       "there, with no copy per batch, where it fits the VRAM budget");
 }
 
-// "batch 128 uses 4.5 of 24.0 GB VRAM ...": how much of a process's VRAM grows with the
-// batch (activations) and how much does not (weights, optimizer state, the CUDA context, a
-// device cache) is not known from one reading, so no size is guessed here: the Python helper
-// measures the step's peak at two sizes and suggests one.
-std::optional<std::string> BatchSizeAdvice(const DoctorInput& in) {
-  if (!in.vram_used_bytes || !in.vram_total_bytes || *in.vram_total_bytes == 0) return {};
-  const double used = static_cast<double>(*in.vram_used_bytes);
-  const double total = static_cast<double>(*in.vram_total_bytes);
-  if (used <= 0 || used > 0.5 * total) return {};
-  return fmt::format(
-      "batch {} uses {} of {} VRAM: a larger batch may fit; "
-      "gpufeed.suggest_batch_size(step, loader) measures how much of that memory grows with "
-      "the batch and suggests a size (your setting stands until you change it)",
-      in.batch_size, Gb(used), Gb(total));
-}
-
-}  // namespace
+}  // namespace doctor
 
 std::string_view VerdictName(Verdict verdict) {
   switch (verdict) {
@@ -106,36 +109,6 @@ std::string_view StageName(Stage stage) {
 }
 
 namespace {
-
-// A rule's answer: whether it decided the verdict (filled into the Diagnosis), and whether
-// its headline already gives the GPU's wait as the events measured it.
-struct Ruling {
-  bool decided = false;
-  bool headline_tells_events = false;
-};
-constexpr Ruling kNotDecided{};
-constexpr Ruling kDecided{true, false};
-
-// What a RAM or shared-memory cache would save, when the loader has none.
-std::optional<std::string> CacheAdvice(const DoctorInput& in, const Figures& f,
-                                       std::string_view what_it_saves) {
-  if (!f.ram_budget || f.set_bytes <= 0 || in.cache != CacheTier::kNone) return {};
-  if (f.set_bytes <= *f.ram_budget) {
-    return fmt::format(
-        "the decoded set ({}) fits the RAM budget ({}): cache='ram' takes {} "
-        "out of every epoch after the first",
-        Gb(f.set_bytes), Gb(*f.ram_budget), what_it_saves);
-  }
-  return fmt::format(
-      "the decoded set ({}) exceeds the RAM budget ({}): cache='shm' shares "
-      "one copy among the processes of this node",
-      Gb(f.set_bytes), Gb(*f.ram_budget));
-}
-
-void AddCacheAdvice(const DoctorInput& in, const Figures& f, std::string_view what_it_saves,
-                    Diagnosis& d) {
-  if (auto c = CacheAdvice(in, f, what_it_saves)) d.advice.push_back(*c);
-}
 
 // 1. Memory pressure overrides the rest: every other fix needs memory.
 Ruling MemoryPressure(const DoctorInput& in, const Figures& f, Diagnosis& d) {
@@ -176,293 +149,6 @@ Ruling TooLittle(const DoctorInput& in, const Figures& f, Diagnosis& d) {
       static_cast<int64_t>(f.t.n), f.ConsumerSeconds(), Pct(d.consumer_wait_fraction),
       in.min_batches, in.min_seconds);
   d.advice.push_back("run longer (more batches) before judging the loader");
-  return kDecided;
-}
-
-bool LoopWaitsForData(const Diagnosis& d) { return d.consumer_wait_fraction >= kWaitInputBound; }
-
-// The loop waits on the loader's stages: its wait, less the part spent while the batch it
-// waited for was already ready (then the loop itself was not running to take it: a
-// descheduled or host-bound loop, not a stage of the loader; a scenario beside a CPU burner
-// read 12% "wait" that was all hand-over as input-bound on read).
-bool LoopWaitsOnStages(const Diagnosis& d, const Totals& t) {
-  const double waited = t.WaitedTotal();
-  const double on_stages = waited > 0 ? 1 - t.waited_handoff / waited : 1;
-  return d.consumer_wait_fraction * on_stages >= kWaitInputBound;
-}
-
-// The slowest worker stage, in summed nanoseconds.
-double SlowestStageNs(const Totals& t) { return std::max({t.read, t.transform, t.copy}); }
-
-// The stage the loop's wait was spent on (the critical path), where the batches say; else (no
-// path figures, or every wait spent before a worker took the batch: all workers busy with
-// earlier batches) the stage the workers spend the most time in.
-Stage WaitedStage(const Totals& t) {
-  const double on_stage = std::max({t.waited_read, t.waited_transform, t.waited_copy});
-  // A stage holding a good part of the wait; a sliver (the wait spent mostly elsewhere) does
-  // not decide.
-  if (on_stage > 0 && on_stage >= 0.2 * t.WaitedTotal()) {
-    if (on_stage == t.waited_copy) return Stage::kCopy;
-    return on_stage == t.waited_transform ? Stage::kTransform : Stage::kRead;
-  }
-  const double slowest = SlowestStageNs(t);
-  if (slowest == t.copy && t.copy > 0) return Stage::kCopy;
-  return slowest == t.transform && t.transform > 0 ? Stage::kTransform : Stage::kRead;
-}
-
-// 3. The loop waits for data while the loader's threads on its path sat runnable without a
-// CPU for at least half of that wait: the machine's cores are taken (by other processes, or
-// by this one's own threads), and no stage of the loader is to blame.
-Ruling CpuStarved(const DoctorInput& in, const Figures& f, Diagnosis& d) {
-  const Totals& t = f.t;
-  if (!LoopWaitsForData(d) || t.wait_with_runqueue <= 0 ||
-      t.starved < kStarvedShare * t.wait_with_runqueue) {
-    return kNotDecided;
-  }
-  d.verdict = Verdict::kCpuStarved;
-  // The stage the starved wait was spent in, where one stage holds a good part of it: the
-  // stage to judge again once the cores are free.
-  const double on_stage = std::max({t.waited_read, t.waited_transform, t.waited_copy});
-  if (on_stage >= 0.3 * t.WaitedTotal() && on_stage > 0) d.stage = WaitedStage(t);
-  const bool own = in.process_cpu_cores && *in.process_cpu_cores >= kCpuSaturated * f.usable;
-  std::string who;
-  if (own) {
-    who = fmt::format("this process's own threads use {:.2f} of {:.0f} usable cores",
-                      *in.process_cpu_cores, f.usable);
-  } else if (!in.top_cpu_processes.empty()) {
-    who = "other processes take the cores: ";
-    for (size_t i = 0; i < in.top_cpu_processes.size(); ++i) {
-      who += (i ? ", " : "") + in.top_cpu_processes[i];
-    }
-  } else {
-    who = in.process_cpu_cores
-              ? fmt::format("this process uses only {:.2f} of {:.0f} cores: other processes "
-                            "take the rest",
-                            *in.process_cpu_cores, f.usable)
-              : std::string("other threads or processes take the cores");
-  }
-  d.headline = fmt::format(
-      "CPU-starved: the loop waited {} of its time for data, and for {} of that wait the "
-      "loader's threads were runnable but had no CPU ({:.1f} ms per batch waiting for a core); "
-      "{}{}",
-      Pct(d.consumer_wait_fraction), Pct(t.starved / t.wait_with_runqueue),
-      Ms(t.starved / t.runqueue_batches), who,
-      d.stage != Stage::kNone
-          ? fmt::format(" (the wait was spent mostly in the {} stage)", StageName(d.stage))
-          : std::string());
-  if (own) {
-    d.advice.push_back(fmt::format(
-        "the loader's {} worker(s) and the training step's own threads compete for {:.0f} "
-        "cores: cap the step's threads (torch.set_num_threads) or use fewer workers",
-        f.workers, f.usable));
-  } else {
-    d.advice.push_back(
-        "give the training the cores: run it where they are free, or lower the other work's "
-        "priority (nice, a cgroup cpu.weight); measure again once the competing load ends, "
-        "since the loader's stages cannot be judged while they wait for a CPU");
-  }
-  return kDecided;
-}
-
-// 4a. The loop waits for data, and the copy to the device is the stage it waited on.
-Ruling CopyStageBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
-  if (!LoopWaitsOnStages(d, f.t) || !in.device_copy || WaitedStage(f.t) != Stage::kCopy) {
-    return kNotDecided;
-  }
-  d.verdict = Verdict::kCopyBound;
-  d.stage = Stage::kCopy;
-  const double copy_ms = f.PerBatch(f.t.copy) / f.workers;
-  d.headline = fmt::format(
-      "copy-bound: the loop waited {} of its time for data, and copying a {} batch to the "
-      "device takes {:.1f} ms ({:.1f} GB/s) against a {:.1f} ms step",
-      Pct(d.consumer_wait_fraction), Gb(f.batch_bytes), copy_ms,
-      copy_ms > 0 ? f.batch_bytes / (copy_ms * 1e6) : 0.0, f.PerBatch(f.t.step));
-  AddCopyAdvice(in, f.batch_bytes, d);
-  return kDecided;
-}
-
-// Whether the CPU is saturated, by this process or by the machine, and how to say so.
-struct CpuPicture {
-  bool saturated = false;
-  std::string text;
-};
-
-CpuPicture DescribeCpu(const DoctorInput& in, const Figures& f, const Diagnosis& d) {
-  CpuPicture cpu;
-  // Saturated by this process, or by the machine: other processes take the cores too.
-  const bool machine_saturated = in.machine_cpu_ratio && *in.machine_cpu_ratio >= kCpuSaturated;
-  cpu.saturated =
-      machine_saturated ||
-      (in.process_cpu_cores ? *in.process_cpu_cores >= kCpuSaturated * f.usable
-                            : (d.worker_busy_fraction >= kCpuSaturated && f.workers >= f.usable));
-  cpu.text = in.process_cpu_cores
-                 ? fmt::format("the CPU is at {:.0f}% of {:.0f} cores", 100 * *in.process_cpu_cores,
-                               f.usable)
-                 : fmt::format("{} worker(s) on {:.0f} cores", f.workers, f.usable);
-  if (machine_saturated && in.process_cpu_cores &&
-      *in.process_cpu_cores < kCpuSaturated * f.usable) {
-    cpu.text = fmt::format(
-        "the machine's CPU is at {:.0f}% while this process uses {:.2f} "
-        "cores: other processes take the rest",
-        100 * *in.machine_cpu_ratio, *in.process_cpu_cores);
-  }
-  return cpu;
-}
-
-void TransformBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu,
-                    double stage_busy, Diagnosis& d) {
-  d.headline = fmt::format(
-      "input-bound on transform: the loop waited {} of its time for data; host transforms "
-      "take {:.1f} ms per batch against {:.1f} ms reading ({} busy on {} worker(s); {})",
-      Pct(d.consumer_wait_fraction), f.PerBatch(f.t.transform), f.PerBatch(f.t.read),
-      Pct(stage_busy), f.workers, cpu.text);
-  d.advice.push_back(
-      "run the costly transforms on the GPU, after the copy, where they cost "
-      "microseconds per batch");
-  if (!cpu.saturated && f.workers < f.usable) {
-    d.advice.push_back(fmt::format("raise workers from {} to {}: {}", f.workers,
-                                   static_cast<int>(f.usable), cpu.text));
-  }
-  AddCacheAdvice(in, f, "reading and decoding", d);
-}
-
-// Whether the reads came from memory: the process fetched (almost) nothing from storage for
-// the bytes it delivered. Unknown counters (no /proc/self/io) say nothing either way.
-bool ServedFromMemory(const DoctorInput& in) {
-  return in.storage_read_bytes && in.delivered_bytes > 0 &&
-         static_cast<double>(*in.storage_read_bytes) <
-             kFromStorage * static_cast<double>(in.delivered_bytes);
-}
-
-// Reads served by the page cache (or memory) that still take the time: the workers copy
-// memory. Faster storage would change nothing; fewer bytes or no host copy would.
-void MemoryBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu, double stage_busy,
-                 Diagnosis& d) {
-  d.headline = fmt::format(
-      "input-bound on read, memory-bound: the loop waited {} of its time for data; the "
-      "workers spend {} of their time in reads while {}, but the process fetched only {} from "
-      "storage for {} delivered: the reads are memory copies (from the page cache), not "
-      "waits on storage",
-      Pct(d.consumer_wait_fraction), Pct(stage_busy), cpu.text,
-      Gb(static_cast<double>(*in.storage_read_bytes)), Gb(static_cast<double>(in.delivered_bytes)));
-  if (in.device_copy && in.cache != CacheTier::kDevice) {
-    d.advice.push_back(
-        "cache='device' keeps the data set on the GPU and gathers batches there: no host "
-        "copy per batch, where it fits the VRAM budget");
-  }
-  d.advice.push_back(fmt::format(
-      "fewer bytes per sample: a cast to float16 or bfloat16 before the data set is written "
-      "(or a device-cache transform) halves the {} each batch copies",
-      Gb(f.batch_bytes)));
-  AddCacheAdvice(in, f, "the page-table cost of gathering rows out of a file mapping", d);
-}
-
-void ReadBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu, double stage_busy,
-               Diagnosis& d) {
-  if (cpu.saturated) {
-    d.headline = fmt::format(
-        "input-bound on read, CPU-saturated: the loop waited {} of its time for data; read is "
-        "{} busy on {} worker(s) and {}",
-        Pct(d.consumer_wait_fraction), Pct(stage_busy), f.workers, cpu.text);
-    AddCacheAdvice(in, f, "reading and decoding", d);
-    if (in.source_block > 1 && !in.block_shuffle) {
-      d.advice.push_back(fmt::format(
-          "the source stores {} samples together (an HDF5 chunk): block shuffle "
-          "(shuffle_block=-1) reads and decodes each chunk once per window instead of once "
-          "per sample",
-          in.source_block));
-    }
-  } else if (f.workers < std::max<double>(f.usable, in.max_workers)) {
-    const int target = static_cast<int>(std::max<double>(f.usable, in.max_workers));
-    d.headline = fmt::format(
-        "input-bound on read: the loop waited {} of its time for data while {}; more workers "
-        "would read in parallel",
-        Pct(d.consumer_wait_fraction), cpu.text);
-    d.advice.push_back(
-        fmt::format("raise workers from {} to {} (or autotune=True)", f.workers, target));
-    AddCacheAdvice(in, f, "reading", d);
-  } else if (f.t.buffer_wait > f.t.read) {
-    d.headline = fmt::format(
-        "input-bound: the loop waited {} of its time for data while the workers waited {:.1f} "
-        "ms per batch for a free batch buffer: batches are held too long or the pool is small",
-        Pct(d.consumer_wait_fraction), f.PerBatch(f.t.buffer_wait));
-    d.advice.push_back(
-        fmt::format("drop each batch as soon as the step has used it; or raise "
-                    "prefetch from {} to {}",
-                    in.prefetch, 2 * in.prefetch));
-  } else if (ServedFromMemory(in)) {
-    MemoryBound(in, f, cpu, stage_busy, d);
-  } else if (!in.storage_read_bytes) {
-    // Without the process's I/O counters storage cannot be told from memory: say so rather
-    // than blame either.
-    d.headline = fmt::format(
-        "input-bound on read: the loop waited {} of its time for data; the workers spend {} "
-        "of their time in reads while {} (whether the reads wait on storage or copy memory "
-        "is unknown: /proc/self/io is not readable here)",
-        Pct(d.consumer_wait_fraction), Pct(stage_busy), cpu.text);
-    AddCacheAdvice(in, f, "reading", d);
-  } else {
-    d.headline = fmt::format(
-        "input-bound on read, I/O-bound: the loop waited {} of its time for data; the "
-        "workers spend {} of their time in reads while {}: they wait on storage{}",
-        Pct(d.consumer_wait_fraction), Pct(stage_busy), cpu.text,
-        in.storage_read_bytes
-            ? fmt::format(" (the process fetched {} from storage for {} delivered)",
-                          Gb(static_cast<double>(*in.storage_read_bytes)),
-                          Gb(static_cast<double>(in.delivered_bytes)))
-            : std::string());
-    if (in.disk_read_bytes_per_second) {
-      d.evidence.push_back(
-          fmt::format("the disks read {:.0f} MB/s", *in.disk_read_bytes_per_second / 1e6));
-    }
-    AddCacheAdvice(in, f, "storage", d);
-    d.advice.push_back(
-        "or move the data set to faster storage (local NVMe rather than a "
-        "network file system)");
-  }
-}
-
-// "each sample of mel spans 256 chunks of the file ([3125, 1, 4, 2]) ...": when a sample is
-// cut into several pieces and no cache holds whole rows.
-std::optional<std::string> PiecesAdvice(const DoctorInput& in) {
-  if (in.source_pieces_per_sample < kManyPieces || in.cache != CacheTier::kNone ||
-      in.pieces_chunk_shape.empty()) {
-    return {};
-  }
-  std::vector<int64_t> whole = in.pieces_chunk_shape;
-  const auto& shape = in.pieces_sample_shape;
-  if (shape.size() + 1 == whole.size()) std::copy(shape.begin(), shape.end(), whole.begin() + 1);
-  return fmt::format(
-      "each sample of '{}' spans {} chunks of the file (chunks of [{}], as h5py's chunks=True "
-      "picks them): a sample costs {} scattered copies; rewrite the dataset with chunks=({}) "
-      "so a chunk holds whole samples, or cache='ram'/'shm' (built once, it stores whole "
-      "rows)",
-      in.pieces_field, in.source_pieces_per_sample, fmt::join(in.pieces_chunk_shape, ", "),
-      in.source_pieces_per_sample, fmt::join(whole, ", "));
-}
-
-// 4b. The loop waits for data: name the stage (read or transform) and why it is slow.
-Ruling InputBound(const DoctorInput& in, const Figures& f, Diagnosis& d) {
-  if (!LoopWaitsOnStages(d, f.t)) return kNotDecided;
-  d.verdict = Verdict::kInputBound;
-  d.stage = WaitedStage(f.t) == Stage::kTransform ? Stage::kTransform : Stage::kRead;
-  const double stage_ns = d.stage == Stage::kTransform ? f.t.transform : f.t.read;
-  const CpuPicture cpu = DescribeCpu(in, f, d);
-  if (in.throttled_fraction && *in.throttled_fraction > 0.05) {
-    d.evidence.push_back(fmt::format(
-        "the cgroup throttled the process {} of the time: its CPU quota ({:.1f} cores) is the "
-        "ceiling",
-        Pct(*in.throttled_fraction), f.usable));
-  }
-  const double stage_busy = stage_ns / (f.workers * f.consumer);
-  if (d.stage == Stage::kTransform) {
-    TransformBound(in, f, cpu, stage_busy, d);
-  } else {
-    ReadBound(in, f, cpu, stage_busy, d);
-    // The file's layout comes first: no worker count or cache tier reads a sample cut into
-    // hundreds of pieces as fast as one whole row.
-    if (auto a = PiecesAdvice(in)) d.advice.insert(d.advice.begin(), *a);
-  }
   return kDecided;
 }
 
@@ -538,8 +224,9 @@ Ruling Healthy(const DoctorInput& in, const Figures& f, Diagnosis& d) {
 
 using Rule = Ruling (*)(const DoctorInput&, const Figures&, Diagnosis&);
 // Tried in order; the first that decides gives the verdict. Healthy always decides.
-constexpr Rule kRules[] = {MemoryPressure, TooLittle, CpuStarved, CopyStageBound,
-                           InputBound,     CopyLagBound, HostBound,  Healthy};
+constexpr Rule kRules[] = {
+    MemoryPressure,     TooLittle,    doctor::CpuStarved, doctor::CopyStageBound,
+    doctor::InputBound, CopyLagBound, HostBound,          Healthy};
 
 }  // namespace
 

@@ -16,7 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "gpufeed/monitor.h"
+#include "gpufeed/monitor_types.h"
 #include "monitor/nvml_library.h"
 
 namespace gpufeed {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/system_memory.h"
+
 namespace gpufeed {
 namespace {
 
@@ -16,7 +18,7 @@ HostProbe::HostProbe(const std::string& proc_root, const std::string& cgroup_roo
       tree_(proc_root, pid),
       cgroup_(proc_root, cgroup_root, pid),
       ticks_per_second_(static_cast<double>(sysconf(_SC_CLK_TCK))),
-      cpu_count_(static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN))) {}
+      cpu_count_(OnlineCpus()) {}
 
 HostSample HostProbe::Sample(TimePoint now, std::vector<pid_t>* tree_pids) {
   HostSample sample;

@@ -17,7 +17,7 @@
 
 #include "core/cgroup_reader.h"
 #include "core/proc_text.h"
-#include "gpufeed/monitor.h"
+#include "gpufeed/monitor_types.h"
 #include "monitor/process_tree.h"
 
 namespace gpufeed {

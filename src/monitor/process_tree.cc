@@ -64,6 +64,47 @@ std::vector<pid_t> ProcessTreeReader::ChildrenFromTaskFiles(pid_t pid, bool* sup
   return children;
 }
 
+// The reading of the tree's members, in `order`: CPU ticks of every member (zombies
+// included), and memory and reads of the live ones.
+ProcessTreeReading ProcessTreeReader::SumMembers(const std::vector<pid_t>& order,
+                                                 const std::unordered_map<pid_t, PidStat>& members,
+                                                 bool with_pss) const {
+  std::string text;
+  ProcessTreeReading reading;
+  uint64_t pss_total = 0, read_total = 0;
+  bool any_pss = false, any_read = false;
+  for (pid_t pid : order) {
+    const PidStat& stat = members.at(pid);
+    reading.cpu_ticks += stat.utime + stat.stime + stat.cutime + stat.cstime;
+    if (stat.state == 'Z' || stat.state == 'X') continue;  // counted its time; no memory
+    reading.pids.push_back(pid);
+    const uint64_t rss =
+        stat.rss_pages > 0 ? static_cast<uint64_t>(stat.rss_pages) * page_size_ : 0;
+    reading.rss_bytes += rss;
+    reading.members.push_back({.pid = pid,
+                               .ppid = stat.ppid,
+                               .name = stat.comm,
+                               .start_time = stat.start_time,
+                               .own_ticks = stat.utime + stat.stime,
+                               .rss_bytes = rss});
+    if (with_pss && ReadTextFile(fmt::format("{}/{}/smaps_rollup", proc_root_, pid), &text)) {
+      if (auto pss = ParseKeyedValue(text, "Pss")) {
+        pss_total += *pss;
+        any_pss = true;
+      }
+    }
+    if (ReadTextFile(fmt::format("{}/{}/io", proc_root_, pid), &text)) {
+      if (auto bytes = ParseKeyedValue(text, "read_bytes")) {
+        read_total += *bytes;
+        any_read = true;
+      }
+    }
+  }
+  if (any_pss) reading.pss_bytes = pss_total;
+  if (any_read) reading.read_bytes = read_total;
+  return reading;
+}
+
 std::optional<ProcessTreeReading> ProcessTreeReader::Read(bool with_pss) {
   std::string text;
   std::unordered_map<pid_t, PidStat> members;
@@ -113,39 +154,7 @@ std::optional<ProcessTreeReading> ProcessTreeReader::Read(bool with_pss) {
     }
   }
 
-  ProcessTreeReading reading;
-  uint64_t pss_total = 0, read_total = 0;
-  bool any_pss = false, any_read = false;
-  for (pid_t pid : order) {
-    const PidStat& stat = members.at(pid);
-    reading.cpu_ticks += stat.utime + stat.stime + stat.cutime + stat.cstime;
-    if (stat.state == 'Z' || stat.state == 'X') continue;  // counted its time; no memory
-    reading.pids.push_back(pid);
-    const uint64_t rss =
-        stat.rss_pages > 0 ? static_cast<uint64_t>(stat.rss_pages) * page_size_ : 0;
-    reading.rss_bytes += rss;
-    reading.members.push_back({.pid = pid,
-                               .ppid = stat.ppid,
-                               .name = stat.comm,
-                               .start_time = stat.start_time,
-                               .own_ticks = stat.utime + stat.stime,
-                               .rss_bytes = rss});
-    if (with_pss && ReadTextFile(fmt::format("{}/{}/smaps_rollup", proc_root_, pid), &text)) {
-      if (auto pss = ParseKeyedValue(text, "Pss")) {
-        pss_total += *pss;
-        any_pss = true;
-      }
-    }
-    if (ReadTextFile(fmt::format("{}/{}/io", proc_root_, pid), &text)) {
-      if (auto bytes = ParseKeyedValue(text, "read_bytes")) {
-        read_total += *bytes;
-        any_read = true;
-      }
-    }
-  }
-  if (any_pss) reading.pss_bytes = pss_total;
-  if (any_read) reading.read_bytes = read_total;
-  return reading;
+  return SumMembers(order, members, with_pss);
 }
 
 }  // namespace gpufeed

@@ -14,7 +14,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#include "core/proc_text.h"
 
 namespace gpufeed {
 
@@ -46,6 +49,9 @@ class ProcessTreeReader {
 
  private:
   std::vector<pid_t> ChildrenFromTaskFiles(pid_t pid, bool* supported);
+  ProcessTreeReading SumMembers(const std::vector<pid_t>& order,
+                                const std::unordered_map<pid_t, PidStat>& members,
+                                bool with_pss) const;
   std::string proc_root_;
   pid_t root_;
   std::optional<uint64_t> root_start_time_;

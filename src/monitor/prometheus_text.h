@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "gpufeed/monitor.h"
+#include "gpufeed/monitor_types.h"
 
 namespace gpufeed {
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "gpufeed/monitor.h"
+#include "gpufeed/monitor_types.h"
 
 namespace gpufeed {
 

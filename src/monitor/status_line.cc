@@ -1,4 +1,4 @@
-// FormatStatusLine (gpufeed/monitor.h) and StatusLinePrinter (status_line.h).
+// FormatStatusLine (gpufeed/monitor_types.h) and StatusLinePrinter (status_line.h).
 #include "monitor/status_line.h"
 
 #include <fmt/format.h>
@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "gpufeed/monitor.h"
+#include "gpufeed/monitor_types.h"
 
 namespace gpufeed {
 namespace {

@@ -1,5 +1,5 @@
 // StatusLinePrinter: how the monitor and `gpufeed watch` show the live status line. Internal:
-// users get the text from FormatStatusLine (gpufeed/monitor.h) and print it their own way.
+// users get the text from FormatStatusLine (gpufeed/monitor_types.h) and print it their own way.
 #pragma once
 
 #include <cstdio>

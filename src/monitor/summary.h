@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "gpufeed/monitor.h"
+#include "gpufeed/monitor_types.h"
 
 namespace gpufeed {
 

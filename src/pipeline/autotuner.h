@@ -16,22 +16,23 @@
 #include <optional>
 #include <string>
 
-#include "gpufeed/loader.h"
+#include "gpufeed/loader_stats.h"
 
 namespace gpufeed {
 
 struct TuningChange {
   int workers = 0;
   int prefetch = 0;
-  std::string reason;  // "consumer waited 41% of 4 batches at 1 worker(s), workers 93% busy: trying 2 workers"
+  // "consumer waited 41% of 4 batches at 1 worker(s), workers 93% busy: trying 2 workers"
+  std::string reason;
 };
 
 class Autotuner {
  public:
-  static constexpr double kWaitTarget = 0.02;  // below this the loader keeps up
-  static constexpr double kGain = 0.05;        // a trial must raise samples/s by this much
-  static constexpr double kLoadChange = 0.25;  // a shift this large re-opens failed moves
-  static constexpr double kBusyWorkers = 0.75; // workers this busy are the bottleneck
+  static constexpr double kWaitTarget = 0.02;   // below this the loader keeps up
+  static constexpr double kGain = 0.05;         // a trial must raise samples/s by this much
+  static constexpr double kLoadChange = 0.25;   // a shift this large re-opens failed moves
+  static constexpr double kBusyWorkers = 0.75;  // workers this busy are the bottleneck
 
   // REQUIRES: max_workers >= 1, max_prefetch >= 1, window_batches >= 1.
   Autotuner(int max_workers, int max_prefetch, int window_batches = 4);

@@ -1,4 +1,4 @@
-// Batch: the consumer's handle on one delivered batch (declared in gpufeed/loader.h).
+// Batch: the consumer's handle on one delivered batch (declared in gpufeed/batch.h).
 #include "gpufeed/error.h"
 #include "pipeline/batch_parts.h"
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/clock.h"
 #include "core/format.h"
 #include "core/nvtx.h"
 #include "gpufeed/error.h"
@@ -13,12 +14,6 @@
 
 namespace gpufeed {
 namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // The source's device-resident rows when they lie on the loader's device, else null (a
 // source resident elsewhere is read through Read like any other). Host transforms cannot run
@@ -136,14 +131,14 @@ BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int
     return built;
   }
 
-  const int64_t t0 = NowNs();
+  const int64_t t0 = SteadyNowNs();
   built.stamps.start_ns = t0;
   built.stamps.staging = staging_pool_ != nullptr;
   BufferPool::Handle host = (staging_pool_ ? staging_pool_ : batch_pool_)->Acquire(stopping);
   if (!host) return built;
   // Staging buffers are held only from read to copy completion, so waiting for one is
   // waiting for earlier copies: it counts as copy time (slow copies show up here).
-  (staging_pool_ ? built.timing.copy_ns : built.timing.buffer_wait_ns) = NowNs() - t0;
+  (staging_pool_ ? built.timing.copy_ns : built.timing.buffer_wait_ns) = SteadyNowNs() - t0;
   ReadAndTransform(built, host.data(), worker);
   if (staging_pool_) {
     CopyToDevice(built, std::move(host), stopping);
@@ -151,20 +146,20 @@ BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int
   } else {
     built.buffer = std::move(host);
   }
-  built.ready_ns = NowNs();
+  built.ready_ns = SteadyNowNs();
   return built;
 }
 
 void BatchBuilder::ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker) {
   const DecodeTally before = ThreadDecodeTally();
-  const int64_t t1 = NowNs();
+  const int64_t t1 = SteadyNowNs();
   BatchView view = layout_.View(buffer, built.timing.rows);
   {
     NvtxRange range("gpufeed.read");
     source_->ReadSeeded(built.indices, view, worker_states_[static_cast<size_t>(worker)].get(),
                         MixSeed(seed_, static_cast<uint64_t>(built.epoch)));
   }
-  const int64_t t2 = NowNs();
+  const int64_t t2 = SteadyNowNs();
   built.timing.read_ns = t2 - t1;
   built.stamps.read_start_ns = t1;
   built.stamps.read_end_ns = t2;
@@ -178,18 +173,18 @@ void BatchBuilder::ReadAndTransform(BuiltBatch& built, std::byte* buffer, int wo
   for (size_t i = 0; i < transforms_.size(); ++i) {
     transforms_[i]->Apply(layout_.stage_schema(i), view, MixSeed(batch_seed, i));
   }
-  built.stamps.transform_end_ns = NowNs();
+  built.stamps.transform_end_ns = SteadyNowNs();
   built.timing.transform_ns = built.stamps.transform_end_ns - t2;
 }
 
 void BatchBuilder::CopyToDevice(BuiltBatch& built, BufferPool::Handle staging,
                                 const std::function<bool()>& stopping) {
   NvtxRange range("gpufeed.copy");
-  const int64_t t0 = NowNs();
+  const int64_t t0 = SteadyNowNs();
   built.stamps.copy_start_ns = t0;
   BufferPool::Handle target = batch_pool_->Acquire(stopping);
   if (!target) return;
-  const int64_t t1 = NowNs();
+  const int64_t t1 = SteadyNowNs();
   built.timing.buffer_wait_ns += t1 - t0;
   const auto regions = layout_.CopyRegions(built.timing.rows);
   built.event = EnqueueHolding(staging, [&](DeviceStream& stream) {
@@ -200,7 +195,7 @@ void BatchBuilder::CopyToDevice(BuiltBatch& built, BufferPool::Handle staging,
   });
   // The staging buffer comes back once the copy that reads it is done.
   staging.ReleaseAfter(built.event);
-  built.stamps.copy_end_ns = NowNs();
+  built.stamps.copy_end_ns = SteadyNowNs();
   built.timing.copy_ns += built.stamps.copy_end_ns - t1;
   built.buffer = std::move(target);
 }
@@ -210,11 +205,11 @@ void BatchBuilder::CopyToDevice(BuiltBatch& built, BufferPool::Handle staging,
 // counts as copy time.
 void BatchBuilder::Gather(BuiltBatch& built, const std::function<bool()>& stopping) {
   NvtxRange range("gpufeed.copy");
-  const int64_t t0 = NowNs();
+  const int64_t t0 = SteadyNowNs();
   built.stamps.start_ns = t0;
   BufferPool::Handle target = batch_pool_->Acquire(stopping);
   if (!target) return;
-  const int64_t t1 = NowNs();
+  const int64_t t1 = SteadyNowNs();
   built.timing.buffer_wait_ns = t1 - t0;
   const BatchView view = layout_.View(target.data(), built.timing.rows);
   std::vector<GatherField> fields(view.fields.size());
@@ -223,11 +218,11 @@ void BatchBuilder::Gather(BuiltBatch& built, const std::function<bool()>& stoppi
   }
   built.event = EnqueueHolding(
       target, [&](DeviceStream& stream) { stream.GatherRows(fields, built.indices); });
-  built.timing.copy_ns = NowNs() - t1;
+  built.timing.copy_ns = SteadyNowNs() - t1;
   built.stamps.copy_start_ns = t1;
   built.stamps.copy_end_ns = t1 + built.timing.copy_ns;
   built.buffer = std::move(target);
-  built.ready_ns = NowNs();
+  built.ready_ns = SteadyNowNs();
 }
 
 std::shared_ptr<DeviceEvent> BatchBuilder::EnqueueHolding(

@@ -21,9 +21,12 @@
 #include <span>
 #include <vector>
 
-#include "core/buffer_pool.h"
+#include "device/buffer_pool.h"
 #include "core/thread_annotations.h"
-#include "gpufeed/loader.h"
+#include "gpufeed/batch.h"
+#include "gpufeed/loader_stats.h"
+#include "gpufeed/source.h"
+#include "gpufeed/transforms.h"
 #include "pipeline/batch_layout.h"
 #include "pipeline/gpu_busy_tracker.h"
 #include "pipeline/trace_recorder.h"

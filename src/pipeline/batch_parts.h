@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/buffer_pool.h"
-#include "gpufeed/loader.h"
+#include "device/buffer_pool.h"
+#include "gpufeed/batch.h"
 #include "pipeline/gpu_busy_tracker.h"
 
 namespace gpufeed {

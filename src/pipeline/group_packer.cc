@@ -15,37 +15,24 @@ namespace {
 // its small ones, few enough that a batch's groups lie near each other in the file.
 constexpr size_t kOpenBins = 16;
 
+// Groups per packing window (options.window; 0 = groups for about 4 batches, at least 64).
+int64_t PackWindow(const GroupTable& t, const std::vector<int64_t>& groups,
+                   const GroupPackOptions& options) {
+  if (options.window > 0) return options.window;
+  const int64_t mean =
+      groups.empty() ? 1 : std::max<int64_t>(1, t.num_rows() / static_cast<int64_t>(groups.size()));
+  return std::max<int64_t>(64, 4 * options.batch_size / mean);
+}
+
 }  // namespace
 
-GroupPacker::GroupPacker(std::shared_ptr<const GroupTable> table, GroupPackOptions options)
-    : table_(std::move(table)), options_(options) {
-  const int64_t cap = options_.batch_size;
-  if (cap <= 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("batch_size must be positive, got {}", cap));
-  }
-  if (options_.world_size <= 0 || options_.rank < 0 || options_.rank >= options_.world_size) {
-    throw Error(ErrorCode::kInvalidArgument, fmt::format("rank {} is outside [0, world_size={})",
-                                                         options_.rank, options_.world_size));
-  }
-  const GroupTable& t = *table_;
-  std::vector<int64_t> groups;
-  for (int64_t g = 0; g < t.num_groups(); ++g) {
-    if (t.GroupSize(g) > 0) groups.push_back(g);
-  }
-  int64_t window = options_.window;
-  if (window <= 0) {
-    const int64_t mean =
-        groups.empty() ? 1
-                       : std::max<int64_t>(1, t.num_rows() / static_cast<int64_t>(groups.size()));
-    window = std::max<int64_t>(64, 4 * cap / mean);
-  }
-
-  // The packing over every rank's groups: bins, and units of consecutive bins.
-  std::vector<Bin> bins;
+GroupPacker::Packing GroupPacker::Pack(const GroupTable& t, const std::vector<int64_t>& groups,
+                                       int64_t cap, int64_t window) {
+  Packing packing;
+  std::vector<Bin>& bins = packing.bins;
+  std::vector<std::pair<size_t, size_t>>& units = packing.units;
   std::vector<int64_t> free;
   std::vector<size_t> open;  // bins with room, oldest first
-  std::vector<std::pair<size_t, size_t>> units;
   const auto open_bin = [&](size_t bin) {
     if (free[bin] == 0) return;
     if (open.size() == kOpenBins) open.erase(open.begin());
@@ -89,19 +76,88 @@ GroupPacker::GroupPacker(std::shared_ptr<const GroupTable> table, GroupPackOptio
       open_bin(bins.size() - 1);
     }
   }
+  return packing;
+}
 
-  // Deal the units: each to the rank with the fewest batches so far (the lowest on ties).
-  const auto world = static_cast<size_t>(options_.world_size);
-  std::vector<int64_t> load(world, 0);
+std::vector<std::vector<GroupPacker::Bin>> GroupPacker::DealUnits(const Packing& packing,
+                                                                  int world_size, int rank,
+                                                                  std::vector<int64_t>& load) {
+  load.assign(static_cast<size_t>(world_size), 0);
   std::vector<std::vector<Bin>> mine;
-  for (const auto& [first, last] : units) {
+  for (const auto& [first, last] : packing.units) {
     const auto r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     load[r] += static_cast<int64_t>(last - first);
-    if (r == static_cast<size_t>(options_.rank)) {
-      mine.emplace_back(bins.begin() + static_cast<std::ptrdiff_t>(first),
-                        bins.begin() + static_cast<std::ptrdiff_t>(last));
+    if (r == static_cast<size_t>(rank)) {
+      mine.emplace_back(packing.bins.begin() + static_cast<std::ptrdiff_t>(first),
+                        packing.bins.begin() + static_cast<std::ptrdiff_t>(last));
     }
   }
+  return mine;
+}
+
+void GroupPacker::SplitOneBatch(std::vector<std::vector<Bin>>& mine) {
+  size_t best_unit = 0, best_bin = 0, best_parts = 0;
+  for (size_t u = 0; u < mine.size(); ++u) {
+    for (size_t b = 0; b < mine[u].size(); ++b) {
+      if (mine[u][b].size() > best_parts) {
+        best_parts = mine[u][b].size();
+        best_unit = u;
+        best_bin = b;
+      }
+    }
+  }
+  Bin moved;
+  if (best_parts >= 2) {
+    Bin& bin = mine[best_unit][best_bin];
+    // Whole groups move: the later half of the batch's groups make a batch of their own.
+    moved.assign(bin.begin() + static_cast<std::ptrdiff_t>(best_parts / 2), bin.end());
+    bin.resize(best_parts / 2);
+  } else {
+    // Every batch holds one part: split the longest in two, in order.
+    int64_t longest = 0;
+    for (size_t u = 0; u < mine.size(); ++u) {
+      for (size_t b = 0; b < mine[u].size(); ++b) {
+        if (mine[u][b][0].length > longest) {
+          longest = mine[u][b][0].length;
+          best_unit = u;
+          best_bin = b;
+        }
+      }
+    }
+    // rows_ >= target > count: some batch holds two rows or more.
+    GPUFEED_ASSERT(longest >= 2, "a part to split");
+    Part& part = mine[best_unit][best_bin][0];
+    const int64_t head = part.length / 2;
+    moved.push_back(Part{part.group, part.offset + head, part.length - head, part.complete});
+    part.length = head;
+    part.complete = false;
+  }
+  std::vector<Bin>& target_unit = mine[best_unit];
+  target_unit.insert(target_unit.begin() + static_cast<std::ptrdiff_t>(best_bin) + 1,
+                     std::move(moved));
+}
+
+GroupPacker::GroupPacker(std::shared_ptr<const GroupTable> table, GroupPackOptions options)
+    : table_(std::move(table)), options_(options) {
+  const int64_t cap = options_.batch_size;
+  if (cap <= 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("batch_size must be positive, got {}", cap));
+  }
+  if (options_.world_size <= 0 || options_.rank < 0 || options_.rank >= options_.world_size) {
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("rank {} is outside [0, world_size={})",
+                                                         options_.rank, options_.world_size));
+  }
+  const GroupTable& t = *table_;
+  std::vector<int64_t> groups;
+  for (int64_t g = 0; g < t.num_groups(); ++g) {
+    if (t.GroupSize(g) > 0) groups.push_back(g);
+  }
+  // The packing over every rank's groups: bins, and units of consecutive bins.
+  const Packing packing = Pack(t, groups, cap, PackWindow(t, groups, options_));
+  // Deal the units: each to the rank with the fewest batches so far (the lowest on ties).
+  std::vector<int64_t> load;
+  std::vector<std::vector<Bin>> mine = DealUnits(packing, options_.world_size, options_.rank, load);
   int64_t count = load[static_cast<size_t>(options_.rank)];
   for (const auto& unit : mine) {
     for (const Bin& bin : unit) {
@@ -119,48 +175,7 @@ GroupPacker::GroupPacker(std::shared_ptr<const GroupTable> table, GroupPackOptio
                       options_.world_size, options_.rank, rows_, t.num_rows(), t.name(), target));
     }
     // Split batches until this rank runs as many as the others.
-    while (count < target) {
-      size_t best_unit = 0, best_bin = 0, best_parts = 0;
-      for (size_t u = 0; u < mine.size(); ++u) {
-        for (size_t b = 0; b < mine[u].size(); ++b) {
-          if (mine[u][b].size() > best_parts) {
-            best_parts = mine[u][b].size();
-            best_unit = u;
-            best_bin = b;
-          }
-        }
-      }
-      Bin moved;
-      if (best_parts >= 2) {
-        Bin& bin = mine[best_unit][best_bin];
-        // Whole groups move: the later half of the batch's groups make a batch of their own.
-        moved.assign(bin.begin() + static_cast<std::ptrdiff_t>(best_parts / 2), bin.end());
-        bin.resize(best_parts / 2);
-      } else {
-        // Every batch holds one part: split the longest in two, in order.
-        int64_t longest = 0;
-        for (size_t u = 0; u < mine.size(); ++u) {
-          for (size_t b = 0; b < mine[u].size(); ++b) {
-            if (mine[u][b][0].length > longest) {
-              longest = mine[u][b][0].length;
-              best_unit = u;
-              best_bin = b;
-            }
-          }
-        }
-        // rows_ >= target > count: some batch holds two rows or more.
-        GPUFEED_ASSERT(longest >= 2, "a part to split");
-        Part& part = mine[best_unit][best_bin][0];
-        const int64_t head = part.length / 2;
-        moved.push_back(Part{part.group, part.offset + head, part.length - head, part.complete});
-        part.length = head;
-        part.complete = false;
-      }
-      std::vector<Bin>& target_unit = mine[best_unit];
-      target_unit.insert(target_unit.begin() + static_cast<std::ptrdiff_t>(best_bin) + 1,
-                         std::move(moved));
-      ++count;
-    }
+    for (; count < target; ++count) SplitOneBatch(mine);
   }
   unit_starts_.push_back(0);
   for (auto& unit : mine) {

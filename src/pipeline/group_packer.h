@@ -24,8 +24,10 @@
 // Thread-safety: immutable after construction; const methods may be called from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "gpufeed/groups.h"
@@ -66,6 +68,24 @@ class GroupPacker {
     bool complete;
   };
   using Bin = std::vector<Part>;
+  // The packing over every rank's groups: bins, and units of consecutive bins [first, last).
+  struct Packing {
+    std::vector<Bin> bins;
+    std::vector<std::pair<size_t, size_t>> units;
+  };
+
+  // Packs `groups` (group ids, in group order) in windows of `window` groups into batches of
+  // `cap` rows, first-fit into the batches still open.
+  static Packing Pack(const GroupTable& t, const std::vector<int64_t>& groups, int64_t cap,
+                      int64_t window);
+  // Deals the packing's units, each to the rank with the fewest batches so far (the lowest on
+  // ties); returns `rank`'s units, and in `load` every rank's batch count.
+  static std::vector<std::vector<Bin>> DealUnits(const Packing& packing, int world_size, int rank,
+                                                 std::vector<int64_t>& load);
+  // One batch more: the later half of the groups of the batch holding the most moves to a
+  // batch of its own; where every batch holds one part, the longest part splits in two.
+  // REQUIRES: some batch holds two rows or more.
+  static void SplitOneBatch(std::vector<std::vector<Bin>>& mine);
 
   std::shared_ptr<const GroupTable> table_;
   GroupPackOptions options_;

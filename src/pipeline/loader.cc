@@ -14,6 +14,7 @@
 #include <future>
 #include <map>
 
+#include "core/clock.h"
 #include "core/format.h"
 #include "core/log.h"
 #include "core/nvtx.h"
@@ -35,12 +36,6 @@
 
 namespace gpufeed {
 namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // The plans of the epochs in use, made once per epoch and shared by the workers. A plain plan
 // is a few bytes (workers compute each batch's samples); a packed plan holds the packing.
@@ -139,7 +134,7 @@ class Loader::Impl {
 
   std::unique_ptr<Batch> Next() {
     CheckProcess();
-    const int64_t called = NowNs();
+    const int64_t called = SteadyNowNs();
     metrics_.BeginNext(called);
     // The step ends here: all its GPU work is queued before this call.
     const bool drained = gpu_busy_->EndStep();
@@ -150,7 +145,7 @@ class Loader::Impl {
       // Report it once; the next call goes on with the next epoch, whose first batches the
       // workers may have built already.
       gpu_busy_->BeginStep(-1, -1);  // the loop's work between epochs is no wait for data
-      metrics_.EndOfEpoch(NowNs());
+      metrics_.EndOfEpoch(SteadyNowNs());
       return nullptr;
     }
     // Only a call that hands out a batch needs a free buffer: the end of an epoch does not.
@@ -190,7 +185,7 @@ class Loader::Impl {
       record.queue_depth = queue_.ready();
       record.buffers_free = builder_.buffers_free();
       record.workers_active = queue_.workers();
-      record.next_return_ns = NowNs();
+      record.next_return_ns = SteadyNowNs();
       trace_->Record(record);
     }
     return batch;
@@ -364,7 +359,7 @@ class Loader::Impl {
     run_epoch_ = epoch;
     run_batch_ = batch;
     queue_.Reset();
-    metrics_.StartRun(NowNs());
+    metrics_.StartRun(SteadyNowNs());
     if (sampler_.batches_per_epoch() == 0) return;  // nothing to read, ever
     pool_ = std::make_unique<ThreadPool>(options_.max_workers, options_.max_workers);
     loops_.clear();
@@ -412,7 +407,7 @@ class Loader::Impl {
         if (runqueue_before >= 0 && runqueue_after >= runqueue_before) {
           built.timing.worker_runqueue_ns = runqueue_after - runqueue_before;
         }
-        built.stamps.handed_ns = NowNs();
+        built.stamps.handed_ns = SteadyNowNs();
         queue_.Put(*seq, std::move(built));
       } catch (...) {
         queue_.Fail(std::current_exception());

@@ -8,8 +8,10 @@
 #include <optional>
 #include <string>
 
-#include "gpufeed/loader.h"
+#include "gpufeed/loader_options.h"
+#include "gpufeed/loader_stats.h"
 #include "gpufeed/sampler.h"
+#include "gpufeed/source.h"
 
 namespace gpufeed {
 

@@ -4,20 +4,11 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "core/proc_text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
-namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
-
 LoaderMetrics::LoaderMetrics(std::shared_ptr<GpuBusyTracker> gpu_busy)
     : gpu_busy_(std::move(gpu_busy)), storage_read_bytes_at_start_(ProcessStorageReadBytes()) {}
 
@@ -66,9 +57,9 @@ void AttributeWait(BatchTiming& timing, const BatchStamps& stamps, int64_t calle
   // The stage boundaries, made monotone (a stage a batch skipped is empty).
   const int64_t start = stamps.start_ns > 0 ? stamps.start_ns : ready_ns;
   const int64_t read_start =
-      std::max(start, stamps.read_start_ns > 0 ? stamps.read_start_ns
-                                               : (stamps.copy_start_ns > 0 ? stamps.copy_start_ns
-                                                                           : ready_ns));
+      std::max(start, stamps.read_start_ns > 0
+                          ? stamps.read_start_ns
+                          : (stamps.copy_start_ns > 0 ? stamps.copy_start_ns : ready_ns));
   const int64_t read_end = std::max(read_start, stamps.read_end_ns);
   const int64_t transform_end = std::max(read_end, stamps.transform_end_ns);
   // Until the worker hands the batch over it is still the worker's: a worker kept off the CPU
@@ -97,7 +88,7 @@ void LoaderMetrics::Delivered(BatchTiming timing, const BatchStamps& stamps, int
                               int prefetch) {
   const int64_t queue_wait = std::max<int64_t>(0, called_ns - ready_ns);
   queue_wait_ns_.fetch_add(queue_wait, std::memory_order_relaxed);
-  const int64_t now = NowNs();
+  const int64_t now = SteadyNowNs();
   {
     MutexLock lock(&mu_);
     if (first_batch_ns_ == 0) first_batch_ns_ = now - run_start_ns_;

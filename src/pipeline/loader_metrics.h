@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/thread_annotations.h"
-#include "gpufeed/loader.h"
+#include "gpufeed/loader_stats.h"
 #include "pipeline/gpu_busy_tracker.h"
 #include "pipeline/trace_recorder.h"
 
@@ -31,8 +31,8 @@ namespace gpufeed {
 // Splits the consumer's wait in Next(), from `called_ns` to `returned_ns`, by where the batch
 // was meanwhile (BatchTiming::waited_*): before `stamps.start_ns` no worker had taken it; then
 // a buffer wait, the read, the transforms, the copy up to `ready_ns` (or to the worker's
-// hand-over, stamps.handed_ns, when later), and after that the consumer's wake-up. A batch without a read (the device tier's gather) goes from its buffer wait
-// straight to the copy.
+// hand-over, stamps.handed_ns, when later), and after that the consumer's wake-up. A batch without
+// a read (the device tier's gather) goes from its buffer wait straight to the copy.
 void AttributeWait(BatchTiming& timing, const BatchStamps& stamps, int64_t called_ns,
                    int64_t ready_ns, int64_t returned_ns);
 
@@ -60,9 +60,8 @@ class LoaderMetrics {
   // Next() hands out a batch built with `timing` and `stamps`, ready since `ready_ns`, as GPU
   // step `gpu_step`, `bytes` long; the window was (workers, prefetch). Opens its pending
   // timing, with the consumer's wait split by where the batch was (AttributeWait).
-  void Delivered(BatchTiming timing, const BatchStamps& stamps, int64_t called_ns,
-                 int64_t ready_ns, int64_t gpu_step, int64_t bytes, int workers, int prefetch)
-      EXCLUDES(mu_);
+  void Delivered(BatchTiming timing, const BatchStamps& stamps, int64_t called_ns, int64_t ready_ns,
+                 int64_t gpu_step, int64_t bytes, int workers, int prefetch) EXCLUDES(mu_);
   // One autotuner change, with its reason.
   void LogTuning(std::string line) EXCLUDES(mu_);
 

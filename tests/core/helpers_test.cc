@@ -1,7 +1,8 @@
 // The small shared helpers of core: number parsing, trimming and splitting, byte formatting,
-// the log sink, tenths progress, the row gather, splitmix64 and the cache tier names.
+// the log sink, tenths progress, the row gather, splitmix64 and whole-buffer fd reads/writes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstddef>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/fd_io.h"
 #include "core/format.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -17,7 +19,6 @@
 #include "core/system_memory.h"
 #include "core/text.h"
 #include "gpufeed/error.h"
-#include "gpufeed/source.h"
 
 namespace gpufeed {
 namespace {
@@ -119,19 +120,18 @@ TEST(RamBudgetTest, HalfOfWhatIsAvailable) {
   EXPECT_EQ(RamBudgetBytes(0), 0u);
 }
 
-TEST(CacheTierTest, NamesRoundTripAndUnknownNamesListTheChoices) {
-  for (const CacheTier tier :
-       {CacheTier::kAuto, CacheTier::kNone, CacheTier::kRam, CacheTier::kShm, CacheTier::kDevice}) {
-    EXPECT_EQ(ParseCacheTier(CacheTierName(tier)), tier);
-  }
-  try {
-    ParseCacheTier("disk");
-    FAIL() << "'disk' is no tier";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(e.what(),
-                ::testing::HasSubstr("'disk' is not one of auto, none, ram, shm, device"));
-  }
+TEST(FdIoTest, WriteAllThenReadAllRoundTripsAndAnEarlyEndIsFalse) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string text(1000, 'x');
+  ASSERT_TRUE(WriteAll(fds[1], text.data(), text.size()));
+  close(fds[1]);
+  std::string back(text.size(), '\0');
+  EXPECT_TRUE(ReadAll(fds[0], back.data(), back.size()));
+  EXPECT_EQ(back, text);
+  char more = 0;
+  EXPECT_FALSE(ReadAll(fds[0], &more, 1));  // the writer closed: end of file
+  close(fds[0]);
 }
 
 }  // namespace

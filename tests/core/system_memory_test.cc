@@ -1,10 +1,12 @@
 #include "core/system_memory.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
 
+#include "core/proc_text.h"
 #include "monitor/monitor_test_util.h"
 
 namespace gpufeed {
@@ -53,6 +55,17 @@ TEST(SystemMemory, UsableCpusFollowsTheCpuQuotaRoundedUpAndNeverDropsToZero) {
   EXPECT_EQ(UsableCpus(root.path()), 1);
   root.Write("sys/fs/cgroup/job/cpu.max", "max 100000\n");
   EXPECT_EQ(UsableCpus(root.path()), online);
+}
+
+TEST(SystemMemory, OnlineCpusAndPhysicalRamAreTheMachines) {
+  EXPECT_EQ(OnlineCpus(), std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN))));
+  // MemTotal is the physical RAM less what the kernel reserved at boot (or, in a container
+  // with a meminfo of its own, less still).
+  std::string meminfo;
+  ASSERT_TRUE(ReadTextFile("/proc/meminfo", &meminfo));
+  const auto info = ParseMemInfo(meminfo);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_GE(PhysicalRamBytes(), info->total_bytes);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "gpufeed/loader.h"
 #include "gpufeed/sources.h"
 
 namespace gpufeed {

@@ -4,14 +4,10 @@
 
 #include <chrono>
 
+#include "core/clock.h"
+
 namespace gpufeed {
 namespace {
-
-int64_t Now() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 BatchTiming Built(int64_t batch, int64_t rows) {
   BatchTiming t;
@@ -40,8 +36,8 @@ TEST(LoaderMetrics, WorkerStageTimesAddUp) {
 
 TEST(LoaderMetrics, ADeliveredBatchIsKeptOnceItsStepEnds) {
   LoaderMetrics m(std::make_shared<GpuBusyTracker>(HostDevice()));
-  m.StartRun(Now());
-  const int64_t ready = Now() - 2000;  // the batch was ready before Next() was called
+  m.StartRun(SteadyNowNs());
+  const int64_t ready = SteadyNowNs() - 2000;  // the batch was ready before Next() was called
   const int64_t called = ready + 1000;
   m.BeginNext(called);
   EXPECT_EQ(m.FinishPending(called, false), std::nullopt);  // nothing delivered yet
@@ -56,7 +52,7 @@ TEST(LoaderMetrics, ADeliveredBatchIsKeptOnceItsStepEnds) {
   EXPECT_GT(s.first_batch_ns, 0);
   EXPECT_TRUE(m.Recent(10).empty());  // its step is not known yet
 
-  const int64_t again = Now() + 5000;
+  const int64_t again = SteadyNowNs() + 5000;
   m.BeginNext(again);
   const auto finished = m.FinishPending(again, /*drained=*/true);
   ASSERT_TRUE(finished.has_value());
@@ -81,16 +77,16 @@ TEST(LoaderMetrics, ADeliveredBatchIsKeptOnceItsStepEnds) {
 
 TEST(LoaderMetrics, ARestartDropsThePendingBatchAndKeepsTheLast4096) {
   LoaderMetrics m(std::make_shared<GpuBusyTracker>(HostDevice()));
-  m.StartRun(Now());
+  m.StartRun(SteadyNowNs());
   const int64_t total = LoaderMetrics::kTimingsKept + 10;
   for (int64_t b = 0; b < total; ++b) {
-    const int64_t called = Now();
+    const int64_t called = SteadyNowNs();
     m.BeginNext(called);
     m.FinishPending(called, false);
     m.Delivered(Built(b, 1), BatchStamps{}, called, called, b, 4, 1, 1);
   }
-  m.StartRun(Now());  // the last batch's step never ends
-  const int64_t called = Now();
+  m.StartRun(SteadyNowNs());  // the last batch's step never ends
+  const int64_t called = SteadyNowNs();
   EXPECT_EQ(m.FinishPending(called, false), std::nullopt);
   const auto recent = m.Recent(1 << 20);
   ASSERT_EQ(recent.size(), LoaderMetrics::kTimingsKept);

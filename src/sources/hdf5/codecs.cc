@@ -293,6 +293,42 @@ void BitunshuffleBlock(const std::byte* in, std::byte* out, size_t n, size_t ele
   }
 }
 
+namespace {
+
+// Decompresses the block of a compressed bitshuffle chunk at `pos` of `in` (its stored size,
+// 4 bytes big-endian, then its LZ4 (compression 2) or Zstd (3) data) into the first `bytes` of
+// `tmp`, and moves `pos` past it. `done`: the block's first element, for the messages.
+void InflateBitshuffleBlock(std::span<const std::byte> in, size_t& pos, std::byte* tmp,
+                            size_t bytes, unsigned compression, size_t done) {
+  if (in.size() - pos < 4) {
+    Corrupt(fmt::format("bitshuffle chunk truncated: no size for the block at element {}", done));
+  }
+  const uint32_t stored = LoadBe32(in.data() + pos);
+  pos += 4;
+  if (stored > in.size() - pos) {
+    Corrupt(fmt::format("bitshuffle block at element {} claims {} stored bytes, {} remain", done,
+                        stored, in.size() - pos));
+  }
+  size_t got = 0;
+  if (compression == 2) {
+    if (bytes > static_cast<size_t>(INT_MAX)) Corrupt("bitshuffle block beyond LZ4's limit");
+    const int r = LZ4_decompress_safe(reinterpret_cast<const char*>(in.data() + pos),
+                                      reinterpret_cast<char*>(tmp), static_cast<int>(stored),
+                                      static_cast<int>(bytes));
+    got = r < 0 ? SIZE_MAX : static_cast<size_t>(r);
+  } else {
+    const size_t r = ZSTD_decompressDCtx(Contexts().Zstd(), tmp, bytes, in.data() + pos, stored);
+    got = ZSTD_isError(r) ? SIZE_MAX : r;
+  }
+  if (got != bytes) {
+    Corrupt(fmt::format("corrupt {} block in bitshuffle data at element {} ({} stored bytes)",
+                        compression == 2 ? "LZ4" : "Zstd", done, stored));
+  }
+  pos += stored;
+}
+
+}  // namespace
+
 size_t DecodeBitshuffle(std::span<const std::byte> in, std::span<std::byte> out, bool exact,
                         size_t element_size, size_t block_elements, unsigned compression) {
   if (element_size == 0) Corrupt("bitshuffle filter with an element size of 0");
@@ -334,33 +370,7 @@ size_t DecodeBitshuffle(std::span<const std::byte> in, std::span<std::byte> out,
     if (compression == 0) {
       BitunshuffleBlock(in.data() + done * element_size, dst, n, element_size);
     } else {
-      if (in.size() - pos < 4) {
-        Corrupt(
-            fmt::format("bitshuffle chunk truncated: no size for the block at element {}", done));
-      }
-      const uint32_t stored = LoadBe32(in.data() + pos);
-      pos += 4;
-      if (stored > in.size() - pos) {
-        Corrupt(fmt::format("bitshuffle block at element {} claims {} stored bytes, {} remain",
-                            done, stored, in.size() - pos));
-      }
-      size_t got = 0;
-      if (compression == 2) {
-        if (bytes > static_cast<size_t>(INT_MAX)) Corrupt("bitshuffle block beyond LZ4's limit");
-        const int r = LZ4_decompress_safe(reinterpret_cast<const char*>(in.data() + pos),
-                                          reinterpret_cast<char*>(tmp.data()),
-                                          static_cast<int>(stored), static_cast<int>(bytes));
-        got = r < 0 ? SIZE_MAX : static_cast<size_t>(r);
-      } else {
-        const size_t r =
-            ZSTD_decompressDCtx(Contexts().Zstd(), tmp.data(), bytes, in.data() + pos, stored);
-        got = ZSTD_isError(r) ? SIZE_MAX : r;
-      }
-      if (got != bytes) {
-        Corrupt(fmt::format("corrupt {} block in bitshuffle data at element {} ({} stored bytes)",
-                            compression == 2 ? "LZ4" : "Zstd", done, stored));
-      }
-      pos += stored;
+      InflateBitshuffleBlock(in, pos, tmp.data(), bytes, compression, done);
       BitunshuffleBlock(tmp.data(), dst, n, element_size);
     }
     done += n;

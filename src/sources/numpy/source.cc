@@ -13,6 +13,7 @@
 #include <set>
 #include <system_error>
 
+#include "core/fd_io.h"
 #include "core/mapped_read_guard.h"
 #include "core/row_gather.h"
 #include "core/warmed_mapping.h"
@@ -256,21 +257,6 @@ NumpyField OpenField(const FileSystem& fs, const std::string& dir, const std::st
     }
   }
   return field;
-}
-
-// write(2) everything, retrying EINTR and partial writes.
-bool WriteAll(int fd, const void* data, size_t n) {
-  const auto* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t put = write(fd, p, std::min<size_t>(n, size_t{1} << 30));
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    p += put;
-    n -= static_cast<size_t>(put);
-  }
-  return true;
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "core/buffer_pool.h"
+#include "device/buffer_pool.h"
 
 #include <gtest/gtest.h>
 

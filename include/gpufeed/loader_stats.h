@@ -1,0 +1,125 @@
+// What a Loader reports and saves: BatchTiming (one delivered batch's time in each stage, and
+// where it was while the consumer waited for it), LoaderStats (those times accumulated, with
+// the pool and GPU step figures) and LoaderState (where the loader stands in its plan, the
+// checkpoint Restore() resumes from, with JSON forms). Plain value types.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpufeed {
+
+// One delivered batch's time in each stage, in nanoseconds.
+struct BatchTiming {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  int64_t rows = 0;
+  int64_t read_ns = 0;
+  int64_t transform_ns = 0;
+  int64_t copy_ns = 0;           // issuing the copy, and waiting for a pinned buffer to free
+  int64_t buffer_wait_ns = 0;    // the worker waiting for a free batch buffer
+  int64_t queue_wait_ns = 0;     // ready, waiting for the consumer to ask
+  int64_t consumer_wait_ns = 0;  // the consumer blocked in the Next() that returned it
+  int64_t step_ns = 0;           // from that Next() returning to the next Next() call
+  int workers = 0;               // active workers when it was delivered
+  int prefetch = 0;
+  // The critical path: where this batch was while the consumer waited for it in Next(),
+  // summing to consumer_wait_ns. Not yet taken by a worker (every worker busy with earlier
+  // batches); a worker waiting for a free batch buffer; reading; transforming; copying to the
+  // device; ready, but the consumer not yet running again (a wake-up the scheduler delayed).
+  int64_t waited_queued_ns = 0;
+  int64_t waited_buffer_ns = 0;
+  int64_t waited_read_ns = 0;
+  int64_t waited_transform_ns = 0;
+  int64_t waited_copy_ns = 0;
+  int64_t waited_handoff_ns = 0;
+  // Run-queue delay (runnable, but no CPU free: /proc/thread-self/schedstat) of the worker
+  // while it built this batch and handed it over, and of the consumer while it waited for it;
+  // -1 = unknown. build_wall_ns: the worker's wall time from starting the batch to handing it
+  // over.
+  int64_t worker_runqueue_ns = -1;
+  int64_t consumer_runqueue_ns = -1;
+  int64_t build_wall_ns = 0;
+  // On the GPU's clock, from timing events on the consumer's stream, when the consumer named
+  // it (WaitOn / __dlpack__(stream)); -1 = not measured (no stream, or not harvested yet).
+  // gpu_idle_ns: the GPU waited for this batch: from when it had finished the previous step
+  // and the loop had asked for this batch, to when this batch was on the GPU (the loop
+  // blocked in Next(), or the copy still running). gpu_busy_ns: the rest of this step, to
+  // when the GPU finished it or the loop called Next() again, whichever was later; so a GPU
+  // waiting for a late host counts as busy here, and the step is flagged gpu_drained.
+  int64_t gpu_busy_ns = -1;
+  int64_t gpu_idle_ns = -1;
+  bool gpu_drained = false;  // the stream had no work left when the loop called Next() again
+};
+
+// Accumulated time per stage, in nanoseconds, summed over workers for the worker stages.
+struct LoaderStats {
+  int64_t batches = 0;  // delivered to the consumer
+  int64_t samples = 0;
+  int64_t bytes = 0;             // delivered, after transforms
+  int64_t read_ns = 0;           // Source::Read, summed over workers
+  int64_t transform_ns = 0;      // transforms, summed over workers
+  int64_t copy_ns = 0;           // issuing device copies and waiting for pinned staging
+                                 // buffers that earlier copies still read
+  int64_t buffer_wait_ns = 0;    // workers waiting for a free batch buffer
+  int64_t queue_wait_ns = 0;     // batches ready, waiting for the consumer to ask
+  int64_t consumer_wait_ns = 0;  // the consumer blocked inside Next()
+  int64_t consumer_step_ns = 0;  // between Next() calls: the training step
+  int64_t first_batch_ns = 0;    // construction (or restart) to the first batch
+  int64_t wall_ns = 0;           // first Next() call to now
+  int workers = 0;
+  int prefetch = 0;
+  int buffers = 0;            // batch buffers in the pool(s), allocated once
+  int buffers_allocated = 0;  // of those, allocated so far (lazily, never freed early)
+  int64_t buffer_bytes = 0;   // bytes of one batch buffer
+  std::string device;
+  std::vector<std::string> tuning_log;  // the autotuner's changes, each with its reason
+  // Timing events on the consumer's stream (see BatchTiming::gpu_busy_ns), summed over the
+  // gpu_steps steps that have both figures; all 0 when the consumer never named a stream.
+  int64_t gpu_steps = 0;
+  int64_t gpu_busy_ns = 0;
+  int64_t gpu_idle_ns = 0;
+  int64_t gpu_drained_steps = 0;  // steps whose stream had run dry before the loop asked again
+  // Bytes the process fetched from storage since the loader was made (/proc/self/io
+  // read_bytes: page-cache hits excluded); -1 unknown. Against `bytes` it tells a read
+  // that waits on storage from one that copies memory.
+  int64_t storage_read_bytes = -1;
+
+  // Fraction of the consumer's time spent waiting in Next(): the GPU's data stall.
+  double ConsumerWaitFraction() const;
+  // gpu_busy_ns / (gpu_busy_ns + gpu_idle_ns): the share of the GPU's time not spent waiting
+  // for batches, measured by events; -1 when no step was measured.
+  double GpuBusyFraction() const;
+  std::string ToJson() const;
+};
+
+// Where a loader stands: the epoch and the next batch of it to deliver. Restore() resumes
+// exactly there. Everything that shapes the plan is checked on restore: `seed`,
+// `world_size`, `rank`, `batch_size`, and, in states saved since they were recorded (older
+// states lack them and skip those checks), the data set's sample count and schema, the
+// shuffle mode, drop_last and pad.
+struct LoaderState {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  int64_t batch_size = 0;
+  std::optional<int64_t> samples;      // the source's sample count
+  std::optional<std::string> schema;   // the source's schema, as Schema::ToString
+  std::optional<std::string> shuffle;  // "none", "full" or "block:N"
+  std::optional<bool> drop_last;
+  std::optional<bool> pad;
+  // A hash of the data set's first, middle and last samples ("xxh3:..."), so that a state is
+  // not restored over another file of the same length and fields.
+  std::optional<std::string> data;
+
+  std::string ToJson() const;
+  // Throws Error(kInvalidArgument) for malformed JSON.
+  static LoaderState FromJson(std::string_view json);
+};
+
+}  // namespace gpufeed
