@@ -231,8 +231,8 @@ std::optional<std::string> PiecesAdvice(const DoctorInput& in) {
   return fmt::format(
       "each sample of '{}' spans {} chunks of the file (chunks of [{}], as h5py's chunks=True "
       "picks them): a sample costs {} scattered copies; rewrite the dataset with chunks=({}) "
-      "so a chunk holds whole samples, or cache='ram'/'shm' (built once, it stores whole "
-      "rows)",
+      "so a chunk holds whole samples (`gpufeed rechunk IN.h5 OUT.h5` rewrites every dataset "
+      "so), or cache='ram'/'shm' (built once, it stores whole rows)",
       in.pieces_field, in.source_pieces_per_sample, fmt::join(in.pieces_chunk_shape, ", "),
       in.source_pieces_per_sample, fmt::join(whole, ", "));
 }

@@ -323,6 +323,7 @@ TEST(DoctorRules, ASampleCutIntoManyChunkPiecesGetsLayoutAdviceFirst) {
   ASSERT_FALSE(d.advice.empty());
   EXPECT_THAT(d.advice[0], HasSubstr("each sample of 'mel' spans 256 chunks"));
   EXPECT_THAT(d.advice[0], HasSubstr("chunks=(3125, 1, 64, 32)"));
+  EXPECT_THAT(d.advice[0], HasSubstr("gpufeed rechunk IN.h5 OUT.h5"));
   // Whole samples, or a cache that stores whole rows: no layout advice.
   in.source_pieces_per_sample = 1;
   for (const auto& a : Diagnose(in).advice) EXPECT_THAT(a, Not(HasSubstr("spans")));
