@@ -225,7 +225,12 @@ def test_load_state_dict_refuses_another_file_shuffle_mode_or_drop_last():
     same.load_state_dict(state)
     assert next(iter(same)).index == 1
     old = {k: state[k] for k in ("epoch", "batch", "seed", "rank", "world_size", "batch_size")}
-    same.load_state_dict(old)  # a state saved before these were recorded still loads
+    # A state saved before these were recorded was saved over the earlier shuffled order:
+    # mid-epoch it would repeat and skip samples, so it is refused; at an epoch's start it loads.
+    with pytest.raises(gpufeed.InvalidArgument, match="by an earlier gpufeed"):
+        same.load_state_dict(old)
+    same.load_state_dict(dict(old, batch=0))
+    assert next(iter(same)).index == 0
 
 
 def test_tqdm_bar_ends_with_the_run_s_throughput(capsys):
