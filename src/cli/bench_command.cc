@@ -38,7 +38,8 @@ struct BenchArgs {
   BenchConfig config;
 };
 
-int RunBenchCommand(BenchArgs& args) {
+// The arguments that cannot go together, refused before anything is opened.
+void CheckSourceArgs(const BenchArgs& args) {
   if (args.path.empty() == args.synthetic.empty()) {
     throw Error(ErrorCode::kInvalidArgument,
                 "give a data set PATH or --synthetic SPEC (e.g. --synthetic "
@@ -56,6 +57,11 @@ int RunBenchCommand(BenchArgs& args) {
                   "file also holds the group datasets, of other lengths)");
     }
   }
+}
+
+// The data set to measure: synthetic data, an image folder, or a file the same-work ceiling
+// can open again (args.config.reopen).
+std::shared_ptr<Source> OpenBenchSource(BenchArgs& args) {
   std::shared_ptr<Source> source;
   // Ctrl-C stops a long open (an HDF5 file of many chunks) cleanly; only while it runs.
   std::optional<SigintCancels> sigint(std::in_place);
@@ -80,11 +86,15 @@ int RunBenchCommand(BenchArgs& args) {
     source = args.config.reopen();
   }
   sigint->ThrowIfInterrupted(fmt::format("opening {}", args.path));
-  sigint.reset();
+  return source;
+}
+
+// The loader's options from the arguments: groups, shuffle, cache, and the run's length.
+void ConfigureRun(BenchArgs& args, const Source& source) {
   CachedLoaderOptions& o = args.config.open;
   if (!args.group.empty() || !args.group_offsets.empty()) {
     o.loader.groups = ReadGroups(args.path, {.id_field = args.group, .offsets = args.group_offsets},
-                                 source->size());
+                                 source.size());
     o.loader.pack = args.pack;
   } else if (args.pack) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -104,6 +114,12 @@ int RunBenchCommand(BenchArgs& args) {
                 fmt::format("--step-ms must be >= 0, got {}", args.config.step_ms));
   }
   args.config.monitor = !args.json && !args.quiet;
+}
+
+int RunBenchCommand(BenchArgs& args) {
+  CheckSourceArgs(args);
+  const std::shared_ptr<Source> source = OpenBenchSource(args);
+  ConfigureRun(args, *source);
   ProgressLine line(!args.json && !args.quiet);
   BenchResult result = RunBench(source, args.config,
                                 [&](const BenchProgress& p) { line.Update(FormatProgress(p)); });
@@ -120,17 +136,8 @@ int RunBenchCommand(BenchArgs& args) {
   return 0;
 }
 
-}  // namespace
-
-void RegisterBenchCommand(CLI::App& app) {
-  auto args = std::make_shared<BenchArgs>();
-  args->config.open.loader.batch_size = 8192;
-  CLI::App* cmd = app.add_subcommand(
-      "bench",
-      "Measure the loader on a data set: samples/s, MB/s, consumer wait, per-stage times, and\n"
-      "in the same run two ceilings with the same number of threads: a memcpy of the same\n"
-      "bytes, and the same shuffled rows read without the loader (from a new opening of the\n"
-      "data set). A ratio of 1.00 to the second means the loader adds nothing.");
+// PATH or --synthetic, and which fields to read.
+void AddDataSetOptions(CLI::App* cmd, BenchArgs* args) {
   cmd->add_option("path", args->path,
                   "The data set: a NumPy folder, an HDF5 file, an image folder or .csv list, "
                   "or a database URI (the kinds are below)");
@@ -159,13 +166,16 @@ void RegisterBenchCommand(CLI::App& app) {
                   "Fields to read: HDF5 datasets, .npy names or database columns (default: "
                   "all; an image source always gives image and label)")
       ->delimiter(',');
-  cmd->add_option("-b,--batch-size", args->config.open.loader.batch_size, "Samples per batch")
-      ->capture_default_str();
-  cmd->add_option("-w,--workers", args->config.open.loader.workers,
-                  "Worker threads (0: min(4, cores))")
+}
+
+// The loader's shape, order, device and transforms, and the run's length and step.
+void AddLoaderOptions(CLI::App* cmd, BenchArgs* args) {
+  LoaderOptions& loader = args->config.open.loader;
+  cmd->add_option("-b,--batch-size", loader.batch_size, "Samples per batch")->capture_default_str();
+  cmd->add_option("-w,--workers", loader.workers, "Worker threads (0: min(4, cores))")
       ->capture_default_str();
   cmd->add_option(
-         "-p,--prefetch", args->config.open.loader.prefetch,
+         "-p,--prefetch", loader.prefetch,
          "Batches kept ready beyond the workers' (0: 2 x workers, within 128 MiB of batches but "
          "at least 2)")
       ->capture_default_str();
@@ -175,7 +185,7 @@ void RegisterBenchCommand(CLI::App& app) {
                   "default stream that events time) and report the fraction of wall time the "
                   "simulated GPU was busy")
       ->capture_default_str();
-  cmd->add_option("--seed", args->config.open.loader.seed, "Shuffle seed")->capture_default_str();
+  cmd->add_option("--seed", loader.seed, "Shuffle seed")->capture_default_str();
   cmd->add_flag("--no-shuffle", args->no_shuffle, "Read in order");
   cmd->add_option("--chunk-cache-mib", args->chunk_cache_mib,
                   "HDF5: MiB of decoded chunks the workers keep between batches, one budget "
@@ -185,7 +195,7 @@ void RegisterBenchCommand(CLI::App& app) {
   cmd->add_flag("--block-shuffle", args->block_shuffle,
                 "Shuffle whole chunks, then samples within a window of chunks (for compressed "
                 "HDF5: each chunk is decoded once per window instead of once per sample)");
-  cmd->add_option("--shuffle-window", args->config.open.loader.shuffle_window,
+  cmd->add_option("--shuffle-window", loader.shuffle_window,
                   "Chunks per window with --block-shuffle")
       ->capture_default_str();
   cmd->add_option("-d,--device", args->config.open.device, "cpu, auto, cuda or cuda:N")
@@ -194,6 +204,10 @@ void RegisterBenchCommand(CLI::App& app) {
                   "A host transform, repeatable: cast:FIELD:float16 (or bfloat16), "
                   "normalize:FIELD:MEAN:STD, specaugment:FIELD[:FM:F:TM:T] (FM frequency masks "
                   "of up to F bins, TM time masks of up to T steps)");
+}
+
+// The output, the cache, the doctor, the autotuner and the stage trace.
+void AddRunOptions(CLI::App* cmd, BenchArgs* args) {
   cmd->add_flag("--json", args->json,
                 "Print one JSON object (samples_per_s, ceiling_samples_per_s, ratio_to_ceiling, "
                 "consumer_wait_fraction, gpu_busy_fraction, ...)");
@@ -217,6 +231,10 @@ void RegisterBenchCommand(CLI::App& app) {
   cmd->add_option("--trace", args->config.open.loader.trace,
                   "Write the stage trace of the run's last batches (Chrome trace-event JSON: "
                   "open it in Perfetto or chrome://tracing) to this file at the end");
+}
+
+// Grouped data: where the groups are, and whether batches pack whole groups.
+void AddGroupOptions(CLI::App* cmd, BenchArgs* args) {
   cmd->add_option("--group", args->group,
                   "Grouped data: a per-row integer dataset naming each row's group (file); "
                   "with --pack, batches of whole groups (reports files/s and fill)");
@@ -225,6 +243,24 @@ void RegisterBenchCommand(CLI::App& app) {
   cmd->add_flag("--pack", args->pack,
                 "Pack whole groups into batches (first-fit decreasing; needs --group or "
                 "--group-offsets)");
+}
+
+}  // namespace
+
+void RegisterBenchCommand(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  args->config.open.loader.batch_size = 8192;
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "Measure the loader on a data set: samples/s, MB/s, consumer wait, per-stage times, and\n"
+      "in the same run two ceilings with the same number of threads: a memcpy of the same\n"
+      "bytes, and the same shuffled rows read without the loader (from a new opening of the\n"
+      "data set). A ratio of 1.00 to the second means the loader adds nothing.");
+  // --help lists the options in the order they are added.
+  AddDataSetOptions(cmd, args.get());
+  AddLoaderOptions(cmd, args.get());
+  AddRunOptions(cmd, args.get());
+  AddGroupOptions(cmd, args.get());
   cmd->add_option("--trace-batches", args->config.open.loader.trace_batches,
                   "Batches the trace keeps (0: the last minute; -1: record nothing)")
       ->capture_default_str();

@@ -25,9 +25,11 @@ std::string FormatProgress(const BenchProgress& p) {
   return line;
 }
 
-std::string FormatBenchReport(const BenchResult& r) {
+namespace {
+
+// What ran and what it delivered: source, device, totals, throughput, groups.
+std::string FormatDelivered(const BenchResult& r) {
   const LoaderStats& s = r.stats;
-  const double worker_s = r.wall_s * s.workers;  // worker-seconds available
   std::string out;
   out += fmt::format("source      {}\n", r.source);
   out += fmt::format("device      {}   workers {}   prefetch {}   buffers {} x {}\n", r.device,
@@ -42,6 +44,13 @@ std::string FormatBenchReport(const BenchResult& r) {
         "fill {:.4f} of the batches' capacity\n",
         FormatCount(r.groups_per_s), FormatCount(static_cast<double>(r.groups)), r.pack_fill);
   }
+  return out;
+}
+
+// The run against its two ceilings, and the epochs after the first against them.
+std::string FormatCeilings(const BenchResult& r) {
+  const LoaderStats& s = r.stats;
+  std::string out;
   if (r.ceiling_bytes_per_s > 0) {
     out += fmt::format(
         "ceiling     {} samples/s   {}/s  (memcpy of the same bytes, {} threads, same run)\n",
@@ -75,20 +84,31 @@ std::string FormatBenchReport(const BenchResult& r) {
     out += fmt::format("later       {} samples/s over epochs 2-{}{} (the first took {:.2f} s)\n",
                        FormatCount(r.later_samples_per_s), r.epochs, ratios, r.first_epoch_s);
   }
-  if (r.fresh_batch_memory_bytes > 0) {
-    // The rate tells the two costs apart: the kernel zeroing a page runs at memset speed; a
-    // VM's host backing memory it has not yet given (or took back) runs at well under 1 GB/s.
-    const std::string rate = r.fresh_batch_memory_s > 0
-                                 ? FormatBytes(static_cast<double>(r.fresh_batch_memory_bytes) /
-                                               r.fresh_batch_memory_s) +
-                                       "/s: "
-                                 : "";
-    out += fmt::format(
-        "first touch {} of fresh batch memory faulted in, {:.2f} worker-seconds ({}the "
-        "kernel zeroes each page, and on a VM the host may have to back it first; a later "
-        "loader in this process reuses it)\n",
-        FormatBytes(static_cast<double>(r.fresh_batch_memory_bytes)), r.fresh_batch_memory_s, rate);
-  }
+  return out;
+}
+
+// The fresh batch memory the run faulted in; "" when it reused an earlier loader's.
+std::string FormatFirstTouch(const BenchResult& r) {
+  if (r.fresh_batch_memory_bytes <= 0) return "";
+  // The rate tells the two costs apart: the kernel zeroing a page runs at memset speed; a
+  // VM's host backing memory it has not yet given (or took back) runs at well under 1 GB/s.
+  const std::string rate =
+      r.fresh_batch_memory_s > 0
+          ? FormatBytes(static_cast<double>(r.fresh_batch_memory_bytes) / r.fresh_batch_memory_s) +
+                "/s: "
+          : "";
+  return fmt::format(
+      "first touch {} of fresh batch memory faulted in, {:.2f} worker-seconds ({}the "
+      "kernel zeroes each page, and on a VM the host may have to back it first; a later "
+      "loader in this process reuses it)\n",
+      FormatBytes(static_cast<double>(r.fresh_batch_memory_bytes)), r.fresh_batch_memory_s, rate);
+}
+
+// Where the time went: start-up, the consumer's wait, the (simulated) GPU, the workers.
+std::string FormatTimes(const BenchResult& r) {
+  const LoaderStats& s = r.stats;
+  const double worker_s = r.wall_s * s.workers;  // worker-seconds available
+  std::string out;
   out += fmt::format("first batch {:.3f} s after the first Next(); loader set up in {:.3f} s\n",
                      r.time_to_first_batch_s, r.setup_s);
   out += fmt::format("consumer    waited {:.1f}% of its time in Next()\n",
@@ -111,6 +131,12 @@ std::string FormatBenchReport(const BenchResult& r) {
       "of {:.2f} worker-seconds\n",
       Share(s.read_ns, worker_s), Share(s.transform_ns, worker_s), Share(s.copy_ns, worker_s),
       Share(s.buffer_wait_ns, worker_s), worker_s);
+  return out;
+}
+
+// Memory against its bound, and an HDF5 source's decoded-chunk caches.
+std::string FormatMemory(const BenchResult& r) {
+  std::string out;
   out += fmt::format("memory      peak RSS {} (anonymous {}; bound {})\n",
                      FormatBytes(static_cast<double>(r.peak_rss_bytes)),
                      FormatBytes(static_cast<double>(r.peak_anon_rss_bytes)),
@@ -125,11 +151,23 @@ std::string FormatBenchReport(const BenchResult& r) {
         100.0 * static_cast<double>(r.hdf5_chunk_cache_hits) / uses,
         FormatBytes(static_cast<double>(r.hdf5_chunk_cache_bytes)));
   }
-  if (!s.tuning_log.empty()) {
-    out += fmt::format("autotuner   ended at workers {}, prefetch {}; its changes:\n", s.workers,
-                       s.prefetch);
-    for (const auto& change : s.tuning_log) out += fmt::format("  - {}\n", change);
-  }
+  return out;
+}
+
+// The autotuner's final values and its changes; "" when it changed nothing.
+std::string FormatTuning(const LoaderStats& s) {
+  if (s.tuning_log.empty()) return "";
+  std::string out = fmt::format("autotuner   ended at workers {}, prefetch {}; its changes:\n",
+                                s.workers, s.prefetch);
+  for (const auto& change : s.tuning_log) out += fmt::format("  - {}\n", change);
+  return out;
+}
+
+}  // namespace
+
+std::string FormatBenchReport(const BenchResult& r) {
+  std::string out = FormatDelivered(r) + FormatCeilings(r) + FormatFirstTouch(r) + FormatTimes(r) +
+                    FormatMemory(r) + FormatTuning(r.stats);
   if (!r.diagnosis_text.empty()) out += "\n" + r.diagnosis_text;
   return out;
 }

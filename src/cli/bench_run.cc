@@ -16,14 +16,15 @@
 #include <thread>
 #include <vector>
 
+#include "cli/bench_ceilings.h"
 #include "cli/sigint_cancel.h"
 #include "core/host_memory_pool.h"
 #include "core/log.h"
-#include "core/thread_pool.h"
 #include "device/cuda_device.h"
 #include "gpufeed/doctor.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/monitor.h"
+#include "gpufeed/sampler.h"
 #include "pipeline/loader_checks.h"
 
 namespace gpufeed::cli {
@@ -85,117 +86,6 @@ void SynchronizeDefaultStream(const cuda::CudaDevice& device) {
 // Next(), so the doctor sees a GPU fed by the loader, not one waiting for the host.
 constexpr size_t kStepsInFlight = 2;
 
-}  // namespace
-
-double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int threads) {
-  if (total_bytes <= 0 || chunk_bytes <= 0) return 0;
-  threads = std::max(1, threads);
-  // Each thread copies whole chunks from its own source into its own destination, as a
-  // worker writes a batch buffer. A source holds at least two chunks and 128 MB, and the
-  // copies cycle through its chunk slots, so consecutive copies read different bytes, none
-  // of them still in a cache (a source of one chunk, as batches of 64 MB and more had,
-  // copied the same bytes every time).
-  // Both sides come from the host device's allocator, as the loader's batch buffers do, so
-  // the ceiling and the loader write the same kind of memory.
-  const auto chunk = static_cast<size_t>(chunk_bytes);
-  const size_t slots = std::max<size_t>(2, ((size_t{128} << 20) + chunk - 1) / chunk);
-  const size_t source_bytes = slots * chunk;
-  const std::shared_ptr<Device> host = HostDevice();
-  const auto owned = [&](size_t n) {
-    return std::unique_ptr<char, std::function<void(char*)>>(
-        static_cast<char*>(host->AllocHost(n)), [host](char* p) { host->FreeHost(p); });
-  };
-  std::vector<std::unique_ptr<char, std::function<void(char*)>>> sources(
-      static_cast<size_t>(threads));
-  std::vector<std::unique_ptr<char, std::function<void(char*)>>> targets(
-      static_cast<size_t>(threads));
-  ThreadPool pool(threads);
-  pool.ParallelFor(threads, [&](int64_t t, int) {
-    sources[static_cast<size_t>(t)] = owned(source_bytes);
-    std::memset(sources[static_cast<size_t>(t)].get(), static_cast<int>(t + 1), source_bytes);
-    targets[static_cast<size_t>(t)] = owned(chunk);
-  });
-  const int64_t chunks = (total_bytes + chunk_bytes - 1) / chunk_bytes;
-  std::vector<size_t> next_slot(static_cast<size_t>(threads), 0);
-  const auto start = std::chrono::steady_clock::now();
-  pool.ParallelFor(chunks, [&](int64_t /*chunk*/, int thread) {
-    const char* src = sources[static_cast<size_t>(thread)].get();
-    char* dst = targets[static_cast<size_t>(thread)].get();
-    // This thread's copies step through its source's slots in turn (only this thread
-    // touches its counter).
-    const size_t offset = next_slot[static_cast<size_t>(thread)]++ % slots * chunk;
-    std::memcpy(dst, src + offset, chunk);
-  });
-  const double s = Seconds(std::chrono::steady_clock::now() - start);
-  return s > 0 ? static_cast<double>(chunks * chunk_bytes) / s : 0;
-}
-
-double MeasureSameWork(const Source& source, const Sampler& sampler, int epochs, int threads) {
-  threads = std::max(1, threads);
-  const int64_t batches = sampler.batches_per_epoch();
-  if (batches == 0 || epochs <= 0) return 0;
-  const Schema& schema = source.schema();
-  // Batches in a plan: packed plans carry their boundaries, plain ones are batch_size apart.
-  const auto BatchesIn = [&](const EpochPlan& plan) {
-    return plan.batch_starts.empty() ? batches : static_cast<int64_t>(plan.batch_starts.size()) - 1;
-  };
-  // The loader's own plans (group packing included when the loader packs groups), made
-  // before the clock starts; buffers hold the largest batch among them. As in the loader,
-  // each batch's samples are computed by the thread that reads it.
-  std::vector<EpochPlan> plans;
-  size_t batch_rows = 1;
-  int64_t samples_planned = 0;
-  for (int e = 0; e < epochs; ++e) {
-    plans.push_back(sampler.Plan(e));
-    for (int64_t b = 0; b < BatchesIn(plans.back()); ++b) {
-      const int64_t rows = sampler.BatchRows(plans.back(), b);
-      batch_rows = std::max(batch_rows, static_cast<size_t>(rows));
-      samples_planned += rows;
-    }
-  }
-  // Batch buffers from the host device, as the loader's (the process-wide pool hands back
-  // the loader's own, already faulted in), one set per thread, one buffer per field.
-  const std::shared_ptr<Device> host = HostDevice();
-  struct Buffers {
-    std::vector<void*> blocks;
-    BatchView view;
-    std::unique_ptr<SourceWorkerState> state;
-  };
-  std::vector<Buffers> per_thread(static_cast<size_t>(threads));
-  struct FreeAll {
-    std::vector<Buffers>& sets;
-    const std::shared_ptr<Device>& device;
-    ~FreeAll() {
-      for (auto& set : sets) {
-        for (void* p : set.blocks) device->FreeHost(p);
-      }
-    }
-  } free_all{per_thread, host};
-  for (auto& set : per_thread) {
-    for (const auto& field : schema.fields) {
-      const size_t bytes = std::max<size_t>(1, field.SampleBytes() * batch_rows);
-      set.blocks.push_back(host->AllocHost(bytes));
-      set.view.fields.push_back(static_cast<std::byte*>(set.blocks.back()));
-    }
-    set.state = source.NewWorkerState();
-  }
-  ThreadPool pool(threads);
-  const auto start = std::chrono::steady_clock::now();
-  for (int e = 0; e < epochs; ++e) {
-    const EpochPlan& plan = plans[static_cast<size_t>(e)];
-    pool.ParallelFor(BatchesIn(plan), [&](int64_t b, int thread) {
-      Buffers& set = per_thread[static_cast<size_t>(thread)];
-      const std::vector<int64_t> rows = sampler.BatchOf(plan, b);
-      set.view.rows = static_cast<int64_t>(rows.size());
-      source.Read(rows, set.view, set.state.get());
-    });
-  }
-  const double s = Seconds(std::chrono::steady_clock::now() - start);
-  return s > 0 ? static_cast<double>(samples_planned) / s : 0;
-}
-
-namespace {
-
 // A fresh opening of the data the loader reads, for the same-work ceiling: the source opened
 // again, in front of it the shm cache the loader reads (found published: attached, not
 // built). nullptr when there is no opener, or the loader reads something a new opening would
@@ -231,13 +121,46 @@ std::shared_ptr<Source> ReopenForSameWork(const BenchConfig& config, const Cache
   return fresh;
 }
 
-}  // namespace
+// Queued steps point at the run's SimulatedStep: on every way out (an error in Next()
+// included) the stream finishes them before it goes.
+struct FinishSteps {
+  const cuda::CudaDevice* device = nullptr;
+  ~FinishSteps() {
+    if (device == nullptr) return;
+    try {
+      SynchronizeDefaultStream(*device);
+    } catch (...) {
+    }
+  }
+};
 
-BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
-                     const std::function<void(const BenchProgress&)>& on_progress) {
-  BenchResult result;
-  result.epochs = config.epochs;
-  result.step_ms = config.step_ms;
+// What RunBench's steps hand each other: the run's monitor and simulated GPU, its clock's
+// marks, and the counters read before the run that the figures after it subtract from.
+// Members are destroyed in reverse order: the stream finishes its steps (finish_steps)
+// before the step they point at (gpu_step) goes.
+struct BenchRunState {
+  std::unique_ptr<Monitor> monitor;
+  const cuda::CudaDevice* cuda_device = nullptr;  // the loader's device, when it is CUDA
+  SimulatedStep gpu_step;
+  std::deque<std::shared_ptr<DeviceEvent>> steps_in_flight;  // CUDA: each step's end
+  FinishSteps finish_steps;
+  double step_s = 0;  // the time the simulated GPU worked
+  // An HDF5 source's chunk counters before the run (a cache in front hides them: none then).
+  std::optional<Hdf5Counters> hdf5_before;
+  int64_t peak_anon = 0;
+  HostMemoryPool::Counters pool_before;
+  std::chrono::steady_clock::time_point start{};
+  std::chrono::steady_clock::time_point first_batch{};
+  // The end of the first epoch (the consumer's view) and the samples it delivered: the rate
+  // after it leaves out the process's first touch of the source and of fresh batch memory.
+  std::chrono::steady_clock::time_point first_epoch_end{};
+  int64_t first_epoch_samples = 0;
+  std::chrono::steady_clock::time_point end{};
+};
+
+// Opens the loader (and its cache) and records what it reads, where, and its set-up time.
+CachedLoader OpenBenchLoader(std::shared_ptr<Source> source, const BenchConfig& config,
+                             BenchResult& result) {
   const auto setup_start = std::chrono::steady_clock::now();
   CachedLoader opened = [&] {
     SigintCancels sigint;  // Ctrl-C stops a cache build, preload or upload cleanly
@@ -245,7 +168,7 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
     sigint.ThrowIfInterrupted("opening the loader");
     return o;
   }();
-  Loader& loader = *opened.loader;
+  const Loader& loader = *opened.loader;
   result.source = loader.source().Describe();
   result.setup_s = std::max(
       0.0, Seconds(std::chrono::steady_clock::now() - setup_start) - opened.cache.open_seconds);
@@ -253,118 +176,130 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
     result.cache = opened.cache.ToString();
   }
   result.device = loader.device().name();
-  std::unique_ptr<Monitor> monitor;
+  return opened;
+}
+
+// Starts the monitor and the simulated GPU, and reads the counters the run's figures
+// subtract from.
+void PrepareRun(const Loader& loader, const BenchConfig& config, BenchRunState& run) {
   if (config.monitor || config.doctor) {
     MonitorOptions mo;
     mo.interval = std::chrono::milliseconds(500);
-    monitor = std::make_unique<Monitor>(mo);
-    monitor->Start();
+    run.monitor = std::make_unique<Monitor>(mo);
+    run.monitor->Start();
   }
-  const auto step = std::chrono::duration<double, std::milli>(config.step_ms);
-  const auto* cuda_device = dynamic_cast<const cuda::CudaDevice*>(loader.options().device.get());
-  double step_s = 0;
-  SimulatedStep gpu_step;
-  gpu_step.ms = config.step_ms;
-  std::deque<std::shared_ptr<DeviceEvent>> steps_in_flight;  // CUDA: each step's end
-  // Queued steps point at gpu_step: on every way out (an error in Next() included) the
-  // stream finishes them before it goes.
-  struct FinishSteps {
-    const cuda::CudaDevice* device;
-    ~FinishSteps() {
-      if (device == nullptr) return;
-      try {
-        SynchronizeDefaultStream(*device);
-      } catch (...) {
-      }
+  run.cuda_device = dynamic_cast<const cuda::CudaDevice*>(loader.options().device.get());
+  run.gpu_step.ms = config.step_ms;
+  run.finish_steps.device = config.step_ms > 0 ? run.cuda_device : nullptr;
+  if (IsHdf5Source(loader.source())) run.hdf5_before = Hdf5SourceCounters(loader.source());
+  run.peak_anon = StatusBytes("RssAnon");
+  run.pool_before = HostMemoryPool::Instance().counters();
+}
+
+// The simulated training step on one batch, when the run has one.
+void SimulateStep(const Loader& loader, Batch& batch, const BenchConfig& config,
+                  BenchRunState& run) {
+  if (config.step_ms > 0 && run.cuda_device != nullptr && batch.ready_event()) {
+    // On CUDA the step is work on the default stream after the batch's copy, which the
+    // loader times with events (LoaderStats::GpuBusyFraction).
+    batch.WaitOn(0);
+    EnqueueSimulatedKernel(*run.cuda_device, run.gpu_step);
+    run.steps_in_flight.push_back(loader.options().device->RecordOn(0));
+    if (run.steps_in_flight.size() > kStepsInFlight) {
+      run.steps_in_flight.front()->Wait();
+      run.steps_in_flight.pop_front();
     }
-  } finish_steps{config.step_ms > 0 ? cuda_device : nullptr};
-  // An HDF5 source's chunk counters before the run (a cache in front hides them: none then).
-  std::optional<Hdf5Counters> hdf5_before;
-  if (IsHdf5Source(loader.source())) hdf5_before = Hdf5SourceCounters(loader.source());
-  int64_t peak_anon = StatusBytes("RssAnon");
-  const HostMemoryPool::Counters pool_before = HostMemoryPool::Instance().counters();
-  const auto start = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point first_batch{};
-  // The end of the first epoch (the consumer's view) and the samples it delivered: the rate
-  // after it leaves out the process's first touch of the source and of fresh batch memory.
-  std::chrono::steady_clock::time_point first_epoch_end{};
-  int64_t first_epoch_samples = 0;
+  } else if (config.step_ms > 0) {
+    // A GPU step leaves the CPU free: sleep, as the host thread would wait on the GPU.
+    const auto t0 = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(config.step_ms));
+    run.step_s += Seconds(std::chrono::steady_clock::now() - t0);
+  }
+}
+
+// The progress after a batch: rate, wait and, when the monitor shows, its status line.
+void UpdateProgress(const Loader& loader, const BenchConfig& config, const BenchRunState& run,
+                    int64_t samples, BenchProgress& progress) {
+  ++progress.batch;
+  progress.samples = samples;
+  progress.elapsed_s = Seconds(std::chrono::steady_clock::now() - run.start);
+  progress.samples_per_s = progress.elapsed_s > 0 ? samples / progress.elapsed_s : 0;
+  progress.consumer_wait_fraction = loader.stats().ConsumerWaitFraction();
+  if (run.monitor && config.monitor) {
+    if (auto snapshot = run.monitor->Latest()) progress.status_line = FormatStatusLine(*snapshot);
+  }
+}
+
+// The measured loop: whole epochs of Next() and the simulated step, until `epochs` or
+// `seconds` says stop.
+void RunEpochs(Loader& loader, const BenchConfig& config, BenchRunState& run, BenchResult& result,
+               const std::function<void(const BenchProgress&)>& on_progress) {
   BenchProgress progress;
   progress.epochs = config.epochs;
   progress.seconds = config.seconds;
   progress.batches_per_epoch = loader.batches_per_epoch();
   for (int e = 0; e < config.epochs; ++e) {
     if (config.seconds > 0 && e > 0 &&
-        Seconds(std::chrono::steady_clock::now() - start) >= config.seconds) {
+        Seconds(std::chrono::steady_clock::now() - run.start) >= config.seconds) {
       result.epochs = e;
       break;
     }
     progress.epoch = e;
     progress.batch = 0;
     while (auto batch = loader.Next()) {
-      if (first_batch == std::chrono::steady_clock::time_point{}) {
-        first_batch = std::chrono::steady_clock::now();
+      if (run.first_batch == std::chrono::steady_clock::time_point{}) {
+        run.first_batch = std::chrono::steady_clock::now();
       }
       result.samples += batch->size();
-      if (config.step_ms > 0 && cuda_device != nullptr && batch->ready_event()) {
-        // On CUDA the step is work on the default stream after the batch's copy, which the
-        // loader times with events (LoaderStats::GpuBusyFraction).
-        batch->WaitOn(0);
-        EnqueueSimulatedKernel(*cuda_device, gpu_step);
-        steps_in_flight.push_back(loader.options().device->RecordOn(0));
-        if (steps_in_flight.size() > kStepsInFlight) {
-          steps_in_flight.front()->Wait();
-          steps_in_flight.pop_front();
-        }
-      } else if (config.step_ms > 0) {
-        // A GPU step leaves the CPU free: sleep, as the host thread would wait on the GPU.
-        const auto t0 = std::chrono::steady_clock::now();
-        std::this_thread::sleep_for(step);
-        step_s += Seconds(std::chrono::steady_clock::now() - t0);
-      }
+      SimulateStep(loader, *batch, config, run);
       batch.reset();
-      peak_anon = std::max(peak_anon, StatusBytes("RssAnon"));
-      ++progress.batch;
-      progress.samples = result.samples;
-      progress.elapsed_s = Seconds(std::chrono::steady_clock::now() - start);
-      progress.samples_per_s = progress.elapsed_s > 0 ? result.samples / progress.elapsed_s : 0;
-      progress.consumer_wait_fraction = loader.stats().ConsumerWaitFraction();
-      if (monitor && config.monitor) {
-        if (auto snapshot = monitor->Latest()) progress.status_line = FormatStatusLine(*snapshot);
-      }
+      run.peak_anon = std::max(run.peak_anon, StatusBytes("RssAnon"));
+      UpdateProgress(loader, config, run, result.samples, progress);
       if (on_progress) on_progress(progress);
     }
     if (e == 0) {
-      first_epoch_end = std::chrono::steady_clock::now();
-      first_epoch_samples = result.samples;
+      run.first_epoch_end = std::chrono::steady_clock::now();
+      run.first_epoch_samples = result.samples;
     }
   }
-  if (cuda_device != nullptr && !steps_in_flight.empty()) {
-    SynchronizeDefaultStream(*cuda_device);  // the last steps belong to the run
-    steps_in_flight.clear();
+}
+
+// Waits for the simulated GPU's last steps, stops the clock, and records the fresh batch
+// memory the run took and its rate after the first epoch.
+void EndRun(BenchRunState& run, BenchResult& result) {
+  if (run.cuda_device != nullptr && !run.steps_in_flight.empty()) {
+    SynchronizeDefaultStream(*run.cuda_device);  // the last steps belong to the run
+    run.steps_in_flight.clear();
   }
   // The time the simulated GPU actually worked, not the nominal step times.
-  if (cuda_device != nullptr) step_s += 1e-9 * static_cast<double>(gpu_step.slept_ns.load());
-  const auto end = std::chrono::steady_clock::now();
-  const HostMemoryPool::Counters pool_after = HostMemoryPool::Instance().counters();
-  result.fresh_batch_memory_bytes = pool_after.fresh_bytes - pool_before.fresh_bytes;
-  result.fresh_batch_memory_s =
-      1e-9 * static_cast<double>(pool_after.fault_ns - pool_before.fault_ns);
-  if (result.epochs > 1 && first_epoch_end != std::chrono::steady_clock::time_point{} &&
-      end > first_epoch_end) {
-    result.first_epoch_s = Seconds(first_epoch_end - start);
-    result.later_samples_per_s =
-        static_cast<double>(result.samples - first_epoch_samples) / Seconds(end - first_epoch_end);
+  if (run.cuda_device != nullptr) {
+    run.step_s += 1e-9 * static_cast<double>(run.gpu_step.slept_ns.load());
   }
-  if (monitor) {
-    monitor->Stop();
-    result.monitor_summary = monitor->Summary().ToText();
+  run.end = std::chrono::steady_clock::now();
+  const HostMemoryPool::Counters pool_after = HostMemoryPool::Instance().counters();
+  result.fresh_batch_memory_bytes = pool_after.fresh_bytes - run.pool_before.fresh_bytes;
+  result.fresh_batch_memory_s =
+      1e-9 * static_cast<double>(pool_after.fault_ns - run.pool_before.fault_ns);
+  if (result.epochs > 1 && run.first_epoch_end != std::chrono::steady_clock::time_point{} &&
+      run.end > run.first_epoch_end) {
+    result.first_epoch_s = Seconds(run.first_epoch_end - run.start);
+    result.later_samples_per_s = static_cast<double>(result.samples - run.first_epoch_samples) /
+                                 Seconds(run.end - run.first_epoch_end);
+  }
+}
+
+// The run's figures from the loader's stats, the monitor and the source's counters.
+void CollectRunFigures(const Loader& loader, const BenchConfig& config, BenchRunState& run,
+                       BenchResult& result) {
+  if (run.monitor) {
+    run.monitor->Stop();
+    result.monitor_summary = run.monitor->Summary().ToText();
   }
   result.stats = loader.stats();
-  if (hdf5_before) {
+  if (run.hdf5_before) {
     const Hdf5Counters after = Hdf5SourceCounters(loader.source());
-    result.hdf5_chunks_decoded = after.chunks_decoded - hdf5_before->chunks_decoded;
-    result.hdf5_chunk_cache_hits = after.chunk_cache_hits - hdf5_before->chunk_cache_hits;
+    result.hdf5_chunks_decoded = after.chunks_decoded - run.hdf5_before->chunks_decoded;
+    result.hdf5_chunk_cache_hits = after.chunk_cache_hits - run.hdf5_before->chunk_cache_hits;
     result.hdf5_chunk_cache_bytes = static_cast<int64_t>(after.chunk_cache_bytes);
   }
   if (const GroupTable* groups = loader.groups()) {
@@ -372,72 +307,101 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
     result.pack_fill = loader.pack_fill();
   }
   result.bytes = result.stats.bytes;
-  result.wall_s = Seconds(end - start);
+  result.wall_s = Seconds(run.end - run.start);
   result.samples_per_s = result.wall_s > 0 ? result.samples / result.wall_s : 0;
   result.bytes_per_s = result.wall_s > 0 ? result.bytes / result.wall_s : 0;
   result.consumer_wait_fraction = result.stats.ConsumerWaitFraction();
   result.gpu_busy_fraction_events = result.stats.GpuBusyFraction();
-  if (first_batch != std::chrono::steady_clock::time_point{}) {
-    result.time_to_first_batch_s = Seconds(first_batch - start);
-    const double steady = Seconds(end - first_batch);
-    if (config.step_ms > 0 && steady > 0) result.gpu_busy_fraction = std::min(1.0, step_s / steady);
-    if (config.step_ms > 0) result.gpu_busy_fraction_with_startup = step_s / result.wall_s;
-  }
-  if (config.doctor) {
-    DoctorInput in = CollectDoctorInput(loader, monitor.get());
-    // A simulated step keeps a simulated GPU busy: that is the utilization to judge by.
-    // The events on the consumer stream, when they measured, take precedence (Diagnose).
-    if (config.step_ms > 0) {
-      in.gpu_utilization = result.gpu_busy_fraction;
-      in.gpu_utilization_source = "simulated step";
+  if (run.first_batch != std::chrono::steady_clock::time_point{}) {
+    result.time_to_first_batch_s = Seconds(run.first_batch - run.start);
+    const double steady = Seconds(run.end - run.first_batch);
+    if (config.step_ms > 0 && steady > 0) {
+      result.gpu_busy_fraction = std::min(1.0, run.step_s / steady);
     }
-    const Diagnosis d = Diagnose(in);
-    result.diagnosis_text = d.ToText();
-    result.diagnosis_json = d.ToJson();
+    if (config.step_ms > 0) result.gpu_busy_fraction_with_startup = run.step_s / result.wall_s;
   }
+}
+
+void DiagnoseRun(const Loader& loader, const BenchConfig& config, Monitor* monitor,
+                 BenchResult& result) {
+  DoctorInput in = CollectDoctorInput(loader, monitor);
+  // A simulated step keeps a simulated GPU busy: that is the utilization to judge by.
+  // The events on the consumer stream, when they measured, take precedence (Diagnose).
+  if (config.step_ms > 0) {
+    in.gpu_utilization = result.gpu_busy_fraction;
+    in.gpu_utilization_source = "simulated step";
+  }
+  const Diagnosis d = Diagnose(in);
+  result.diagnosis_text = d.ToText();
+  result.diagnosis_json = d.ToJson();
+}
+
+// Both ceilings, measured after the run with as many threads as its workers.
+void MeasureCeilings(const BenchConfig& config, const CachedLoader& opened, int64_t batch_bytes,
+                     BenchResult& result) {
+  const Loader& loader = *opened.loader;
+  result.ceiling_bytes_per_s =
+      MeasureMemcpyCeiling(result.bytes, batch_bytes, result.stats.workers);
+  const double sample_bytes = static_cast<double>(result.bytes) / result.samples;
+  result.ceiling_samples_per_s = result.ceiling_bytes_per_s / sample_bytes;
+  result.ratio_to_ceiling = result.samples_per_s / result.ceiling_samples_per_s;
+  result.later_ratio_to_ceiling = result.later_samples_per_s / result.ceiling_samples_per_s;
+  const Sampler sampler(loader.source().size(),
+                        ToSamplerOptions(loader.options(), loader.source()));
+  // A rate: up to 3 of the run's epochs say it (a timed run's many epochs need not all be
+  // read again).
+  const int same_work_epochs = std::min(result.epochs, 3);
+  // First on a fresh opening, as a program doing this work itself would start: it pays the
+  // process's first touch of the mapping (page tables; on a VM each fault exits to the
+  // hypervisor) as the loader's first epoch did. Then on the loader's source, warm, for the
+  // epochs after the first. Both into batch buffers the run already faulted in: fresh
+  // memory was tried, and its cost on a VM depends on what the kernel hands out (pages the
+  // host took back cost 1 s per 0.5-0.8 GB): the same-work rate swung 2x run to run. The
+  // loader's own fresh batch memory stays its cost, reported apart.
+  const std::shared_ptr<Source> fresh = ReopenForSameWork(config, opened, loader.source());
+  if (fresh) {
+    result.same_work_fresh_opening = true;
+    result.same_work_samples_per_s =
+        MeasureSameWork(*fresh, sampler, same_work_epochs, result.stats.workers);
+  }
+  result.same_work_warm_samples_per_s =
+      MeasureSameWork(loader.source(), sampler, same_work_epochs, result.stats.workers);
+  if (!fresh) result.same_work_samples_per_s = result.same_work_warm_samples_per_s;
+  result.same_work_bytes_per_s = result.same_work_samples_per_s * sample_bytes;
+  if (result.same_work_samples_per_s > 0) {
+    result.ratio_to_same_work = result.samples_per_s / result.same_work_samples_per_s;
+  }
+  if (result.same_work_warm_samples_per_s > 0) {
+    result.later_ratio_to_same_work =
+        result.later_samples_per_s / result.same_work_warm_samples_per_s;
+  }
+}
+
+}  // namespace
+
+BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
+                     const std::function<void(const BenchProgress&)>& on_progress) {
+  BenchResult result;
+  result.epochs = config.epochs;
+  result.step_ms = config.step_ms;
+  CachedLoader opened = OpenBenchLoader(std::move(source), config, result);
+  Loader& loader = *opened.loader;
+  BenchRunState run;
+  PrepareRun(loader, config, run);
+  run.start = std::chrono::steady_clock::now();
+  RunEpochs(loader, config, run, result, on_progress);
+  EndRun(run, result);
+  CollectRunFigures(loader, config, run, result);
+  if (config.doctor) DiagnoseRun(loader, config, run.monitor.get(), result);
   result.peak_rss_bytes = StatusBytes("VmHWM");
-  result.peak_anon_rss_bytes = peak_anon;
+  result.peak_anon_rss_bytes = run.peak_anon;
   const int64_t batch_bytes =
       static_cast<int64_t>(loader.schema().SampleBytes()) * loader.options().batch_size;
   result.bound_anon_rss_bytes = (result.stats.prefetch + result.stats.workers) * batch_bytes +
                                 (int64_t{100} << 20) +
                                 std::max<int64_t>(0, result.hdf5_chunk_cache_bytes);
   if (config.measure_ceiling && result.bytes > 0) {
-    result.ceiling_bytes_per_s =
-        MeasureMemcpyCeiling(result.bytes, batch_bytes, result.stats.workers);
-    const double sample_bytes = static_cast<double>(result.bytes) / result.samples;
-    result.ceiling_samples_per_s = result.ceiling_bytes_per_s / sample_bytes;
-    result.ratio_to_ceiling = result.samples_per_s / result.ceiling_samples_per_s;
-    result.later_ratio_to_ceiling = result.later_samples_per_s / result.ceiling_samples_per_s;
-    const Sampler sampler(loader.source().size(),
-                          ToSamplerOptions(loader.options(), loader.source()));
-    // A rate: up to 3 of the run's epochs say it (a timed run's many epochs need not all be
-    // read again).
-    const int same_work_epochs = std::min(result.epochs, 3);
-    // First on a fresh opening, as a program doing this work itself would start: it pays the
-    // process's first touch of the mapping (page tables; on a VM each fault exits to the
-    // hypervisor) as the loader's first epoch did. Then on the loader's source, warm, for the
-    // epochs after the first. Both into batch buffers the run already faulted in: fresh
-    // memory was tried, and its cost on a VM depends on what the kernel hands out (pages the
-    // host took back cost 1 s per 0.5-0.8 GB): the same-work rate swung 2x run to run. The
-    // loader's own fresh batch memory stays its cost, reported apart.
-    const std::shared_ptr<Source> fresh = ReopenForSameWork(config, opened, loader.source());
-    if (fresh) {
-      result.same_work_fresh_opening = true;
-      result.same_work_samples_per_s =
-          MeasureSameWork(*fresh, sampler, same_work_epochs, result.stats.workers);
-    }
-    result.same_work_warm_samples_per_s =
-        MeasureSameWork(loader.source(), sampler, same_work_epochs, result.stats.workers);
-    if (!fresh) result.same_work_samples_per_s = result.same_work_warm_samples_per_s;
-    result.same_work_bytes_per_s = result.same_work_samples_per_s * sample_bytes;
-    if (result.same_work_samples_per_s > 0) {
-      result.ratio_to_same_work = result.samples_per_s / result.same_work_samples_per_s;
-    }
-    if (result.same_work_warm_samples_per_s > 0) {
-      result.later_ratio_to_same_work =
-          result.later_samples_per_s / result.same_work_warm_samples_per_s;
-    }
+    MeasureCeilings(config, opened, batch_bytes, result);
   }
   return result;
 }

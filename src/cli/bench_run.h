@@ -11,7 +11,6 @@
 
 #include "gpufeed/cache.h"
 #include "gpufeed/loader.h"
-#include "gpufeed/sampler.h"
 
 namespace gpufeed::cli {
 
@@ -125,15 +124,6 @@ struct BenchResult {
 
 BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
                      const std::function<void(const BenchProgress&)>& on_progress);
-
-// Bytes per second memcpy moves with `threads` threads, copying `total_bytes` in chunks of
-// `chunk_bytes` from a source buffer larger than the caches.
-double MeasureMemcpyCeiling(int64_t total_bytes, int64_t chunk_bytes, int threads);
-
-// Samples per second `threads` threads read `epochs` epochs of `sampler`'s batches from
-// `source` with Source::Read, each into its own batch buffers: the loader's work without the
-// loader.
-double MeasureSameWork(const Source& source, const Sampler& sampler, int epochs, int threads);
 
 // Human formatting: "1.23 GB", "612,345".
 std::string FormatCount(double count);

@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <vector>
 
 namespace gpufeed::cli {
@@ -73,15 +75,21 @@ del it
 // machine, and for the first batch to arrive.
 constexpr double kGraceSeconds = 90;
 
-// Runs the script under `python`; result.why_not says what went wrong when !result.ran.
-BaselineResult RunWith(const std::string& python, const BaselineConfig& c,
-                       const std::function<void(int64_t, double)>& on_progress) {
-  BaselineResult result;
-  result.python = python;
+// The child that runs the script: its pid, and the read end of the pipe that takes its
+// stdout and stderr.
+struct ScriptChild {
+  pid_t pid = -1;
+  int out_fd = -1;
+};
+
+// Starts the script under `python`; nullopt, with `why_not` set, when the pipe or the fork
+// fails.
+std::optional<ScriptChild> StartScript(const std::string& python, const BaselineConfig& c,
+                                       std::string* why_not) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
-    result.why_not = fmt::format("cannot make a pipe: {}", std::strerror(errno));
-    return result;
+    *why_not = fmt::format("cannot make a pipe: {}", std::strerror(errno));
+    return std::nullopt;
   }
   const std::vector<std::string> args = {python,
                                          "-c",
@@ -96,10 +104,10 @@ BaselineResult RunWith(const std::string& python, const BaselineConfig& c,
   argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) {
-    result.why_not = fmt::format("cannot fork: {}", std::strerror(errno));
+    *why_not = fmt::format("cannot fork: {}", std::strerror(errno));
     ::close(fds[0]);
     ::close(fds[1]);
-    return result;
+    return std::nullopt;
   }
   if (pid == 0) {
     dup2(fds[1], STDOUT_FILENO);
@@ -108,24 +116,53 @@ BaselineResult RunWith(const std::string& python, const BaselineConfig& c,
     _exit(127);
   }
   ::close(fds[1]);
+  return ScriptChild{.pid = pid, .out_fd = fds[0]};
+}
+
+// What the script left once it ended.
+struct ScriptOutput {
+  std::string last_json;  // its result: the last line that is a JSON object
+  std::string other;      // the last other line (a traceback's last line names the error)
+  bool killed = false;    // it overran its time and was stopped
+  int wait_status = 0;    // as waitpid reports it
+};
+
+// One line of the script's output: a progress report, its result, or anything else.
+void TakeLine(const std::string& line, ScriptOutput& output,
+              const std::function<void(int64_t, double)>& on_progress) {
+  long long samples = 0;
+  double seconds = 0;
+  if (std::sscanf(line.c_str(), "progress %lld %lf", &samples, &seconds) == 2) {
+    if (on_progress) on_progress(samples, seconds);
+  } else if (!line.empty() && line[0] == '{') {
+    output.last_json = line;
+  } else if (!line.empty()) {
+    output.other = line;
+  }
+}
+
+// Reads the child's output line by line until it closes it, or kills the child when
+// `limit_seconds` pass first; then reaps it.
+ScriptOutput WaitForScript(const ScriptChild& child, double limit_seconds,
+                           const std::function<void(int64_t, double)>& on_progress) {
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::duration<double>(c.seconds + kGraceSeconds);
-  std::string pending, last_json, other;
-  bool killed = false;
+  const auto deadline = start + std::chrono::duration<double>(limit_seconds);
+  ScriptOutput output;
+  std::string pending;
   char buf[4096];
   while (true) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
-      kill(pid, SIGKILL);
-      killed = true;
+      kill(child.pid, SIGKILL);
+      output.killed = true;
       break;
     }
-    pollfd p{fds[0], POLLIN, 0};
+    pollfd p{child.out_fd, POLLIN, 0};
     const int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 200)));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) continue;
-    const ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    const ssize_t n = ::read(child.out_fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     pending.append(buf, static_cast<size_t>(n));
@@ -133,40 +170,39 @@ BaselineResult RunWith(const std::string& python, const BaselineConfig& c,
     while ((nl = pending.find('\n')) != std::string::npos) {
       const std::string line = pending.substr(0, nl);
       pending.erase(0, nl + 1);
-      long long samples = 0;
-      double seconds = 0;
-      if (std::sscanf(line.c_str(), "progress %lld %lf", &samples, &seconds) == 2) {
-        if (on_progress) on_progress(samples, seconds);
-      } else if (!line.empty() && line[0] == '{') {
-        last_json = line;
-      } else if (!line.empty()) {
-        other = line;  // the last line of a traceback names the error
-      }
+      TakeLine(line, output, on_progress);
     }
   }
-  ::close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  ::close(child.out_fd);
+  while (waitpid(child.pid, &output.wait_status, 0) < 0 && errno == EINTR) {
   }
-  if (killed) {
+  return output;
+}
+
+// The figures the script printed, or why there are none.
+void ReadScriptResult(const std::string& python, const BaselineConfig& c,
+                      const ScriptOutput& output, BaselineResult& result) {
+  if (output.killed) {
     result.why_not = fmt::format("{} did not finish within {:.0f} s and was stopped", python,
                                  c.seconds + kGraceSeconds);
-    return result;
+    return;
   }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && last_json.empty()) {
+  const int status = output.wait_status;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && output.last_json.empty()) {
     result.why_not = fmt::format("no {}", python);
-    return result;
+    return;
   }
-  if (last_json.empty()) {
-    result.why_not = fmt::format("{} failed: {}", python, other.empty() ? "no output" : other);
-    return result;
+  if (output.last_json.empty()) {
+    result.why_not =
+        fmt::format("{} failed: {}", python, output.other.empty() ? "no output" : output.other);
+    return;
   }
   try {
-    const nlohmann::json j = nlohmann::json::parse(last_json);
+    const nlohmann::json j = nlohmann::json::parse(output.last_json);
     if (j.contains("missing")) {
-      result.why_not = fmt::format("{} lacks torch or h5py ({})", python,
-                                   j["missing"].get<std::string>());
-      return result;
+      result.why_not =
+          fmt::format("{} lacks torch or h5py ({})", python, j["missing"].get<std::string>());
+      return;
     }
     result.samples = j.at("samples").get<int64_t>();
     result.seconds = j.at("seconds").get<double>();
@@ -177,6 +213,17 @@ BaselineResult RunWith(const std::string& python, const BaselineConfig& c,
   } catch (const nlohmann::json::exception& e) {
     result.why_not = fmt::format("{} printed an unreadable result: {}", python, e.what());
   }
+}
+
+// Runs the script under `python`; result.why_not says what went wrong when !result.ran.
+BaselineResult RunWith(const std::string& python, const BaselineConfig& c,
+                       const std::function<void(int64_t, double)>& on_progress) {
+  BaselineResult result;
+  result.python = python;
+  const std::optional<ScriptChild> child = StartScript(python, c, &result.why_not);
+  if (!child) return result;
+  const ScriptOutput output = WaitForScript(*child, c.seconds + kGraceSeconds, on_progress);
+  ReadScriptResult(python, c, output, result);
   return result;
 }
 

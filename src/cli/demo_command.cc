@@ -38,77 +38,87 @@ struct DemoArgs {
 // The DataLoader's batch: what users of a per-sample Dataset typically pick.
 constexpr int64_t kBaselineBatch = 256;
 
-int RunDemo(const DemoArgs& args) {
+// Where the demo runs: its data set, and where the narration goes.
+struct DemoPlace {
   // With --json the figures go to stdout as one JSON object and the narration to stderr.
-  std::FILE* out = args.json ? stderr : stdout;
-  const bool hdf5 = args.format == "hdf5";
-  const std::string path =
-      !args.path.empty() ? args.path : (hdf5 ? DefaultDemoFile() : DefaultDemoFolder());
+  std::FILE* out;
+  bool hdf5;         // --format hdf5, else npy
+  std::string path;  // the HDF5 file or the NumPy folder
+};
+
+// Says what the demo set is, and makes it unless an earlier run left it.
+void PrepareDemoData(const DemoArgs& args, const DemoPlace& place) {
+  std::FILE* out = place.out;
   const double set_bytes = static_cast<double>(args.samples) * (64 * 32 * 4 + 8);
   fmt::print(out, "gpufeed demo: {} log-mel segments (mel float32[1,64,32], label int64), {}\n",
              FormatCount(static_cast<double>(args.samples)), FormatBytes(set_bytes));
-  if (hdf5) {
+  if (place.hdf5) {
     const std::vector<int64_t> chunk = H5pyGuessChunk({args.samples, 1, 64, 32}, sizeof(float));
     const int64_t pieces = (64 + chunk[2] - 1) / chunk[2] * ((32 + chunk[3] - 1) / chunk[3]);
     fmt::print(out,
                "data set    {}\n            HDF5 as h5py writes it with chunks=True (chunks of "
                "[{}]: each sample\n            spans {} chunks), uncompressed\n",
-               path, fmt::join(chunk, ", "), pieces);
+               place.path, fmt::join(chunk, ", "), pieces);
   } else {
-    fmt::print(out, "data set    {} (NumPy files)\n", path);
+    fmt::print(out, "data set    {} (NumPy files)\n", place.path);
   }
-  if (!(hdf5 ? DemoHdf5Exists(path, args.samples) : DemoSetExists(path, args.samples))) {
-    ProgressLine line(true, 2.0);
-    const auto start = std::chrono::steady_clock::now();
-    auto progress = [&](double fraction) {
-      line.Update(fmt::format("making the demo data set: {:.0f}%", 100 * fraction));
-    };
-    if (hdf5) {
-      MakeDemoHdf5(path, args.samples, progress);
-    } else {
-      MakeDemoSet(path, args.samples, progress);
-    }
-    line.Finish();
-    fmt::print(out, "made it in {:.1f} s\n",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  } else {
+  if (place.hdf5 ? DemoHdf5Exists(place.path, args.samples)
+                 : DemoSetExists(place.path, args.samples)) {
     fmt::print(out, "found it from an earlier run\n");
+    return;
   }
+  ProgressLine line(true, 2.0);
+  const auto start = std::chrono::steady_clock::now();
+  auto progress = [&](double fraction) {
+    line.Update(fmt::format("making the demo data set: {:.0f}%", 100 * fraction));
+  };
+  if (place.hdf5) {
+    MakeDemoHdf5(place.path, args.samples, progress);
+  } else {
+    MakeDemoSet(place.path, args.samples, progress);
+  }
+  line.Finish();
+  fmt::print(out, "made it in {:.1f} s\n",
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
 
-  // The same simulated GPU for both: step_ms per batch_size samples.
+// The DataLoader + h5py run, with the same simulated GPU: step_ms per batch_size samples.
+BaselineResult RunBaseline(const DemoArgs& args, const DemoPlace& place) {
   const double step_per_sample_ms = args.step_ms / static_cast<double>(args.batch_size);
-  BaselineResult baseline;
-  if (hdf5 && args.baseline) {
-    BaselineConfig bc;
-    bc.path = path;
-    bc.seconds = args.baseline_seconds;
-    bc.batch_size = kBaselineBatch;
-    bc.step_ms = step_per_sample_ms * static_cast<double>(kBaselineBatch);
-    bc.workers = 2;
-    fmt::print(out,
-               "\nFirst, the pattern most users start from: a PyTorch DataLoader (2 workers, batch "
-               "{}) over a\nDataset that reads one sample with h5py in __getitem__, for about "
-               "{:.0f} s, with the same\nsimulated GPU ({} ms per {} samples).\n",
-               kBaselineBatch, args.baseline_seconds, args.step_ms, args.batch_size);
-    ProgressLine line(!args.json, 2.0);
-    baseline = RunDataLoaderBaseline(bc, [&](int64_t samples, double seconds) {
-      line.Update(fmt::format("DataLoader + h5py: {} samples in {:.1f} s, {} samples/s",
-                              FormatCount(static_cast<double>(samples)), seconds,
-                              FormatCount(static_cast<double>(samples) / std::max(seconds, 1e-9))));
-    });
-    line.Finish();
-    if (baseline.ran) {
-      fmt::print(out, "DataLoader + h5py: {} samples/s, simulated GPU busy {:.2f}%\n",
-                 FormatCount(baseline.samples_per_s), 100 * baseline.gpu_busy_fraction);
-    } else {
-      fmt::print(out,
-                 "skipped: {}\n(set GPUFEED_PYTHON to a Python with torch and h5py to "
-                 "compare)\n",
-                 baseline.why_not);
-    }
+  BaselineConfig bc;
+  bc.path = place.path;
+  bc.seconds = args.baseline_seconds;
+  bc.batch_size = kBaselineBatch;
+  bc.step_ms = step_per_sample_ms * static_cast<double>(kBaselineBatch);
+  bc.workers = 2;
+  fmt::print(place.out,
+             "\nFirst, the pattern most users start from: a PyTorch DataLoader (2 workers, batch "
+             "{}) over a\nDataset that reads one sample with h5py in __getitem__, for about "
+             "{:.0f} s, with the same\nsimulated GPU ({} ms per {} samples).\n",
+             kBaselineBatch, args.baseline_seconds, args.step_ms, args.batch_size);
+  ProgressLine line(!args.json, 2.0);
+  BaselineResult baseline = RunDataLoaderBaseline(bc, [&](int64_t samples, double seconds) {
+    line.Update(fmt::format("DataLoader + h5py: {} samples in {:.1f} s, {} samples/s",
+                            FormatCount(static_cast<double>(samples)), seconds,
+                            FormatCount(static_cast<double>(samples) / std::max(seconds, 1e-9))));
+  });
+  line.Finish();
+  if (baseline.ran) {
+    fmt::print(place.out, "DataLoader + h5py: {} samples/s, simulated GPU busy {:.2f}%\n",
+               FormatCount(baseline.samples_per_s), 100 * baseline.gpu_busy_fraction);
+  } else {
+    fmt::print(place.out,
+               "skipped: {}\n(set GPUFEED_PYTHON to a Python with torch and h5py to "
+               "compare)\n",
+               baseline.why_not);
   }
-  fmt::print(out, "\nNow gpufeed on the same file.\n");
+  return baseline;
+}
 
+// gpufeed's run on the same file, with the doctor.
+BenchResult RunGpufeed(const DemoArgs& args, const DemoPlace& place) {
+  std::FILE* out = place.out;
+  fmt::print(out, "\nNow gpufeed on the same file.\n");
   BenchConfig config;
   config.open.loader.batch_size = args.batch_size;
   config.open.loader.workers = args.workers;
@@ -128,16 +138,43 @@ int RunDemo(const DemoArgs& args) {
         args.epochs, args.batch_size, args.step_ms);
   }
   // The same-work ceiling reads a second opening (BenchConfig::reopen).
-  config.reopen = [path, hdf5]() -> std::shared_ptr<Source> {
+  config.reopen = [path = place.path, hdf5 = place.hdf5]() -> std::shared_ptr<Source> {
     return hdf5 ? OpenHdf5({path}, {"mel", "label"})
                 : OpenNumpy(path, {.fields = {"mel", "label"}});
   };
   auto source = config.reopen();
   ProgressLine line(!args.json, 2.0);
-  const BenchResult r =
+  BenchResult r =
       RunBench(source, config, [&](const BenchProgress& p) { line.Update(FormatProgress(p)); });
   line.Finish();
+  return r;
+}
 
+// The DataLoader's and gpufeed's figures in one table.
+void PrintSideBySide(const DemoArgs& args, std::FILE* out, const BenchResult& r,
+                     const BaselineResult& baseline) {
+  fmt::print(out,
+             "\nSide by side (the same file, the same simulated GPU: {} ms per {} samples)\n"
+             "                                    samples/s   GPU busy   first batch\n",
+             args.step_ms, args.batch_size);
+  // First batch from the start of each: the DataLoader's from iter(), gpufeed's including
+  // the loader's construction.
+  fmt::print(out, "  DataLoader + h5py, 2 workers    {:>12}   {:>7.2f}%   {:>9.2f} s\n",
+             FormatCount(baseline.samples_per_s), 100 * baseline.gpu_busy_fraction,
+             baseline.first_batch_s);
+  fmt::print(out, "  gpufeed, {} workers              {:>12}   {:>7.2f}%   {:>9.2f} s\n",
+             r.stats.workers, FormatCount(r.samples_per_s), 100 * r.gpu_busy_fraction,
+             r.setup_s + r.time_to_first_batch_s);
+  if (baseline.samples_per_s > 0) {
+    fmt::print(out, "  gpufeed delivered {:.1f}x the DataLoader's samples/s.\n",
+               r.samples_per_s / baseline.samples_per_s);
+  }
+}
+
+// The run's summary, the comparison when the baseline ran, the verdict, and what to try next.
+void PrintSummary(const DemoArgs& args, const DemoPlace& place, const BenchResult& r,
+                  const BaselineResult& baseline) {
+  std::FILE* out = place.out;
   fmt::print(out, "\nSummary\n");
   fmt::print(out, "  gpufeed delivered {} samples ({}) in {:.2f} s: {} samples/s, {}/s.\n",
              FormatCount(static_cast<double>(r.samples)), FormatBytes(static_cast<double>(r.bytes)),
@@ -150,24 +187,7 @@ int RunDemo(const DemoArgs& args) {
              "  The simulated GPU was busy {:.1f}% of the time after the first batch ({:.2f} s "
              "in); the\n  training loop waited {:.1f}% of its time for data.\n",
              100 * r.gpu_busy_fraction, r.time_to_first_batch_s, 100 * r.consumer_wait_fraction);
-  if (baseline.ran) {
-    fmt::print(out,
-               "\nSide by side (the same file, the same simulated GPU: {} ms per {} samples)\n"
-               "                                    samples/s   GPU busy   first batch\n",
-               args.step_ms, args.batch_size);
-    // First batch from the start of each: the DataLoader's from iter(), gpufeed's including
-    // the loader's construction.
-    fmt::print(out, "  DataLoader + h5py, 2 workers    {:>12}   {:>7.2f}%   {:>9.2f} s\n",
-               FormatCount(baseline.samples_per_s), 100 * baseline.gpu_busy_fraction,
-               baseline.first_batch_s);
-    fmt::print(out, "  gpufeed, {} workers              {:>12}   {:>7.2f}%   {:>9.2f} s\n",
-               r.stats.workers, FormatCount(r.samples_per_s), 100 * r.gpu_busy_fraction,
-               r.setup_s + r.time_to_first_batch_s);
-    if (baseline.samples_per_s > 0) {
-      fmt::print(out, "  gpufeed delivered {:.1f}x the DataLoader's samples/s.\n",
-                 r.samples_per_s / baseline.samples_per_s);
-    }
-  }
+  if (baseline.ran) PrintSideBySide(args, out, r, baseline);
   if (!r.diagnosis_text.empty()) {
     fmt::print(out, "\n{}", r.diagnosis_text);
   } else {
@@ -179,36 +199,54 @@ int RunDemo(const DemoArgs& args) {
   fmt::print(out,
              "\nNext: `gpufeed bench {}{}` for the full figures, or the Python quick start in "
              "the README.\n",
-             path, hdf5 ? " --fields mel,label" : "");
-  if (args.json) {
-    // The doctor's verdict and stage at the top, then every figure of the run.
-    nlohmann::json j = nlohmann::json::parse(r.ToJson());
-    if (j.contains("doctor")) {
-      j["verdict"] = j["doctor"]["verdict"];
-      j["stage"] = j["doctor"]["stage"];
-    }
-    j["data_set"] = {{"path", path}, {"format", args.format}};
-    if (hdf5 && args.baseline) {
-      nlohmann::json b = {{"ran", baseline.ran}};
-      if (baseline.ran) {
-        b["python"] = baseline.python;
-        b["batch_size"] = kBaselineBatch;
-        b["workers"] = 2;
-        b["samples"] = baseline.samples;
-        b["seconds"] = baseline.seconds;
-        b["samples_per_s"] = baseline.samples_per_s;
-        b["gpu_busy_fraction"] = baseline.gpu_busy_fraction;
-        b["time_to_first_batch_s"] = baseline.first_batch_s;
-        if (baseline.samples_per_s > 0) {
-          j["speedup_over_dataloader"] = r.samples_per_s / baseline.samples_per_s;
-        }
-      } else {
-        b["why_not"] = baseline.why_not;
-      }
-      j["dataloader_baseline"] = b;
-    }
-    fmt::print("{}\n", j.dump(2));
+             place.path, place.hdf5 ? " --fields mel,label" : "");
+}
+
+// --json: the doctor's verdict and stage at the top, then every figure of the run, the data
+// set, and the baseline's figures (or why it did not run).
+void PrintDemoJson(const DemoArgs& args, const DemoPlace& place, const BenchResult& r,
+                   const BaselineResult& baseline) {
+  nlohmann::json j = nlohmann::json::parse(r.ToJson());
+  if (j.contains("doctor")) {
+    j["verdict"] = j["doctor"]["verdict"];
+    j["stage"] = j["doctor"]["stage"];
   }
+  j["data_set"] = {{"path", place.path}, {"format", args.format}};
+  if (place.hdf5 && args.baseline) {
+    nlohmann::json b = {{"ran", baseline.ran}};
+    if (baseline.ran) {
+      b["python"] = baseline.python;
+      b["batch_size"] = kBaselineBatch;
+      b["workers"] = 2;
+      b["samples"] = baseline.samples;
+      b["seconds"] = baseline.seconds;
+      b["samples_per_s"] = baseline.samples_per_s;
+      b["gpu_busy_fraction"] = baseline.gpu_busy_fraction;
+      b["time_to_first_batch_s"] = baseline.first_batch_s;
+      if (baseline.samples_per_s > 0) {
+        j["speedup_over_dataloader"] = r.samples_per_s / baseline.samples_per_s;
+      }
+    } else {
+      b["why_not"] = baseline.why_not;
+    }
+    j["dataloader_baseline"] = b;
+  }
+  fmt::print("{}\n", j.dump(2));
+}
+
+int RunDemo(const DemoArgs& args) {
+  const bool hdf5 = args.format == "hdf5";
+  const DemoPlace place{
+      .out = args.json ? stderr : stdout,
+      .hdf5 = hdf5,
+      .path = !args.path.empty() ? args.path : (hdf5 ? DefaultDemoFile() : DefaultDemoFolder()),
+  };
+  PrepareDemoData(args, place);
+  BaselineResult baseline;
+  if (hdf5 && args.baseline) baseline = RunBaseline(args, place);
+  const BenchResult r = RunGpufeed(args, place);
+  PrintSummary(args, place, r, baseline);
+  if (args.json) PrintDemoJson(args, place, r, baseline);
   return 0;
 }
 
