@@ -38,12 +38,12 @@ BATCH = 8192
 STACK = 16
 
 
-def build_file(path, files, seed=0):
+def build_file(path, files, segments=(8, 64), seed=0):
     """The seed-like grouped file at `path` (once), with h5py's default dataset layout."""
     if os.path.exists(path):
         return
     rng = np.random.default_rng(seed)
-    sizes = rng.integers(8, 65, size=files)
+    sizes = rng.integers(segments[0], segments[1] + 1, size=files)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     labels = rng.integers(0, CLASSES, size=files).astype(np.int64)
     tmp = path + ".tmp"
@@ -116,8 +116,8 @@ def stacked(path, model, device):
     return preds
 
 
-def with_gpufeed(path, model, device, workers, prefetch, rows):
-    loader = gpufeed.Loader(path, fields=["mel"], batch_size=BATCH,
+def with_gpufeed(path, model, device, workers, prefetch, rows, batch):
+    loader = gpufeed.Loader(path, fields=["mel"], batch_size=batch,
                             group_offsets="file_offsets", group_fields=["label"], pack=True,
                             shuffle=False, device=device, workers=workers, prefetch=prefetch)
     reducer = gpufeed.GroupReducer(loader.num_groups, how="vote", device=loader.device,
@@ -168,14 +168,25 @@ def main():
     p.add_argument("--model", choices=("cnn", "linear"), default="cnn",
                    help="cnn: the small CNN (default); linear: one linear layer, a stand-in "
                         "for a forward pass that costs little per segment (as on a GPU)")
+    p.add_argument("--segments", default="8-64",
+                   help="segments per file, LO-HI (uniform; the file is built once per range)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="rows per packed gpufeed batch (default: 8192 on CUDA; 512 on the CPU, "
+                        "where a forward over many rows leaves the caches)")
     p.add_argument("--forward-rows", type=int, default=None,
                    help="segments per forward pass within a packed batch (default: the whole "
                         "batch on CUDA, 64 on the CPU)")
     args = p.parse_args()
     os.makedirs(args.cache_dir, exist_ok=True)
-    path = os.path.join(args.cache_dir, f"file_level_{args.files}.h5")
-    build_file(path, args.files)
+    lo, _, hi = args.segments.partition("-")
+    segments = (int(lo), int(hi or lo))
+    if not 1 <= segments[0] <= segments[1]:
+        p.error("--segments must be LO-HI with 1 <= LO <= HI")
+    suffix = "" if segments == (8, 64) else f"_{segments[0]}-{segments[1]}"
+    path = os.path.join(args.cache_dir, f"file_level_{args.files}{suffix}.h5")
+    build_file(path, args.files, segments)
     device = torch.device(args.device)
+    batch = args.batch or (BATCH if device.type == "cuda" else 512)
     rows_per_forward = args.forward_rows
     if rows_per_forward is None:
         rows_per_forward = 0 if device.type == "cuda" else 64
@@ -193,7 +204,7 @@ def main():
         stack, t_stack = timed(lambda: stacked(path, model, device), device)
         (packed, fill, batches), t_packed = timed(
             lambda: with_gpufeed(path, model, str(device), args.workers, args.prefetch,
-                                 rows_per_forward),
+                                 rows_per_forward, batch),
             device)
         ceiling = model_ceiling(path, model, device, rows_per_forward)
     rate = {name: files / t for name, t in
@@ -204,7 +215,7 @@ def main():
     print(f"(b) {STACK} files per forward, by hand:    {rate['stack']:9.0f} files/s "
           f"({t_stack:.2f} s)")
     print(f"(c) gpufeed packed + GroupReducer:     {rate['gpufeed']:9.0f} files/s "
-          f"({t_packed:.2f} s, {batches} batches of up to {BATCH}, fill {fill:.4f})")
+          f"({t_packed:.2f} s, {batches} batches of up to {batch}, fill {fill:.4f})")
     print(f"gpufeed / per-file loop: {rate['gpufeed'] / rate['loop']:.2f}x (target 2.7x); "
           f"gpufeed / stacking: {rate['gpufeed'] / rate['stack']:.2f}x (target 1.2x); "
           f"fill {fill:.4f} (target 0.98)")
