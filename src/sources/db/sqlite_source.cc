@@ -17,7 +17,7 @@
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
 #include "sources/db/table.h"
-#include "sources/stack_plan.h"
+#include "sources/stack/plan.h"
 
 namespace gpufeed {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "gpufeed/error.h"
 #include "sources/memory_source.h"
-#include "sources/stack_plan.h"
+#include "sources/stack/plan.h"
 
 namespace gpufeed {
 

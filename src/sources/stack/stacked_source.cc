@@ -7,7 +7,7 @@
 
 #include "gpufeed/error.h"
 #include "gpufeed/stack.h"
-#include "sources/stack_plan.h"
+#include "sources/stack/plan.h"
 
 namespace gpufeed {
 namespace {

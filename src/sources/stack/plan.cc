@@ -1,4 +1,4 @@
-#include "sources/stack_plan.h"
+#include "sources/stack/plan.h"
 
 #include <fmt/format.h>
 #include <fnmatch.h>
