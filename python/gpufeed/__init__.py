@@ -38,6 +38,7 @@ from gpufeed._gpufeed import (
     Unsupported,
 )
 from gpufeed._batch_size import BatchSizeSuggestion, fit_batch_size, suggest_batch_size
+from gpufeed._forward_rows import forward_rows
 from gpufeed._groups import GroupReducer
 from gpufeed._images import images
 from gpufeed._loader import Batch, Loader
@@ -53,6 +54,7 @@ __all__ = [
     "DeviceError",
     "Error",
     "GroupReducer",
+    "forward_rows",
     "InvalidArgument",
     "IoError",
     "Loader",

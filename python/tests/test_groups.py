@@ -2,6 +2,7 @@
 the errors for bad group metadata."""
 
 import json
+import math
 import os
 import subprocess
 
@@ -297,3 +298,40 @@ def test_cli_bench_reports_files_per_second_and_fill(tmp_path):
     bad = subprocess.run([binary, "bench", str(path), "--group-offsets", "file_offsets", "--pack"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--fields" in bad.stderr
+
+
+def test_forward_rows_picks_the_smallest_count_near_the_best_rate():
+    clock = {"now": 0.0}
+
+    def forward(batch):
+        rows = batch.shape[0]
+        # Per row cheapest at 256 rows, as a CPU model whose activations leave the caches.
+        clock["now"] += rows * 1e-6 * (1 + abs(math.log2(rows) - 8))
+        return batch.sum(dim=1)
+
+    rows = gpufeed.forward_rows(forward, torch.zeros(4), timer=lambda: clock["now"])
+    assert rows == 256
+    assert set(gpufeed.forward_rows.last) == {32, 64, 128, 256, 512, 1024, 2048, 4096, 8192}
+    # A flat cost per row: the smallest count is as fast, and packs fullest.
+    flat = gpufeed.forward_rows(lambda b: clock.__setitem__("now", clock["now"] + b.shape[0]),
+                                torch.zeros(2), candidates=(64, 512, 4096),
+                                timer=lambda: clock["now"])
+    assert flat == 64
+    with pytest.raises(gpufeed.InvalidArgument):
+        gpufeed.forward_rows(forward, [0.0])
+    with pytest.raises(gpufeed.InvalidArgument):
+        gpufeed.forward_rows(forward, torch.zeros(4), candidates=(0, 8))
+
+
+@pytest.mark.parametrize("segments", [(1, 24), (8, 64)])
+def test_packed_batches_of_a_forward_pass_size_fill_past_0_98(segments):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(segments[0], segments[1] + 1, size=7913)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    data = {"x": np.zeros((int(offsets[-1]), 2), np.float32), "file_offsets": offsets}
+    for shuffle in (False, True):
+        loader = gpufeed.Loader(data, fields=["x"], batch_size=512, group_offsets="file_offsets",
+                                pack=True, shuffle=shuffle, device="cpu")
+        assert loader.pack_fill >= 0.98, (segments, shuffle, loader.pack_fill)
+        # Within a few batches of as few as the rows need.
+        assert len(loader) <= math.ceil(int(offsets[-1]) / 512) * 1.01 + 1
