@@ -15,21 +15,26 @@
 //          preloaded in parallel); later epochs gather rows from RAM.
 //   shm    a file under /dev/shm named gpufeed-<key> (key: a hash of the source's Identity()
 //          and the format version) that the first process builds and publishes atomically
-//          (written, then renamed) with a checksum per row (rows under 4 KiB: per 4 KiB of
-//          rows); every later process -- local DDP ranks, concurrent hyper-parameter trials --
-//          reads the same copy (pread into its own memory) and verifies every row it copies. A build killed half-way is detected and
-//          redone; /dev/shm running full falls back to streaming, never to partial data.
+//          (written, then renamed) with a hash per row (rows under 4 KiB: per 4 KiB of rows);
+//          every later process -- local DDP ranks, concurrent hyper-parameter trials -- maps
+//          the same copy read-only and gathers from it as the RAM tier gathers. Only its owner
+//          can write it, so readers check the header (owner, mode, keyed checksum, schema) at
+//          open, not every row they read; `gpufeed cache verify` re-hashes it on request.
+//          A build killed half-way is detected and redone; /dev/shm running full falls back
+//          to streaming, never to partial data.
 //   device the whole data set in GPU memory (the loader's CUDA device), uploaded once through
 //          pinned staging; a loader on that device gathers each batch there with a kernel,
 //          no host work per batch. Deterministic transforms (casts, normalization) run once
 //          before the upload; random ones (SpecAugment) cannot run on device-resident rows,
 //          so the device tier is refused for them.
 //   none   the source itself.
-//   auto   device when it fits the device budget (CUDA only, no random transforms), else shm
-//          when the data set fits the RAM budget (ram where the source cannot be shared
-//          across processes, or where RAM gathers clearly faster) and gathering from the copy
-//          is measured faster than from the source (a short probe: CacheInfo::measured and
-//          the reason give the figures), else none.
+//   auto   device when it fits the device budget (CUDA only, no random transforms); else the
+//          source's shm cache when one is already published (nothing measured); else, when
+//          the data set fits the RAM budget, a short probe (CacheInfo::measured) of how fast
+//          rows gather from the source, a RAM copy and an shm copy: shm when it beats the
+//          source and gathers at 80% of RAM's rate or more (or $LOCAL_WORLD_SIZE says several
+//          processes share it), else ram when that beats the source, else none. The reason
+//          gives the figures.
 // The choice and its reason are logged once (core/log.h: a "gpufeed: " line on stderr).
 //
 // Thread-safety: OpenCached may be called from any thread, and from many processes at once
@@ -189,6 +194,32 @@ bool RemoveShmCache(const std::string& key, const std::string& dir = "/dev/shm",
 std::vector<ShmCacheEntry> RemoveOlderShmVersions(const std::string& identity,
                                                   const std::string& dir = "/dev/shm",
                                                   const std::string& group = "");
+// What `gpufeed cache verify` found: every block of a published cache re-hashed against the
+// hashes its builder wrote at publication.
+struct ShmVerifyReport {
+  std::string key;
+  std::string path;
+  std::string description;  // the source's Describe() when it was built
+  uint64_t bytes = 0;       // file size
+  uint64_t blocks = 0;      // blocks in the file
+  uint64_t checked = 0;     // blocks hashed (all of them when ok; up to the first bad one)
+  bool ok = false;
+  int64_t first_bad_block = -1;  // -1 when ok
+  // Where the first bad block lies: "block 17 of 760: field 'mel', samples 17 to 17, file
+  // bytes 73728 to 77824"; empty when ok.
+  std::string first_bad;
+};
+
+// Re-hashes every block of the cache `key` in the folder ListShmCaches(dir, group) reads and
+// stops at the first that differs from its hash. The header is checked as at open (owner,
+// mode, keyed checksum) and its texts must give `key`. Readers do not re-hash blocks (only the
+// owner can write the file; see DESIGN.md), so this is how damage is found. Throws
+// Error(kInvalidArgument) for a malformed key, Error(kNotFound) when there is no such cache,
+// Error(kIo) when the folder or file is refused or cannot be read (changed size), and
+// Error(kCorruptData) when the header fails its checks.
+ShmVerifyReport VerifyShmCache(const std::string& key, const std::string& dir = "/dev/shm",
+                               const std::string& group = "");
+
 // Removes leftovers of dead builders, invalid files and stale caches; returns what it removed.
 std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir = "/dev/shm",
                                              const std::string& group = "");

@@ -55,6 +55,14 @@ struct ShmOpenResult {
 // builds (nothing is published, the tmp file is removed and the lock released).
 ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& options);
 
+// The published cache of `base` in the folder OpenShmCache would use, when one is there and
+// passes the checks at open (owner, mode, keyed header, field table against the schema):
+// opened without the build lock and without creating anything, so a process that finds a
+// built cache uses it at once. Null when there is none, or it or the folder is refused (the
+// caller's OpenShmCache then says why, or rebuilds). Never throws.
+std::shared_ptr<Source> OpenPublishedShmCache(std::shared_ptr<Source> base, const std::string& dir,
+                                              std::optional<gid_t> group = std::nullopt);
+
 // "<dir>/gpufeed-user-<uid>/gpufeed-<key>"; its ".lock" and its builders' ".tmp-<pid>" files
 // lie beside it.
 std::string ShmCachePath(const std::string& dir, const std::string& key,

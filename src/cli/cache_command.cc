@@ -102,6 +102,35 @@ int RunGc(const CacheArgs& a) {
   return 0;
 }
 
+// Exit 0 when every named cache verifies, the corrupt-data code when one does not.
+int RunVerify(const CacheArgs& a) {
+  if (a.keys.empty()) throw Error(ErrorCode::kInvalidArgument, "gpufeed cache verify: give KEY...");
+  int bad = 0;
+  for (const auto& key : a.keys) {
+    const ShmVerifyReport r = VerifyShmCache(key, a.dir, a.group);
+    if (a.json) {
+      fmt::print("{}\n", nlohmann::json{{"key", r.key},
+                                        {"path", r.path},
+                                        {"ok", r.ok},
+                                        {"blocks", r.blocks},
+                                        {"checked", r.checked},
+                                        {"first_bad_block", r.first_bad_block},
+                                        {"first_bad", r.first_bad}}
+                             .dump());
+    } else if (r.ok) {
+      fmt::print("{} ok: {} blocks, {} match the hashes written when it was built ({})\n", key,
+                 r.blocks, FormatBytes(static_cast<double>(r.bytes)), r.path);
+    } else {
+      fmt::print(
+          "{} BAD: {} does not match its hash (the file was changed after it was built; "
+          "remove it with `gpufeed cache rm {}`, the next open rebuilds it)\n",
+          key, r.first_bad, key);
+    }
+    bad += r.ok ? 0 : 1;
+  }
+  return bad == 0 ? 0 : ExitCodeFor(ErrorCode::kCorruptData);
+}
+
 int RunBuild(const CacheArgs& a) {
   CacheInfo info;
   SigintCancels sigint;  // Ctrl-C stops the build: its half-written file is removed
@@ -139,8 +168,8 @@ void RegisterCacheCommand(CLI::App& app) {
       "cache",
       "Your shared-memory caches (/dev/shm/gpufeed-user-UID/gpufeed-KEY): one copy of a data\n"
       "set that every local process of yours reads. `cache='shm'` or 'auto' makes them; these\n"
-      "commands list, remove and collect them. Other users' caches are not visible or used;\n"
-      "--group names a group's shared caches (Loader(shm_group=...)) instead.");
+      "commands list, verify, remove and collect them. Other users' caches are not visible or\n"
+      "used; --group names a group's shared caches (Loader(shm_group=...)) instead.");
   cache->require_subcommand(1);
 
   CLI::App* ls = cache->add_subcommand(
@@ -159,6 +188,14 @@ void RegisterCacheCommand(CLI::App& app) {
       "Remove half-built files of dead builders, invalid files, and caches whose source "
       "files changed or are gone");
   Run(gc, RunGc, args);
+
+  CLI::App* verify = cache->add_subcommand(
+      "verify",
+      "Re-hash caches against the hashes written when they were built and name the first "
+      "block that differs (readers do not re-hash: only you can write your caches)");
+  verify->add_option("keys", args->keys, "Cache keys (see `gpufeed cache ls`)")->required();
+  verify->add_flag("--json", args->json, "Print one JSON object per cache");
+  Run(verify, RunVerify, args);
 
   CLI::App* build = cache->add_subcommand(
       "build", "Build (or find) the shared-memory cache of a data set before training starts");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "cache/shm_open.h"
 #include "gpufeed/cache.h"
@@ -62,6 +63,34 @@ TEST(CacheCommandTest, BuildListRemove) {
   EXPECT_NE(out.find("removed " + key), std::string::npos) << out;
   ASSERT_EQ(RunCli({"cache", "ls", "--dir", shm.path()}, &out), 0);
   EXPECT_NE(out.find("no gpufeed caches"), std::string::npos) << out;
+}
+
+TEST(CacheCommandTest, VerifyReportsOkOrTheFirstBadBlock) {
+  ScratchDir shm;
+  ScratchDir data;
+  const FieldSpec x{"x", DType::kInt32, {2048}};  // 8 KiB rows: a block each
+  std::vector<int32_t> values(2048 * 20, 7);
+  WriteNpy(data.Path("x.npy"), x, 20, values.data());
+  std::string out;
+  ASSERT_EQ(RunCli({"cache", "build", data.path(), "--dir", shm.path()}, &out), 0);
+  const std::string key = CacheKey(*OpenNumpy(data.path()));
+  ASSERT_EQ(RunCli({"cache", "verify", key, "--dir", shm.path()}, &out), 0);
+  EXPECT_NE(out.find(key + " ok: 20 blocks"), std::string::npos) << out;
+  // The owner rewrites a byte of row 6 in place.
+  const std::string path = ShmCachePath(shm.path(), key);
+  const int64_t size = static_cast<int64_t>(std::filesystem::file_size(path));
+  const int64_t at = size - 14 * 8192 + 5;
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(at);
+    f.put('\x55');
+  }
+  EXPECT_NE(RunCli({"cache", "verify", key, "--dir", shm.path()}, &out), 0);
+  EXPECT_NE(out.find(key + " BAD: block 6 of 20: field 'x', samples 6 to 6"), std::string::npos)
+      << out;
+  ASSERT_NE(RunCli({"cache", "verify", key, "--json", "--dir", shm.path()}, &out), 0);
+  EXPECT_NE(out.find("\"first_bad_block\":6"), std::string::npos) << out;
+  EXPECT_NE(RunCli({"cache", "verify", "0000000000000000", "--dir", shm.path()}, &out), 0);
 }
 
 }  // namespace
