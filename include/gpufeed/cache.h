@@ -173,6 +173,11 @@ struct ShmCacheEntry {
   bool valid = true;        // the header verifies
   bool stale = false;       // a file named in the identity changed size or mtime, or is gone
   bool half_built = false;  // a tmp file whose builder is gone
+  // The data the cache holds: a NumPy folder, or the data files its identity names; empty
+  // when it names none (a synthetic or in-memory source).
+  std::vector<std::string> sources;
+  double idle_seconds = -1;  // since a process last opened it; -1 = unknown
+  double built_share = 1;    // share of its bytes written: 1 once published
 };
 
 // Published caches, tmp files of builds (half_built when no builder holds the lock) and
@@ -220,8 +225,28 @@ struct ShmVerifyReport {
 ShmVerifyReport VerifyShmCache(const std::string& key, const std::string& dir = "/dev/shm",
                                const std::string& group = "");
 
-// Removes leftovers of dead builders, invalid files and stale caches; returns what it removed.
+// What `gpufeed cache gc` removes beyond garbage. Eviction never removes a cache a process
+// holds (maps) now, nor one whose holders cannot be counted.
+struct ShmGcOptions {
+  double older_than_s = 0;  // Default: 0 = no limit. Else caches unused for longer go too.
+  // Default: 0 = no limit. Else the least recently used caches go until those left take at
+  // most this many bytes.
+  uint64_t max_bytes = 0;
+};
+
+// Removes leftovers of dead builders, invalid files, caches whose source files changed or are
+// gone, and what `options` evicts; returns what it removed. Caches it would have removed but a
+// process holds are kept and listed in `*held` when given.
 std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir = "/dev/shm",
+                                             const std::string& group = "",
+                                             const ShmGcOptions& options = {},
+                                             std::vector<ShmCacheEntry>* held = nullptr);
+
+// The published caches whose sources are `source` or lie under it (a data file, or a folder
+// of them; made absolute and resolved like the sources' own paths), in the folder
+// ListShmCaches(dir, group) reads.
+std::vector<ShmCacheEntry> ShmCachesOfSource(const std::string& source,
+                                             const std::string& dir = "/dev/shm",
                                              const std::string& group = "");
 
 }  // namespace gpufeed

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -46,6 +47,10 @@ ShmCachedSource::ShmCachedSource(std::shared_ptr<Source> base, int fd, std::stri
   }
   // A shared lock for as long as the file is open: `gpufeed cache ls` counts them.
   flock(fd_, LOCK_SH | LOCK_NB);
+  // Its access time says when it was last used (`gpufeed cache gc --older-than`). Best effort:
+  // only the owner may set it (a group member reading the builder's file cannot).
+  const struct timespec times[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+  futimens(fd_, times);
 }
 
 ShmCachedSource::~ShmCachedSource() {

@@ -51,7 +51,8 @@ TEST(CacheCommandTest, BuildListRemove) {
   ASSERT_EQ(RunCli({"cache", "ls", "--dir", shm.path()}, &out), 0);
   EXPECT_NE(out.find(key), std::string::npos) << out;
   EXPECT_NE(out.find("ok"), std::string::npos) << out;
-  EXPECT_NE(out.find("numpy:"), std::string::npos) << out;
+  EXPECT_NE(out.find(data.path()), std::string::npos) << out;  // the source
+  EXPECT_NE(out.find("100%"), std::string::npos) << out;       // built
   ASSERT_EQ(RunCli({"cache", "ls", "--json", "--dir", shm.path()}, &out), 0);
   EXPECT_NE(out.find("\"state\": \"ok\""), std::string::npos) << out;
 
@@ -63,6 +64,42 @@ TEST(CacheCommandTest, BuildListRemove) {
   EXPECT_NE(out.find("removed " + key), std::string::npos) << out;
   ASSERT_EQ(RunCli({"cache", "ls", "--dir", shm.path()}, &out), 0);
   EXPECT_NE(out.find("no gpufeed caches"), std::string::npos) << out;
+}
+
+TEST(CacheCommandTest, RmAllAndRmSourceKeepHeldCachesUnlessForced) {
+  ScratchDir shm;
+  ScratchDir data;
+  const FieldSpec x{"x", DType::kInt32, {8}};
+  std::vector<int32_t> values(8 * 50, 3);
+  WriteNpy(data.Path("a/x.npy"), x, 50, values.data());
+  WriteNpy(data.Path("b/x.npy"), x, 50, values.data());
+  const ShmOpenOptions options{.dir = shm.path(), .threads = 1, .verbose = false};
+  auto held = OpenShmCache(OpenNumpy(data.Path("a")), options);
+  auto free = OpenShmCache(OpenNumpy(data.Path("b")), options);
+  free.source.reset();
+  std::string out;
+  ASSERT_EQ(RunCli({"cache", "rm", "--all", "--dir", shm.path()}, &out), 0);
+  EXPECT_NE(out.find("found 2 caches"), std::string::npos) << out;
+  EXPECT_NE(out.find("1 held by 1 other process (kept: --force removes them too)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("kept " + held.key + " (held by 1 process)"), std::string::npos) << out;
+  EXPECT_NE(out.find("removed " + free.key), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(held.path));
+  EXPECT_FALSE(std::filesystem::exists(free.path));
+  // By source: the held one stays without --force, goes with it.
+  ASSERT_EQ(RunCli({"cache", "rm", "--source", data.Path("a"), "--dir", shm.path()}, &out), 0);
+  EXPECT_TRUE(std::filesystem::exists(held.path));
+  ASSERT_EQ(
+      RunCli({"cache", "rm", "--source", data.Path("a"), "--force", "--dir", shm.path()}, &out), 0);
+  EXPECT_NE(out.find("removing 1 cache"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(held.path));
+  EXPECT_NE(RunCli({"cache", "rm", "--source", data.Path("a"), "--dir", shm.path()}, &out), 0);
+  // gc's limits parse, and refuse nonsense.
+  EXPECT_EQ(
+      RunCli({"cache", "gc", "--older-than", "1d", "--max-bytes", "4G", "--dir", shm.path()}, &out),
+      0);
+  EXPECT_NE(RunCli({"cache", "gc", "--older-than", "soon", "--dir", shm.path()}, &out), 0);
 }
 
 TEST(CacheCommandTest, VerifyReportsOkOrTheFirstBadBlock) {
