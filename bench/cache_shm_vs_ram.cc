@@ -9,8 +9,10 @@
 // scratch root under --shm-dir, removed at the end) before anything is timed. Epochs then
 // alternate, RAM then shm, so both meet the same load on a shared machine; the first epoch of
 // each is left out (it pays the first touch of every page). Printed: each epoch's samples/s,
-// the median of the later epochs of each tier, their ratio, and the same median from a child
-// process (this program re-executed) that finds the cache published and maps it.
+// the median of the later epochs of each tier and their ratio; then the same from a child
+// process (this program re-executed) that finds the cache published and maps it, against a
+// RAM copy of its own, alternating likewise. Also printed:
+// the gather rates cache='auto' decides from (ProbeGatherRates) for this set.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/gather_probe.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/loader.h"
 #include "gpufeed/sources.h"
@@ -78,37 +81,58 @@ gpufeed::CacheOptions ShmOptions(const std::string& root, int workers) {
   return {.tier = gpufeed::CacheTier::kShm, .shm_dir = root, .threads = workers, .verbose = false};
 }
 
-// The child: open the published cache, run the epochs, print the later epochs' median.
+// Alternating epochs of the two loaders, RAM then shm, each printed; the medians of the
+// epochs after the first, {RAM, shm}.
+std::pair<double, double> Alternate(gpufeed::Loader& ram, gpufeed::Loader& shm, int epochs,
+                                    const std::string& who) {
+  std::vector<double> ram_later;
+  std::vector<double> shm_later;
+  for (int e = 0; e < epochs; ++e) {
+    const double r = Epoch(ram);
+    const double s = Epoch(shm);
+    fmt::print(stderr, "{}epoch {}: RAM {:.0f} k samples/s, shm {:.0f} k samples/s{}\n", who, e,
+               r / 1e3, s / 1e3, e == 0 ? " (first epoch: left out)" : "");
+    if (e > 0) {
+      ram_later.push_back(r);
+      shm_later.push_back(s);
+    }
+  }
+  return {Median(ram_later), Median(shm_later)};
+}
+
+// The child: open the published cache (and a RAM copy of its own, to compare in the same
+// conditions), alternate epochs, print the later epochs' medians "RAM shm" on stdout.
 int RunChild(const Args& a) {
   gpufeed::CacheInfo info;
-  auto shm = gpufeed::OpenCached(OpenBase(a), ShmOptions(a.child_root, a.workers), &info);
+  auto base = OpenBase(a);
+  auto shm = gpufeed::OpenCached(base, ShmOptions(a.child_root, a.workers), &info);
   if (info.tier != gpufeed::CacheTier::kShm || info.built) {
     fmt::print(stderr, "child: expected to find the published cache, got {}\n", info.ToString());
     return 1;
   }
-  auto loader = MakeLoader(shm, a);
-  std::vector<double> later;
-  for (int e = 0; e < a.epochs; ++e) {
-    const double rate = Epoch(*loader);
-    fmt::print(stderr, "  new process, shm epoch {}: {:.0f} k samples/s\n", e, rate / 1e3);
-    if (e > 0) later.push_back(rate);
-  }
-  fmt::print("{:.1f}\n", Median(later));
+  auto ram = gpufeed::OpenCached(
+      base,
+      {.tier = gpufeed::CacheTier::kRam, .preload = true, .threads = a.workers, .verbose = false});
+  auto ram_loader = MakeLoader(ram, a);
+  auto shm_loader = MakeLoader(shm, a);
+  const auto [ram_rate, shm_rate] = Alternate(*ram_loader, *shm_loader, a.epochs, "new process, ");
+  fmt::print("{:.1f} {:.1f}\n", ram_rate, shm_rate);
   return 0;
 }
 
-double RunChildProcess(const Args& a, const std::string& root) {
+// {RAM, shm} later-epoch medians measured by a new process; zeros when it failed.
+std::pair<double, double> RunChildProcess(const Args& a, const std::string& root) {
   std::string command =
       fmt::format("/proc/{}/exe --child-root '{}' --mb {} --batch {} --workers {} --epochs {}",
                   getpid(), root, a.mb, a.batch, a.workers, a.epochs);
   if (!a.path.empty()) command += fmt::format(" --path '{}'", a.path);
   FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return 0;
-  char line[128] = {};
-  double rate = 0;
-  if (std::fgets(line, sizeof(line), pipe) != nullptr) rate = std::atof(line);
+  if (pipe == nullptr) return {0, 0};
+  double ram = 0;
+  double shm = 0;
+  if (std::fscanf(pipe, "%lf %lf", &ram, &shm) != 2) ram = shm = 0;
   pclose(pipe);
-  return rate;
+  return {ram, shm};
 }
 
 }  // namespace
@@ -147,34 +171,28 @@ int main(int argc, char** argv) {
   fmt::print("data set: {} ({:.0f} MB, {} samples); RAM preload {:.2f} s, shm build {:.2f} s\n",
              base->Describe(), static_cast<double>(ram_info.bytes) / 1e6, base->size(), preload_s,
              build_s);
+  const gpufeed::GatherRates probe = gpufeed::ProbeGatherRates(*base);
+  fmt::print("cache='auto' probe: {}; shm / RAM = {:.2f}\n", probe.ToString(),
+             probe.shm_bytes_per_s / probe.ram_bytes_per_s);
   fmt::print("batch {}, {} workers, {} epochs per tier, alternating RAM / shm\n", a.batch,
              a.workers, a.epochs);
+  std::fflush(stdout);  // before the epochs' lines on stderr
   auto ram_loader = MakeLoader(ram, a);
   auto shm_loader = MakeLoader(shm, a);
-  std::vector<double> ram_later;
-  std::vector<double> shm_later;
-  for (int e = 0; e < a.epochs; ++e) {
-    const double r = Epoch(*ram_loader);
-    const double s = Epoch(*shm_loader);
-    fmt::print("epoch {}: RAM {:.0f} k samples/s, shm {:.0f} k samples/s{}\n", e, r / 1e3, s / 1e3,
-               e == 0 ? " (first epoch: left out)" : "");
-    if (e > 0) {
-      ram_later.push_back(r);
-      shm_later.push_back(s);
-    }
-  }
-  const double ram_rate = Median(ram_later);
-  const double shm_rate = Median(shm_later);
+  const auto [ram_rate, shm_rate] = Alternate(*ram_loader, *shm_loader, a.epochs, "");
   fmt::print(
       "later epochs (median): RAM {:.0f} k samples/s, shm {:.0f} k samples/s, "
       "shm / RAM = {:.2f}\n",
       ram_rate / 1e3, shm_rate / 1e3, shm_rate / ram_rate);
   ram_loader.reset();
   shm_loader.reset();
-  ram.reset();
-  const double child_rate = RunChildProcess(a, root);
-  fmt::print("new process, shm later epochs (median): {:.0f} k samples/s, / RAM = {:.2f}\n",
-             child_rate / 1e3, child_rate / ram_rate);
+  ram.reset();  // the child makes its own RAM copy
+  std::fflush(stdout);
+  const auto [child_ram, child_shm] = RunChildProcess(a, root);
+  fmt::print(
+      "new process, later epochs (median): RAM {:.0f} k samples/s, shm {:.0f} k "
+      "samples/s, shm / RAM = {:.2f}\n",
+      child_ram / 1e3, child_shm / 1e3, child_ram > 0 ? child_shm / child_ram : 0.0);
   shm.reset();
   std::filesystem::remove_all(root);
   return 0;
