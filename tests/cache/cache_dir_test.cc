@@ -138,6 +138,10 @@ TEST(CacheDirTest, ListsTheSourceTheShareBuiltAndTheLastUse) {
   EXPECT_EQ(list[0].sources, (std::vector<std::string>{data.path() + "/d"}));
   EXPECT_EQ(list[0].built_share, 1.0);
   EXPECT_NEAR(list[0].idle_seconds, 2 * 86400, 120);
+  // Listing it (which reads its header) and verifying it are no use.
+  EXPECT_TRUE(VerifyShmCache(r.key, shm.path()).ok);
+  list = ListShmCaches(shm.path());
+  EXPECT_NEAR(list[0].idle_seconds, 2 * 86400, 120);
   // Opening it again is a use.
   auto again = OpenShmCache(OpenNumpy(data.path() + "/d"),
                             {.dir = shm.path(), .threads = 1, .verbose = false});
