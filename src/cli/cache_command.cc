@@ -117,6 +117,10 @@ int RunLs(const CacheArgs& a) {
 
 // rm --all / --source: the caches chosen; those other processes hold go only with --force.
 int RemoveChosen(const CacheArgs& a, std::vector<ShmCacheEntry> chosen) {
+  if (chosen.empty()) {
+    fmt::print("no gpufeed caches in {}\n", a.dir);
+    return 0;
+  }
   uint64_t bytes = 0;
   int held = 0;
   int holders = 0;
@@ -185,8 +189,10 @@ int RunGc(const CacheArgs& a) {
   std::vector<ShmCacheEntry> held;
   const auto removed = CollectShmGarbage(a.dir, a.group, options, &held);
   for (const auto& e : removed) {
-    fmt::print("removed {} ({}, {}): {}\n", e.key, State(e),
-               FormatBytes(static_cast<double>(e.bytes)), SourceText(e));
+    // A valid, current cache went for the limits: say when it was last used.
+    const std::string why = State(e) == "ok" ? "last used " + LastUsed(e) : State(e);
+    fmt::print("removed {} ({}, {}): {}\n", e.key, why, FormatBytes(static_cast<double>(e.bytes)),
+               SourceText(e));
   }
   for (const auto& e : held) {
     fmt::print("kept {} ({}, {}, {}): {}\n", e.key, State(e),
