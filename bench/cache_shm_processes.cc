@@ -9,9 +9,9 @@
 //   bench_cache_shm_processes pss [--path DIR] [--processes 4]
 //     builds the cache in one child, then N children run one epoch each over it at once;
 //     while all are alive the parent sums their PSS (/proc/PID/smaps_rollup), adds the cache
-//     file in /dev/shm (tmpfs memory whether mapped or not: readers pread it since format 4,
-//     so it is in no process's PSS; what of it is mapped is taken out of the PSS, so nothing
-//     counts twice) and compares that with the data set's size.
+//     file in /dev/shm (tmpfs memory whether mapped or not; readers map it, and what of it
+//     is mapped is taken out of their PSS, so nothing counts twice) and compares that with
+//     the data set's size.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <spawn.h>

@@ -15,21 +15,26 @@
 //          preloaded in parallel); later epochs gather rows from RAM.
 //   shm    a file under /dev/shm named gpufeed-<key> (key: a hash of the source's Identity()
 //          and the format version) that the first process builds and publishes atomically
-//          (written, then renamed) with a checksum per row (rows under 4 KiB: per 4 KiB of
-//          rows); every later process -- local DDP ranks, concurrent hyper-parameter trials --
-//          reads the same copy (pread into its own memory) and verifies every row it copies. A build killed half-way is detected and
-//          redone; /dev/shm running full falls back to streaming, never to partial data.
+//          (written, then renamed) with a hash per row (rows under 4 KiB: per 4 KiB of rows);
+//          every later process -- local DDP ranks, concurrent hyper-parameter trials -- maps
+//          the same copy read-only and gathers from it as the RAM tier gathers. Only its owner
+//          can write it, so readers check the header (owner, mode, keyed checksum, schema) at
+//          open, not every row they read; `gpufeed cache verify` re-hashes it on request.
+//          A build killed half-way is detected and redone; /dev/shm running full falls back
+//          to streaming, never to partial data.
 //   device the whole data set in GPU memory (the loader's CUDA device), uploaded once through
 //          pinned staging; a loader on that device gathers each batch there with a kernel,
 //          no host work per batch. Deterministic transforms (casts, normalization) run once
 //          before the upload; random ones (SpecAugment) cannot run on device-resident rows,
 //          so the device tier is refused for them.
 //   none   the source itself.
-//   auto   device when it fits the device budget (CUDA only, no random transforms), else shm
-//          when the data set fits the RAM budget (ram where the source cannot be shared
-//          across processes, or where RAM gathers clearly faster) and gathering from the copy
-//          is measured faster than from the source (a short probe: CacheInfo::measured and
-//          the reason give the figures), else none.
+//   auto   device when it fits the device budget (CUDA only, no random transforms); else the
+//          source's shm cache when one is already published (nothing measured); else, when
+//          the data set fits the RAM budget, a short probe (CacheInfo::measured) of how fast
+//          rows gather from the source, a RAM copy and an shm copy: shm when it beats the
+//          source and gathers at 80% of RAM's rate or more (or $LOCAL_WORLD_SIZE says several
+//          processes share it), else ram when that beats the source, else none. The reason
+//          gives the figures.
 // The choice and its reason are logged once (core/log.h: a "gpufeed: " line on stderr).
 //
 // Thread-safety: OpenCached may be called from any thread, and from many processes at once
@@ -172,6 +177,11 @@ struct ShmCacheEntry {
   bool valid = true;        // the header verifies
   bool stale = false;       // a file named in the identity changed size or mtime, or is gone
   bool half_built = false;  // a tmp file whose builder is gone
+  // The data the cache holds: a NumPy folder, or the data files its identity names; empty
+  // when it names none (a synthetic or in-memory source).
+  std::vector<std::string> sources;
+  double idle_seconds = -1;  // since a process last opened it; -1 = unknown
+  double built_share = 1;    // share of its bytes written: 1 once published
 };
 
 // Published caches, tmp files of builds (half_built when no builder holds the lock) and
@@ -193,8 +203,54 @@ bool RemoveShmCache(const std::string& key, const std::string& dir = kShmRoot,
 std::vector<ShmCacheEntry> RemoveOlderShmVersions(const std::string& identity,
                                                   const std::string& dir = kShmRoot,
                                                   const std::string& group = "");
-// Removes leftovers of dead builders, invalid files and stale caches; returns what it removed.
+// What `gpufeed cache verify` found: every block of a published cache re-hashed against the
+// hashes its builder wrote at publication.
+struct ShmVerifyReport {
+  std::string key;
+  std::string path;
+  std::string description;  // the source's Describe() when it was built
+  uint64_t bytes = 0;       // file size
+  uint64_t blocks = 0;      // blocks in the file
+  uint64_t checked = 0;     // blocks hashed (all of them when ok; up to the first bad one)
+  bool ok = false;
+  int64_t first_bad_block = -1;  // -1 when ok
+  // Where the first bad block lies: "block 17 of 760: field 'mel', samples 17 to 17, file
+  // bytes 73728 to 77824"; empty when ok.
+  std::string first_bad;
+};
+
+// Re-hashes every block of the cache `key` in the folder ListShmCaches(dir, group) reads and
+// stops at the first that differs from its hash. The header is checked as at open (owner,
+// mode, keyed checksum) and its texts must give `key`. Readers do not re-hash blocks (only the
+// owner can write the file; see docs/design.md), so this is how damage is found. Throws
+// Error(kInvalidArgument) for a malformed key, Error(kNotFound) when there is no such cache,
+// Error(kIo) when the folder or file is refused or cannot be read (changed size), and
+// Error(kCorruptData) when the header fails its checks.
+ShmVerifyReport VerifyShmCache(const std::string& key, const std::string& dir = kShmRoot,
+                               const std::string& group = "");
+
+// What `gpufeed cache gc` removes beyond garbage. Eviction never removes a cache a process
+// holds (maps) now, nor one whose holders cannot be counted.
+struct ShmGcOptions {
+  double older_than_s = 0;  // Default: 0 = no limit. Else caches unused for longer go too.
+  // Default: 0 = no limit. Else the least recently used caches go until those left take at
+  // most this many bytes.
+  uint64_t max_bytes = 0;
+};
+
+// Removes leftovers of dead builders, invalid files, caches whose source files changed or are
+// gone, and what `options` evicts; returns what it removed. Caches it would have removed but a
+// process holds are kept and listed in `*held` when given.
 std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir = kShmRoot,
+                                             const std::string& group = "",
+                                             const ShmGcOptions& options = {},
+                                             std::vector<ShmCacheEntry>* held = nullptr);
+
+// The published caches whose sources are `source` or lie under it (a data file, or a folder
+// of them; made absolute and resolved like the sources' own paths), in the folder
+// ListShmCaches(dir, group) reads.
+std::vector<ShmCacheEntry> ShmCachesOfSource(const std::string& source,
+                                             const std::string& dir = kShmRoot,
                                              const std::string& group = "");
 
 }  // namespace gpufeed

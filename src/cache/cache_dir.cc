@@ -66,6 +66,29 @@ bool IdentityStale(const std::string& identity) {
   return false;
 }
 
+// What an identity's cache holds, for people: a NumPy folder ("numpy:<dir>|..."), else the
+// files it names ("/abs/path:size:mtime"), in order, each once.
+std::vector<std::string> SourcesOf(const std::string& identity) {
+  static const std::regex kNumpy(R"(^numpy:(/[^|]*))");
+  static const std::regex kFile(R"((/[^|:=\s]+):(\d+):(-?\d+))");
+  std::smatch m;
+  if (std::regex_search(identity, m, kNumpy)) return {m[1].str()};
+  std::vector<std::string> files;
+  for (std::sregex_iterator it(identity.begin(), identity.end(), kFile), end; it != end; ++it) {
+    const std::string file = (*it)[1].str();
+    if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
+  }
+  return files;
+}
+
+// Seconds since `t`, from the wall clock.
+double SecondsSince(const struct timespec& t) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  return static_cast<double>(now - (int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec)) / 1e9;
+}
+
 // The data files an identity names (its "stamp:" entries), sorted.
 std::vector<std::string> StampedFiles(const std::string& identity) {
   static const std::regex kStamp(R"(stamp:(/[^|=]+)=)");
@@ -92,10 +115,12 @@ ShmCacheEntry ReadPublished(const ShmUserDir& dir, const std::string& name,
   struct stat link {};
   if (lstat(path.c_str(), &link) == 0) {
     e.age_seconds = static_cast<double>(now - (int64_t{link.st_mtim.tv_sec} * 1'000'000'000 +
-                                               link.st_mtim.tv_nsec)) / 1e9;
+                                               link.st_mtim.tv_nsec)) /
+                    1e9;
   }
   std::string why;
-  const int fd = dir.OpenFile(name, O_RDONLY, &why);
+  // O_NOATIME: listing is no use; the access time says when a process last opened it.
+  const int fd = dir.OpenFile(name, O_RDONLY | O_NOATIME, &why);
   struct stat st {};
   if (fd < 0 || fstat(fd, &st) != 0) {
     if (fd >= 0) close(fd);
@@ -105,6 +130,7 @@ ShmCacheEntry ReadPublished(const ShmUserDir& dir, const std::string& name,
   }
   e.bytes = static_cast<uint64_t>(st.st_size);
   e.processes = CountFlocks(st);
+  e.idle_seconds = SecondsSince(st.st_atim);  // each open sets it (ShmCachedSource)
   try {
     std::vector<std::byte> bytes(kShmFixedHeaderBytes);
     if (pread(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
@@ -117,6 +143,7 @@ ShmCacheEntry ReadPublished(const ShmUserDir& dir, const std::string& name,
     const ShmHeader h = DecodeShmHeader(bytes, e.bytes, path, dir.secret());
     e.description = h.description;
     e.identity = h.identity;
+    e.sources = SourcesOf(h.identity);
     e.age_seconds = static_cast<double>(now - h.created_unix_ns) / 1e9;
     e.stale = IdentityStale(h.identity);
   } catch (const Error& err) {
@@ -164,9 +191,14 @@ std::vector<ShmCacheEntry> ListShmCaches(const std::string& root, const std::str
       e.key = key;
       e.path = path;
       struct stat st {};
-      e.bytes = fstatat(dir.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0
-                    ? static_cast<uint64_t>(st.st_size)
-                    : 0;
+      if (fstatat(dir.fd(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        e.bytes = static_cast<uint64_t>(st.st_size);
+        // The builder sizes the file first and writes it in place: what tmpfs holds of it is
+        // what is written so far.
+        e.built_share = st.st_size > 0 ? std::min(1.0, static_cast<double>(st.st_blocks) * 512 /
+                                                           static_cast<double>(st.st_size))
+                                       : 0;
+      }
       e.half_built = NoBuilder(dir, fmt::format("gpufeed-{}.lock", key));
       e.valid = false;
       e.description = e.half_built ? fmt::format("(left half-built by process {})", rest.substr(21))
@@ -191,7 +223,7 @@ bool RemoveShmCache(const std::string& key, const std::string& root, const std::
   if (!user_dir) return false;
   const std::string lock = user_dir->PathOf(fmt::format("gpufeed-{}.lock", key));
   const bool no_builder = NoBuilder(*user_dir, fmt::format("gpufeed-{}.lock", key));
-  for (const auto& e : ListShmCaches(root)) {
+  for (const auto& e : ListShmCaches(root, group)) {
     if (e.key != key || (!e.half_built && !e.valid && e.path.find(".tmp-") != std::string::npos)) {
       continue;  // another key, or a build in progress
     }
@@ -221,16 +253,48 @@ std::vector<ShmCacheEntry> RemoveOlderShmVersions(const std::string& identity,
   return removed;
 }
 
-std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& root, const std::string& group) {
+std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& root, const std::string& group,
+                                             const ShmGcOptions& options,
+                                             std::vector<ShmCacheEntry>* held) {
   std::vector<ShmCacheEntry> removed;
   std::error_code ec;
   const auto user_dir = OpenUserDir(root, group);
   if (!user_dir) return removed;
   const std::string dir = user_dir->path();
-  for (auto& e : ListShmCaches(root)) {
+  std::vector<ShmCacheEntry> kept;  // published, valid, current: candidates for eviction
+  for (auto& e : ListShmCaches(root, group)) {
     const bool building = !e.half_built && e.path.find(".tmp-") != std::string::npos;
-    if (building || (e.valid && !e.stale)) continue;
-    if (fs::remove(e.path, ec)) removed.push_back(std::move(e));
+    if (building) continue;
+    const bool garbage = e.half_built || !e.valid || e.stale;
+    const bool too_old = options.older_than_s > 0 && e.idle_seconds > options.older_than_s;
+    if (!garbage && !too_old) {
+      kept.push_back(std::move(e));
+    } else if (e.valid && e.processes != 0) {
+      // Mapped now (or holders unknown): never evicted. An invalid file is mapped by no one
+      // (readers refuse it at open).
+      if (held != nullptr) held->push_back(std::move(e));
+    } else if (fs::remove(e.path, ec)) {
+      removed.push_back(std::move(e));
+    }
+  }
+  if (options.max_bytes > 0) {
+    uint64_t total = 0;
+    for (const auto& e : kept) total += e.bytes;
+    // Least recently used first.
+    std::sort(kept.begin(), kept.end(), [](const ShmCacheEntry& a, const ShmCacheEntry& b) {
+      return a.idle_seconds > b.idle_seconds;
+    });
+    for (auto& e : kept) {
+      if (total <= options.max_bytes) break;
+      if (e.processes != 0) {
+        if (held != nullptr) held->push_back(e);
+        continue;
+      }
+      if (fs::remove(e.path, ec)) {
+        total -= e.bytes;
+        removed.push_back(std::move(e));
+      }
+    }
   }
   // Lock files of keys with nothing left and no builder.
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -244,6 +308,27 @@ std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& root, const std:
     }
   }
   return removed;
+}
+
+std::vector<ShmCacheEntry> ShmCachesOfSource(const std::string& source, const std::string& root,
+                                             const std::string& group) {
+  std::error_code ec;
+  const auto absolute = fs::absolute(source, ec);
+  std::string want = ec ? source : absolute.lexically_normal().string();
+  while (want.size() > 1 && want.back() == '/') want.pop_back();
+  const auto covers = [&](const std::string& path) {
+    return path == want || (path.size() > want.size() && path.rfind(want, 0) == 0 &&
+                            (want == "/" || path[want.size()] == '/'));
+  };
+  std::vector<ShmCacheEntry> out;
+  for (auto& e : ListShmCaches(root, group)) {
+    if (!e.valid) continue;
+    std::vector<std::string> paths = e.sources;
+    const std::vector<std::string> stamped = StampedFiles(e.identity);
+    paths.insert(paths.end(), stamped.begin(), stamped.end());
+    if (std::any_of(paths.begin(), paths.end(), covers)) out.push_back(std::move(e));
+  }
+  return out;
 }
 
 }  // namespace gpufeed

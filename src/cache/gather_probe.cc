@@ -10,7 +10,7 @@
 #include <numeric>
 #include <vector>
 
-#include "cache/shm_format.h"
+#include "cache/cached_gather.h"
 #include "core/format.h"
 #include "core/splitmix.h"
 
@@ -81,73 +81,46 @@ GatherRates ProbeGatherRates(const Source& source) {
         BestOfTwo(static_cast<double>(n) * row, [&] { source.Read(rows, view, state.get()); });
   }
 
-  // The same number of random rows from a probe-sized copy of each kind.
+  // The same random rows from a probe-sized copy of each kind, gathered as both tiers gather
+  // (GatherCachedRows, in sample order).
   const int64_t probe_rows =
       std::max<int64_t>(1, std::min<int64_t>(source.size(), kProbeBytes / row));
   const size_t probe_bytes = static_cast<size_t>(probe_rows) * row;
-  const std::vector<int64_t> probe = RandomRows(probe_rows, n, 0x51ed2701);
+  std::vector<CachedRow> order;
+  SortForLocality(RandomRows(probe_rows, n, 0x51ed2701), order);
   std::vector<std::byte> out(static_cast<size_t>(n) * row);
+  const BatchView view{.fields = {out.data()}, .rows = n};
+  const std::vector<size_t> row_bytes = {row};
+  const auto gather_rate = [&](const std::byte* copy) {
+    const std::vector<const std::byte*> arrays = {copy};
+    return BestOfTwo(static_cast<double>(n) * row,
+                     [&] { GatherCachedRows(arrays, row_bytes, order, view); });
+  };
   {
     const size_t rounded = (probe_bytes + kHugePage - 1) / kHugePage * kHugePage;
     void* p = std::aligned_alloc(kHugePage, rounded);
     if (p != nullptr) {
       madvise(p, rounded, MADV_HUGEPAGE);
-      auto* ram = static_cast<std::byte*>(p);
-      Fill(ram, probe_bytes);
-      rates.ram_bytes_per_s = BestOfTwo(static_cast<double>(n) * row, [&] {
-        for (int64_t i = 0; i < n; ++i) {
-          std::memcpy(out.data() + static_cast<size_t>(i) * row,
-                      ram + static_cast<size_t>(probe[static_cast<size_t>(i)]) * row, row);
-        }
-      });
+      Fill(static_cast<std::byte*>(p), probe_bytes);
+      rates.ram_bytes_per_s = gather_rate(static_cast<const std::byte*>(p));
       std::free(p);
     }
   }
   {
+    // The shm tier's copy: a tmpfs file written with pwrite (as the builder writes it), mapped
+    // read-only and shared in a mapping of its own (as a reader maps it).
     const int fd = memfd_create("gpufeed-probe", MFD_CLOEXEC);
     if (fd >= 0 && ftruncate(fd, static_cast<off_t>(probe_bytes)) == 0) {
       void* w = mmap(nullptr, probe_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (w != MAP_FAILED) {
         Fill(static_cast<std::byte*>(w), probe_bytes);
         munmap(w, probe_bytes);
-        // The shm tier's read (ShmCachedSource::CopyVerified): the rows in sample order, each
-        // row (or each block of small rows) copied by pread into private memory and hashed
-        // there; small rows are then copied out of their block.
-        const uint64_t per = ShmRowsPerBlock(row);
-        std::vector<int64_t> sorted(probe.begin(), probe.end());
-        std::sort(sorted.begin(), sorted.end());
-        std::vector<std::byte> block(kShmBlockBytes);
-        uint64_t sink = 0;
-        bool failed = false;
-        auto read = [&](std::byte* dst, size_t bytes, uint64_t at) {
-          if (pread(fd, dst, bytes, static_cast<off_t>(at)) != static_cast<ssize_t>(bytes)) {
-            failed = true;
-          }
-        };
-        rates.shm_bytes_per_s = BestOfTwo(static_cast<double>(n) * row, [&] {
-          uint64_t held = UINT64_MAX;
-          for (int64_t i = 0; i < n; ++i) {
-            const auto index = static_cast<uint64_t>(sorted[static_cast<size_t>(i)]);
-            std::byte* dst = out.data() + static_cast<size_t>(i) * row;
-            if (per == 1) {
-              read(dst, row, index * row);
-              sink += HashShmBlock(dst, row);
-              continue;
-            }
-            const uint64_t k = index / per;
-            const uint64_t first = k * per;
-            if (k != held) {
-              const uint64_t in_block =
-                  std::min<uint64_t>(static_cast<uint64_t>(probe_rows), first + per) - first;
-              read(block.data(), in_block * row, first * row);
-              sink += HashShmBlock(block.data(), in_block * row);
-              held = k;
-            }
-            std::memcpy(dst, block.data() + (index - first) * row, row);
-          }
-        });
-        // (sink == 1 keeps the hashes from being optimized out.)
-        if (failed || sink == 1) rates.shm_bytes_per_s = 0;
+        void* r = mmap(nullptr, probe_bytes, PROT_READ, MAP_SHARED, fd, 0);
+        if (r != MAP_FAILED) {
+          madvise(r, probe_bytes, MADV_HUGEPAGE);
+          rates.shm_bytes_per_s = gather_rate(static_cast<const std::byte*>(r));
+          munmap(r, probe_bytes);
+        }
       }
     }
     if (fd >= 0) close(fd);

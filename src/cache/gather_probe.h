@@ -1,8 +1,8 @@
 // GatherProbe: what `cache="auto"` decides from. Measures, in this process and now, how fast
 // shuffled rows are gathered from the source itself and from the two copies a cache would
-// make: anonymous memory on 2 MB pages (the RAM tier) and a tmpfs file (the shm tier's memory
-// kind, read its way: pread of each row, or of each block of small rows, into private memory,
-// hashed there), each over the same random rows.
+// make: anonymous memory on 2 MB pages (the RAM tier) and a read-only shared mapping of a
+// tmpfs file (the shm tier), both with the tiers' own gather (GatherCachedRows), each over
+// the same random rows.
 //
 // Each gather runs twice and the better pass counts (the second finds the rows in the page
 // cache and the pages mapped, as every epoch after the first does). The probe reads at most

@@ -1,16 +1,17 @@
 // OpenCached: picks a tier within the budgets, says why once, and wraps the source.
 #include <fmt/format.h>
 #include <sys/statvfs.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "cache/device_cache.h"
 #include "cache/gather_probe.h"
 #include "cache/ram_cache.h"
 #include "cache/shm_format.h"
 #include "cache/shm_open.h"
+#include "cache/shm_source.h"
 #include "cache/shm_user_dir.h"
 #include "cache/tier_choice.h"
 #include "core/log.h"
@@ -40,6 +41,16 @@ std::string DeviceRefusal(const std::vector<std::shared_ptr<Transform>>& transfo
   return {};
 }
 
+// $LOCAL_WORLD_SIZE (torchrun: the training processes on this node), 1 when unset or not a
+// positive number.
+int LocalProcesses() {
+  const char* text = std::getenv("LOCAL_WORLD_SIZE");
+  if (text == nullptr) return 1;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  return end != text && *end == '\0' && n > 0 && n < 1 << 20 ? static_cast<int>(n) : 1;
+}
+
 }  // namespace
 
 std::string CacheInfo::ToString() const {
@@ -48,9 +59,7 @@ std::string CacheInfo::ToString() const {
 }
 
 std::string CacheKey(const Source& source) {
-  const std::string text = fmt::format("gpufeed-cache-v{}|{}|{}", kShmFormatVersion,
-                                       source.Identity(), source.schema().ToString());
-  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+  return ShmCacheKey(source.Identity(), source.schema().ToString());
 }
 
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options,
@@ -80,12 +89,19 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   }
   in.shareable = source->shareable_across_processes();
   in.shm_free = FreeBytes(options.shm_dir);
+  in.local_processes = LocalProcesses();
+  // Under "auto", a published cache serves at once: no probe, no build, no wait for a lock.
+  std::shared_ptr<Source> published;
+  if (options.tier == CacheTier::kAuto && in.shareable) {
+    published = OpenPublishedShmCache(source, options.shm_dir, group);
+    in.shm_published = published != nullptr;
+  }
   // Under "auto", a host copy (shm or RAM) is made only when gathering from it is measured
   // faster than gathering from the source: a page-cached file's mapping can be as fast.
   const auto choose = [&] {
     TierChoice c = ChooseTier(in);
     if (options.tier == CacheTier::kAuto && options.measure_gather && !in.measured &&
-        (c.tier == CacheTier::kShm || c.tier == CacheTier::kRam)) {
+        !in.shm_published && (c.tier == CacheTier::kShm || c.tier == CacheTier::kRam)) {
       in.measured = ProbeGatherRates(*source);
       c = ChooseTier(in);
     }
@@ -135,6 +151,10 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
     auto ram = std::make_shared<RamCachedSource>(source);
     if (options.preload) ram->Preload(threads, options.verbose);
     cached = ram;
+  } else if (choice.tier == CacheTier::kShm && published != nullptr) {
+    result.key = CacheKey(*source);
+    result.path = static_cast<const ShmCachedSource&>(*published).path();
+    cached = published;
   } else if (choice.tier == CacheTier::kShm) {
     ShmOpenResult shm = OpenShmCache(
         source,

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "cache/cached_gather.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
 #include "gpufeed/cancel.h"
@@ -24,10 +25,10 @@ struct RamWorkerState : SourceWorkerState {
   std::unique_ptr<SourceWorkerState> base;
   bool made = false;
   std::vector<int64_t> miss_indices;
-  std::vector<size_t> miss_rows;     // row of `out` each miss goes to
-  std::vector<bool> miss_claimed;    // this worker fills the cache with it
+  std::vector<size_t> miss_rows;                // row of `out` each miss goes to
+  std::vector<bool> miss_claimed;               // this worker fills the cache with it
   std::vector<std::vector<std::byte>> scratch;  // per field, the misses' rows
-  std::vector<std::pair<int64_t, size_t>> order;  // (sample, row) sorted for locality
+  std::vector<CachedRow> order;                 // (sample, row) of the hits, sorted for locality
 
   SourceWorkerState* Base(const Source& source) {
     if (!made) {
@@ -60,6 +61,7 @@ RamCachedSource::RamCachedSource(std::shared_ptr<Source> base)
     madvise(p, rounded, MADV_HUGEPAGE);  // a hint: fewer TLB misses in random gathers
     row_bytes_.push_back(row);
     arrays_.push_back(static_cast<std::byte*>(p));
+    const_arrays_.push_back(arrays_.back());
     array_bytes_.push_back(rounded);
   }
   state_ = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(samples));
@@ -98,8 +100,8 @@ void RamCachedSource::Read(std::span<const int64_t> indices, const BatchView& ou
       ws->order.emplace_back(index, i);
       continue;
     }
-    const bool claimed =
-        s == kEmpty && state_[index].compare_exchange_strong(s, kFilling, std::memory_order_acquire);
+    const bool claimed = s == kEmpty && state_[index].compare_exchange_strong(
+                                            s, kFilling, std::memory_order_acquire);
     if (!claimed && s == kFilled) {  // filled between the load and the exchange
       ws->order.emplace_back(index, i);
       continue;
@@ -123,7 +125,8 @@ void RamCachedSource::Read(std::span<const int64_t> indices, const BatchView& ou
     } catch (...) {
       // Give the claims back so a later read retries these samples.
       for (size_t m = 0; m < misses; ++m) {
-        if (ws->miss_claimed[m]) state_[ws->miss_indices[m]].store(kEmpty, std::memory_order_release);
+        if (ws->miss_claimed[m])
+          state_[ws->miss_indices[m]].store(kEmpty, std::memory_order_release);
       }
       throw;
     }
@@ -143,28 +146,24 @@ void RamCachedSource::Read(std::span<const int64_t> indices, const BatchView& ou
     filled_.fetch_add(filled, std::memory_order_relaxed);
   }
 
-  // Hits in sample order: neighbouring rows share pages and TLB entries.
+  // Hits in sample order (the shared-memory tier gathers with the same loop).
   std::sort(ws->order.begin(), ws->order.end());
-  for (size_t f = 0; f < arrays_.size(); ++f) {
-    const size_t row = row_bytes_[f];
-    for (const auto& [index, i] : ws->order) {
-      std::memcpy(out.fields[f] + i * row, Row(f, index), row);
-    }
-  }
+  GatherCachedRows(const_arrays_, row_bytes_, ws->order, out);
 }
 
 void RamCachedSource::Preload(int threads, bool verbose) {
   GPUFEED_ASSERT(threads > 0, "threads > 0");
   const int64_t samples = size();
   const size_t sample_bytes = std::max<size_t>(1, schema().SampleBytes());
-  const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>((size_t{4} << 20) / sample_bytes));
+  const int64_t chunk =
+      std::max<int64_t>(1, static_cast<int64_t>((size_t{4} << 20) / sample_bytes));
   const int64_t tasks = (samples + chunk - 1) / chunk;
   std::vector<std::unique_ptr<SourceWorkerState>> states(threads);
-  TenthsProgress progress(verbose, static_cast<uint64_t>(samples), [&](int percent, uint64_t,
-                                                                        double s) {
-    return fmt::format("cache: preloading {} into RAM: {}% ({:.0f} s)", base_->Describe(),
-                       percent, s);
-  });
+  TenthsProgress progress(verbose, static_cast<uint64_t>(samples),
+                          [&](int percent, uint64_t, double s) {
+                            return fmt::format("cache: preloading {} into RAM: {}% ({:.0f} s)",
+                                               base_->Describe(), percent, s);
+                          });
   const std::string what = fmt::format("preloading {} into RAM", base_->Describe());
   ThreadPool pool(threads);
   pool.ParallelFor(tasks, [&](int64_t task, int thread) {

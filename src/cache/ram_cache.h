@@ -47,6 +47,7 @@ class RamCachedSource : public CachedSource {
 
   std::vector<size_t> row_bytes_;
   std::vector<std::byte*> arrays_;
+  std::vector<const std::byte*> const_arrays_;  // the same, for GatherCachedRows
   std::vector<size_t> array_bytes_;
   std::unique_ptr<std::atomic<uint8_t>[]> state_;
   mutable std::atomic<int64_t> filled_{0};

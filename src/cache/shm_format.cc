@@ -274,6 +274,12 @@ void CheckShmHeaderFor(const ShmHeader& header, const Schema& schema, int64_t sa
   }
 }
 
+std::string ShmCacheKey(const std::string& identity, const std::string& schema_text) {
+  const std::string text =
+      fmt::format("gpufeed-cache-v{}|{}|{}", kShmFormatVersion, identity, schema_text);
+  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+}
+
 uint64_t HashShmBlock(const void* data, size_t bytes) { return XXH3_64bits(data, bytes); }
 
 }  // namespace gpufeed

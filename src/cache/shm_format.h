@@ -5,16 +5,14 @@
 //   [field 0: samples x row bytes] pad 4 KiB [field 1 ...] ...
 //
 // Each field's rows are cut into blocks of whole rows, each with a 64-bit XXH3 hash in the
-// header: one row per block when a row has kShmBlockBytes or more, else as many rows as fit
-// in kShmBlockBytes (a label field of 8-byte rows: 512 rows a block). So a reader checks
-// exactly the bytes of the rows it copies (a large row is its own block), and a batch of
-// shuffled rows hashes each row once, not the neighbours that shared its block (format 3
-// had 16 KiB blocks over the whole data region: a random 8 KiB row cost 16-32 KiB of copy
-// and hash). The header carries a hash of itself (the texts, the field table and the block
-// hashes) keyed with the user's secret (ShmUserDir), so a header another user wrote does
-// not verify. A reader checks the header and its field table against the source's schema
-// when it opens the file, and every block it copies (see ShmCachedSource), so a damaged
-// file is caught without reading 800 MB before the first batch.
+// header, written when the file is published: one row per block when a row has
+// kShmBlockBytes or more, else as many rows as fit in kShmBlockBytes (a label field of 8-byte
+// rows: 512 rows a block). `gpufeed cache verify` re-hashes them and names the first block
+// that differs; readers do not (only the owner can write the file, see shm_source.h). The
+// header carries a hash of itself (the texts, the field table and the block hashes) keyed
+// with the user's secret (ShmUserDir), so a header another user wrote does not verify. A
+// reader checks the header and its field table against the source's schema when it opens the
+// file, before it maps it.
 // Format versions are part of the cache key (CacheKey), and a file of another version
 // fails ShmHeaderBytes: an older cache is never misread; it is rebuilt under the new key
 // (`gpufeed cache gc` removes the old file, which lists as invalid).
@@ -119,6 +117,10 @@ ShmHeader DecodeShmHeader(std::span<const std::byte> bytes, uint64_t file_size,
 // Error(kCorruptData) naming `path` and the first difference.
 void CheckShmHeaderFor(const ShmHeader& header, const Schema& schema, int64_t samples,
                        const std::string& identity, const std::string& path);
+
+// The cache key (16 hex digits) of a source's Identity() and Schema::ToString() (CacheKey):
+// `gpufeed cache verify` checks that a header's texts give the key its file is named by.
+std::string ShmCacheKey(const std::string& identity, const std::string& schema_text);
 
 // The block checksum (XXH3, 64 bits) of a block's rows.
 uint64_t HashShmBlock(const void* data, size_t bytes);

@@ -132,6 +132,7 @@ std::shared_ptr<Source> OpenPublished(const std::shared_ptr<Source>& base, const
     if (why != "absent") *invalid = why;
     return nullptr;
   }
+  ShmHeader header;
   try {
     struct stat st {};
     if (fstat(fd, &st) != 0) throw Error(ErrorCode::kIo, std::strerror(errno));
@@ -144,14 +145,15 @@ std::shared_ptr<Source> OpenPublished(const std::shared_ptr<Source>& base, const
     if (!PreadFully(fd, bytes.data(), bytes.size(), 0)) {
       throw Error(ErrorCode::kCorruptData, "header cannot be read");
     }
-    ShmHeader header = DecodeShmHeader(bytes, size, path, dir.secret());
+    header = DecodeShmHeader(bytes, size, path, dir.secret());
     CheckShmHeaderFor(header, base->schema(), base->size(), base->Identity(), path);
-    return std::make_shared<ShmCachedSource>(base, fd, path, std::move(header));
   } catch (const Error& e) {
     close(fd);
     *invalid = e.what();
     return nullptr;
   }
+  // Owns (and on failure closes) the descriptor from here.
+  return std::make_shared<ShmCachedSource>(base, fd, path, std::move(header));
 }
 
 // Removes tmp files of earlier builders of `key`. Only called with the build lock held, so
@@ -179,6 +181,17 @@ int RemoveLeftovers(const ShmUserDir& dir, const std::string& key, bool verbose)
 std::string ShmCachePath(const std::string& dir, const std::string& key,
                          std::optional<gid_t> group) {
   return fmt::format("{}/gpufeed-{}", ShmUserDirPath(dir, group), key);
+}
+
+std::shared_ptr<Source> OpenPublishedShmCache(std::shared_ptr<Source> base, const std::string& dir,
+                                              std::optional<gid_t> group) {
+  try {
+    const auto folder = ShmUserDir::Open(dir, /*create=*/false, group);
+    std::string invalid;
+    return OpenPublished(base, *folder, "gpufeed-" + CacheKey(*base), &invalid);
+  } catch (const Error&) {
+    return nullptr;
+  }
 }
 
 ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& options) {

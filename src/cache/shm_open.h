@@ -22,12 +22,13 @@
 #include <string>
 
 #include "cache/shm_builder.h"
+#include "gpufeed/cache.h"
 #include "gpufeed/source.h"
 
 namespace gpufeed {
 
 struct ShmOpenOptions {
-  std::string dir = "/dev/shm";  // Default: /dev/shm (the root; caches go in the user's folder)
+  std::string dir = kShmRoot;  // Default: /dev/shm (the root; caches go in the user's folder)
   // Default: none = the user's own folder; a group id: that group's shared folder.
   std::optional<gid_t> group = std::nullopt;
   int threads = 1;      // Required: > 0 (build parallelism)
@@ -54,6 +55,14 @@ struct ShmOpenResult {
 // thread's CancelToken (gpufeed/cancel.h) is cancelled while it waits for another builder or
 // builds (nothing is published, the tmp file is removed and the lock released).
 ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& options);
+
+// The published cache of `base` in the folder OpenShmCache would use, when one is there and
+// passes the checks at open (owner, mode, keyed header, field table against the schema):
+// opened without the build lock and without creating anything, so a process that finds a
+// built cache uses it at once. Null when there is none, or it or the folder is refused (the
+// caller's OpenShmCache then says why, or rebuilds). Never throws.
+std::shared_ptr<Source> OpenPublishedShmCache(std::shared_ptr<Source> base, const std::string& dir,
+                                              std::optional<gid_t> group = std::nullopt);
 
 // "<dir>/gpufeed-user-<uid>/gpufeed-<key>"; its ".lock" and its builders' ".tmp-<pid>" files
 // lie beside it.

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <thread>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/text.h"
@@ -171,7 +171,12 @@ int ShmUserDir::CreateFile(const std::string& name) const {
 }
 
 int ShmUserDir::OpenFile(const std::string& name, int flags, std::string* why) const {
-  const int fd = openat(fd_, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, FileMode());
+  int fd = openat(fd_, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, FileMode());
+  if (fd < 0 && errno == EPERM && (flags & O_NOATIME) != 0) {
+    // O_NOATIME is the owner's: a group member reads the builder's file without it.
+    fd = openat(fd_, name.c_str(), (flags & ~O_NOATIME) | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+                FileMode());
+  }
   if (fd < 0) {
     const int err = errno;
     *why = err == ENOENT  ? "absent"

@@ -54,7 +54,8 @@ class ShmUserDir {
   // O_CREAT the mode is FileMode()) and checks it is a regular file of this user with no group
   // or other permissions (in a group's folder: of the group, no permission for others, not
   // writable by the group). Returns the descriptor, or -1 with `*why` saying what was wrong
-  // (ENOENT: "absent"). The returned descriptor is blocking again.
+  // (ENOENT: "absent"). The returned descriptor is blocking again. O_NOATIME in `flags` is
+  // dropped where the kernel refuses it (a file of another member of the group).
   int OpenFile(const std::string& name, int flags, std::string* why) const;
   std::string PathOf(const std::string& name) const { return path_ + "/" + name; }
   // Creates `name` exclusively (O_EXCL, nothing followed) for reading and writing, with

@@ -7,6 +7,54 @@
 
 namespace gpufeed {
 
+namespace {
+
+// "auto" on the host with the data set within the RAM budget, from the measured rates: shm
+// where it beats the source and either runs near RAM speed or serves several local
+// processes; else RAM where that beats the source; else streaming.
+TierChoice ChooseMeasured(const TierInputs& in, const std::string& why) {
+  const GatherRates& m = *in.measured;
+  const std::string figures = fmt::format("measured: {}", m.ToString());
+  const double enough = kCopyMustBeFaster * m.source_bytes_per_s;
+  const bool shm_room = in.bytes <= in.shm_free;
+  const bool shm_beats_source = shm_room && m.shm_bytes_per_s > enough;
+  const bool shm_near_ram = m.shm_bytes_per_s >= kShmNearRam * m.ram_bytes_per_s;
+  const double shm_share = m.ram_bytes_per_s > 0 ? m.shm_bytes_per_s / m.ram_bytes_per_s : 0;
+  if (shm_beats_source && shm_near_ram) {
+    return {CacheTier::kShm,
+            fmt::format("{} and a shared copy gathers faster than the source, at {:.0f}% of a "
+                        "RAM copy's rate ({}): one copy for every process of the node",
+                        why, 100 * shm_share, figures)};
+  }
+  if (shm_beats_source && in.local_processes > 1) {
+    return {CacheTier::kShm,
+            fmt::format("{} and a shared copy gathers faster than the source ({}): one copy for "
+                        "the node's {} local processes, though a private RAM copy gathers faster",
+                        why, figures, in.local_processes)};
+  }
+  if (m.ram_bytes_per_s > enough) {
+    std::string reason =
+        fmt::format("{} and a copy gathers faster ({}); RAM, not shm: ", why, figures);
+    if (!shm_room) {
+      reason += fmt::format("the shared-memory folder has only {} free", FormatBytes(in.shm_free));
+    } else if (m.shm_bytes_per_s <= 0) {
+      reason += "a shared copy could not be measured here";
+    } else if (shm_beats_source) {
+      reason += fmt::format(
+          "a shared copy gathers at {:.0f}% of RAM's rate here (below {:.0f}%) "
+          "and this is the node's only process",
+          100 * shm_share, 100 * kShmNearRam);
+    } else {
+      reason += "a shared copy gathers no faster than the source here";
+    }
+    return {CacheTier::kRam, reason};
+  }
+  return {CacheTier::kNone,
+          why + ", but a copy would gather no faster (" + figures + "): streaming from the source"};
+}
+
+}  // namespace
+
 TierChoice ChooseTier(const TierInputs& in) {
   const std::string size = FormatBytes(in.bytes);
   const bool fits_ram = in.bytes <= in.ram_budget;
@@ -61,31 +109,19 @@ TierChoice ChooseTier(const TierInputs& in) {
       prefix = device_why + "; ";
     }
   }
+  if (in.shm_published && in.shareable) {
+    // Its memory is spent already (and counted out of the RAM budget's MemAvailable).
+    return {CacheTier::kShm,
+            prefix + fmt::format("the data set's shared-memory cache ({}) is already built (one "
+                                 "copy for every process of the node): used as it is, nothing "
+                                 "measured",
+                                 size)};
+  }
   if (!fits_ram) return {CacheTier::kNone, prefix + ram_why + ": streaming from the source"};
   if (!in.shareable) {
     return {CacheTier::kNone, prefix + "the source is already in this process's memory"};
   }
-  if (in.measured) {
-    // shm where it can serve (one copy for every process of the node), else RAM; either only
-    // when it gathers faster than the source. shm verifies each block it serves, so a RAM copy
-    // can beat the source where shm does not.
-    const GatherRates& m = *in.measured;
-    const std::string figures = fmt::format("measured: {}", m.ToString());
-    const double enough = kCopyMustBeFaster * m.source_bytes_per_s;
-    const bool shm_fits = in.bytes <= in.shm_free && m.shm_bytes_per_s > 0;
-    if (shm_fits && m.shm_bytes_per_s > enough) {
-      return {CacheTier::kShm, prefix + ram_why + " and a copy gathers faster (" + figures + ")"};
-    }
-    if (m.ram_bytes_per_s > enough) {
-      std::string why = prefix + ram_why + " and a copy gathers faster (" + figures + ")";
-      why += shm_fits ? "; RAM, not shm: shm's verified reads gather no faster than the source"
-                      : fmt::format("; the shared-memory folder has only {} free",
-                                    FormatBytes(in.shm_free));
-      return {CacheTier::kRam, why};
-    }
-    return {CacheTier::kNone, prefix + ram_why + ", but a copy would gather no faster (" + figures +
-                                  "): streaming from the source"};
-  }
+  if (in.measured) return ChooseMeasured(in, prefix + ram_why);
   if (in.bytes > in.shm_free) {
     return {CacheTier::kRam, prefix + ram_why +
                                  fmt::format(" but the shared-memory folder has only {} free",

@@ -29,11 +29,22 @@ struct TierInputs {
   // "auto" on the host: how fast rows are gathered from the source and from each copy, when
   // measured (ProbeGatherRates). Then a copy is made only when it gathers faster.
   std::optional<GatherRates> measured;
+  // The source's shared-memory cache is already published and passed its checks at open:
+  // under "auto" it serves whatever a probe or the RAM budget would say (it costs no build,
+  // and no memory beyond the copy that exists), so nothing is measured.
+  bool shm_published = false;
+  // Processes of this training run on this node ($LOCAL_WORLD_SIZE; 1 when unset). Where
+  // several share the data set, one shm copy serves them all even when it gathers slower
+  // than a private RAM copy would.
+  int local_processes = 1;
 };
 
 // A copy must gather this much faster than the source to be worth making (its build time,
 // and the RAM or /dev/shm it holds).
 inline constexpr double kCopyMustBeFaster = 1.1;
+// A single process takes shm (one copy for every later process and trial of the node) over
+// a private RAM copy when shm gathers at least this fraction of RAM's rate.
+inline constexpr double kShmNearRam = 0.8;
 
 struct TierChoice {
   CacheTier tier = CacheTier::kNone;  // never kAuto

@@ -18,7 +18,7 @@ namespace gpufeed::cli {
 namespace {
 
 struct CacheArgs {
-  std::string dir = "/dev/shm";
+  std::string dir = kShmRoot;
   std::string group;
   bool json = false;
   std::vector<std::string> keys;
@@ -26,7 +26,48 @@ struct CacheArgs {
   std::string path;
   std::vector<std::string> fields;
   int threads = 0;
+  std::string source;      // rm --source
+  bool force = false;      // rm: held caches too
+  std::string older_than;  // gc --older-than
+  uint64_t max_bytes = 0;  // gc --max-bytes
 };
+
+std::string Age(double seconds);
+
+// "90" or "90s", "15m", "12h", "1d", "2w" in seconds; Error(kInvalidArgument) otherwise.
+double ParseDuration(const std::string& text) {
+  size_t used = 0;
+  double value = -1;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+  }
+  const std::string unit = text.substr(std::min(used, text.size()));
+  static const std::vector<std::pair<std::string, double>> kUnits = {
+      {"", 1}, {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"w", 7 * 86400}};
+  for (const auto& [name, seconds] : kUnits) {
+    if (value >= 0 && used > 0 && unit == name) return value * seconds;
+  }
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("'{}' is not a duration (a number with s, m, h, d or w: '1d')", text));
+}
+
+// Where the cache's data lives: its NumPy folder or data files, else its description.
+std::string SourceText(const ShmCacheEntry& e) {
+  if (e.sources.empty()) return e.description;
+  if (e.sources.size() == 1) return e.sources[0];
+  return fmt::format("{} + {} more", e.sources[0], e.sources.size() - 1);
+}
+
+std::string LastUsed(const ShmCacheEntry& e) {
+  if (e.processes > 0) return "in use";
+  return e.idle_seconds < 0 ? "?" : Age(e.idle_seconds) + " ago";
+}
+
+std::string Held(int processes) {
+  return processes < 0 ? "held by unknown processes"
+                       : fmt::format("held by {} process{}", processes, processes == 1 ? "" : "es");
+}
 
 std::string Age(double seconds) {
   if (seconds < 120) return fmt::format("{:.0f} s", seconds);
@@ -43,18 +84,20 @@ std::string State(const ShmCacheEntry& e) {
 }
 
 nlohmann::json ToJson(const ShmCacheEntry& e) {
-  return {{"key", e.key},      {"path", e.path},         {"description", e.description},
-          {"bytes", e.bytes},  {"age_s", e.age_seconds}, {"processes", e.processes},
-          {"state", State(e)}, {"identity", e.identity}};
+  return {{"key", e.key},           {"path", e.path},           {"description", e.description},
+          {"sources", e.sources},   {"bytes", e.bytes},         {"built_share", e.built_share},
+          {"age_s", e.age_seconds}, {"idle_s", e.idle_seconds}, {"processes", e.processes},
+          {"state", State(e)},      {"identity", e.identity}};
 }
 
 void PrintEntries(const std::vector<ShmCacheEntry>& entries) {
-  fmt::print("{:<16}  {:>9}  {:>8}  {:>5}  {:<10}  {}\n", "KEY", "SIZE", "AGE", "PROCS", "STATE",
-             "SOURCE");
+  fmt::print("{:<16}  {:>9}  {:>5}  {:>8}  {:>10}  {:>5}  {:<10}  {}\n", "KEY", "SIZE", "BUILT",
+             "AGE", "LAST USED", "PROCS", "STATE", "SOURCE");
   for (const auto& e : entries) {
-    fmt::print("{:<16}  {:>9}  {:>8}  {:>5}  {:<10}  {}\n", e.key,
-               FormatBytes(static_cast<double>(e.bytes)), Age(e.age_seconds),
-               e.processes < 0 ? "?" : std::to_string(e.processes), State(e), e.description);
+    fmt::print("{:<16}  {:>9}  {:>4.0f}%  {:>8}  {:>10}  {:>5}  {:<10}  {}\n", e.key,
+               FormatBytes(static_cast<double>(e.bytes)), 100 * e.built_share, Age(e.age_seconds),
+               LastUsed(e), e.processes < 0 ? "?" : std::to_string(e.processes), State(e),
+               SourceText(e));
   }
 }
 
@@ -72,19 +115,67 @@ int RunLs(const CacheArgs& a) {
   return 0;
 }
 
+// rm --all / --source: the caches chosen; those other processes hold go only with --force.
+int RemoveChosen(const CacheArgs& a, std::vector<ShmCacheEntry> chosen) {
+  if (chosen.empty()) {
+    fmt::print("no gpufeed caches in {}\n", a.dir);
+    return 0;
+  }
+  uint64_t bytes = 0;
+  int held = 0;
+  int holders = 0;
+  for (const auto& e : chosen) {
+    bytes += e.bytes;
+    if (e.processes != 0) {
+      ++held;
+      holders += std::max(e.processes, 0);
+    }
+  }
+  fmt::print("{} {} cache{} ({}){}\n", a.force || held == 0 ? "removing" : "found", chosen.size(),
+             chosen.size() == 1 ? "" : "s", FormatBytes(static_cast<double>(bytes)),
+             held == 0 ? ""
+                       : fmt::format("; {} held by {} other process{}{}", held, holders,
+                                     holders == 1 ? "" : "es",
+                                     a.force ? " (removed: they keep their copy until they exit)"
+                                             : " (kept: --force removes them too)"));
+  for (const auto& e : chosen) {
+    if (e.processes != 0 && !a.force) {
+      fmt::print("kept {} ({}): {}\n", e.key, Held(e.processes), SourceText(e));
+    } else if (RemoveShmCache(e.key, a.dir, a.group)) {
+      fmt::print("removed {} ({}): {}\n", e.key, FormatBytes(static_cast<double>(e.bytes)),
+                 SourceText(e));
+    }
+  }
+  return 0;
+}
+
 int RunRm(const CacheArgs& a) {
-  std::vector<std::string> keys = a.keys;
-  if (a.all == !keys.empty()) {
-    throw Error(ErrorCode::kInvalidArgument, "gpufeed cache rm: give KEY... or --all");
+  const int ways = (a.all ? 1 : 0) + (a.keys.empty() ? 0 : 1) + (a.source.empty() ? 0 : 1);
+  if (ways != 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "gpufeed cache rm: give KEY..., --source PATH or --all");
   }
   if (a.all) {
-    for (const auto& e : ListShmCaches(a.dir, a.group)) keys.push_back(e.key);
+    std::vector<ShmCacheEntry> chosen;
+    for (auto& e : ListShmCaches(a.dir, a.group)) {
+      const bool building = !e.half_built && e.path.find(".tmp-") != std::string::npos;
+      if (!building) chosen.push_back(std::move(e));
+    }
+    return RemoveChosen(a, std::move(chosen));
+  }
+  if (!a.source.empty()) {
+    auto chosen = ShmCachesOfSource(a.source, a.dir, a.group);
+    if (chosen.empty()) {
+      fmt::print(stderr, "gpufeed: no cache of {} in {}\n", a.source, a.dir);
+      return ExitCodeFor(ErrorCode::kNotFound);
+    }
+    return RemoveChosen(a, std::move(chosen));
   }
   int missing = 0;
-  for (const auto& key : keys) {
+  for (const auto& key : a.keys) {
     if (RemoveShmCache(key, a.dir, a.group)) {
       fmt::print("removed {}\n", key);
-    } else if (!a.all) {
+    } else {
       fmt::print(stderr, "gpufeed: no cache {} in {}\n", key, a.dir);
       ++missing;
     }
@@ -93,13 +184,51 @@ int RunRm(const CacheArgs& a) {
 }
 
 int RunGc(const CacheArgs& a) {
-  const auto removed = CollectShmGarbage(a.dir, a.group);
+  ShmGcOptions options{.max_bytes = a.max_bytes};
+  if (!a.older_than.empty()) options.older_than_s = ParseDuration(a.older_than);
+  std::vector<ShmCacheEntry> held;
+  const auto removed = CollectShmGarbage(a.dir, a.group, options, &held);
   for (const auto& e : removed) {
-    fmt::print("removed {} ({}, {}): {}\n", e.key, State(e),
-               FormatBytes(static_cast<double>(e.bytes)), e.description);
+    // A valid, current cache went for the limits: say when it was last used.
+    const std::string why = State(e) == "ok" ? "last used " + LastUsed(e) : State(e);
+    fmt::print("removed {} ({}, {}): {}\n", e.key, why, FormatBytes(static_cast<double>(e.bytes)),
+               SourceText(e));
   }
-  if (removed.empty()) fmt::print("nothing to collect in {}\n", a.dir);
+  for (const auto& e : held) {
+    fmt::print("kept {} ({}, {}, {}): {}\n", e.key, State(e),
+               FormatBytes(static_cast<double>(e.bytes)), Held(e.processes), SourceText(e));
+  }
+  if (removed.empty() && held.empty()) fmt::print("nothing to collect in {}\n", a.dir);
   return 0;
+}
+
+// Exit 0 when every named cache verifies, the corrupt-data code when one does not.
+int RunVerify(const CacheArgs& a) {
+  if (a.keys.empty()) throw Error(ErrorCode::kInvalidArgument, "gpufeed cache verify: give KEY...");
+  int bad = 0;
+  for (const auto& key : a.keys) {
+    const ShmVerifyReport r = VerifyShmCache(key, a.dir, a.group);
+    if (a.json) {
+      fmt::print("{}\n", nlohmann::json{{"key", r.key},
+                                        {"path", r.path},
+                                        {"ok", r.ok},
+                                        {"blocks", r.blocks},
+                                        {"checked", r.checked},
+                                        {"first_bad_block", r.first_bad_block},
+                                        {"first_bad", r.first_bad}}
+                             .dump());
+    } else if (r.ok) {
+      fmt::print("{} ok: {} blocks, {} match the hashes written when it was built ({})\n", key,
+                 r.blocks, FormatBytes(static_cast<double>(r.bytes)), r.path);
+    } else {
+      fmt::print(
+          "{} BAD: {} does not match its hash (the file was changed after it was built; "
+          "remove it with `gpufeed cache rm {}`, the next open rebuilds it)\n",
+          key, r.first_bad, key);
+    }
+    bad += r.ok ? 0 : 1;
+  }
+  return bad == 0 ? 0 : ExitCodeFor(ErrorCode::kCorruptData);
 }
 
 int RunBuild(const CacheArgs& a) {
@@ -139,26 +268,49 @@ void RegisterCacheCommand(CLI::App& app) {
       "cache",
       "Your shared-memory caches (/dev/shm/gpufeed-user-UID/gpufeed-KEY): one copy of a data\n"
       "set that every local process of yours reads. `cache='shm'` or 'auto' makes them; these\n"
-      "commands list, remove and collect them. Other users' caches are not visible or used;\n"
-      "--group names a group's shared caches (Loader(shm_group=...)) instead.");
+      "commands list, verify, remove and collect them. Other users' caches are not visible or\n"
+      "used; --group names a group's shared caches (Loader(shm_group=...)) instead.");
   cache->require_subcommand(1);
 
   CLI::App* ls = cache->add_subcommand(
-      "ls", "List caches: key, size, age, processes mapping it now, state, source");
+      "ls",
+      "List caches: key, size, share built, age, last use, processes holding it now, state, "
+      "source");
   ls->add_flag("--json", args->json, "Print a JSON array");
   Run(ls, RunLs, args);
 
   CLI::App* rm = cache->add_subcommand(
       "rm", "Remove caches (processes mapping one keep their copy until they exit)");
   rm->add_option("keys", args->keys, "Cache keys (see `gpufeed cache ls`)");
+  rm->add_option("--source", args->source,
+                 "Remove the caches of this data (a NumPy folder, an HDF5 file, or a folder "
+                 "holding them)");
   rm->add_flag("--all", args->all, "Remove every gpufeed cache in the folder");
+  rm->add_flag("--force", args->force,
+               "With --all or --source: also remove caches other processes hold (they keep "
+               "their copy until they exit)");
   Run(rm, RunRm, args);
 
   CLI::App* gc = cache->add_subcommand(
       "gc",
       "Remove half-built files of dead builders, invalid files, and caches whose source "
-      "files changed or are gone");
+      "files changed or are gone; with limits, also caches unused for long or the least "
+      "recently used. A cache a process holds is never removed");
+  gc->add_option("--older-than", args->older_than,
+                 "Also remove caches unused for longer than this (90s, 15m, 12h, 1d, 2w)");
+  gc->add_option("--max-bytes", args->max_bytes,
+                 "Then remove the least recently used caches until the rest take at most this "
+                 "(bytes; 500M, 4G)")
+      ->transform(CLI::AsSizeValue(false));
   Run(gc, RunGc, args);
+
+  CLI::App* verify = cache->add_subcommand(
+      "verify",
+      "Re-hash caches against the hashes written when they were built and name the first "
+      "block that differs (readers do not re-hash: only you can write your caches)");
+  verify->add_option("keys", args->keys, "Cache keys (see `gpufeed cache ls`)")->required();
+  verify->add_flag("--json", args->json, "Print one JSON object per cache");
+  Run(verify, RunVerify, args);
 
   CLI::App* build = cache->add_subcommand(
       "build", "Build (or find) the shared-memory cache of a data set before training starts");

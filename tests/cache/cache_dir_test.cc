@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <map>
 
@@ -114,6 +116,100 @@ TEST(CacheDirTest, ARewriteKeepingSizeAndMtimeIsANewVersionAndTheOldOneGoes) {
   ASSERT_EQ(list.size(), 1U);
   EXPECT_EQ(list[0].key, second.key);
   EXPECT_FALSE(list[0].stale);
+}
+
+// Sets the cache file's access time (its last use) to `days` ago.
+void LastUsedDaysAgo(const std::string& path, int days) {
+  struct timespec times[2] = {{0, 0}, {0, UTIME_OMIT}};
+  times[0].tv_sec = time(nullptr) - days * 86400;
+  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+}
+
+TEST(CacheDirTest, ListsTheSourceTheShareBuiltAndTheLastUse) {
+  ScratchDir shm;
+  ScratchDir data;
+  data.Write("d/x.npy", Npy(1.0f));
+  auto r = OpenShmCache(OpenNumpy(data.path() + "/d"),
+                        {.dir = shm.path(), .threads = 1, .verbose = false});
+  ASSERT_TRUE(r.built);
+  LastUsedDaysAgo(r.path, 2);
+  auto list = ListShmCaches(shm.path());
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].sources, (std::vector<std::string>{data.path() + "/d"}));
+  EXPECT_EQ(list[0].built_share, 1.0);
+  EXPECT_NEAR(list[0].idle_seconds, 2 * 86400, 120);
+  // Listing it (which reads its header) and verifying it are no use.
+  EXPECT_TRUE(VerifyShmCache(r.key, shm.path()).ok);
+  list = ListShmCaches(shm.path());
+  EXPECT_NEAR(list[0].idle_seconds, 2 * 86400, 120);
+  // Opening it again is a use.
+  auto again = OpenShmCache(OpenNumpy(data.path() + "/d"),
+                            {.dir = shm.path(), .threads = 1, .verbose = false});
+  ASSERT_FALSE(again.built);
+  list = ListShmCaches(shm.path());
+  EXPECT_LT(list[0].idle_seconds, 120);
+}
+
+TEST(CacheDirTest, CachesOfASourceAreFoundByItsFolderItsFileOrAFolderAbove) {
+  ScratchDir shm;
+  ScratchDir data;
+  data.Write("d/x.npy", Npy(1.0f));
+  data.Write("dd/x.npy", Npy(2.0f));
+  auto d = OpenShmCache(OpenNumpy(data.path() + "/d"),
+                        {.dir = shm.path(), .threads = 1, .verbose = false});
+  auto dd = OpenShmCache(OpenNumpy(data.path() + "/dd"),
+                         {.dir = shm.path(), .threads = 1, .verbose = false});
+  const auto keys = [&](const std::string& source) {
+    std::vector<std::string> out;
+    for (const auto& e : ShmCachesOfSource(source, shm.path())) out.push_back(e.key);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(keys(data.path() + "/d"), std::vector<std::string>{d.key});
+  EXPECT_EQ(keys(data.path() + "/d/"), std::vector<std::string>{d.key});
+  EXPECT_EQ(keys(data.path() + "/d/x.npy"), std::vector<std::string>{d.key});
+  std::vector<std::string> both = {d.key, dd.key};
+  std::sort(both.begin(), both.end());
+  EXPECT_EQ(keys(data.path()), both);
+  EXPECT_TRUE(keys(data.path() + "/x").empty());
+}
+
+// gc evicts caches unused for longer than asked, then the least recently used down to a size,
+// and never a cache a process holds.
+TEST(CacheDirTest, GcEvictsTheUnusedAndTheLeastRecentlyUsedButNeverAHeldCache) {
+  ScratchDir dir;
+  const ShmOpenOptions options{.dir = dir.path(), .threads = 1, .verbose = false};
+  auto held = OpenShmCache(Synthetic(1), options);  // stays open: held
+  auto old = OpenShmCache(Synthetic(2), options);
+  auto recent = OpenShmCache(Synthetic(3), options);
+  auto newest = OpenShmCache(Synthetic(4), options);
+  old.source.reset();
+  recent.source.reset();
+  newest.source.reset();
+  LastUsedDaysAgo(held.path, 5);
+  LastUsedDaysAgo(old.path, 3);
+  LastUsedDaysAgo(recent.path, 1);
+  std::vector<ShmCacheEntry> kept;
+  auto removed = CollectShmGarbage(dir.path(), "", {.older_than_s = 2 * 86400.0}, &kept);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].key, old.key);
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].key, held.key);
+  EXPECT_EQ(kept[0].processes, 1);
+  // Three caches of the same size left; room for two: the least recently used unheld one goes.
+  const uint64_t bytes = fs::file_size(held.path);
+  kept.clear();
+  removed = CollectShmGarbage(dir.path(), "", {.max_bytes = 2 * bytes}, &kept);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].key, recent.key);
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].key, held.key);
+  // Room for none: still never the held one.
+  removed = CollectShmGarbage(dir.path(), "", {.max_bytes = 1});
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].key, newest.key);
+  ASSERT_EQ(ListShmCaches(dir.path()).size(), 1u);
+  EXPECT_TRUE(fs::exists(held.path));
 }
 
 }  // namespace

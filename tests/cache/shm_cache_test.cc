@@ -12,10 +12,12 @@
 #include <thread>
 
 #include "cache/cache_test_util.h"
+#include "cache/shm_format.h"
 #include "cache/shm_open.h"
 #include "cache/shm_source.h"
 #include "cache/shm_user_dir.h"
 #include "gpufeed/cache.h"
+#include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "sources/scratch_dir.h"
 
@@ -38,7 +40,7 @@ ShmOpenOptions Options(const std::string& dir, int threads = 2) {
   return {.dir = dir, .threads = threads, .verbose = false};
 }
 
-TEST(ShmCacheTest, TheFirstOpenBuildsLaterOnesMapAndVerifyLazily) {
+TEST(ShmCacheTest, TheFirstOpenBuildsLaterOnesMapThePublishedFile) {
   ScratchDir dir;
   auto base = std::make_shared<InstrumentedSource>(Synthetic());
   ShmOpenResult first = OpenShmCache(base, Options(dir.path()));
@@ -55,41 +57,87 @@ TEST(ShmCacheTest, TheFirstOpenBuildsLaterOnesMapAndVerifyLazily) {
   ShmOpenResult second = OpenShmCache(base2, Options(dir.path()));
   ASSERT_TRUE(second.source);
   EXPECT_FALSE(second.built);
-  auto* shm = dynamic_cast<ShmCachedSource*>(second.source.get());
-  ASSERT_NE(shm, nullptr);
-  EXPECT_EQ(shm->verified_blocks(), 0u);
-  ReadRows(*shm, {5});
-  EXPECT_EQ(shm->verified_blocks(), 2u);  // the mel row's block and the label's
-  EXPECT_EQ(ReadAll(*shm), expected);
-  EXPECT_EQ(shm->verified_blocks(), shm->blocks());
-  EXPECT_FALSE(shm->damaged());
+  ASSERT_NE(dynamic_cast<ShmCachedSource*>(second.source.get()), nullptr);
+  EXPECT_EQ(ReadRows(*second.source, {2999, 5, 5, 0}), ReadRows(*Synthetic(), {2999, 5, 5, 0}));
+  EXPECT_EQ(ReadAll(*second.source), expected);
   EXPECT_EQ(base2->samples_read.load(), 0);
+  // The file is mapped: /proc/self/maps lists it (read-only, shared).
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  bool mapped = false;
+  while (std::getline(maps, line)) {
+    if (line.find(first.path) != std::string::npos && line.find(" r--s ") != std::string::npos) {
+      mapped = true;
+    }
+  }
+  EXPECT_TRUE(mapped);
 }
 
-TEST(ShmCacheTest, ADamagedBlockIsNeverServed) {
+// Only the owner can write a cache file, so readers do not re-hash it: a data block the owner
+// damaged is served as it is, and `gpufeed cache verify` finds it and names the block.
+TEST(ShmCacheTest, ADamagedDataBlockIsFoundByVerifyNotOnRead) {
   ScratchDir dir;
   ShmOpenResult built = OpenShmCache(Synthetic(), Options(dir.path()));
   ASSERT_TRUE(built.source);
+  const ShmVerifyReport clean = VerifyShmCache(built.key, dir.path());
+  EXPECT_TRUE(clean.ok);
+  EXPECT_EQ(clean.checked, clean.blocks);
+  EXPECT_EQ(clean.first_bad_block, -1);
+  // Flip one byte of sample 1234's mel row (the header stays intact).
+  auto base = Synthetic();
+  const ShmLayout layout = PlanShmLayout(base->schema(), base->size(), base->Identity(),
+                                         base->schema().ToString(), base->Describe());
   {
-    // Flip one byte in the middle of the data region (the header stays intact).
     const int fd = open(built.path.c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
-    struct stat st {};
-    fstat(fd, &st);
+    const off_t at = static_cast<off_t>(layout.header_bytes + layout.RowBegin(0, 1234) + 100);
     char c = 0;
-    const off_t at = st.st_size / 2;
     ASSERT_EQ(pread(fd, &c, 1, at), 1);
     c ^= 1;
     ASSERT_EQ(pwrite(fd, &c, 1, at), 1);
     close(fd);
   }
-  auto base = std::make_shared<InstrumentedSource>(Synthetic());
-  ShmOpenResult reopened = OpenShmCache(base, Options(dir.path()));
+  ShmOpenResult reopened = OpenShmCache(Synthetic(), Options(dir.path()));
   ASSERT_TRUE(reopened.source);
   EXPECT_FALSE(reopened.built);
-  EXPECT_EQ(ReadAll(*reopened.source), ReadAll(*Synthetic()));
-  EXPECT_TRUE(dynamic_cast<ShmCachedSource&>(*reopened.source).damaged());
-  EXPECT_GT(base->samples_read.load(), 0);
+  EXPECT_NE(ReadRows(*reopened.source, {1234}), ReadRows(*Synthetic(), {1234}));
+  const ShmVerifyReport r = VerifyShmCache(built.key, dir.path());
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.first_bad_block, static_cast<int64_t>(layout.BlockOf(0, 1234)));
+  EXPECT_EQ(r.checked, layout.BlockOf(0, 1234) + 1);
+  EXPECT_NE(r.first_bad.find("field 'mel', samples 1234 to 1234"), std::string::npos)
+      << r.first_bad;
+  // Removed and opened again: rebuilt, and clean.
+  reopened = {};
+  ASSERT_TRUE(RemoveShmCache(built.key, dir.path()));
+  ShmOpenResult rebuilt = OpenShmCache(Synthetic(), Options(dir.path()));
+  EXPECT_TRUE(rebuilt.built);
+  EXPECT_TRUE(VerifyShmCache(built.key, dir.path()).ok);
+  EXPECT_EQ(ReadRows(*rebuilt.source, {1234}), ReadRows(*Synthetic(), {1234}));
+}
+
+TEST(ShmCacheTest, VerifyRefusesAMissingCacheAMalformedKeyAndADamagedHeader) {
+  ScratchDir dir;
+  ShmOpenResult built = OpenShmCache(Synthetic(), Options(dir.path()));
+  ASSERT_TRUE(built.source);
+  EXPECT_THROW(VerifyShmCache("0000000000000000", dir.path()), Error);
+  EXPECT_THROW(VerifyShmCache("../../etc/passwd", dir.path()), Error);
+  try {
+    VerifyShmCache("0000000000000000", dir.path());
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+  }
+  const int fd = open(built.path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(pwrite(fd, "X", 1, 200), 1);  // inside the identity text
+  close(fd);
+  try {
+    VerifyShmCache(built.key, dir.path());
+    ADD_FAILURE() << "a damaged header verified";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ShmCacheTest, ADamagedHeaderIsRemovedAndRebuilt) {
@@ -203,14 +251,12 @@ TEST(ShmCacheTest, ABuilderKilledMidBuildIsDetectedAndTheCacheRebuilt) {
   const auto expected = ReadAll(*Synthetic());
   EXPECT_EQ(ReadAll(*rebuilt.source), expected);
 
-  // A later process verifies every block it reads, and every sample matches.
+  // A later process finds it published, every sample matches, and it verifies.
   ShmOpenResult later = OpenShmCache(Synthetic(), Options(dir.path()));
   ASSERT_TRUE(later.source);
   EXPECT_FALSE(later.built);
-  auto& shm = dynamic_cast<ShmCachedSource&>(*later.source);
-  EXPECT_EQ(ReadAll(shm), expected);
-  EXPECT_EQ(shm.verified_blocks(), shm.blocks());
-  EXPECT_FALSE(shm.damaged());
+  EXPECT_EQ(ReadAll(*later.source), expected);
+  EXPECT_TRUE(VerifyShmCache(key, dir.path()).ok);
 }
 
 // Resident kB of this process's mappings of `path` (/proc/self/smaps).

@@ -1,6 +1,6 @@
-// The shared-memory cache against a hostile folder, a writer that
-// rewrites a verified file, a squatted lock, planted FIFOs and symlinks, a file truncated under
-// a reader, and (when run as root) a second user planting things for the first.
+// The shared-memory cache against a hostile folder: a squatted lock, planted FIFOs and
+// symlinks, a file rewritten or truncated under a reader, and (when run as root) a second user
+// planting things for the first.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -33,7 +33,6 @@ namespace fs = std::filesystem;
 using ::testing::AllOf;
 using testing::ErrorCodeOf;
 using ::testing::HasSubstr;
-using testing::InstrumentedSource;
 using testing::ReadAll;
 using testing::ReadRows;
 using testing::ScratchDir;
@@ -45,14 +44,6 @@ std::shared_ptr<Source> Synthetic() {
 
 ShmOpenOptions Options(const std::string& root, std::optional<gid_t> group = std::nullopt) {
   return {.dir = root, .group = group, .threads = 1, .verbose = false};
-}
-
-// Where row `index` of field `field` lies in the cache file of Synthetic().
-uint64_t FileOffsetOf(size_t field, int64_t index) {
-  auto base = Synthetic();
-  const ShmLayout layout = PlanShmLayout(base->schema(), base->size(), base->Identity(),
-                                         base->schema().ToString(), base->Describe());
-  return layout.header_bytes + layout.RowBegin(field, index);
 }
 
 void FlipByteAt(const std::string& path, uint64_t at) {
@@ -83,58 +74,29 @@ TEST(ShmHostileTest, FilesAreTheUsersOwnAndPrivate) {
   }
 }
 
-// The file is shared: bytes rewritten after a block was verified must not be served.
-TEST(ShmHostileTest, BytesRewrittenAfterVerificationAreNeverServed) {
-  ScratchDir root;
-  ASSERT_TRUE(OpenShmCache(Synthetic(), Options(root.path())).source);
-  auto base = std::make_shared<InstrumentedSource>(Synthetic());
-  ShmOpenResult r = OpenShmCache(base, Options(root.path()));
-  ASSERT_TRUE(r.source);
-  ASSERT_FALSE(r.built);
-  auto& shm = dynamic_cast<ShmCachedSource&>(*r.source);
-  const auto want = ReadRows(*Synthetic(), {5});
-  EXPECT_EQ(ReadRows(shm, {5}), want);  // verified, from the cache
-  EXPECT_EQ(base->samples_read.load(), 0);
-  EXPECT_GE(shm.verified_blocks(), 1u);
-  // A writer changes the verified row in place, through the file (the same pages as the map).
-  FlipByteAt(r.path, FileOffsetOf(0, 5) + 17);
-  ::testing::internal::CaptureStderr();
-  EXPECT_EQ(ReadRows(shm, {5}), want);  // the source's bytes, not the rewritten ones
-  const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_TRUE(shm.damaged());
-  EXPECT_GT(base->samples_read.load(), 0);
-  EXPECT_THAT(err, AllOf(HasSubstr(r.path), HasSubstr("fails its checksum")));
-}
-
-// Rows of 8 KiB are a block each and adjacent ones are read by one preadv straight into the
-// batch: a row rewritten inside such a run, or a label in a block of 512, is caught on the
-// copy and never served.
-TEST(ShmHostileTest, ARewrittenRowInARunOrASmallRowBlockIsNeverServed) {
+// Only the owner can write the file, so a reader serves what is there; `gpufeed cache verify`
+// finds a byte rewritten in place, in an 8 KiB row (a block of its own) or in a label (a block
+// of 512), and names the block.
+TEST(ShmHostileTest, ARewrittenRowOrSmallRowBlockIsFoundByVerify) {
   for (const size_t field : {size_t{0}, size_t{1}}) {
-    SCOPED_TRACE(field == 0 ? "8 KiB row in a run" : "label in a block of 512");
+    SCOPED_TRACE(field == 0 ? "8 KiB row" : "label in a block of 512");
     ScratchDir root;
     auto make = [] { return OpenSynthetic(ParseSchema("mel:float32[2048],label:int64[]"), 64, 5); };
-    ASSERT_TRUE(OpenShmCache(make(), Options(root.path())).source);
-    auto base = std::make_shared<InstrumentedSource>(make());
-    ShmOpenResult r = OpenShmCache(base, Options(root.path()));
+    ShmOpenResult r = OpenShmCache(make(), Options(root.path()));
     ASSERT_TRUE(r.source);
-    ASSERT_FALSE(r.built);
-    auto& shm = dynamic_cast<ShmCachedSource&>(*r.source);
     const std::vector<int64_t> rows = {12, 40, 9, 11, 10, 63};
     const auto want = ReadRows(*make(), rows);
-    EXPECT_EQ(ReadRows(shm, rows), want);
-    EXPECT_EQ(base->samples_read.load(), 0);
-    EXPECT_EQ(shm.verified_blocks(), 6u + 1);  // six rows, one label block
+    EXPECT_EQ(ReadRows(*r.source, rows), want);
     const auto src = make();
     const ShmLayout layout = PlanShmLayout(src->schema(), src->size(), src->Identity(),
                                            src->schema().ToString(), src->Describe());
     FlipByteAt(r.path, layout.header_bytes + layout.RowBegin(field, 11) + 3);
-    ::testing::internal::CaptureStderr();
-    EXPECT_EQ(ReadRows(shm, rows), want);  // the source's bytes, not the rewritten ones
-    const std::string err = ::testing::internal::GetCapturedStderr();
-    EXPECT_TRUE(shm.damaged());
-    EXPECT_GT(base->samples_read.load(), 0);
-    EXPECT_THAT(err, HasSubstr("fails its checksum"));
+    EXPECT_NE(ReadRows(*r.source, rows), want);  // the mapping shows the rewrite at once
+    const ShmVerifyReport report = VerifyShmCache(r.key, root.path());
+    EXPECT_FALSE(report.ok);
+    EXPECT_EQ(report.first_bad_block, static_cast<int64_t>(layout.BlockOf(field, 11)));
+    EXPECT_THAT(report.first_bad, HasSubstr(field == 0 ? "field 'mel', samples 11 to 11"
+                                                       : "field 'label', samples 0 to 63"));
   }
 }
 
@@ -224,17 +186,35 @@ TEST(ShmHostileTest, ALockHeldTooLongIsWaitedForBoundedlyAndItsHolderNamed) {
   EXPECT_TRUE(OpenShmCache(Synthetic(), Options(root.path())).source);
 }
 
-TEST(ShmHostileTest, ACacheFileTruncatedUnderAReaderIsAnIoError) {
+// The reader maps the file: another process truncating it would raise SIGBUS on the next
+// access past its new end. The guarded gather turns that into an error naming the cache, in
+// the process that built the file and in one that found it published, and the reader keeps
+// working for rows still inside the file.
+TEST(ShmHostileTest, ACacheFileTruncatedUnderAMappedReaderIsAnIoErrorNotSigbus) {
   ScratchDir root;
-  ASSERT_TRUE(OpenShmCache(Synthetic(), Options(root.path())).source);
+  ShmOpenResult builder = OpenShmCache(Synthetic(), Options(root.path()));
+  ASSERT_TRUE(builder.source);
+  ASSERT_TRUE(builder.built);
   ShmOpenResult r = OpenShmCache(Synthetic(), Options(root.path()));
   ASSERT_TRUE(r.source);
   ASSERT_FALSE(r.built);
-  EXPECT_EQ(ReadRows(*r.source, {599}), ReadRows(*Synthetic(), {599}));
+  EXPECT_EQ(ReadRows(*r.source, {599}), ReadRows(*Synthetic(), {599}));  // its page is mapped
+  EXPECT_EQ(ReadRows(*builder.source, {599}), ReadRows(*Synthetic(), {599}));
   ASSERT_EQ(truncate(r.path.c_str(), 4096), 0);
-  std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] { ReadRows(*r.source, {599}); }, &message), ErrorCode::kIo);
-  EXPECT_THAT(message, AllOf(HasSubstr(r.path), HasSubstr("changed size while being read")));
+  for (const ShmOpenResult* reader : {&r, &builder}) {
+    // Twice on the same thread: the first fault left the guard cleanly.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::string message;
+      EXPECT_EQ(ErrorCodeOf(
+                    [&] {
+                      ReadRows(*reader->source, {0, 599});
+                    },
+                    &message),
+                ErrorCode::kIo);
+      EXPECT_THAT(message, AllOf(HasSubstr("shared-memory cache " + r.path),
+                                 HasSubstr("changed size while being read")));
+    }
+  }
 }
 
 // Sharing with a group is asked for: the group's folder is 2770 of the group, its files 0640

@@ -141,19 +141,52 @@ TierInputs Measured(double source, double ram, double shm) {
   return in;
 }
 
-TEST(TierChoiceTest, AutoCopiesToShmOnlyWhenTheCopyIsMeasuredFaster) {
-  const TierChoice c = ChooseTier(Measured(1e9, 10e9, 5e9));
+TEST(TierChoiceTest, AutoTakesShmWhenItGathersNearRamSpeed) {
+  const TierChoice c = ChooseTier(Measured(1e9, 10e9, 9e9));
   EXPECT_EQ(c.tier, CacheTier::kShm);
-  EXPECT_NE(c.reason.find("a copy gathers faster (measured: source 1.0 GB/s, RAM copy 10.0 GB/s, "
-                          "shm copy 5.0 GB/s)"),
+  EXPECT_NE(c.reason.find("a shared copy gathers faster than the source, at 90% of a RAM copy's "
+                          "rate (measured: source 1.0 GB/s, RAM copy 10.0 GB/s, shm copy "
+                          "9.0 GB/s): one copy for every process of the node"),
             std::string::npos)
       << c.reason;
 }
 
-TEST(TierChoiceTest, AutoTakesRamWhenOnlyRamBeatsTheSource) {
-  const TierChoice c = ChooseTier(Measured(4e9, 10e9, 4.2e9));  // shm within 10% of the source
+TEST(TierChoiceTest, AutoGivesASingleProcessRamWhereShmStillMeasuresSlower) {
+  const TierChoice c = ChooseTier(Measured(1e9, 10e9, 5e9));
   EXPECT_EQ(c.tier, CacheTier::kRam);
-  EXPECT_NE(c.reason.find("RAM, not shm"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("RAM, not shm: a shared copy gathers at 50% of RAM's rate here (below "
+                          "80%) and this is the node's only process"),
+            std::string::npos)
+      << c.reason;
+  // Several local processes: one shared copy serves them all.
+  TierInputs in = Measured(1e9, 10e9, 5e9);
+  in.local_processes = 4;
+  const TierChoice shared = ChooseTier(in);
+  EXPECT_EQ(shared.tier, CacheTier::kShm);
+  EXPECT_NE(shared.reason.find("one copy for the node's 4 local processes"), std::string::npos)
+      << shared.reason;
+}
+
+TEST(TierChoiceTest, AutoTakesRamWhenOnlyRamBeatsTheSource) {
+  TierInputs in = Measured(4e9, 10e9, 4.2e9);  // shm within 10% of the source
+  in.local_processes = 8;
+  const TierChoice c = ChooseTier(in);
+  EXPECT_EQ(c.tier, CacheTier::kRam);
+  EXPECT_NE(c.reason.find("RAM, not shm: a shared copy gathers no faster than the source"),
+            std::string::npos)
+      << c.reason;
+}
+
+TEST(TierChoiceTest, AutoTakesAPublishedShmCacheWhateverTheMeasurementOrBudget) {
+  TierInputs in = Measured(10e9, 10.5e9, 3e9);
+  in.shm_published = true;
+  in.bytes = 11 * kGB;  // over the RAM budget: its memory is spent already
+  const TierChoice c = ChooseTier(in);
+  EXPECT_EQ(c.tier, CacheTier::kShm);
+  EXPECT_NE(c.reason.find("shared-memory cache (11.0 GB) is already built"), std::string::npos)
+      << c.reason;
+  in.requested = CacheTier::kNone;
+  EXPECT_EQ(ChooseTier(in).tier, CacheTier::kNone);  // off is off
 }
 
 TEST(TierChoiceTest, AutoStreamsWhenNoCopyIsMeasuredFaster) {
