@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -19,6 +20,25 @@ ImageSetSource::ImageSetSource(std::shared_ptr<const ImageSet> set) : set_(std::
 namespace {
 
 constexpr size_t kMaxSkipRecords = 8;
+constexpr size_t kNamedAtOpen = 5;
+
+// At open, not mid-epoch: torchvision's ImageFolder lists formats gpufeed does not decode.
+void RefuseUndecodedFormats(const std::string& origin, const ImageList& list) {
+  const std::vector<std::string> paths = UndecodedFormatPaths(list);
+  if (paths.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < std::min(paths.size(), kNamedAtOpen); ++i) {
+    names += (i == 0 ? "" : ", ") + paths[i];
+  }
+  if (paths.size() > kNamedAtOpen)
+    names += fmt::format(" and {} more", paths.size() - kNamedAtOpen);
+  throw Error(ErrorCode::kUnsupported,
+              fmt::format("{}: {} of {} files are in formats gpufeed does not decode (BMP, TIFF, "
+                          "WebP, PPM or PGM; it decodes JPEG and PNG): {}; convert them to JPEG "
+                          "or PNG, move them out, or open with on_error=\"skip\" to replace "
+                          "each with the next good sample (counted in skipped())",
+                          origin, paths.size(), list.paths.size(), names));
+}
 
 // The streaming source: each sample decoded from its file and cropped as options say.
 class StreamingImageSource final : public ImageSetSource {
@@ -122,7 +142,9 @@ int64_t ImageSet::ProduceOrSkip(int64_t index, const std::function<void(int64_t)
       if (!skip()) {
         throw Error(e.code(), fmt::format("{} (image sample {})", e.what(), sample));
       }
-      RecordSkip(e.what());
+      // Only the sample asked for counts: a failing replacement is counted when it is read as
+      // itself, so a pass over the data set counts each bad file once.
+      if (attempt == 0) RecordSkip(e.what());
     }
   }
   throw Error(
@@ -131,7 +153,7 @@ int64_t ImageSet::ProduceOrSkip(int64_t index, const std::function<void(int64_t)
 }
 
 void ImageSet::RecordSkip(const std::string& what) const {
-  std::lock_guard lock(skip_mu_);
+  std::lock_guard lock(notes_mu_);
   ++skipped_.count;
   if (skipped_.first.size() < kMaxSkipRecords &&
       std::find(skipped_.first.begin(), skipped_.first.end(), what) == skipped_.first.end()) {
@@ -140,8 +162,29 @@ void ImageSet::RecordSkip(const std::string& what) const {
 }
 
 SkippedImages ImageSet::skipped() const {
-  std::lock_guard lock(skip_mu_);
+  std::lock_guard lock(notes_mu_);
   return skipped_;
+}
+
+void ImageSet::NoteDecodeWarning(const std::string& path, const std::string& warning) const {
+  if (options_.strict) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: libjpeg warned: {} (strict=true refuses files decoded with a "
+                            "warning; PIL decodes them)",
+                            path, warning));
+  }
+  const std::string what = fmt::format("{}: {}", path, warning);
+  std::lock_guard lock(notes_mu_);
+  ++warnings_.count;
+  if (warnings_.first.size() < kMaxSkipRecords &&
+      std::find(warnings_.first.begin(), warnings_.first.end(), what) == warnings_.first.end()) {
+    warnings_.first.push_back(what);
+  }
+}
+
+ImageDecodeWarnings ImageSet::decode_warnings() const {
+  std::lock_guard lock(notes_mu_);
+  return warnings_;
 }
 
 std::string ImageSet::FilesIdentity() const {
@@ -200,10 +243,11 @@ double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
                                 static_cast<int>(std::ceil((window->x + window->width) / divisor)),
                                 static_cast<int>(std::ceil((window->y + window->height) / divisor)),
                                 path, worker.decoded, *origin_x, *origin_y);
-    return divisor;
+  } else {
+    worker.decoder.Decode(worker.bytes, header, scale, path, worker.decoded);
+    ApplyOrientation(orientation, worker.decoded, worker.scratch);
   }
-  worker.decoder.Decode(worker.bytes, header, scale, path, worker.decoded);
-  ApplyOrientation(orientation, worker.decoded, worker.scratch);
+  if (!worker.decoder.warning().empty()) set.NoteDecodeWarning(path, worker.decoder.warning());
   return divisor;
 }
 
@@ -284,6 +328,7 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
                        ? ListImageFolder(path)
                        : ReadImageList(path, options.path_column, options.label_column,
                                        options.classes, options.on_error == "skip", &skipped_rows);
+  if (options.on_error == "raise") RefuseUndecodedFormats(path, list);
   auto set = std::make_shared<ImageSet>(path, std::move(list), options);
   for (const std::string& row : skipped_rows) set->RecordSkip(row);
   if (options.cache == CacheTier::kNone) return NewStreamingImageSource(std::move(set));

@@ -1,8 +1,8 @@
 // The parts of the image sources (gpufeed/images.h) shared by streaming and cached reading:
 // the file list with its options, the per-worker decoding state, and the skip accounting.
-// Thread-safety: ImageSet is immutable after construction except its skip record, which
-// takes its own mutex (only when a sample is skipped, never on the good path); ImageWorker
-// is one worker's.
+// Thread-safety: ImageSet is immutable after construction except its skip and warning
+// records, which take their own mutex (only when a sample is skipped or a file warned about,
+// never on the good path); ImageWorker is one worker's.
 #pragma once
 
 #include <cstdint>
@@ -33,12 +33,16 @@ class ImageSet {
   RandomCropParams crop_params() const;
 
   // Runs `produce(sample)` for `index`; on an Error, with on_error="raise", rethrows it naming
-  // the sample; with "skip", records it and tries the following samples (wrapping around)
-  // until one succeeds. Returns the sample that was produced.
+  // the sample; with "skip", records it (once, for `index`) and tries the following samples
+  // (wrapping around) until one succeeds. Returns the sample that was produced, whose label
+  // goes with the image.
   int64_t ProduceOrSkip(int64_t index, const std::function<void(int64_t)>& produce) const;
 
   void RecordSkip(const std::string& what) const;
   SkippedImages skipped() const;
+  // A decode of `path` that libjpeg warned about: an Error with strict=true, else counted.
+  void NoteDecodeWarning(const std::string& path, const std::string& warning) const;
+  ImageDecodeWarnings decode_warnings() const;
   // "path:size:mtime_ns" of every file, joined, for Source::Identity (stats every file).
   std::string FilesIdentity() const;
 
@@ -47,8 +51,9 @@ class ImageSet {
   ImageList list_;
   ImageOptions options_;
   std::shared_ptr<const FileSystem> fs_;
-  mutable std::mutex skip_mu_;
+  mutable std::mutex notes_mu_;
   mutable SkippedImages skipped_;
+  mutable ImageDecodeWarnings warnings_;
 };
 
 class ImageWorker : public SourceWorkerState {
@@ -103,6 +108,7 @@ class ImageSetSource : public ImageSource {
   }
   const std::vector<std::string>& classes() const override { return set_->list().classes; }
   SkippedImages skipped() const override { return set_->skipped(); }
+  ImageDecodeWarnings decode_warnings() const override { return set_->decode_warnings(); }
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override {
     ReadSeeded(indices, out, state, MixSeed(0, 0));
