@@ -5,7 +5,8 @@
 //   gpufeed::Loader loader(source, {.batch_size = 256, .shuffle = true, .seed = 1});
 //   while (auto batch = loader.Next()) { batch->field("image"); batch->field("label"); }
 //
-// Fields: `image` uint8[3, size, size] (channels first, RGB) and `label` int64[]. Decoding
+// Fields: `image` uint8[3, size, size] (channels first, RGB; float32 or float16 with `dtype`,
+// normalised with `normalize_mean` and `normalize_std`) and `label` int64[]. Decoding
 // uses libjpeg-turbo (at 1/2, 1/4 or 1/8 scale in the DCT when the crop is at least that
 // many times the output size; for a random crop only the rows and columns around the crop are
 // decoded, with the same pixels as a whole decode) and libpng; grey, palette and CMYK come out
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "gpufeed/dtype.h"
 #include "gpufeed/file.h"
 #include "gpufeed/source.h"
 
@@ -42,6 +44,13 @@ struct ImageOptions {
   double ratio_min = 3.0 / 4.0;  // Default: 3/4   (RandomResizedCrop's ratio)
   double ratio_max = 4.0 / 3.0;  // Default: 4/3
   bool flip = true;              // Default: true: "random" mirrors half the samples
+  // Default: kUInt8: the image field as decoded, 0..255. kFloat32 or kFloat16: x / 255 (as
+  // torchvision's ToTensor), then (x / 255 - mean) / std per channel when normalize_mean and
+  // normalize_std are given (torchvision's Normalize after ToTensor), computed in float32 in
+  // the worker threads (float16: rounded to nearest even from there).
+  DType dtype = DType::kUInt8;
+  std::vector<float> normalize_mean = {};  // Default: empty = none; else 3 values (R, G, B)
+  std::vector<float> normalize_std = {};   // Default: empty = none; else 3 values, each > 0
   // Default: true. Decode JPEGs at 1/2, 1/4, 1/8 scale where the output needs no more.
   // False decodes at full size, as PIL does (then pixels equal torchvision's exactly).
   bool dct_scaling = true;

@@ -6,12 +6,12 @@ from gpufeed import _gpufeed
 
 
 def images(path, *, size=224, crop="random", resize=None, scale=(0.08, 1.0),
-           ratio=(3.0 / 4.0, 4.0 / 3.0), flip=True, dct_scaling=True, exif_orientation=True,
-           max_pixels=178956970, on_error="raise", strict=False, path_column="path",
-           label_column="label",
-           classes=None, cache="none", cache_size=256, shm_dir="/dev/shm", verbose=True):
+           ratio=(3.0 / 4.0, 4.0 / 3.0), flip=True, dtype="uint8", normalize=None,
+           dct_scaling=True, exif_orientation=True, max_pixels=178956970, on_error="raise",
+           strict=False, path_column="path", label_column="label", classes=None, cache="none",
+           cache_size=256, shm_dir="/dev/shm", verbose=True):
     """Opens an image data set for gpufeed.Loader; fields `image` (uint8 [3, size, size], RGB,
-    channels first) and `label` (int64).
+    channels first; float32 or float16 with `dtype`) and `label` (int64).
 
     path:       a folder in torchvision's ImageFolder layout (one sub-folder per class,
                 classes sorted by name: the same class_to_idx and sample order), or a CSV
@@ -21,6 +21,12 @@ def images(path, *, size=224, crop="random", resize=None, scale=(0.08, 1.0),
                 (`flip`), drawn from (loader seed, epoch, sample index): the same on any
                 machine. "center": Resize(resize) + CenterCrop(size) for evaluation
                 (`resize` defaults to size * 256 / 224).
+    dtype:      "uint8" (default: 0..255), "float32" or "float16": x / 255 as torchvision's
+                ToTensor, computed in the worker threads.
+    normalize:  (mean, std), three values each (RGB, on the 0..1 scale), e.g.
+                ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)): the image becomes
+                (x / 255 - mean) / std as torchvision's ToTensor + Normalize give it (equal in
+                float32; float16 rounds that). Needs a float dtype.
     dct_scaling: decode JPEGs at 1/2, 1/4 or 1/8 scale in the DCT where the crop stays at
                 least the output size there (less decoding work, the resize still reduces).
     exif_orientation: apply a JPEG's EXIF orientation (PIL and torchvision do not).
@@ -48,10 +54,16 @@ def images(path, *, size=224, crop="random", resize=None, scale=(0.08, 1.0),
     paths(batch.indices) and labels(...) take a list, numpy array or tensor of indices;
     source.stats() gives the skip and warning counts.
     """
+    if normalize is not None:
+        mean, std = normalize
+        normalize = ([float(m) for m in mean], [float(s) for s in std])
     options = {
         "size": int(size), "crop": str(crop), "resize": int(resize or 0),
         "scale": (float(scale[0]), float(scale[1])), "ratio": (float(ratio[0]), float(ratio[1])),
         "flip": bool(flip), "dct_scaling": bool(dct_scaling),
+        "dtype": str(dtype).replace("torch.", ""),  # "float32" or torch.float32
+        "normalize_mean": normalize[0] if normalize else [],
+        "normalize_std": normalize[1] if normalize else [],
         "exif_orientation": bool(exif_orientation), "max_pixels": int(max_pixels),
         "on_error": str(on_error), "strict": bool(strict), "path_column": str(path_column),
         "label_column": str(label_column), "classes": [str(c) for c in (classes or [])],

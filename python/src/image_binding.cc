@@ -30,6 +30,15 @@ ImageOptions ImageOptionsFrom(const py::dict& d) {
       std::tie(o.ratio_min, o.ratio_max) = py::cast<std::pair<double, double>>(value);
     else if (key == "flip")
       o.flip = py::cast<bool>(value);
+    else if (key == "dtype") {
+      const std::string name = py::cast<std::string>(value);
+      const auto dtype = ParseDType(name);
+      if (!dtype) throw Error(ErrorCode::kInvalidArgument, "images: unknown dtype '" + name + "'");
+      o.dtype = *dtype;
+    } else if (key == "normalize_mean")
+      o.normalize_mean = py::cast<std::vector<float>>(value);
+    else if (key == "normalize_std")
+      o.normalize_std = py::cast<std::vector<float>>(value);
     else if (key == "dct_scaling")
       o.dct_scaling = py::cast<bool>(value);
     else if (key == "exif_orientation")

@@ -172,3 +172,39 @@ def test_paths_and_labels_take_tensors_arrays_and_lists(tmp_path):
         source.paths(torch.tensor([0, 6]))
     with pytest.raises(gpufeed.InvalidArgument, match="one-dimensional"):
         source.paths(np.zeros((2, 2), dtype=np.int64))
+
+
+@pytest.mark.parametrize("cache", ["none", "ram"])
+def test_normalize_equals_torchvision_to_tensor_then_normalize(tmp_path, cache):
+    from torchvision import transforms
+    for cls in ["a", "b"]:
+        (tmp_path / cls).mkdir()
+        for i in range(3):
+            Image.fromarray(_pattern(40, 30, 3, i + 3 * len(cls)).astype(np.uint8)).save(
+                tmp_path / cls / f"{i}.jpg", quality=90)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    common = dict(size=16, cache=cache, cache_size=24, verbose=False)
+
+    def epoch(**options):
+        source = gpufeed.images(tmp_path, **common, **options)
+        loader = gpufeed.Loader(source, batch_size=4, shuffle=True, seed=5, workers=2,
+                                device="cpu")
+        out = torch.cat([b["image"].clone() for b in loader])
+        loader.close()
+        return out
+
+    plain = epoch()
+    as_float = epoch(dtype="float32", normalize=(mean, std))
+    assert as_float.dtype == torch.float32 and as_float.shape == plain.shape
+    expected = transforms.Normalize(mean, std)(plain.float().div(255))
+    assert torch.equal(as_float, expected)  # the same float32 operations, value for value
+    assert torch.equal(epoch(dtype=torch.float32), plain.float().div(255))
+    half = epoch(dtype="float16", normalize=(mean, std))
+    assert half.dtype == torch.float16
+    assert torch.equal(half, expected.half())
+    with pytest.raises(gpufeed.InvalidArgument, match="normalize needs dtype float32"):
+        gpufeed.images(tmp_path, normalize=(mean, std))
+    with pytest.raises(gpufeed.InvalidArgument, match="standard deviations > 0"):
+        gpufeed.images(tmp_path, dtype="float32", normalize=(mean, (0.2, 0.0, 0.2)))
+    with pytest.raises(gpufeed.InvalidArgument, match="dtype must be uint8, float32 or float16"):
+        gpufeed.images(tmp_path, dtype="int32")

@@ -13,7 +13,7 @@ namespace gpufeed {
 
 ImageSetSource::ImageSetSource(std::shared_ptr<const ImageSet> set) : set_(std::move(set)) {
   const int size = set_->options().size;
-  schema_.fields = {FieldSpec{"image", DType::kUInt8, {3, size, size}},
+  schema_.fields = {FieldSpec{"image", set_->options().dtype, {3, size, size}},
                     FieldSpec{"label", DType::kInt64, {}}};
 }
 
@@ -52,8 +52,8 @@ class StreamingImageSource final : public ImageSetSource {
   }
   std::string Identity() const override {
     const ImageOptions& o = set_->options();
-    return fmt::format("images:{}:{}:{}:{}|{}", o.crop, o.size, o.resize, o.dct_scaling,
-                       set_->FilesIdentity());
+    return fmt::format("images:{}:{}:{}:{}:{}|{}", o.crop, o.size, o.resize, o.dct_scaling,
+                       set_->OutputIdentity(), set_->FilesIdentity());
   }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
     return std::make_unique<ImageWorker>();
@@ -64,14 +64,18 @@ class StreamingImageSource final : public ImageSetSource {
     ImageWorker local;
     auto* worker = state != nullptr ? static_cast<ImageWorker*>(state) : &local;
     const size_t image_bytes = schema_.fields[0].SampleBytes();
+    if (!set_->uint8_output()) worker->chw.resize(ImageSetSource::ChwBytes());
     for (size_t row = 0; row < indices.size(); ++row) {
       const int64_t index = indices[row];
-      uint8_t* image = reinterpret_cast<uint8_t*>(out.fields[0]) + row * image_bytes;
+      std::byte* target = out.fields[0] + row * image_bytes;
+      uint8_t* image =
+          set_->uint8_output() ? reinterpret_cast<uint8_t*>(target) : worker->chw.data();
       // The sample's own generator: a replacement (on_error="skip") crops with it too.
       const int64_t produced = set_->ProduceOrSkip(index, [&](int64_t sample) {
         Pcg32 rng(MixSeed(seed, static_cast<uint64_t>(index)));
         Produce(sample, rng, *worker, image);
       });
+      if (!set_->uint8_output()) set_->ConvertImage(image, target);
       const int64_t label = set_->list().labels[static_cast<size_t>(produced)];
       std::memcpy(out.fields[1] + row * sizeof(int64_t), &label, sizeof(label));
     }
@@ -120,11 +124,72 @@ class StreamingImageSource final : public ImageSetSource {
   }
 };
 
+void CheckOutputOptions(const ImageOptions& o) {
+  if (o.dtype != DType::kUInt8 && o.dtype != DType::kFloat32 && o.dtype != DType::kFloat16) {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("images: dtype must be uint8, float32 or float16, got {}", DTypeName(o.dtype)));
+  }
+  if (o.normalize_mean.empty() && o.normalize_std.empty()) return;
+  if (o.normalize_mean.size() != 3 || o.normalize_std.size() != 3) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("images: normalize takes 3 means and 3 standard deviations (R, G, "
+                            "B), got {} and {}",
+                            o.normalize_mean.size(), o.normalize_std.size()));
+  }
+  for (size_t c = 0; c < 3; ++c) {
+    if (!std::isfinite(o.normalize_mean[c]) || !(o.normalize_std[c] > 0) ||
+        !std::isfinite(o.normalize_std[c])) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("images: normalize needs finite means and standard deviations > "
+                              "0, got mean {} and std {} for channel {}",
+                              o.normalize_mean[c], o.normalize_std[c], c));
+    }
+  }
+  if (o.dtype == DType::kUInt8) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "images: normalize needs dtype float32 or float16 (uint8 cannot hold the "
+                "normalised values)");
+  }
+}
+
 }  // namespace
 
 ImageSet::ImageSet(std::string origin, ImageList list, ImageOptions options)
     : origin_(std::move(origin)), list_(std::move(list)), options_(std::move(options)) {
   fs_ = options_.file_system != nullptr ? options_.file_system : DefaultFileSystem();
+  const bool normalize = !options_.normalize_mean.empty();
+  for (size_t c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) {
+      // torchvision: img.float().div(255), then .sub(mean).div(std), each in float32.
+      float x = static_cast<float>(v) / 255.0f;
+      if (normalize) x = (x - options_.normalize_mean[c]) / options_.normalize_std[c];
+      float_of_[c][static_cast<size_t>(v)] = x;
+    }
+  }
+}
+
+void ImageSet::ConvertImage(const uint8_t* chw, std::byte* target) const {
+  const auto plane = static_cast<size_t>(options_.size) * static_cast<size_t>(options_.size);
+  for (size_t c = 0; c < 3; ++c) {
+    const std::array<float, 256>& table = float_of_[c];
+    const uint8_t* in = chw + c * plane;
+    if (options_.dtype == DType::kFloat32) {
+      auto* out = reinterpret_cast<float*>(target) + c * plane;
+      for (size_t i = 0; i < plane; ++i) out[i] = table[in[i]];
+    } else {
+      auto* out = reinterpret_cast<uint16_t*>(target) + c * plane;
+      for (size_t i = 0; i < plane; ++i) out[i] = FloatToHalf(table[in[i]]);
+    }
+  }
+}
+
+std::string ImageSet::OutputIdentity() const {
+  std::string id(DTypeName(options_.dtype));
+  for (size_t c = 0; c < options_.normalize_mean.size(); ++c) {
+    id += fmt::format(":{}/{}", options_.normalize_mean[c], options_.normalize_std[c]);
+  }
+  return id;
 }
 
 RandomCropParams ImageSet::crop_params() const {
@@ -305,6 +370,7 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
                 fmt::format("images: on_error must be \"raise\" or \"skip\", got \"{}\"",
                             options.on_error));
   }
+  CheckOutputOptions(options);
   if (options.max_pixels == 0) {
     throw Error(ErrorCode::kInvalidArgument, "images: max_pixels must be > 0");
   }

@@ -5,6 +5,7 @@
 // never on the good path); ImageWorker is one worker's.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,6 +32,12 @@ class ImageSet {
   const FileSystem& file_system() const { return *fs_; }
   bool skip() const { return options_.on_error == "skip"; }
   RandomCropParams crop_params() const;
+  // Whether the image field is uint8 (written by the resampler straight into the batch).
+  bool uint8_output() const { return options_.dtype == DType::kUInt8; }
+  // Writes a uint8 [3, size, size] image into `target` as options' dtype and normalisation.
+  void ConvertImage(const uint8_t* chw, std::byte* target) const;
+  // The output dtype and normalisation, for Source::Identity.
+  std::string OutputIdentity() const;
 
   // Runs `produce(sample)` for `index`; on an Error, with on_error="raise", rethrows it naming
   // the sample; with "skip", records it (once, for `index`) and tries the following samples
@@ -51,6 +58,9 @@ class ImageSet {
   ImageList list_;
   ImageOptions options_;
   std::shared_ptr<const FileSystem> fs_;
+  // Float output: (x / 255 - mean) / std per channel and value, computed once in float32 with
+  // the operations torchvision makes, so that every value equals its result.
+  std::array<std::array<float, 256>, 3> float_of_{};
   mutable std::mutex notes_mu_;
   mutable SkippedImages skipped_;
   mutable ImageDecodeWarnings warnings_;
@@ -63,6 +73,7 @@ class ImageWorker : public SourceWorkerState {
 
   ImageDecoder decoder;
   std::vector<uint8_t> bytes;
+  std::vector<uint8_t> chw;  // float output: the uint8 image before conversion
   RgbImage decoded;
   RgbImage scratch;
   ResampleScratch resample;
@@ -115,6 +126,12 @@ class ImageSetSource : public ImageSource {
   }
 
  protected:
+  // Bytes of one uint8 [3, size, size] image.
+  size_t ChwBytes() const {
+    const auto size = static_cast<size_t>(set_->options().size);
+    return 3 * size * size;
+  }
+
   std::shared_ptr<const ImageSet> set_;
   Schema schema_;
 };

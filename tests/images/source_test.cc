@@ -414,5 +414,37 @@ TEST(ImageSourceTest, PngExifOrientationIsAppliedAsAJpegs) {
   EXPECT_EQ(ReadAll(OpenImages(b.path(), o)).images, ReadAll(OpenImages(a.path(), o)).images);
 }
 
+TEST(ImageSourceTest, FloatOutputIsToTensorThenNormalize) {
+  ScratchDir dir;
+  MakeFolder(dir, 2);
+  const ImageOptions plain_options{.crop = "center", .size = 8};
+  const Epoch plain = ReadAll(OpenImages(dir.path(), plain_options));
+  const std::vector<float> mean = {0.485f, 0.456f, 0.406f};
+  const std::vector<float> sd = {0.229f, 0.224f, 0.225f};
+  ImageOptions o = plain_options;
+  o.dtype = DType::kFloat32;
+  o.normalize_mean = mean;
+  o.normalize_std = sd;
+  auto source = OpenImages(dir.path(), o);
+  EXPECT_EQ(source->schema().fields[0].dtype, DType::kFloat32);
+  const Epoch normalized = ReadAll(source);  // its bytes hold floats
+  ASSERT_EQ(normalized.images.size(), plain.images.size() * sizeof(float));
+  const auto* values = reinterpret_cast<const float*>(normalized.images.data());
+  const size_t plane = 8 * 8;
+  for (size_t i = 0; i < plain.images.size(); ++i) {
+    const size_t c = (i / plane) % 3;
+    const float expected = (static_cast<float>(plain.images[i]) / 255.0f - mean[c]) / sd[c];
+    ASSERT_EQ(values[i], expected) << i;
+  }
+  EXPECT_EQ(normalized.labels, plain.labels);
+  ImageOptions bad = plain_options;
+  bad.normalize_mean = mean;
+  bad.normalize_std = sd;
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf([&] { OpenImages(dir.path(), bad); }, &message),
+            ErrorCode::kInvalidArgument);
+  EXPECT_THAT(message, HasSubstr("normalize needs dtype float32 or float16"));
+}
+
 }  // namespace
 }  // namespace gpufeed
