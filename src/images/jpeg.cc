@@ -132,6 +132,21 @@ bool EndsWithEoi(std::span<const uint8_t> bytes) {
   return bytes.size() >= 2 && bytes[bytes.size() - 2] == 0xFF && bytes.back() == 0xD9;
 }
 
+// A progressive file may hold any number of scans (libjpeg only warns about a scan that adds
+// nothing): each one is a pass over the whole image, so a small file could take minutes.
+// TurboJPEG's TJFLAG_LIMITSCANS stops at 500; the libjpeg calls stop there too.
+constexpr int kMaxScans = 500;
+
+void LimitScans(j_common_ptr common) {
+  auto* cinfo = reinterpret_cast<j_decompress_ptr>(common);
+  if (cinfo->is_decompressor && cinfo->progressive_mode && cinfo->input_scan_number > kMaxScans) {
+    auto* errors = reinterpret_cast<JpegErrors*>(cinfo->err);
+    std::snprintf(errors->message, sizeof(errors->message),
+                  "Progressive JPEG image has more than %d scans", kMaxScans);
+    std::longjmp(errors->jump, 1);
+  }
+}
+
 // What jpeg_read_header says about a file's frame.
 struct JpegFrame {
   const uint8_t* data;
@@ -184,13 +199,17 @@ void CheckJpegProcess(const JpegMarkers& markers, const std::string& path) {
 struct ImageDecoder::JpegState {
   jpeg_decompress_struct cinfo;
   JpegErrors errors;
+  jpeg_progress_mgr progress;
   JpegState() {
     std::memset(&cinfo, 0, sizeof(cinfo));
     std::memset(&errors, 0, sizeof(errors));
+    std::memset(&progress, 0, sizeof(progress));
     cinfo.err = jpeg_std_error(&errors.mgr);
     errors.mgr.error_exit = JpegErrorExit;
     errors.mgr.emit_message = JpegEmitMessage;
     jpeg_create_decompress(&cinfo);  // only an out-of-memory error could jump: none here
+    progress.progress_monitor = LimitScans;
+    cinfo.progress = &progress;
   }
   ~JpegState() { jpeg_destroy_decompress(&cinfo); }
   JpegState(const JpegState&) = delete;
@@ -302,7 +321,7 @@ void ImageDecoder::DecodeJpeg(std::span<const uint8_t> bytes, const ImageHeader&
     target = out.pixels.data();
   }
   if (tjDecompress2(handle, bytes.data(), bytes.size(), target, width, 0, height, pixel_format,
-                    0) != 0) {
+                    TJFLAG_LIMITSCANS) != 0) {
     const std::string message = tjGetErrorStr2(handle);
     // Without TJFLAG_STOPONWARNING a warning leaves a whole image; a truncated file is an
     // error all the same (PIL raises for it too), other warnings (extraneous bytes) are

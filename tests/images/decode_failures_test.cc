@@ -49,6 +49,11 @@ std::string InsertBeforeMarker(const std::string& jpeg, uint8_t marker, const st
   return jpeg.substr(0, at) + junk + jpeg.substr(at);
 }
 
+// A progressive JPEG whose AC coefficients each take their own scans, per component: with
+// `refine`, each is sent in three successive-approximation passes (568 scans), else in one
+// (190 scans). Through libjpeg's own API.
+std::string ManyScanJpeg(const std::vector<uint8_t>& rgb, int width, int height, bool refine);
+
 // An arithmetic-coded JPEG, through libjpeg's own API.
 std::string ArithmeticJpeg(const std::vector<uint8_t>& rgb, int width, int height) {
   jpeg_compress_struct cinfo;
@@ -64,6 +69,44 @@ std::string ArithmeticJpeg(const std::vector<uint8_t>& rgb, int width, int heigh
   cinfo.in_color_space = JCS_RGB;
   jpeg_set_defaults(&cinfo);
   cinfo.arith_code = TRUE;
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW row = const_cast<JSAMPROW>(rgb.data()) + cinfo.next_scanline * width * 3;
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::string out(reinterpret_cast<char*>(buffer), size);
+  free(buffer);
+  return out;
+}
+
+std::string ManyScanJpeg(const std::vector<uint8_t>& rgb, int width, int height, bool refine) {
+  std::vector<jpeg_scan_info> scans;
+  scans.push_back({3, {0, 1, 2, 0}, 0, 0, 0, 0});
+  const int passes[3][2] = {{0, 2}, {2, 1}, {1, 0}};  // (Ah, Al)
+  for (int c = 0; c < 3; ++c) {
+    for (int pass = 0; pass < (refine ? 3 : 1); ++pass) {
+      for (int k = 1; k < 64; ++k) {
+        scans.push_back(
+            {1, {c, 0, 0, 0}, k, k, refine ? passes[pass][0] : 0, refine ? passes[pass][1] : 0});
+      }
+    }
+  }
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr jerr;
+  cinfo.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;  // NOLINT(runtime/int): libjpeg's type
+  jpeg_mem_dest(&cinfo, &buffer, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(width);
+  cinfo.image_height = static_cast<JDIMENSION>(height);
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  cinfo.scan_info = scans.data();
+  cinfo.num_scans = static_cast<int>(scans.size());
   jpeg_start_compress(&cinfo, TRUE);
   while (cinfo.next_scanline < cinfo.image_height) {
     JSAMPROW row = const_cast<JSAMPROW>(rgb.data()) + cinfo.next_scanline * width * 3;
@@ -165,6 +208,22 @@ TEST(ImageDecodeFailureTest, JpegsLibjpegTurboCannotDecodeAreRefusedNamingTheFil
   const RgbImage out = DecodeWith(decoder, arithmetic);
   EXPECT_EQ(out.pixels, testing::TurboDecode(arithmetic, w, h));
   EXPECT_EQ(DecodeWith(decoder, arithmetic, true).pixels, out.pixels);
+}
+
+TEST(ImageDecodeFailureTest, ProgressiveJpegsWithMoreThan500ScansAreRefused) {
+  const auto rgb = Pattern(24, 16, 3);
+  const std::string many = ManyScanJpeg(rgb, 24, 16, true);
+  const std::string fewer = ManyScanJpeg(rgb, 24, 16, false);
+  int w = 0;
+  int h = 0;
+  for (const bool window : {false, true}) {
+    SCOPED_TRACE(window);
+    ImageDecoder decoder;
+    EXPECT_THAT(ErrorOf([&] { DecodeWith(decoder, many, window); }),
+                HasSubstr("f.jpg: corrupt or truncated JPEG: Progressive JPEG image has more "
+                          "than 500 scans"));
+    EXPECT_EQ(DecodeWith(decoder, fewer, window).pixels, testing::TurboDecode(fewer, w, h));
+  }
 }
 
 long PeakRssKb() {  // NOLINT(runtime/int): getrusage's type
