@@ -34,9 +34,10 @@ def images(path, *, size=224, crop="random", resize=None, scale=(0.08, 1.0),
     on_error:   "raise": a file that cannot be decoded raises from the loader, naming it,
                 and a folder holding BMP, TIFF, WebP, PPM or PGM files (which torchvision
                 lists and gpufeed does not decode) is refused when opened, naming them;
-                "skip": the next good sample (and its label) takes its place;
-                Loader.stats()["skipped"] counts them (each failed read of a sample once)
-                and stats()["skipped_files"] lists the first few.
+                "skip": the next good sample (image and label) takes its place, while
+                batch.indices keeps the index asked for; Loader.stats()["skipped"] counts
+                them (each failed read of a sample once) and stats()["skipped_files"] lists
+                the first few.
     strict:     False: a JPEG libjpeg decodes with a warning ("Corrupt JPEG data: 3
                 extraneous bytes before marker 0xd9", common in camera files) is decoded as
                 PIL decodes it, and counted in stats()["decode_warnings"]; True: an error.
