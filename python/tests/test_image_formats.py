@@ -165,6 +165,8 @@ def test_paths_and_labels_take_tensors_arrays_and_lists(tmp_path):
     assert source.path(indices[0]) == expected[0]
     assert source.path(np.int64(indices[0])) == expected[0]
     assert source.label(indices[1]) == batch["label"][1].item()
+    crop = gpufeed._gpufeed.image_random_crop
+    assert crop(100, 80, 3, 0, indices[0]) == crop(100, 80, 3, 0, int(indices[0]))
     loader.close()
     with pytest.raises(gpufeed.InvalidArgument, match="must be integers"):
         source.paths(torch.tensor([0.5, 1.0]))
