@@ -5,13 +5,16 @@
 //   gpufeed::Loader loader(source, {.batch_size = 256, .shuffle = true, .seed = 1});
 //   while (auto batch = loader.Next()) { batch->field("image"); batch->field("label"); }
 //
-// Fields: `image` uint8[3, size, size] (channels first, RGB) and `label` int64[]. Decoding
+// Fields: `image` uint8[3, size, size] (channels first, RGB; float32 or float16 with `dtype`,
+// normalised with `normalize_mean` and `normalize_std`) and `label` int64[]. Decoding
 // uses libjpeg-turbo (at 1/2, 1/4 or 1/8 scale in the DCT when the crop is at least that
 // many times the output size; for a random crop only the rows and columns around the crop are
 // decoded, with the same pixels as a whole decode) and libpng; grey, palette and CMYK come out
-// RGB, alpha is dropped, the EXIF orientation of a JPEG is applied. Random crops draw from
-// (loader seed, epoch, sample index): the same seed and epoch give the same crops on any
-// machine, whichever worker reads the sample.
+// RGB, alpha is dropped, the EXIF orientation of a JPEG (APP1) or PNG (eXIf) is applied. PNG
+// pixels are the stored values, as PIL and torchvision return them (no gamma conversion);
+// 16-bit PNGs keep their high byte, except 16-bit grey, scaled to 8 bits (PIL clips it). Random
+// crops draw from (loader seed, epoch, sample index): the same seed and epoch give the same crops
+// on any machine, whichever worker reads the sample.
 //
 // Thread-safety: OpenImages may be called from any thread; an ImageSource is thread-safe
 // like every Source (Read from many workers at once, without a shared lock).
@@ -22,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "gpufeed/dtype.h"
 #include "gpufeed/file.h"
 #include "gpufeed/source.h"
 
@@ -40,6 +44,13 @@ struct ImageOptions {
   double ratio_min = 3.0 / 4.0;  // Default: 3/4   (RandomResizedCrop's ratio)
   double ratio_max = 4.0 / 3.0;  // Default: 4/3
   bool flip = true;              // Default: true: "random" mirrors half the samples
+  // Default: kUInt8: the image field as decoded, 0..255. kFloat32 or kFloat16: x / 255 (as
+  // torchvision's ToTensor), then (x / 255 - mean) / std per channel when normalize_mean and
+  // normalize_std are given (torchvision's Normalize after ToTensor), computed in float32 in
+  // the worker threads (float16: rounded to nearest even from there).
+  DType dtype = DType::kUInt8;
+  std::vector<float> normalize_mean = {};  // Default: empty = none; else 3 values (R, G, B)
+  std::vector<float> normalize_std = {};   // Default: empty = none; else 3 values, each > 0
   // Default: true. Decode JPEGs at 1/2, 1/4, 1/8 scale where the output needs no more.
   // False decodes at full size, as PIL does (then pixels equal torchvision's exactly).
   bool dct_scaling = true;
@@ -48,9 +59,15 @@ struct ImageOptions {
   // before anything is allocated for it.
   uint64_t max_pixels = 178956970;
   // Default: "raise": a file that cannot be decoded stops the loader with an error naming it
-  // (raised by the next Next()). "skip": the next good sample takes its place, and
-  // skipped() counts it.
+  // (raised by the next Next()), and OpenImages refuses a folder or list holding files in a
+  // format gpufeed does not decode (BMP, TIFF, WebP, PPM, PGM), naming them. "skip": the next
+  // good sample takes its place, and skipped() counts it.
   std::string on_error = "raise";
+  // Default: false: a JPEG libjpeg decodes with a warning ("Corrupt JPEG data: 3 extraneous
+  // bytes before marker 0xd9", as camera and editor files often have) is decoded as PIL
+  // decodes it and counted in decode_warnings(). True: such a file is an error like a corrupt
+  // one (raised, or skipped with on_error="skip").
+  bool strict = false;
   // A CSV list file: its path and label columns, and the class names in label order.
   // Default: "path", "label", empty = the names found in the list, sorted.
   std::string path_column = "path";
@@ -71,9 +88,20 @@ struct ImageOptions {
 };
 
 // Samples an on_error="skip" source replaced: how many, and the first few, with the reason.
+// Each read of a sample that fails counts once (a replacement that fails too is not counted
+// against the sample it replaces: its own read counts it), so one pass over the data set
+// counts each bad file once.
 struct SkippedImages {
   int64_t count = 0;
   std::vector<std::string> first;  // "train/cat/1.jpg: not a JPEG or PNG file (...)"
+};
+
+// Decodes that libjpeg warned about (strict=false): how many, and the first few files with
+// the warning. Each decode of such a file counts once (a window decode for a random crop
+// stops at the crop's last row, so it only sees what lies above it).
+struct ImageDecodeWarnings {
+  int64_t count = 0;
+  std::vector<std::string> first;  // "train/cat/1.jpg: Corrupt JPEG data: 3 extraneous ..."
 };
 
 class ImageSource : public Source {
@@ -84,6 +112,7 @@ class ImageSource : public Source {
   // Class names by label (ImageFolder: its sub-folders, sorted; empty for integer labels).
   virtual const std::vector<std::string>& classes() const = 0;
   virtual SkippedImages skipped() const = 0;
+  virtual ImageDecodeWarnings decode_warnings() const = 0;
 };
 
 // The random crop of sample `index` in `epoch` of a loader seeded `seed`, on an image of

@@ -347,7 +347,7 @@ class Loader:
         stats = json.loads(self._impl.stats_json())
         stats["held_batches"] = self._impl.held_batches
         if isinstance(self._source, _gpufeed.ImageSource):
-            stats["skipped"], stats["skipped_files"] = self._source.skipped()
+            stats.update(self._source.stats())
         return stats
 
     @property

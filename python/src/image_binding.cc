@@ -1,5 +1,6 @@
 // Image folders as Python sees them: open_images(path, options) and ImageSource (a Source
 // that also knows each sample's file, the classes and what on_error="skip" replaced).
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <string>
@@ -29,6 +30,15 @@ ImageOptions ImageOptionsFrom(const py::dict& d) {
       std::tie(o.ratio_min, o.ratio_max) = py::cast<std::pair<double, double>>(value);
     else if (key == "flip")
       o.flip = py::cast<bool>(value);
+    else if (key == "dtype") {
+      const std::string name = py::cast<std::string>(value);
+      const auto dtype = ParseDType(name);
+      if (!dtype) throw Error(ErrorCode::kInvalidArgument, "images: unknown dtype '" + name + "'");
+      o.dtype = *dtype;
+    } else if (key == "normalize_mean")
+      o.normalize_mean = py::cast<std::vector<float>>(value);
+    else if (key == "normalize_std")
+      o.normalize_std = py::cast<std::vector<float>>(value);
     else if (key == "dct_scaling")
       o.dct_scaling = py::cast<bool>(value);
     else if (key == "exif_orientation")
@@ -37,6 +47,8 @@ ImageOptions ImageOptionsFrom(const py::dict& d) {
       o.max_pixels = py::cast<uint64_t>(value);
     else if (key == "on_error")
       o.on_error = py::cast<std::string>(value);
+    else if (key == "strict")
+      o.strict = py::cast<bool>(value);
     else if (key == "path_column")
       o.path_column = py::cast<std::string>(value);
     else if (key == "label_column")
@@ -59,37 +71,106 @@ ImageOptions ImageOptionsFrom(const py::dict& d) {
   return o;
 }
 
+// Sample indices as Python code holds them: a list or tuple of ints, a 1-D numpy array or
+// torch tensor of integers (a batch's .indices, on any device), or one integer.
+std::vector<int64_t> IndicesFrom(const py::handle& object) {
+  py::object value = py::reinterpret_borrow<py::object>(object);
+  if (py::hasattr(value, "detach") && py::hasattr(value, "cpu")) {  // a torch tensor
+    value = value.attr("detach")().attr("cpu")().attr("numpy")();
+  }
+  py::module_ numpy = py::module_::import("numpy");
+  py::array array = numpy.attr("asarray")(value);
+  if (array.ndim() > 1) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "images: sample indices must be one-dimensional, got " +
+                    std::to_string(array.ndim()) + " dimensions");
+  }
+  const char kind = array.dtype().kind();
+  if (array.size() > 0 && kind != 'i' && kind != 'u') {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string("images: sample indices must be integers, got dtype ") +
+                    py::str(array.dtype()).cast<std::string>());
+  }
+  py::array_t<int64_t> ints = numpy.attr("ascontiguousarray")(array, "int64").attr("ravel")();
+  return std::vector<int64_t>(ints.data(), ints.data() + ints.size());
+}
+
+int64_t CheckedIndex(const ImageSource& s, int64_t i) {
+  if (i < 0 || i >= s.size()) {
+    throw Error(ErrorCode::kInvalidArgument, "images: sample " + std::to_string(i) +
+                                                 " out of range [0, " + std::to_string(s.size()) +
+                                                 ")");
+  }
+  return i;
+}
+
 }  // namespace
 
 void BindImages(py::module_& m) {
   py::class_<ImageSource, Source, std::shared_ptr<ImageSource>>(
       m, "ImageSource", "JPEG and PNG files decoded, cropped and resized in worker threads.")
-      .def("path", &ImageSource::path, py::arg("index"))
+      .def(
+          "path",
+          [](const ImageSource& s, const py::handle& index) {
+            const std::vector<int64_t> one = IndicesFrom(index);
+            if (one.size() != 1) {
+              throw Error(ErrorCode::kInvalidArgument, "images: path() takes one sample index");
+            }
+            return s.path(CheckedIndex(s, one[0]));
+          },
+          py::arg("index"))
       .def(
           "paths",
-          [](const ImageSource& s, const std::vector<int64_t>& indices) {
+          [](const ImageSource& s, const py::handle& indices) {
             std::vector<std::string> out;
-            out.reserve(indices.size());
-            for (int64_t i : indices) {
-              if (i < 0 || i >= s.size()) {
-                throw Error(ErrorCode::kInvalidArgument,
-                            "images: sample " + std::to_string(i) + " out of range");
-              }
-              out.push_back(s.path(i));
-            }
+            for (const int64_t i : IndicesFrom(indices)) out.push_back(s.path(CheckedIndex(s, i)));
             return out;
           },
-          py::arg("indices"), "The files of samples `indices` (a batch's .indices).")
-      .def("label", &ImageSource::label, py::arg("index"))
+          py::arg("indices"),
+          "The files of samples `indices`: a list, numpy array or torch tensor (a batch's "
+          ".indices).")
+      .def(
+          "label",
+          [](const ImageSource& s, const py::handle& index) {
+            const std::vector<int64_t> one = IndicesFrom(index);
+            if (one.size() != 1) {
+              throw Error(ErrorCode::kInvalidArgument, "images: label() takes one sample index");
+            }
+            return s.label(CheckedIndex(s, one[0]));
+          },
+          py::arg("index"))
+      .def(
+          "labels",
+          [](const ImageSource& s, const py::handle& indices) {
+            std::vector<int64_t> out;
+            for (const int64_t i : IndicesFrom(indices)) out.push_back(s.label(CheckedIndex(s, i)));
+            return out;
+          },
+          py::arg("indices"), "The labels of samples `indices` (as paths() takes them).")
       .def_property_readonly("classes", &ImageSource::classes)
-      .def_property_readonly("cache_tier",
-                             [](const ImageSource& s) {
-                               return std::string(CacheTierName(s.cache_tier()));
-                             })
-      .def("skipped", [](const ImageSource& s) {
-        const SkippedImages skipped = s.skipped();
-        return py::make_tuple(skipped.count, skipped.first);
-      });
+      .def_property_readonly(
+          "cache_tier",
+          [](const ImageSource& s) { return std::string(CacheTierName(s.cache_tier())); })
+      .def("skipped",
+           [](const ImageSource& s) {
+             const SkippedImages skipped = s.skipped();
+             return py::make_tuple(skipped.count, skipped.first);
+           })
+      .def(
+          "stats",
+          [](const ImageSource& s) {
+            const SkippedImages skipped = s.skipped();
+            const ImageDecodeWarnings warnings = s.decode_warnings();
+            py::dict d;
+            d["skipped"] = skipped.count;
+            d["skipped_files"] = skipped.first;
+            d["decode_warnings"] = warnings.count;
+            d["decode_warning_files"] = warnings.first;
+            return d;
+          },
+          "{skipped, skipped_files, decode_warnings, decode_warning_files}: samples replaced "
+          "(on_error=\"skip\") and decodes libjpeg warned about (strict=False), each with the "
+          "first few files and what was wrong.");
 
   m.def(
       "open_images",

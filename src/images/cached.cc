@@ -122,7 +122,8 @@ class CachedImageSource final : public ImageSetSource {
   }
   std::string Identity() const override {
     const ImageOptions& o = set_->options();
-    return fmt::format("images-cached:{}:{}:{}|{}", o.crop, o.size, o.resize, cached_->Identity());
+    return fmt::format("images-cached:{}:{}:{}:{}|{}", o.crop, o.size, o.resize,
+                       set_->OutputIdentity(), cached_->Identity());
   }
   CacheTier cache_tier() const override { return cached_->cache_tier(); }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
@@ -140,6 +141,7 @@ class CachedImageSource final : public ImageSetSource {
     worker->stored_rows.resize(pixel_bytes * kStoredRowsPerStep);
     worker->stored_sizes.resize(2 * sizeof(int32_t) * kStoredRowsPerStep);
     worker->stored_labels.resize(sizeof(int64_t) * kStoredRowsPerStep);
+    if (!set_->uint8_output()) worker->chw.resize(ChwBytes());
     for (size_t first = 0; first < indices.size(); first += kStoredRowsPerStep) {
       const size_t count = std::min<size_t>(kStoredRowsPerStep, indices.size() - first);
       BatchView stored{
@@ -161,8 +163,13 @@ class CachedImageSource final : public ImageSetSource {
         const RgbView image{
             reinterpret_cast<const uint8_t*>(worker->stored_rows.data()) + i * pixel_bytes, hw[1],
             hw[0]};
-        uint8_t* target = reinterpret_cast<uint8_t*>(out.fields[0]) + row * image_bytes;
-        Crop(image, indices[row], seed, *worker, target);
+        std::byte* target = out.fields[0] + row * image_bytes;
+        if (set_->uint8_output()) {
+          Crop(image, indices[row], seed, *worker, reinterpret_cast<uint8_t*>(target));
+        } else {
+          Crop(image, indices[row], seed, *worker, worker->chw.data());
+          set_->ConvertImage(worker->chw.data(), target);
+        }
         std::memcpy(out.fields[1] + row * sizeof(int64_t),
                     worker->stored_labels.data() + i * sizeof(int64_t), sizeof(int64_t));
       }

@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "pipeline/random.h"
 #include "images/decode.h"
+#include "pipeline/random.h"
 
 namespace gpufeed {
 

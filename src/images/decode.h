@@ -1,7 +1,10 @@
-// Decoding one JPEG or PNG file into 8-bit RGB: libjpeg-turbo's TurboJPEG API (with its DCT
-// scaling factors) and libpng's simplified API. Grey, palette and CMYK images come out as
-// RGB; alpha is dropped (as PIL's convert("RGB") does). Every size read from a file is
-// checked against `max_pixels` before anything is allocated.
+// Decoding one JPEG or PNG file into 8-bit RGB: libjpeg-turbo (its TurboJPEG API with the DCT
+// scaling factors, and libjpeg's for headers and windows) and libpng. Grey, palette and CMYK
+// images come out as RGB; alpha is dropped (as PIL's convert("RGB") does); PNG samples are
+// the stored values (no gamma conversion, as PIL and torchvision). Every size read from a file
+// is checked (against `max_pixels`, and a PNG's chunk lengths against the bytes left in the
+// file) before anything is allocated. After any failure the decoder's libjpeg state is
+// replaced, so one bad file never affects the next.
 // Thread-safety: ImageDecoder is used by one thread at a time (one per loader worker); many
 // decoders work at once without a shared lock. The free functions are pure.
 #pragma once
@@ -38,7 +41,7 @@ struct ImageHeader {
   ImageFormat format = ImageFormat::kJpeg;
   int width = 0;  // as stored, before the EXIF orientation
   int height = 0;
-  int orientation = 1;  // EXIF orientation 1..8 (1: as stored); always 1 for PNG
+  int orientation = 1;  // EXIF orientation 1..8 (1: as stored): JPEG APP1, PNG eXIf
   bool cmyk = false;    // a CMYK or YCCK JPEG
   bool adobe = false;   // a JPEG with an Adobe APP14 segment (its CMYK is stored inverted)
 };
@@ -52,19 +55,44 @@ struct DctScale {
 };
 
 // What a JPEG's segments before the first scan say: the EXIF orientation (1..8, 1 when there
-// is none) in APP1 and whether an Adobe APP14 segment is present. Every length is checked
-// against the buffer; at most a few hundred segments are walked.
+// is none) in the first APP1 "Exif" segment, whether an Adobe APP14 segment is present, and
+// the first frame header's marker (0xC0..0xCF) and sample precision (0 when none was found).
+// Bytes between segments that are not a marker are skipped, as libjpeg and PIL skip them.
+// Every length is checked against the buffer; at most a few hundred segments are walked.
 struct JpegMarkers {
   int orientation = 1;
   bool adobe = false;
+  int frame_marker = 0;
+  int precision = 0;
 };
 JpegMarkers ReadJpegMarkers(std::span<const uint8_t> bytes);
+
+// The EXIF orientation (1..8; 1 when absent or unreadable) of a TIFF structure (an EXIF
+// block after its "Exif\0\0" prefix).
+int ExifOrientation(const uint8_t* tiff, size_t size);
 
 // The size of an image after its EXIF orientation (5..8 swap width and height).
 inline bool SwapsAxes(int orientation) { return orientation >= 5 && orientation <= 8; }
 
 // Applies an EXIF orientation to `image` (rotations and mirrors), using `scratch`.
 void ApplyOrientation(int orientation, RgbImage& image, RgbImage& scratch);
+
+// Shared by the decoders: throws Error(kCorruptData) "path: what".
+[[noreturn]] void CorruptImage(const std::string& path, const std::string& what);
+// Refuses a header's width x height: zero (corrupt) or over `max_pixels` (kInvalidArgument).
+void CheckImagePixels(const std::string& path, const char* format, uint64_t width, uint64_t height,
+                      uint64_t max_pixels);
+
+// PNG (png.cc). ReadPngHeader walks the whole chunk list first: every chunk must fit in the
+// file (a chunk that claims more bytes than are left is refused before libpng sees it), and
+// an eXIf chunk gives the orientation. DecodePng reads with libpng's own API: no gamma or
+// colour-profile conversion, ancillary chunks discarded unread (nothing they claim is
+// allocated), 16-bit RGB(A) and grey+alpha by their high byte (PIL's "RGB;16B"), 16-bit grey
+// scaled to 8 bits (PIL and torchvision clip it to 255).
+ImageHeader ReadPngHeader(std::span<const uint8_t> bytes, const std::string& path,
+                          uint64_t max_pixels);
+void DecodePng(std::span<const uint8_t> bytes, const ImageHeader& header, const std::string& path,
+               RgbImage& out);
 
 class ImageDecoder {
  public:
@@ -74,16 +102,19 @@ class ImageDecoder {
   ImageDecoder& operator=(const ImageDecoder&) = delete;
 
   // Reads the header of `bytes` (the whole file `path`). Throws Error(kCorruptData) naming
-  // `path` for an empty file, a file that is neither JPEG nor PNG, or a corrupt header;
-  // Error(kUnsupported) for a PNG colour type or bit depth the format does not define;
-  // Error(kInvalidArgument) for an image over `max_pixels` pixels ("raise max_pixels").
+  // `path` for an empty file, a file that is neither JPEG nor PNG, a corrupt header or a PNG
+  // chunk longer than the rest of the file; Error(kUnsupported) for a PNG colour type or bit
+  // depth the format does not define, and for a JPEG libjpeg-turbo does not decode (12-bit,
+  // lossless, hierarchical); Error(kInvalidArgument) for an image over `max_pixels` pixels
+  // ("raise max_pixels").
   ImageHeader ReadHeader(std::span<const uint8_t> bytes, const std::string& path,
                          uint64_t max_pixels);
 
   // Decodes `bytes` at `scale` (JPEG; PNG takes only 1/1) into `out`, as stored (the
   // orientation not applied). REQUIRES: `header` came from ReadHeader of the same bytes.
   // Throws Error(kCorruptData) naming `path` and the decoder's message for a corrupt or
-  // truncated file.
+  // truncated file. A JPEG libjpeg decodes with a warning (extraneous bytes before a marker,
+  // and the like) is decoded as PIL decodes it; warning() then says what libjpeg said.
   void Decode(std::span<const uint8_t> bytes, const ImageHeader& header, DctScale scale,
               const std::string& path, RgbImage& out);
 
@@ -100,11 +131,29 @@ class ImageDecoder {
                     int x0, int y0, int x1, int y1, const std::string& path, RgbImage& out,
                     int& origin_x, int& origin_y);
 
+  // The first warning libjpeg gave about the file of the last ReadHeader and Decode or
+  // DecodeWindow ("Corrupt JPEG data: 3 extraneous bytes before marker 0xd9"); empty if none.
+  const std::string& warning() const { return warning_; }
+
   struct JpegState;  // a libjpeg decompressor and its error handler, reused across files
 
  private:
+  ImageHeader ReadJpegHeader(std::span<const uint8_t> bytes, const std::string& path,
+                             uint64_t max_pixels);
+  void DecodeJpeg(std::span<const uint8_t> bytes, const ImageHeader& header, DctScale scale,
+                  const std::string& path, RgbImage& out);
+  void DecodeJpegWindow(std::span<const uint8_t> bytes, const ImageHeader& header, DctScale scale,
+                        int x0, int y0, int x1, int y1, const std::string& path, RgbImage& out,
+                        int& origin_x, int& origin_y);
+  // Drops the libjpeg and TurboJPEG state (created again on next use): a libjpeg object
+  // left by an error mid-header refuses every later file ("two SOI markers").
+  void Reset();
+  JpegState& Jpeg();
+  void NoteWarning(const std::string& message);
+
   void* jpeg_ = nullptr;  // tjhandle, created on first use
   std::unique_ptr<JpegState> state_;
+  std::string warning_;
   std::vector<uint8_t> cmyk_;
 };
 

@@ -21,6 +21,9 @@ namespace stdfs = std::filesystem;
 
 constexpr const char* kImageExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
                                             ".pgm", ".tif",  ".tiff", ".webp"};
+// Those of torchvision's extensions gpufeed does not decode (it decodes JPEG and PNG only: a
+// TIFF or WebP decoder is a large attack surface for formats training sets rarely use).
+constexpr const char* kUndecodedExtensions[] = {".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"};
 // Symbolic links may form cycles that os.walk would follow forever; gpufeed stops there.
 constexpr int kMaxFolderDepth = 64;
 
@@ -96,14 +99,30 @@ bool ParseLabel(const std::string& text, int64_t& value) {
   return ec == std::errc() && end == text.data() + text.size() && value >= 0;
 }
 
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
 }  // namespace
 
 bool HasImageExtension(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string lower = Lower(name);
   return std::any_of(std::begin(kImageExtensions), std::end(kImageExtensions),
                      [&](const char* ext) { return lower.ends_with(ext); });
+}
+
+std::vector<std::string> UndecodedFormatPaths(const ImageList& list) {
+  std::vector<std::string> out;
+  for (const std::string& path : list.paths) {
+    const std::string lower = Lower(path);
+    if (std::any_of(std::begin(kUndecodedExtensions), std::end(kUndecodedExtensions),
+                    [&](const char* ext) { return lower.ends_with(ext); })) {
+      out.push_back(path);
+    }
+  }
+  return out;
 }
 
 ImageList ListImageFolder(const std::string& root) {

@@ -40,4 +40,8 @@ ImageList ReadImageList(const std::string& list_path, const std::string& path_co
 // True for names torchvision's ImageFolder takes (the extension rule above).
 bool HasImageExtension(const std::string& name);
 
+// The paths of `list` whose extension names a format torchvision lists but gpufeed does not
+// decode (.ppm .bmp .pgm .tif .tiff .webp), in list order.
+std::vector<std::string> UndecodedFormatPaths(const ImageList& list);
+
 }  // namespace gpufeed

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -12,13 +13,32 @@ namespace gpufeed {
 
 ImageSetSource::ImageSetSource(std::shared_ptr<const ImageSet> set) : set_(std::move(set)) {
   const int size = set_->options().size;
-  schema_.fields = {FieldSpec{"image", DType::kUInt8, {3, size, size}},
+  schema_.fields = {FieldSpec{"image", set_->options().dtype, {3, size, size}},
                     FieldSpec{"label", DType::kInt64, {}}};
 }
 
 namespace {
 
 constexpr size_t kMaxSkipRecords = 8;
+constexpr size_t kNamedAtOpen = 5;
+
+// At open, not mid-epoch: torchvision's ImageFolder lists formats gpufeed does not decode.
+void RefuseUndecodedFormats(const std::string& origin, const ImageList& list) {
+  const std::vector<std::string> paths = UndecodedFormatPaths(list);
+  if (paths.empty()) return;
+  std::string names;
+  for (size_t i = 0; i < std::min(paths.size(), kNamedAtOpen); ++i) {
+    names += (i == 0 ? "" : ", ") + paths[i];
+  }
+  if (paths.size() > kNamedAtOpen)
+    names += fmt::format(" and {} more", paths.size() - kNamedAtOpen);
+  throw Error(ErrorCode::kUnsupported,
+              fmt::format("{}: {} of {} files are in formats gpufeed does not decode (BMP, TIFF, "
+                          "WebP, PPM or PGM; it decodes JPEG and PNG): {}; convert them to JPEG "
+                          "or PNG, move them out, or open with on_error=\"skip\" to replace "
+                          "each with the next good sample (counted in skipped())",
+                          origin, paths.size(), list.paths.size(), names));
+}
 
 // The streaming source: each sample decoded from its file and cropped as options say.
 class StreamingImageSource final : public ImageSetSource {
@@ -32,8 +52,8 @@ class StreamingImageSource final : public ImageSetSource {
   }
   std::string Identity() const override {
     const ImageOptions& o = set_->options();
-    return fmt::format("images:{}:{}:{}:{}|{}", o.crop, o.size, o.resize, o.dct_scaling,
-                       set_->FilesIdentity());
+    return fmt::format("images:{}:{}:{}:{}:{}|{}", o.crop, o.size, o.resize, o.dct_scaling,
+                       set_->OutputIdentity(), set_->FilesIdentity());
   }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
     return std::make_unique<ImageWorker>();
@@ -44,14 +64,18 @@ class StreamingImageSource final : public ImageSetSource {
     ImageWorker local;
     auto* worker = state != nullptr ? static_cast<ImageWorker*>(state) : &local;
     const size_t image_bytes = schema_.fields[0].SampleBytes();
+    if (!set_->uint8_output()) worker->chw.resize(ImageSetSource::ChwBytes());
     for (size_t row = 0; row < indices.size(); ++row) {
       const int64_t index = indices[row];
-      uint8_t* image = reinterpret_cast<uint8_t*>(out.fields[0]) + row * image_bytes;
+      std::byte* target = out.fields[0] + row * image_bytes;
+      uint8_t* image =
+          set_->uint8_output() ? reinterpret_cast<uint8_t*>(target) : worker->chw.data();
       // The sample's own generator: a replacement (on_error="skip") crops with it too.
       const int64_t produced = set_->ProduceOrSkip(index, [&](int64_t sample) {
         Pcg32 rng(MixSeed(seed, static_cast<uint64_t>(index)));
         Produce(sample, rng, *worker, image);
       });
+      if (!set_->uint8_output()) set_->ConvertImage(image, target);
       const int64_t label = set_->list().labels[static_cast<size_t>(produced)];
       std::memcpy(out.fields[1] + row * sizeof(int64_t), &label, sizeof(label));
     }
@@ -100,11 +124,72 @@ class StreamingImageSource final : public ImageSetSource {
   }
 };
 
+void CheckOutputOptions(const ImageOptions& o) {
+  if (o.dtype != DType::kUInt8 && o.dtype != DType::kFloat32 && o.dtype != DType::kFloat16) {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("images: dtype must be uint8, float32 or float16, got {}", DTypeName(o.dtype)));
+  }
+  if (o.normalize_mean.empty() && o.normalize_std.empty()) return;
+  if (o.normalize_mean.size() != 3 || o.normalize_std.size() != 3) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("images: normalize takes 3 means and 3 standard deviations (R, G, "
+                            "B), got {} and {}",
+                            o.normalize_mean.size(), o.normalize_std.size()));
+  }
+  for (size_t c = 0; c < 3; ++c) {
+    if (!std::isfinite(o.normalize_mean[c]) || !(o.normalize_std[c] > 0) ||
+        !std::isfinite(o.normalize_std[c])) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("images: normalize needs finite means and standard deviations > "
+                              "0, got mean {} and std {} for channel {}",
+                              o.normalize_mean[c], o.normalize_std[c], c));
+    }
+  }
+  if (o.dtype == DType::kUInt8) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "images: normalize needs dtype float32 or float16 (uint8 cannot hold the "
+                "normalised values)");
+  }
+}
+
 }  // namespace
 
 ImageSet::ImageSet(std::string origin, ImageList list, ImageOptions options)
     : origin_(std::move(origin)), list_(std::move(list)), options_(std::move(options)) {
   fs_ = options_.file_system != nullptr ? options_.file_system : DefaultFileSystem();
+  const bool normalize = !options_.normalize_mean.empty();
+  for (size_t c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) {
+      // torchvision: img.float().div(255), then .sub(mean).div(std), each in float32.
+      float x = static_cast<float>(v) / 255.0f;
+      if (normalize) x = (x - options_.normalize_mean[c]) / options_.normalize_std[c];
+      float_of_[c][static_cast<size_t>(v)] = x;
+    }
+  }
+}
+
+void ImageSet::ConvertImage(const uint8_t* chw, std::byte* target) const {
+  const auto plane = static_cast<size_t>(options_.size) * static_cast<size_t>(options_.size);
+  for (size_t c = 0; c < 3; ++c) {
+    const std::array<float, 256>& table = float_of_[c];
+    const uint8_t* in = chw + c * plane;
+    if (options_.dtype == DType::kFloat32) {
+      auto* out = reinterpret_cast<float*>(target) + c * plane;
+      for (size_t i = 0; i < plane; ++i) out[i] = table[in[i]];
+    } else {
+      auto* out = reinterpret_cast<uint16_t*>(target) + c * plane;
+      for (size_t i = 0; i < plane; ++i) out[i] = FloatToHalf(table[in[i]]);
+    }
+  }
+}
+
+std::string ImageSet::OutputIdentity() const {
+  std::string id(DTypeName(options_.dtype));
+  for (size_t c = 0; c < options_.normalize_mean.size(); ++c) {
+    id += fmt::format(":{}/{}", options_.normalize_mean[c], options_.normalize_std[c]);
+  }
+  return id;
 }
 
 RandomCropParams ImageSet::crop_params() const {
@@ -122,7 +207,9 @@ int64_t ImageSet::ProduceOrSkip(int64_t index, const std::function<void(int64_t)
       if (!skip()) {
         throw Error(e.code(), fmt::format("{} (image sample {})", e.what(), sample));
       }
-      RecordSkip(e.what());
+      // Only the sample asked for counts: a failing replacement is counted when it is read as
+      // itself, so a pass over the data set counts each bad file once.
+      if (attempt == 0) RecordSkip(e.what());
     }
   }
   throw Error(
@@ -131,7 +218,7 @@ int64_t ImageSet::ProduceOrSkip(int64_t index, const std::function<void(int64_t)
 }
 
 void ImageSet::RecordSkip(const std::string& what) const {
-  std::lock_guard lock(skip_mu_);
+  std::lock_guard lock(notes_mu_);
   ++skipped_.count;
   if (skipped_.first.size() < kMaxSkipRecords &&
       std::find(skipped_.first.begin(), skipped_.first.end(), what) == skipped_.first.end()) {
@@ -140,8 +227,29 @@ void ImageSet::RecordSkip(const std::string& what) const {
 }
 
 SkippedImages ImageSet::skipped() const {
-  std::lock_guard lock(skip_mu_);
+  std::lock_guard lock(notes_mu_);
   return skipped_;
+}
+
+void ImageSet::NoteDecodeWarning(const std::string& path, const std::string& warning) const {
+  if (options_.strict) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: libjpeg warned: {} (strict=true refuses files decoded with a "
+                            "warning; PIL decodes them)",
+                            path, warning));
+  }
+  const std::string what = fmt::format("{}: {}", path, warning);
+  std::lock_guard lock(notes_mu_);
+  ++warnings_.count;
+  if (warnings_.first.size() < kMaxSkipRecords &&
+      std::find(warnings_.first.begin(), warnings_.first.end(), what) == warnings_.first.end()) {
+    warnings_.first.push_back(what);
+  }
+}
+
+ImageDecodeWarnings ImageSet::decode_warnings() const {
+  std::lock_guard lock(notes_mu_);
+  return warnings_;
 }
 
 std::string ImageSet::FilesIdentity() const {
@@ -200,10 +308,11 @@ double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
                                 static_cast<int>(std::ceil((window->x + window->width) / divisor)),
                                 static_cast<int>(std::ceil((window->y + window->height) / divisor)),
                                 path, worker.decoded, *origin_x, *origin_y);
-    return divisor;
+  } else {
+    worker.decoder.Decode(worker.bytes, header, scale, path, worker.decoded);
+    ApplyOrientation(orientation, worker.decoded, worker.scratch);
   }
-  worker.decoder.Decode(worker.bytes, header, scale, path, worker.decoded);
-  ApplyOrientation(orientation, worker.decoded, worker.scratch);
+  if (!worker.decoder.warning().empty()) set.NoteDecodeWarning(path, worker.decoder.warning());
   return divisor;
 }
 
@@ -261,6 +370,7 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
                 fmt::format("images: on_error must be \"raise\" or \"skip\", got \"{}\"",
                             options.on_error));
   }
+  CheckOutputOptions(options);
   if (options.max_pixels == 0) {
     throw Error(ErrorCode::kInvalidArgument, "images: max_pixels must be > 0");
   }
@@ -284,6 +394,7 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
                        ? ListImageFolder(path)
                        : ReadImageList(path, options.path_column, options.label_column,
                                        options.classes, options.on_error == "skip", &skipped_rows);
+  if (options.on_error == "raise") RefuseUndecodedFormats(path, list);
   auto set = std::make_shared<ImageSet>(path, std::move(list), options);
   for (const std::string& row : skipped_rows) set->RecordSkip(row);
   if (options.cache == CacheTier::kNone) return NewStreamingImageSource(std::move(set));

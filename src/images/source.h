@@ -1,10 +1,11 @@
 // The parts of the image sources (gpufeed/images.h) shared by streaming and cached reading:
 // the file list with its options, the per-worker decoding state, and the skip accounting.
-// Thread-safety: ImageSet is immutable after construction except its skip record, which
-// takes its own mutex (only when a sample is skipped, never on the good path); ImageWorker
-// is one worker's.
+// Thread-safety: ImageSet is immutable after construction except its skip and warning
+// records, which take their own mutex (only when a sample is skipped or a file warned about,
+// never on the good path); ImageWorker is one worker's.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,14 +32,24 @@ class ImageSet {
   const FileSystem& file_system() const { return *fs_; }
   bool skip() const { return options_.on_error == "skip"; }
   RandomCropParams crop_params() const;
+  // Whether the image field is uint8 (written by the resampler straight into the batch).
+  bool uint8_output() const { return options_.dtype == DType::kUInt8; }
+  // Writes a uint8 [3, size, size] image into `target` as options' dtype and normalisation.
+  void ConvertImage(const uint8_t* chw, std::byte* target) const;
+  // The output dtype and normalisation, for Source::Identity.
+  std::string OutputIdentity() const;
 
   // Runs `produce(sample)` for `index`; on an Error, with on_error="raise", rethrows it naming
-  // the sample; with "skip", records it and tries the following samples (wrapping around)
-  // until one succeeds. Returns the sample that was produced.
+  // the sample; with "skip", records it (once, for `index`) and tries the following samples
+  // (wrapping around) until one succeeds. Returns the sample that was produced, whose label
+  // goes with the image.
   int64_t ProduceOrSkip(int64_t index, const std::function<void(int64_t)>& produce) const;
 
   void RecordSkip(const std::string& what) const;
   SkippedImages skipped() const;
+  // A decode of `path` that libjpeg warned about: an Error with strict=true, else counted.
+  void NoteDecodeWarning(const std::string& path, const std::string& warning) const;
+  ImageDecodeWarnings decode_warnings() const;
   // "path:size:mtime_ns" of every file, joined, for Source::Identity (stats every file).
   std::string FilesIdentity() const;
 
@@ -47,8 +58,12 @@ class ImageSet {
   ImageList list_;
   ImageOptions options_;
   std::shared_ptr<const FileSystem> fs_;
-  mutable std::mutex skip_mu_;
+  // Float output: (x / 255 - mean) / std per channel and value, computed once in float32 with
+  // the operations torchvision makes, so that every value equals its result.
+  std::array<std::array<float, 256>, 3> float_of_{};
+  mutable std::mutex notes_mu_;
   mutable SkippedImages skipped_;
+  mutable ImageDecodeWarnings warnings_;
 };
 
 class ImageWorker : public SourceWorkerState {
@@ -58,6 +73,7 @@ class ImageWorker : public SourceWorkerState {
 
   ImageDecoder decoder;
   std::vector<uint8_t> bytes;
+  std::vector<uint8_t> chw;  // float output: the uint8 image before conversion
   RgbImage decoded;
   RgbImage scratch;
   ResampleScratch resample;
@@ -103,12 +119,19 @@ class ImageSetSource : public ImageSource {
   }
   const std::vector<std::string>& classes() const override { return set_->list().classes; }
   SkippedImages skipped() const override { return set_->skipped(); }
+  ImageDecodeWarnings decode_warnings() const override { return set_->decode_warnings(); }
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override {
     ReadSeeded(indices, out, state, MixSeed(0, 0));
   }
 
  protected:
+  // Bytes of one uint8 [3, size, size] image.
+  size_t ChwBytes() const {
+    const auto size = static_cast<size_t>(set_->options().size);
+    return 3 * size * size;
+  }
+
   std::shared_ptr<const ImageSet> set_;
   Schema schema_;
 };

@@ -299,5 +299,152 @@ TEST(ImageSourceTest, RamCacheServesStoredImagesAndCropsFromThem) {
   EXPECT_EQ(RunEpoch(stream_eval, 0, 0, 1, 3).images, RunEpoch(cached_eval, 0, 0, 1, 3).images);
 }
 
+// Reads every sample of `source` once, in order, through one worker state (one decoder).
+Epoch ReadAll(const std::shared_ptr<ImageSource>& source) {
+  const auto n = static_cast<size_t>(source->size());
+  const size_t image_bytes = source->schema().fields[0].SampleBytes();
+  Epoch out;
+  out.images.resize(n * image_bytes);
+  out.labels.resize(n);
+  for (size_t i = 0; i < n; ++i) out.indices.push_back(static_cast<int64_t>(i));
+  const auto state = source->NewWorkerState();
+  source->Read(out.indices,
+               {{reinterpret_cast<std::byte*>(out.images.data()),
+                 reinterpret_cast<std::byte*>(out.labels.data())},
+                static_cast<int64_t>(n)},
+               state.get());
+  return out;
+}
+
+TEST(ImageSourceTest, SkipAfterAnUnsupportedJpegKeepsEveryOtherSampleAndCountsEachOnce) {
+  // Samples: 0 ant/0.jpg, 1 ant/1.png, 2 bee/0.jpg, 3 bee/1.png, 4 cat/0.jpg, 5 cat/1.png.
+  ScratchDir dir;
+  MakeFolder(dir, 2);
+  const auto clean = ReadAll(OpenImages(dir.path(), {.crop = "center", .size = 8}));
+  std::string twelve_bit = testing::RgbJpeg(40, 30);
+  twelve_bit[twelve_bit.find("\xFF\xC0") + 4] = 12;  // sample precision 12
+  dir.Write("ant/0.jpg", twelve_bit);
+  dir.Write("ant/1.png", "garbage");
+  auto source = OpenImages(dir.path(), {.crop = "center", .size = 8, .on_error = "skip"});
+  const Epoch read = ReadAll(source);
+  // Both bad samples take sample 2's image and label; every other sample is its own.
+  const size_t image_bytes = 3 * 8 * 8;
+  const auto image = [&](const Epoch& e, size_t i) {
+    return std::vector<uint8_t>(e.images.begin() + static_cast<ptrdiff_t>(i * image_bytes),
+                                e.images.begin() + static_cast<ptrdiff_t>((i + 1) * image_bytes));
+  };
+  EXPECT_THAT(read.labels, ::testing::ElementsAre(1, 1, 1, 1, 2, 2));
+  EXPECT_EQ(image(read, 0), image(clean, 2));
+  EXPECT_EQ(image(read, 1), image(clean, 2));
+  for (size_t i = 2; i < 6; ++i) EXPECT_EQ(image(read, i), image(clean, i)) << i;
+  const SkippedImages skipped = source->skipped();
+  EXPECT_EQ(skipped.count, 2);  // one per bad sample, although sample 1 was tried twice
+  ASSERT_EQ(skipped.first.size(), 2u);
+  EXPECT_THAT(skipped.first[0], HasSubstr("ant/0.jpg: 12-bit JPEG"));
+  EXPECT_THAT(skipped.first[1], HasSubstr("ant/1.png: not a JPEG or PNG file"));
+}
+
+TEST(ImageSourceTest, JpegWarningsAreCountedOrRefusedWhenStrict) {
+  ScratchDir dir;
+  MakeFolder(dir, 2);
+  const std::string jpeg = testing::RgbJpeg(40, 30, 5);
+  const size_t dqt = jpeg.find("\xFF\xDB");
+  dir.Write("bee/0.jpg", jpeg.substr(0, dqt) + "\x01\x02" + jpeg.substr(dqt));
+  for (const char* crop : {"center", "random"}) {
+    SCOPED_TRACE(crop);
+    auto source = OpenImages(dir.path(), {.crop = crop, .size = 8});
+    EXPECT_EQ(NextError(source), "no error");
+    const ImageDecodeWarnings warnings = source->decode_warnings();
+    EXPECT_GE(warnings.count, 1);
+    ASSERT_EQ(warnings.first.size(), 1u);
+    EXPECT_THAT(warnings.first[0],
+                HasSubstr("bee/0.jpg: Corrupt JPEG data: 2 extraneous bytes before marker 0xdb"));
+    ErrorCode code{};
+    const std::string message =
+        NextError(OpenImages(dir.path(), {.crop = crop, .size = 8, .strict = true}), &code);
+    EXPECT_THAT(message, HasSubstr("bee/0.jpg: libjpeg warned: Corrupt JPEG data"));
+    EXPECT_EQ(code, ErrorCode::kCorruptData);
+  }
+}
+
+TEST(ImageSourceTest, FormatsTheDecodersRefuseAreNamedAtOpen) {
+  ScratchDir dir;
+  MakeFolder(dir, 2);
+  dir.Write("bee/2.bmp", "BM not really a bitmap");
+  dir.Write("cat/deep/3.WEBP", std::string("RIFF\x10\0\0\0WEBPVP8 ", 16));
+  ErrorCode code{};
+  std::string message;
+  code = ErrorCodeOf([&] { OpenImages(dir.path(), {.size = 8}); }, &message);
+  EXPECT_EQ(code, ErrorCode::kUnsupported);
+  EXPECT_THAT(message, HasSubstr("2 of 8 files are in formats gpufeed does not decode"));
+  EXPECT_THAT(message, HasSubstr("bee/2.bmp, "));
+  EXPECT_THAT(message, HasSubstr("cat/deep/3.WEBP"));
+  // With on_error="skip" the listing keeps torchvision's indices; each such file is replaced
+  // and counted, with the format named.
+  auto source = OpenImages(dir.path(), {.crop = "center", .size = 8, .on_error = "skip"});
+  ASSERT_EQ(source->size(), 8);
+  ReadAll(source);
+  const SkippedImages skipped = source->skipped();
+  EXPECT_EQ(skipped.count, 2);
+  ASSERT_EQ(skipped.first.size(), 2u);
+  EXPECT_THAT(skipped.first[0], HasSubstr("bee/2.bmp: not a JPEG or PNG file (a BMP file"));
+  EXPECT_THAT(skipped.first[1], HasSubstr("3.WEBP: not a JPEG or PNG file (a WebP file"));
+}
+
+TEST(ImageSourceTest, PngExifOrientationIsAppliedAsAJpegs) {
+  // The same picture stored upright, and stored on its side with orientation 6 (rotate 90
+  // clockwise to show): the same output.
+  const int w = 12;
+  const int h = 20;
+  const auto upright = testing::Pattern(w, h, 3, 4);
+  std::vector<uint8_t> sideways(upright.size());  // w x h shown = h x w stored, rotated back
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      // Stored (sx, sy) shows at (h_s - 1 - sy, sx) with h_s = w: so shown (x, y) is stored
+      // (y, w - 1 - x).
+      std::memcpy(&sideways[(static_cast<size_t>(w - 1 - x) * h + y) * 3],
+                  &upright[(static_cast<size_t>(y) * w + x) * 3], 3);
+    }
+  }
+  ScratchDir a;
+  a.Write("c/0.png", testing::EncodePngRaw(upright, w, h, 8, 2));
+  ScratchDir b;
+  b.Write("c/0.png", testing::EncodePngRaw(sideways, h, w, 8, 2, {.exif = testing::ExifTiff(6)}));
+  const ImageOptions o{.crop = "center", .size = 12, .resize = 12};
+  EXPECT_EQ(ReadAll(OpenImages(b.path(), o)).images, ReadAll(OpenImages(a.path(), o)).images);
+}
+
+TEST(ImageSourceTest, FloatOutputIsToTensorThenNormalize) {
+  ScratchDir dir;
+  MakeFolder(dir, 2);
+  const ImageOptions plain_options{.crop = "center", .size = 8};
+  const Epoch plain = ReadAll(OpenImages(dir.path(), plain_options));
+  const std::vector<float> mean = {0.485f, 0.456f, 0.406f};
+  const std::vector<float> sd = {0.229f, 0.224f, 0.225f};
+  ImageOptions o = plain_options;
+  o.dtype = DType::kFloat32;
+  o.normalize_mean = mean;
+  o.normalize_std = sd;
+  auto source = OpenImages(dir.path(), o);
+  EXPECT_EQ(source->schema().fields[0].dtype, DType::kFloat32);
+  const Epoch normalized = ReadAll(source);  // its bytes hold floats
+  ASSERT_EQ(normalized.images.size(), plain.images.size() * sizeof(float));
+  const auto* values = reinterpret_cast<const float*>(normalized.images.data());
+  const size_t plane = 8 * 8;
+  for (size_t i = 0; i < plain.images.size(); ++i) {
+    const size_t c = (i / plane) % 3;
+    const float expected = (static_cast<float>(plain.images[i]) / 255.0f - mean[c]) / sd[c];
+    ASSERT_EQ(values[i], expected) << i;
+  }
+  EXPECT_EQ(normalized.labels, plain.labels);
+  ImageOptions bad = plain_options;
+  bad.normalize_mean = mean;
+  bad.normalize_std = sd;
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf([&] { OpenImages(dir.path(), bad); }, &message),
+            ErrorCode::kInvalidArgument);
+  EXPECT_THAT(message, HasSubstr("normalize needs dtype float32 or float16"));
+}
+
 }  // namespace
 }  // namespace gpufeed
