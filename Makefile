@@ -1,6 +1,7 @@
 # Two entry points a newcomer needs:
 #   make demo   install what is missing, build, run `gpufeed demo`
-#   make test   install what is missing, build, run every test (C++, sanitizers, Python)
+#   make test   install what is missing, check the tree's layout, build, run every test (C++,
+#               sanitizers, Python, fuzzing)
 # The rest are the steps they are made of.
 
 JOBS ?= $(shell nproc)
@@ -21,7 +22,7 @@ LAUNCHER := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COM
 demo: build
 	./$(BUILD)/src/cli/gpufeed demo
 
-test: test-cpp test-asan test-tsan test-python test-fuzz
+test: check-layout test-cpp test-asan test-tsan test-python test-fuzz
 test: BENCH = OFF
 
 setup:

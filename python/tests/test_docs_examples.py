@@ -63,12 +63,6 @@ def _params():
             marks.append(pytest.mark.skip(reason=f"{name}:{line}: {reason}"))
         elif info:
             raise ValueError(f"{name}:{line}: unknown fence ```python {info}")
-        if "source.paths(batch.indices)" in code:
-            # ImageSource.paths() takes a list of ints; batch.indices is a tensor. Remove this
-            # mark once paths() accepts tensors.
-            marks.append(pytest.mark.xfail(
-                raises=TypeError, strict=False,
-                reason="ImageSource.paths() does not accept a tensor of indices yet"))
         params.append(pytest.param(name, line, code, marks=marks, id=f"{name}:{line}"))
     return params
 

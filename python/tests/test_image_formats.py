@@ -102,7 +102,9 @@ def test_jpeg_with_extraneous_bytes_decodes_as_pil_counted_or_refused_when_stric
     assert stats["decode_warnings"] >= 2
     assert any("header.jpg: Corrupt JPEG data: 3 extraneous bytes before marker 0xdb" in f
                for f in stats["decode_warning_files"])
-    assert source.stats()["decode_warnings"] == stats["decode_warnings"]
+    # The source's own count, read later: the loader's workers may have decoded the next
+    # epoch's first batches meanwhile, so it can only have grown.
+    assert source.stats()["decode_warnings"] >= stats["decode_warnings"]
     with pytest.raises(gpufeed.CorruptData, match=r"header.jpg: libjpeg warned: Corrupt JPEG"):
         _decode_all(tmp_path, size=32, resize=32, strict=True)
 

@@ -62,6 +62,87 @@ std::string CacheKey(const Source& source) {
   return ShmCacheKey(source.Identity(), source.schema().ToString());
 }
 
+namespace {
+
+// What the tier choice reads: the set's size, the budgets, the device, the shm folder.
+TierInputs GatherTierInputs(const Source& source, const CacheOptions& options) {
+  TierInputs in;
+  in.requested = options.tier;
+  in.bytes = source.schema().SampleBytes() * static_cast<uint64_t>(source.size());
+  in.ram_budget = options.ram_budget_bytes != 0 ? options.ram_budget_bytes : RamBudgetBytes();
+  in.cuda = options.device != nullptr && options.device->type() == DeviceType::kCuda;
+  in.device_name = options.device != nullptr ? options.device->name() : "not given";
+  in.device_refusal = DeviceRefusal(options.transforms);
+  if (in.device_refusal.empty() && !options.transforms.empty()) {
+    Schema uploaded = source.schema();
+    for (const auto& t : options.transforms) uploaded = t->OutputSchema(uploaded);
+    in.device_bytes = uploaded.SampleBytes() * static_cast<uint64_t>(source.size());
+  }
+  if (in.cuda && (options.tier == CacheTier::kAuto || options.tier == CacheTier::kDevice)) {
+    in.device_budget = options.device_budget_bytes != 0
+                           ? options.device_budget_bytes
+                           : options.device->MemoryInfo().free_bytes / 5 * 2;
+  }
+  in.shareable = source.shareable_across_processes();
+  in.shm_free = FreeBytes(options.shm_dir);
+  in.local_processes = LocalProcesses();
+  return in;
+}
+
+// The device tier: the kernels readied, then the set uploaded (shared through CUDA IPC where
+// the source's identity means the same in another process). Fills `result`'s device fields.
+std::shared_ptr<Source> UploadToDevice(const std::shared_ptr<Source>& source,
+                                       const CacheOptions& options, const TierInputs& in,
+                                       int threads, const std::optional<gid_t>& group,
+                                       CacheInfo& result) {
+  // The kernels first: a GPU whose driver cannot load them should not get the data set.
+  options.device->PrepareGather();
+  DeviceUploadOptions upload{.threads = std::min(threads, 4), .verbose = options.verbose};
+  upload.share = in.shareable;
+  upload.shm_dir = options.shm_dir;
+  upload.shm_group = group;
+  auto device = DeviceCachedSource::Upload(source, options.device, options.transforms, upload);
+  result.device_share = in.shareable ? device->share_note()
+                                     : "a private copy: the source's identity is "
+                                       "not meaningful in another process";
+  result.loader_transforms.clear();
+  result.bytes = in.device_bytes != 0 ? in.device_bytes : in.bytes;
+  return device;
+}
+
+// The host tiers: a RAM copy, the published shm cache, or an shm cache opened (built, or
+// waited for). An shm cache that could not be built leaves the source uncached, and says why.
+std::shared_ptr<Source> ServeHostTier(const std::shared_ptr<Source>& source,
+                                      const CacheOptions& options,
+                                      const std::shared_ptr<Source>& published, int threads,
+                                      const std::optional<gid_t>& group, CacheInfo& result) {
+  if (result.tier == CacheTier::kRam) {
+    auto ram = std::make_shared<RamCachedSource>(source);
+    if (options.preload) ram->Preload(threads, options.verbose);
+    return ram;
+  }
+  if (result.tier != CacheTier::kShm) return nullptr;
+  result.key = CacheKey(*source);
+  if (published != nullptr) {
+    result.path = static_cast<const ShmCachedSource&>(*published).path();
+    return published;
+  }
+  ShmOpenResult shm = OpenShmCache(
+      source,
+      {.dir = options.shm_dir, .group = group, .threads = threads, .verbose = options.verbose});
+  result.key = shm.key;
+  result.built = shm.built;
+  if (shm.source) {
+    result.path = shm.path;
+    return shm.source;
+  }
+  result.tier = CacheTier::kNone;
+  result.reason = fmt::format("the shared-memory cache could not be built: {}", shm.failure);
+  return nullptr;
+}
+
+}  // namespace
+
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options,
                                    CacheInfo* info) {
   if (source == nullptr) throw Error(ErrorCode::kInvalidArgument, "OpenCached: source is null");
@@ -70,26 +151,7 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   // A group named for sharing is checked whatever the tier turns out to be.
   std::optional<gid_t> group;
   if (!options.shm_group.empty()) group = ResolveShmGroup(options.shm_group);
-  TierInputs in;
-  in.requested = options.tier;
-  in.bytes = source->schema().SampleBytes() * static_cast<uint64_t>(source->size());
-  in.ram_budget = options.ram_budget_bytes != 0 ? options.ram_budget_bytes : RamBudgetBytes();
-  in.cuda = options.device != nullptr && options.device->type() == DeviceType::kCuda;
-  in.device_name = options.device != nullptr ? options.device->name() : "not given";
-  in.device_refusal = DeviceRefusal(options.transforms);
-  if (in.device_refusal.empty() && !options.transforms.empty()) {
-    Schema uploaded = source->schema();
-    for (const auto& t : options.transforms) uploaded = t->OutputSchema(uploaded);
-    in.device_bytes = uploaded.SampleBytes() * static_cast<uint64_t>(source->size());
-  }
-  if (in.cuda && (options.tier == CacheTier::kAuto || options.tier == CacheTier::kDevice)) {
-    in.device_budget = options.device_budget_bytes != 0
-                           ? options.device_budget_bytes
-                           : options.device->MemoryInfo().free_bytes / 5 * 2;
-  }
-  in.shareable = source->shareable_across_processes();
-  in.shm_free = FreeBytes(options.shm_dir);
-  in.local_processes = LocalProcesses();
+  TierInputs in = GatherTierInputs(*source, options);
   // Under "auto", a published cache serves at once: no probe, no build, no wait for a lock.
   std::shared_ptr<Source> published;
   if (options.tier == CacheTier::kAuto && in.shareable) {
@@ -115,21 +177,7 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   std::shared_ptr<Source> cached = source;
   if (choice.tier == CacheTier::kDevice) {
     try {
-      // The kernels first: a GPU whose driver cannot load them should not get the data set.
-      options.device->PrepareGather();
-      DeviceUploadOptions upload{.threads = std::min(threads, 4), .verbose = options.verbose};
-      // One copy per GPU for every process opening the same rows, where the source's
-      // identity means the same in another process.
-      upload.share = in.shareable;
-      upload.shm_dir = options.shm_dir;
-      upload.shm_group = group;
-      auto device = DeviceCachedSource::Upload(source, options.device, options.transforms, upload);
-      result.device_share = in.shareable ? device->share_note()
-                                         : "a private copy: the source's identity is "
-                                           "not meaningful in another process";
-      result.loader_transforms.clear();
-      result.bytes = in.device_bytes != 0 ? in.device_bytes : in.bytes;
-      cached = device;
+      cached = UploadToDevice(source, options, in, threads, group, result);
     } catch (const Error& e) {
       // Asked for "device", the error is the answer. Under "auto" the device tier was a
       // choice, not a promise: the next tier serves, and the reason says what failed.
@@ -147,27 +195,8 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
     result.measured = {in.measured->source_bytes_per_s, in.measured->ram_bytes_per_s,
                        in.measured->shm_bytes_per_s};
   }
-  if (choice.tier == CacheTier::kRam) {
-    auto ram = std::make_shared<RamCachedSource>(source);
-    if (options.preload) ram->Preload(threads, options.verbose);
-    cached = ram;
-  } else if (choice.tier == CacheTier::kShm && published != nullptr) {
-    result.key = CacheKey(*source);
-    result.path = static_cast<const ShmCachedSource&>(*published).path();
-    cached = published;
-  } else if (choice.tier == CacheTier::kShm) {
-    ShmOpenResult shm = OpenShmCache(
-        source,
-        {.dir = options.shm_dir, .group = group, .threads = threads, .verbose = options.verbose});
-    result.key = shm.key;
-    result.built = shm.built;
-    if (shm.source) {
-      result.path = shm.path;
-      cached = shm.source;
-    } else {
-      result.tier = CacheTier::kNone;
-      result.reason = fmt::format("the shared-memory cache could not be built: {}", shm.failure);
-    }
+  if (auto host = ServeHostTier(source, options, published, threads, group, result)) {
+    cached = std::move(host);
   }
   result.open_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -168,17 +168,17 @@ ImageList ListImageFolder(const std::string& root) {
   return list;
 }
 
-ImageList ReadImageList(const std::string& list_path, const std::string& path_column,
-                        const std::string& label_column, const std::vector<std::string>& classes,
-                        bool skip_bad_rows, std::vector<std::string>* skipped) {
-  std::ifstream in(list_path, std::ios::binary);
-  if (!in) {
-    std::error_code ec;
-    throw Error(stdfs::exists(list_path, ec) ? ErrorCode::kIo : ErrorCode::kNotFound,
-                fmt::format("{}: cannot open the image list", list_path));
-  }
-  std::string folder = stdfs::path(list_path).parent_path().string();
-  if (folder.empty()) folder = ".";
+namespace {
+
+struct ListRow {
+  std::string path;
+  std::string label;
+  int line;
+};
+
+// The header (naming the path and label columns) and the rows of an image list.
+std::vector<ListRow> ReadListRows(std::istream& in, const std::string& list_path,
+                                  const std::string& path_column, const std::string& label_column) {
   std::string line;
   if (!std::getline(in, line)) {
     throw Error(ErrorCode::kCorruptData,
@@ -195,13 +195,7 @@ ImageList ReadImageList(const std::string& list_path, const std::string& path_co
   };
   const size_t path_at = column(path_column);
   const size_t label_at = column(label_column);
-
-  struct Row {
-    std::string path;
-    std::string label;
-    int line;
-  };
-  std::vector<Row> rows;
+  std::vector<ListRow> rows;
   for (int number = 2; std::getline(in, line); ++number) {
     line = Trim(line);
     if (line.empty()) continue;
@@ -219,25 +213,42 @@ ImageList ReadImageList(const std::string& list_path, const std::string& path_co
   if (rows.empty()) {
     throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: no images listed", list_path));
   }
+  return rows;
+}
+
+}  // namespace
+
+ImageList ReadImageList(const std::string& list_path, const std::string& path_column,
+                        const std::string& label_column, const std::vector<std::string>& classes,
+                        bool skip_bad_rows, std::vector<std::string>* skipped) {
+  std::ifstream in(list_path, std::ios::binary);
+  if (!in) {
+    std::error_code ec;
+    throw Error(stdfs::exists(list_path, ec) ? ErrorCode::kIo : ErrorCode::kNotFound,
+                fmt::format("{}: cannot open the image list", list_path));
+  }
+  std::string folder = stdfs::path(list_path).parent_path().string();
+  if (folder.empty()) folder = ".";
+  const std::vector<ListRow> rows = ReadListRows(in, list_path, path_column, label_column);
 
   ImageList list;
   int64_t value = 0;
-  const bool numeric = classes.empty() && std::all_of(rows.begin(), rows.end(), [&](const Row& r) {
-                         return ParseLabel(r.label, value);
-                       });
+  const bool numeric =
+      classes.empty() && std::all_of(rows.begin(), rows.end(),
+                                     [&](const ListRow& r) { return ParseLabel(r.label, value); });
   std::map<std::string, int64_t> index;
   if (!numeric) {
     list.classes = classes;
     if (list.classes.empty()) {
       std::set<std::string> names;
-      for (const Row& r : rows) names.insert(r.label);
+      for (const ListRow& r : rows) names.insert(r.label);
       list.classes.assign(names.begin(), names.end());
     }
     for (size_t i = 0; i < list.classes.size(); ++i) {
       index.emplace(list.classes[i], static_cast<int64_t>(i));
     }
   }
-  for (const Row& r : rows) {
+  for (const ListRow& r : rows) {
     int64_t label = 0;
     if (numeric) {
       ParseLabel(r.label, label);
