@@ -32,9 +32,9 @@ TEST(CliHelp, EveryCommandIsRegistered) {
   const auto app = MakeApp();
   std::vector<std::string> names;
   for (const auto& [name, sub] : AllCommands(*app)) names.push_back(name);
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"demo", "bench", "inspect", "rechunk", "watch", "cache", "cache ls",
-                                      "cache rm", "cache gc", "cache build", "trials"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"demo", "bench", "inspect", "rechunk", "watch",
+                                             "cache", "cache ls", "cache rm", "cache gc",
+                                             "cache verify", "cache build", "trials"}));
 }
 
 TEST(CliHelp, HelpNamesEveryOptionAndPositionalACommandRegisters) {
