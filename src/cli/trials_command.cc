@@ -56,24 +56,20 @@ std::string PackageRoot() {
 }  // namespace
 
 void RegisterTrialsCommand(CLI::App& app) {
-  struct TrialsArgs {
-    std::string storage;
-    std::string study;
-    bool json = false;
-  };
-  auto args = std::make_shared<TrialsArgs>();
   CLI::App* sub = app.add_subcommand(
       "trials",
       "Where an Optuna study's time went: per trial state the count, mean duration, share of\n"
       "trial time before the first batch, data wait and GPU busy (as gpufeed.optuna.track\n"
       "recorded them), and a verdict. Runs the Python package's implementation (needs\n"
       "python3-optuna): GPUFEED_PYTHON names the interpreter.");
-  sub->add_option("storage", args->storage,
-                  "An Optuna storage URL: sqlite:///study.db, postgresql://user@host/db")
+  // The values are read from the options themselves, not bound to variables: nothing the
+  // options write to can go away before they do (the App owns them all).
+  sub->add_option("storage", "An Optuna storage URL: sqlite:///study.db, postgresql://user@host/db")
+      ->type_name("TEXT")
       ->required();
-  sub->add_option("--study", args->study, "The study's name (default: every study there)");
-  sub->add_flag("--json", args->json, "Print JSON for machines");
-  sub->callback([args, sub] {
+  sub->add_option("--study", "The study's name (default: every study there)")->type_name("TEXT");
+  sub->add_flag("--json")->description("Print JSON for machines");
+  sub->callback([sub] {
     const std::string python = ChooseInterpreter();
     if (const std::string root = PackageRoot(); !root.empty()) {
       const char* old = std::getenv("PYTHONPATH");
@@ -81,9 +77,12 @@ void RegisterTrialsCommand(CLI::App& app) {
       setenv("PYTHONPATH", path.c_str(), 1);
     }
     // "--study=NAME" keeps a name that starts with '-' a value for Python's argparse.
-    std::vector<std::string> argv_strings = {python, "-m", "gpufeed", "trials", args->storage};
-    if (sub->count("--study") > 0) argv_strings.push_back("--study=" + args->study);
-    if (args->json) argv_strings.push_back("--json");
+    std::vector<std::string> argv_strings = {python, "-m", "gpufeed", "trials",
+                                             sub->get_option("storage")->as<std::string>()};
+    if (sub->count("--study") > 0) {
+      argv_strings.push_back("--study=" + sub->get_option("--study")->as<std::string>());
+    }
+    if (sub->count("--json") > 0) argv_strings.push_back("--json");
     std::vector<char*> argv;
     for (std::string& a : argv_strings) argv.push_back(a.data());
     argv.push_back(nullptr);
