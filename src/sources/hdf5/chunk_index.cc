@@ -11,6 +11,7 @@
 #include "gpufeed/cancel.h"
 #include "gpufeed/error.h"
 #include "sources/hdf5/chunk_index_v4.h"
+#include "sources/hdf5/metadata_bytes.h"
 
 namespace gpufeed {
 namespace {
@@ -151,12 +152,10 @@ class IndexReader {
     bool track_order = false;
     if (h.Signature(0, "OHDR")) {
       v2 = true;
-      const uint64_t flags = h.Uint(5, 1);
-      track_order = (flags & 0x04) != 0;
-      size_t pos = 6;
-      if (flags & 0x20) pos += 16;
-      if (flags & 0x10) pos += 4;
-      const size_t width = size_t{1} << (flags & 0x03);
+      const ObjectHeaderV2Prefix header = ParseObjectHeaderV2Prefix(h.Uint(5, 1));
+      track_order = header.tracks_attribute_order;
+      const size_t pos = header.chunk0_size_at;
+      const size_t width = header.chunk0_size_width;
       head = ReadBytes(where_.header_address, pos + width);
       const uint64_t chunk0 = Fields(head, what_).Uint(pos, width);
       pending.push_back({Offset(where_.header_address, pos + width), chunk0});

@@ -23,6 +23,23 @@ namespace gpufeed {
 // version-2 metadata (object headers, B-tree nodes, fixed and extensible arrays, heaps).
 uint32_t Hdf5MetadataChecksum(std::span<const uint8_t> bytes);
 
+// A version-2 object header ("OHDR") opens with its signature, version and flags, then the
+// times (flag 0x20) and attribute phase changes (flag 0x10) when present, then the size of
+// chunk 0 in 1, 2, 4 or 8 bytes (flags & 0x03). Where that size field starts, and its width.
+struct ObjectHeaderV2Prefix {
+  size_t chunk0_size_at = 6;
+  size_t chunk0_size_width = 1;
+  bool tracks_attribute_order = false;
+};
+inline ObjectHeaderV2Prefix ParseObjectHeaderV2Prefix(uint64_t flags) {
+  ObjectHeaderV2Prefix p;
+  p.tracks_attribute_order = (flags & 0x04) != 0;
+  if (flags & 0x20) p.chunk0_size_at += 16;
+  if (flags & 0x10) p.chunk0_size_at += 4;
+  p.chunk0_size_width = size_t{1} << (flags & 0x03);
+  return p;
+}
+
 // A bounds-checked view of one structure's bytes; `where` names it in errors.
 class Bytes {
  public:

@@ -152,12 +152,10 @@ void StructureWalker::CheckHeaderMessages(uint64_t addr) {
   if (h.Signature(0, "OHDR")) {
     v2 = true;
     if (h.Uint(4, 1) != 2) Damaged(fmt::format("{} has version {}", what, h.Uint(4, 1)));
-    const uint64_t flags = h.Uint(5, 1);
-    track_order = (flags & 0x04) != 0;
-    size_t pos = 6;
-    if (flags & 0x20) pos += 16;
-    if (flags & 0x10) pos += 4;
-    const size_t width = size_t{1} << (flags & 0x03);
+    const ObjectHeaderV2Prefix header = ParseObjectHeaderV2Prefix(h.Uint(5, 1));
+    track_order = header.tracks_attribute_order;
+    const size_t pos = header.chunk0_size_at;
+    const size_t width = header.chunk0_size_width;
     blocks.push_back({AddOrDamaged(addr, pos + width, what), h.Uint(pos, width)});
   } else {
     if (h.Uint(0, 1) != 1) Damaged(fmt::format("{} has version {}", what, h.Uint(0, 1)));
