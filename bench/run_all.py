@@ -124,6 +124,17 @@ BENCHMARKS = [
         ],
     },
     {
+        "id": "shm-vs-ram",
+        "what": "the shared-memory cache vs the RAM cache, same set (synthetic 800 MB, 8 KiB "
+                "rows), same run, epochs after the first alternating, batch 8192, 2 workers",
+        "command": "{build}/bench/bench_cache_shm_vs_ram --mb 800 --epochs 5",
+        "figures": [
+            ("shm / RAM, building process",
+             regex(r"^later epochs \(median\):.*shm / RAM = ([0-9.]+)")),
+            ("shm / RAM, a new process", regex(r"^new process, .*shm / RAM = ([0-9.]+)")),
+        ],
+    },
+    {
         "id": "ram-cache-epoch",
         "what": "RAM-cached epoch vs memcpy of the same bytes into as many batch buffers "
                 "(synthetic 512 MB, batch 8192, 2 threads)",
@@ -188,6 +199,17 @@ BENCHMARKS = [
         "figures": [
             ("gpufeed / per-file loop", regex(r"gpufeed / per-file loop: ([0-9.]+)x")),
             ("gpufeed / 16 files stacked by hand", regex(r"gpufeed / stacking: ([0-9.]+)x")),
+            ("batch fill", regex(r"fill ([0-9.]+) \(target")),
+        ],
+    },
+    {
+        "id": "file-eval-small",
+        "what": "whole-file evaluation on the CPU, 7,913 files x 1..24 segments, small CNN: "
+                "gpufeed packed batches + GroupReducer vs a per-file h5py loop",
+        "command": "PYTHONPATH={build}/python {py} bench/file_level_eval.py --device cpu "
+                   "--segments 1-24",
+        "figures": [
+            ("gpufeed / per-file loop", regex(r"gpufeed / per-file loop: ([0-9.]+)x")),
             ("batch fill", regex(r"fill ([0-9.]+) \(target")),
         ],
     },
