@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpufeed/dtype.h"
@@ -31,19 +32,35 @@
 
 namespace gpufeed {
 
+// What each sample becomes.
+enum class CropMode {
+  kRandom,  // "random": torchvision's RandomResizedCrop(size, scale, ratio) +
+            // RandomHorizontalFlip (training)
+  kCenter,  // "center": Resize(resize) + CenterCrop(size) (evaluation)
+};
+
+// What a file that cannot be decoded does.
+enum class OnError {
+  kRaise,  // "raise": stops the loader with an error naming the file
+  kSkip,   // "skip": the next good sample takes its place, counted in skipped()
+};
+
+// The names Python and the CLI spell ("random", "center"; "raise", "skip"). The parsers throw
+// Error(kInvalidArgument) naming the accepted values for any other text.
+CropMode ParseCropMode(std::string_view text);
+std::string_view CropModeName(CropMode mode);
+OnError ParseOnError(std::string_view text);
+std::string_view OnErrorName(OnError policy);
+
 struct ImageOptions {
-  // What each sample becomes:
-  //   "random": torchvision's RandomResizedCrop(size, scale, ratio) + RandomHorizontalFlip
-  //             (training);
-  //   "center": Resize(resize) + CenterCrop(size) (evaluation).
-  std::string crop = "random";  // Default: "random"
-  int size = 224;               // Default: 224: output side in pixels
-  int resize = 0;           // Default: 0 = size * 256 / 224 (256 for 224): "center"'s shorter side
+  CropMode crop = CropMode::kRandom;  // Default: kRandom (see CropMode)
+  int size = 224;                     // Default: 224: output side in pixels
+  int resize = 0;           // Default: 0 = size * 256 / 224 (256 for 224): kCenter's shorter side
   double scale_min = 0.08;  // Default: 0.08  (RandomResizedCrop's scale)
   double scale_max = 1.0;   // Default: 1.0
   double ratio_min = 3.0 / 4.0;  // Default: 3/4   (RandomResizedCrop's ratio)
   double ratio_max = 4.0 / 3.0;  // Default: 4/3
-  bool flip = true;              // Default: true: "random" mirrors half the samples
+  bool flip = true;              // Default: true: kRandom mirrors half the samples
   // Default: kUInt8: the image field as decoded, 0..255. kFloat32 or kFloat16: x / 255 (as
   // torchvision's ToTensor), then (x / 255 - mean) / std per channel when normalize_mean and
   // normalize_std are given (torchvision's Normalize after ToTensor), computed in float32 in
@@ -58,15 +75,15 @@ struct ImageOptions {
   // Default: 178956970 (PIL's limit): an image whose header claims more pixels is refused
   // before anything is allocated for it.
   uint64_t max_pixels = 178956970;
-  // Default: "raise": a file that cannot be decoded stops the loader with an error naming it
+  // Default: kRaise: a file that cannot be decoded stops the loader with an error naming it
   // (raised by the next Next()), and OpenImages refuses a folder or list holding files in a
-  // format gpufeed does not decode (BMP, TIFF, WebP, PPM, PGM), naming them. "skip": the next
+  // format gpufeed does not decode (BMP, TIFF, WebP, PPM, PGM), naming them. kSkip: the next
   // good sample takes its place, and skipped() counts it.
-  std::string on_error = "raise";
+  OnError on_error = OnError::kRaise;
   // Default: false: a JPEG libjpeg decodes with a warning ("Corrupt JPEG data: 3 extraneous
   // bytes before marker 0xd9", as camera and editor files often have) is decoded as PIL
   // decodes it and counted in decode_warnings(). True: such a file is an error like a corrupt
-  // one (raised, or skipped with on_error="skip").
+  // one (raised, or skipped with OnError::kSkip).
   bool strict = false;
   // A CSV list file: its path and label columns, and the class names in label order.
   // Default: "path", "label", empty = the names found in the list, sorted.
@@ -87,7 +104,7 @@ struct ImageOptions {
   std::shared_ptr<const FileSystem> file_system = nullptr;
 };
 
-// Samples an on_error="skip" source replaced: how many, and the first few, with the reason.
+// Samples an OnError::kSkip source replaced: how many, and the first few, with the reason.
 // Each read of a sample that fails counts once (a replacement that fails too is not counted
 // against the sample it replaces: its own read counts it), so one pass over the data set
 // counts each bad file once.
@@ -116,7 +133,7 @@ class ImageSource : public Source {
 };
 
 // The random crop of sample `index` in `epoch` of a loader seeded `seed`, on an image of
-// width x height pixels (after its EXIF orientation), as crop="random" draws it: the region
+// width x height pixels (after its EXIF orientation), as CropMode::kRandom draws it: the region
 // in the image's pixels and whether the output is mirrored. For debugging and comparisons.
 struct ImageCrop {
   int x = 0;

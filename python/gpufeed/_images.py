@@ -1,17 +1,35 @@
 """Image folders and lists: JPEG and PNG decoded, cropped and resized in C++ worker threads."""
 
 import os
+import textwrap
 
 from gpufeed import _gpufeed
 
 
-def images(path, *, size=224, crop="random", resize=None, scale=(0.08, 1.0),
-           ratio=(3.0 / 4.0, 4.0 / 3.0), flip=True, dtype="uint8", normalize=None,
-           dct_scaling=True, exif_orientation=True, max_pixels=178956970, on_error="raise",
-           strict=False, path_column="path", label_column="label", classes=None, cache="none",
-           cache_size=256, shm_dir="/dev/shm", verbose=True):
+def _pair(values):
+    return (float(values[0]), float(values[1]))
+
+
+# How each option the user gave is passed to C++ (which holds the defaults).
+_CONVERT = {
+    "size": int, "crop": str, "resize": int, "scale": _pair, "ratio": _pair, "flip": bool,
+    "dtype": lambda d: str(d).replace("torch.", ""),  # "float32" or torch.float32
+    "dct_scaling": bool, "exif_orientation": bool, "max_pixels": int, "on_error": str,
+    "strict": bool, "path_column": str, "label_column": str,
+    "classes": lambda names: [str(c) for c in names], "cache": str, "cache_size": int,
+    "shm_dir": os.fspath, "verbose": bool,
+}
+
+
+def images(path, *, size=None, crop=None, resize=None, scale=None, ratio=None, flip=None,
+           dtype=None, normalize=None, dct_scaling=None, exif_orientation=None, max_pixels=None,
+           on_error=None, strict=None, path_column=None, label_column=None, classes=None,
+           cache=None, cache_size=None, shm_dir=None, verbose=None):
     """Opens an image data set for gpufeed.Loader; fields `image` (uint8 [3, size, size], RGB,
     channels first; float32 or float16 with `dtype`) and `label` (int64).
+
+    An option left out (None) takes the C++ default (ImageOptions in gpufeed/images.h),
+    listed at the end.
 
     path:       a folder in torchvision's ImageFolder layout (one sub-folder per class,
                 classes sorted by name: the same class_to_idx and sample order), or a CSV
@@ -55,23 +73,26 @@ def images(path, *, size=224, crop="random", resize=None, scale=(0.08, 1.0),
     paths(batch.indices) and labels(...) take a list, numpy array or tensor of indices;
     source.stats() gives the skip and warning counts.
     """
+    given = {
+        "size": size, "crop": crop, "resize": resize, "scale": scale, "ratio": ratio,
+        "flip": flip, "dtype": dtype, "dct_scaling": dct_scaling,
+        "exif_orientation": exif_orientation, "max_pixels": max_pixels, "on_error": on_error,
+        "strict": strict, "path_column": path_column, "label_column": label_column,
+        "classes": classes, "cache": cache, "cache_size": cache_size, "shm_dir": shm_dir,
+        "verbose": verbose,
+    }
+    options = {key: _CONVERT[key](value) for key, value in given.items() if value is not None}
     if normalize is not None:
         mean, std = normalize
-        normalize = ([float(m) for m in mean], [float(s) for s in std])
-    options = {
-        "size": int(size), "crop": str(crop), "resize": int(resize or 0),
-        "scale": (float(scale[0]), float(scale[1])), "ratio": (float(ratio[0]), float(ratio[1])),
-        "flip": bool(flip), "dct_scaling": bool(dct_scaling),
-        "dtype": str(dtype).replace("torch.", ""),  # "float32" or torch.float32
-        "normalize_mean": normalize[0] if normalize else [],
-        "normalize_std": normalize[1] if normalize else [],
-        "exif_orientation": bool(exif_orientation), "max_pixels": int(max_pixels),
-        "on_error": str(on_error), "strict": bool(strict), "path_column": str(path_column),
-        "label_column": str(label_column), "classes": [str(c) for c in (classes or [])],
-        "cache": str(cache), "cache_size": int(cache_size), "shm_dir": os.fspath(shm_dir),
-        "verbose": bool(verbose),
-    }
+        options["normalize_mean"] = [float(m) for m in mean]
+        options["normalize_std"] = [float(s) for s in std]
     return _gpufeed.open_images(os.fspath(path), options)
+
+
+images.__doc__ += "\n" + textwrap.fill(
+    "Defaults: " + ", ".join(f"{key}={value!r}" for key, value in
+                             _gpufeed.image_defaults().items()) + ".",
+    width=92, initial_indent="    ", subsequent_indent="    ") + "\n"
 
 
 def class_to_idx(source):

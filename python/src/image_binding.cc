@@ -13,13 +13,15 @@
 namespace gpufeed::python {
 namespace {
 
-// The options dict gpufeed.images() builds: every key is one ImageOptions field.
+// The options dict gpufeed.images() builds: every key is one ImageOptions field. A key left
+// out, or None, keeps ImageOptions' default (the defaults live there only).
 ImageOptions ImageOptionsFrom(const py::dict& d) {
   ImageOptions o;
   for (const auto& [key_object, value] : d) {
     const std::string key = py::cast<std::string>(key_object);
+    if (value.is_none()) continue;
     if (key == "crop")
-      o.crop = py::cast<std::string>(value);
+      o.crop = ParseCropMode(py::cast<std::string>(value));
     else if (key == "size")
       o.size = py::cast<int>(value);
     else if (key == "resize")
@@ -46,7 +48,7 @@ ImageOptions ImageOptionsFrom(const py::dict& d) {
     else if (key == "max_pixels")
       o.max_pixels = py::cast<uint64_t>(value);
     else if (key == "on_error")
-      o.on_error = py::cast<std::string>(value);
+      o.on_error = ParseOnError(py::cast<std::string>(value));
     else if (key == "strict")
       o.strict = py::cast<bool>(value);
     else if (key == "path_column")
@@ -180,6 +182,32 @@ void BindImages(py::module_& m) {
         return OpenImages(path, std::move(o));
       },
       py::arg("path"), py::arg("options"));
+
+  m.def(
+      "image_defaults",
+      [] {
+        const ImageOptions o;
+        py::dict d;
+        d["size"] = o.size;
+        d["crop"] = std::string(CropModeName(o.crop));
+        d["scale"] = py::make_tuple(o.scale_min, o.scale_max);
+        d["ratio"] = py::make_tuple(o.ratio_min, o.ratio_max);
+        d["flip"] = o.flip;
+        d["dtype"] = std::string(DTypeName(o.dtype));
+        d["dct_scaling"] = o.dct_scaling;
+        d["exif_orientation"] = o.exif_orientation;
+        d["max_pixels"] = o.max_pixels;
+        d["on_error"] = std::string(OnErrorName(o.on_error));
+        d["strict"] = o.strict;
+        d["path_column"] = o.path_column;
+        d["label_column"] = o.label_column;
+        d["cache"] = std::string(CacheTierName(o.cache));
+        d["cache_size"] = o.cache_size;
+        d["shm_dir"] = o.shm_dir;
+        d["verbose"] = o.verbose;
+        return d;
+      },
+      "{option: default} of gpufeed.images() options that have a fixed default (ImageOptions).");
 
   m.def(
       "image_random_crop",

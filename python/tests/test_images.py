@@ -198,3 +198,21 @@ def test_cached_epochs_repeat_crops_from_the_stored_images(folder):
     second, labels2 = _loader_images(source, 1, 0)
     assert torch.equal(first, second) and torch.equal(labels, labels2)
     assert first.dtype == torch.uint8 and first.shape == (len(source), 3, 24, 24)
+
+
+def test_options_left_out_take_the_cpp_defaults(folder):
+    """images() passes only what the caller gave: the rest is ImageOptions' default, and
+    spelling those defaults out gives the same source and the same pixels."""
+    defaults = _gpufeed.image_defaults()
+    assert defaults["size"] == 224 and defaults["crop"] == "random"
+    assert defaults["on_error"] == "raise" and defaults["dtype"] == "uint8"
+    assert "Defaults: size=224" in gpufeed.images.__doc__
+    implicit = gpufeed.images(folder, size=16)
+    explicit = gpufeed.images(folder, **{**defaults, "size": 16})
+    assert implicit.describe() == explicit.describe()
+    assert implicit.identity() == explicit.identity()
+    assert torch.equal(_loader_images(implicit, seed=3)[0], _loader_images(explicit, seed=3)[0])
+    with pytest.raises(gpufeed.InvalidArgument, match='crop must be "random" or "center"'):
+        gpufeed.images(folder, crop="middle")
+    with pytest.raises(gpufeed.InvalidArgument, match='on_error must be "raise" or "skip"'):
+        gpufeed.images(folder, on_error="ignore")

@@ -116,13 +116,13 @@ class CachedImageSource final : public ImageSetSource {
 
   std::string Describe() const override {
     return fmt::format("images:{} ({} images, {} classes, {} crop {}, cached {} at {})",
-                       set_->origin(), size(), set_->list().classes.size(), set_->options().crop,
-                       set_->options().size, CacheTierName(cached_->cache_tier()),
-                       set_->options().cache_size);
+                       set_->origin(), size(), set_->list().classes.size(),
+                       CropModeName(set_->options().crop), set_->options().size,
+                       CacheTierName(cached_->cache_tier()), set_->options().cache_size);
   }
   std::string Identity() const override {
     const ImageOptions& o = set_->options();
-    return fmt::format("images-cached:{}:{}:{}:{}|{}", o.crop, o.size, o.resize,
+    return fmt::format("images-cached:{}:{}:{}:{}|{}", CropModeName(o.crop), o.size, o.resize,
                        set_->OutputIdentity(), cached_->Identity());
   }
   CacheTier cache_tier() const override { return cached_->cache_tier(); }
@@ -181,7 +181,7 @@ class CachedImageSource final : public ImageSetSource {
             uint8_t* target) const {
     const ImageOptions& o = set_->options();
     const int size = o.size;
-    if (o.crop == "random") {
+    if (o.crop == CropMode::kRandom) {
       Pcg32 rng(MixSeed(seed, static_cast<uint64_t>(index)));
       const ImageCrop rect = DrawCrop(image.width, image.height, o, rng);
       ResampleToChw(

@@ -48,12 +48,13 @@ class StreamingImageSource final : public ImageSetSource {
 
   std::string Describe() const override {
     return fmt::format("images:{} ({} images, {} classes, {} crop {})", set_->origin(), size(),
-                       set_->list().classes.size(), set_->options().crop, set_->options().size);
+                       set_->list().classes.size(), CropModeName(set_->options().crop),
+                       set_->options().size);
   }
   std::string Identity() const override {
     const ImageOptions& o = set_->options();
-    return fmt::format("images:{}:{}:{}:{}:{}|{}", o.crop, o.size, o.resize, o.dct_scaling,
-                       set_->OutputIdentity(), set_->FilesIdentity());
+    return fmt::format("images:{}:{}:{}:{}:{}|{}", CropModeName(o.crop), o.size, o.resize,
+                       o.dct_scaling, set_->OutputIdentity(), set_->FilesIdentity());
   }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
     return std::make_unique<ImageWorker>();
@@ -85,7 +86,7 @@ class StreamingImageSource final : public ImageSetSource {
   void Produce(int64_t sample, Pcg32& rng, ImageWorker& worker, uint8_t* image) const {
     const ImageOptions& o = set_->options();
     const int size = o.size;
-    if (o.crop == "random") {
+    if (o.crop == CropMode::kRandom) {
       ImageCrop rect;
       CropRect window;
       int ox = 0;
@@ -339,10 +340,10 @@ std::shared_ptr<ImageSource> NewStreamingImageSource(std::shared_ptr<const Image
 }
 
 std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions options) {
-  if (options.crop != "random" && options.crop != "center") {
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        fmt::format("images: crop must be \"random\" or \"center\", got \"{}\"", options.crop));
+  if (options.crop != CropMode::kRandom && options.crop != CropMode::kCenter) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("images: crop must be CropMode::kRandom or kCenter, got {}",
+                            static_cast<int>(options.crop)));
   }
   if (options.size <= 0 || options.size > 16384) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -365,10 +366,10 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
                 fmt::format("images: ratio must satisfy 0 < min <= max, got ({}, {})",
                             options.ratio_min, options.ratio_max));
   }
-  if (options.on_error != "raise" && options.on_error != "skip") {
+  if (options.on_error != OnError::kRaise && options.on_error != OnError::kSkip) {
     throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("images: on_error must be \"raise\" or \"skip\", got \"{}\"",
-                            options.on_error));
+                fmt::format("images: on_error must be OnError::kRaise or kSkip, got {}",
+                            static_cast<int>(options.on_error)));
   }
   CheckOutputOptions(options);
   if (options.max_pixels == 0) {
@@ -390,11 +391,12 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
     throw Error(ErrorCode::kNotFound, fmt::format("{}: no such image folder or list", path));
   }
   std::vector<std::string> skipped_rows;
-  ImageList list = std::filesystem::is_directory(path, ec)
-                       ? ListImageFolder(path)
-                       : ReadImageList(path, options.path_column, options.label_column,
-                                       options.classes, options.on_error == "skip", &skipped_rows);
-  if (options.on_error == "raise") RefuseUndecodedFormats(path, list);
+  ImageList list =
+      std::filesystem::is_directory(path, ec)
+          ? ListImageFolder(path)
+          : ReadImageList(path, options.path_column, options.label_column, options.classes,
+                          options.on_error == OnError::kSkip, &skipped_rows);
+  if (options.on_error == OnError::kRaise) RefuseUndecodedFormats(path, list);
   auto set = std::make_shared<ImageSet>(path, std::move(list), options);
   for (const std::string& row : skipped_rows) set->RecordSkip(row);
   if (options.cache == CacheTier::kNone) return NewStreamingImageSource(std::move(set));

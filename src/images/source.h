@@ -30,7 +30,7 @@ class ImageSet {
   const ImageOptions& options() const { return options_; }
   int64_t size() const { return static_cast<int64_t>(list_.paths.size()); }
   const FileSystem& file_system() const { return *fs_; }
-  bool skip() const { return options_.on_error == "skip"; }
+  bool skip() const { return options_.on_error == OnError::kSkip; }
   RandomCropParams crop_params() const;
   // Whether the image field is uint8 (written by the resampler straight into the batch).
   bool uint8_output() const { return options_.dtype == DType::kUInt8; }

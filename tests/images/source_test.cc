@@ -120,7 +120,7 @@ TEST(ImageSourceTest, CropsComeFromSeedEpochAndSampleOnly) {
   EXPECT_EQ(a.images, RunEpoch(source, 3, 1, 2).images);
   EXPECT_NE(a.images, RunEpoch(source, 3, 2, 1).images);  // another epoch, other crops
   // The evaluation crop draws nothing: any seed gives the same pixels for a sample.
-  auto eval = OpenImages(dir.path(), {.crop = "center", .size = 16, .resize = 20});
+  auto eval = OpenImages(dir.path(), {.crop = CropMode::kCenter, .size = 16, .resize = 20});
   const Epoch e1 = RunEpoch(eval, 1, 0, 2, 12);
   const Epoch e2 = RunEpoch(eval, 2, 5, 1, 12);
   for (size_t r = 0; r < 12; ++r) {
@@ -223,7 +223,7 @@ TEST(ImageSourceTest, SkipReplacesBadSamplesWithTheNextGoodOneAndCountsThem) {
   MakeFolder(dir, 2);
   dir.Write("ant/0.jpg", "");
   dir.Write("bee/1.png", "garbage");
-  auto source = OpenImages(dir.path(), {.size = 8, .on_error = "skip"});
+  auto source = OpenImages(dir.path(), {.size = 8, .on_error = OnError::kSkip});
   const Epoch epoch = RunEpoch(source, 0, 0, 2, 3);
   ASSERT_EQ(epoch.indices.size(), 6u);
   for (size_t r = 0; r < epoch.indices.size(); ++r) {
@@ -259,13 +259,40 @@ TEST(ImageSourceTest, SkipReplacesBadSamplesWithTheNextGoodOneAndCountsThem) {
 TEST(ImageSourceTest, OptionsAreCheckedAtOpen) {
   ScratchDir dir;
   MakeFolder(dir, 1);
-  EXPECT_EQ(ErrorCodeOf([&] { OpenImages(dir.path(), {.crop = "middle"}); }),
+  EXPECT_EQ(ErrorCodeOf([&] { OpenImages(dir.path(), {.crop = static_cast<CropMode>(7)}); }),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(ErrorCodeOf([&] { OpenImages(dir.path(), {.on_error = "ignore"}); }),
+  EXPECT_EQ(ErrorCodeOf([&] { OpenImages(dir.path(), {.on_error = static_cast<OnError>(7)}); }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(ErrorCodeOf([&] { OpenImages(dir.path(), {.size = 64, .resize = 32}); }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(ErrorCodeOf([&] { OpenImages(dir.path() + "/none"); }), ErrorCode::kNotFound);
+}
+
+// Python and the CLI pass the crop and error policy as text: each name round-trips, and any
+// other text is refused with a message that lists the accepted names.
+TEST(ImageSourceTest, CropModeAndOnErrorParseTheirNames) {
+  for (const CropMode mode : {CropMode::kRandom, CropMode::kCenter}) {
+    EXPECT_EQ(ParseCropMode(CropModeName(mode)), mode);
+  }
+  for (const OnError policy : {OnError::kRaise, OnError::kSkip}) {
+    EXPECT_EQ(ParseOnError(OnErrorName(policy)), policy);
+  }
+  EXPECT_EQ(CropModeName(CropMode::kCenter), "center");
+  EXPECT_EQ(OnErrorName(OnError::kSkip), "skip");
+  try {
+    ParseCropMode("middle");
+    ADD_FAILURE() << "ParseCropMode accepted \"middle\"";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("crop must be \"random\" or \"center\", got \"middle\""));
+  }
+  try {
+    ParseOnError("ignore");
+    ADD_FAILURE() << "ParseOnError accepted \"ignore\"";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("on_error must be \"raise\" or \"skip\", got \"ignore\""));
+  }
 }
 
 TEST(ImageSourceTest, RamCacheServesStoredImagesAndCropsFromThem) {
@@ -289,8 +316,9 @@ TEST(ImageSourceTest, RamCacheServesStoredImagesAndCropsFromThem) {
   plain.Write("a/0.jpg", testing::RgbJpeg(40, 30, 1));
   plain.Write("a/1.jpg", testing::RgbJpeg(30, 40, 2));
   plain.Write("b/0.png", testing::EncodePng(testing::Pattern(36, 30, 3), 36, 30, PNG_FORMAT_RGB));
-  auto stream_eval = OpenImages(plain.path(), {.crop = "center", .size = 16, .resize = 24});
-  auto cached_eval = OpenImages(plain.path(), {.crop = "center",
+  auto stream_eval =
+      OpenImages(plain.path(), {.crop = CropMode::kCenter, .size = 16, .resize = 24});
+  auto cached_eval = OpenImages(plain.path(), {.crop = CropMode::kCenter,
                                                .size = 16,
                                                .resize = 24,
                                                .cache = CacheTier::kRam,
@@ -320,12 +348,13 @@ TEST(ImageSourceTest, SkipAfterAnUnsupportedJpegKeepsEveryOtherSampleAndCountsEa
   // Samples: 0 ant/0.jpg, 1 ant/1.png, 2 bee/0.jpg, 3 bee/1.png, 4 cat/0.jpg, 5 cat/1.png.
   ScratchDir dir;
   MakeFolder(dir, 2);
-  const auto clean = ReadAll(OpenImages(dir.path(), {.crop = "center", .size = 8}));
+  const auto clean = ReadAll(OpenImages(dir.path(), {.crop = CropMode::kCenter, .size = 8}));
   std::string twelve_bit = testing::RgbJpeg(40, 30);
   twelve_bit[twelve_bit.find("\xFF\xC0") + 4] = 12;  // sample precision 12
   dir.Write("ant/0.jpg", twelve_bit);
   dir.Write("ant/1.png", "garbage");
-  auto source = OpenImages(dir.path(), {.crop = "center", .size = 8, .on_error = "skip"});
+  auto source =
+      OpenImages(dir.path(), {.crop = CropMode::kCenter, .size = 8, .on_error = OnError::kSkip});
   const Epoch read = ReadAll(source);
   // Both bad samples take sample 2's image and label; every other sample is its own.
   const size_t image_bytes = 3 * 8 * 8;
@@ -350,8 +379,8 @@ TEST(ImageSourceTest, JpegWarningsAreCountedOrRefusedWhenStrict) {
   const std::string jpeg = testing::RgbJpeg(40, 30, 5);
   const size_t dqt = jpeg.find("\xFF\xDB");
   dir.Write("bee/0.jpg", jpeg.substr(0, dqt) + "\x01\x02" + jpeg.substr(dqt));
-  for (const char* crop : {"center", "random"}) {
-    SCOPED_TRACE(crop);
+  for (const CropMode crop : {CropMode::kCenter, CropMode::kRandom}) {
+    SCOPED_TRACE(CropModeName(crop));
     auto source = OpenImages(dir.path(), {.crop = crop, .size = 8});
     EXPECT_EQ(NextError(source), "no error");
     const ImageDecodeWarnings warnings = source->decode_warnings();
@@ -381,7 +410,8 @@ TEST(ImageSourceTest, FormatsTheDecodersRefuseAreNamedAtOpen) {
   EXPECT_THAT(message, HasSubstr("cat/deep/3.WEBP"));
   // With on_error="skip" the listing keeps torchvision's indices; each such file is replaced
   // and counted, with the format named.
-  auto source = OpenImages(dir.path(), {.crop = "center", .size = 8, .on_error = "skip"});
+  auto source =
+      OpenImages(dir.path(), {.crop = CropMode::kCenter, .size = 8, .on_error = OnError::kSkip});
   ASSERT_EQ(source->size(), 8);
   ReadAll(source);
   const SkippedImages skipped = source->skipped();
@@ -410,14 +440,14 @@ TEST(ImageSourceTest, PngExifOrientationIsAppliedAsAJpegs) {
   a.Write("c/0.png", testing::EncodePngRaw(upright, w, h, 8, 2));
   ScratchDir b;
   b.Write("c/0.png", testing::EncodePngRaw(sideways, h, w, 8, 2, {.exif = testing::ExifTiff(6)}));
-  const ImageOptions o{.crop = "center", .size = 12, .resize = 12};
+  const ImageOptions o{.crop = CropMode::kCenter, .size = 12, .resize = 12};
   EXPECT_EQ(ReadAll(OpenImages(b.path(), o)).images, ReadAll(OpenImages(a.path(), o)).images);
 }
 
 TEST(ImageSourceTest, FloatOutputIsToTensorThenNormalize) {
   ScratchDir dir;
   MakeFolder(dir, 2);
-  const ImageOptions plain_options{.crop = "center", .size = 8};
+  const ImageOptions plain_options{.crop = CropMode::kCenter, .size = 8};
   const Epoch plain = ReadAll(OpenImages(dir.path(), plain_options));
   const std::vector<float> mean = {0.485f, 0.456f, 0.406f};
   const std::vector<float> sd = {0.229f, 0.224f, 0.225f};
