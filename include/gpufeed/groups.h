@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpufeed/file.h"
@@ -30,6 +31,17 @@ namespace gpufeed {
 
 // The name of the per-row group id field a grouped loader adds to its batches.
 inline constexpr const char* kGroupField = "group";
+
+// How a group table is declared (see above).
+enum class GroupKind {
+  kOffsets,  // "offsets": F+1 row offsets; group g is rows [offsets[g], offsets[g+1])
+  kIds,      // "ids": one group id per row; group g is every row whose id is g
+};
+
+// The names Python spells ("offsets", "ids"). ParseGroupKind throws Error(kInvalidArgument)
+// naming the accepted values for any other text.
+GroupKind ParseGroupKind(std::string_view text);
+std::string_view GroupKindName(GroupKind kind);
 
 // How a data set on disk declares its groups.
 struct GroupOptions {
@@ -69,6 +81,9 @@ class GroupTable {
   // past the row count: ids are 0..F-1).
   static std::unique_ptr<GroupTable> FromIds(std::span<const int64_t> ids, std::string name,
                                              int64_t groups = -1);
+  // FromOffsets(values, rows, name) or FromIds(values, name, groups), as `kind` says.
+  static std::unique_ptr<GroupTable> From(GroupKind kind, std::span<const int64_t> values,
+                                          int64_t rows, std::string name, int64_t groups = -1);
 
   // Adds a per-group field from `rows` rows of `spec` at `data`. Throws Error(kCorruptData)
   // naming `what` when rows != num_groups() (with the first row or group that has no match),

@@ -73,14 +73,8 @@ void BindGroups(py::module_& m) {
          int64_t rows, const std::string& name, const std::vector<FieldTuple>& fields,
          std::optional<int64_t> groups) {
         const std::span<const int64_t> span(values.data(), static_cast<size_t>(values.size()));
-        std::unique_ptr<GroupTable> table;
-        if (kind == "offsets") {
-          table = GroupTable::FromOffsets(span, rows, name);
-        } else if (kind == "ids") {
-          table = GroupTable::FromIds(span, name, groups.value_or(-1));
-        } else {
-          throw Error(ErrorCode::kInvalidArgument, fmt::format("unknown group kind '{}'", kind));
-        }
+        std::unique_ptr<GroupTable> table =
+            GroupTable::From(ParseGroupKind(kind), span, rows, name, groups.value_or(-1));
         for (const auto& [field, dtype, shape, address, n] : fields) {
           const auto parsed = ParseDType(dtype);
           if (!parsed) {

@@ -12,6 +12,35 @@
 
 namespace gpufeed {
 
+GroupKind ParseGroupKind(std::string_view text) {
+  if (text == "offsets") return GroupKind::kOffsets;
+  if (text == "ids") return GroupKind::kIds;
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("unknown group kind '{}': expected \"offsets\" or \"ids\"", text));
+}
+
+std::string_view GroupKindName(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::kOffsets:
+      return "offsets";
+    case GroupKind::kIds:
+      return "ids";
+  }
+  return "unknown";
+}
+
+std::unique_ptr<GroupTable> GroupTable::From(GroupKind kind, std::span<const int64_t> values,
+                                             int64_t rows, std::string name, int64_t groups) {
+  switch (kind) {
+    case GroupKind::kOffsets:
+      return FromOffsets(values, rows, std::move(name));
+    case GroupKind::kIds:
+      return FromIds(values, std::move(name), groups);
+  }
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("unknown group kind {}", static_cast<int>(kind)));
+}
+
 std::unique_ptr<GroupTable> GroupTable::FromOffsets(std::span<const int64_t> offsets, int64_t rows,
                                                     std::string name) {
   const auto bad = [&](const std::string& what) {

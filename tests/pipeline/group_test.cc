@@ -145,6 +145,23 @@ TEST(GroupTable, IdsGroupRowsThatAreNotContiguous) {
   for (int64_t r = 0; r < 6; ++r) EXPECT_EQ(t->GroupOf(r), ids[static_cast<size_t>(r)]);
 }
 
+// Python passes the kind as text: each name round-trips, From builds the table that kind
+// names, and other text is refused naming the accepted names.
+TEST(GroupTable, KindNamesParseAndPickTheFactory) {
+  for (const GroupKind kind : {GroupKind::kOffsets, GroupKind::kIds}) {
+    EXPECT_EQ(ParseGroupKind(GroupKindName(kind)), kind);
+  }
+  const std::vector<int64_t> values{0, 2, 2, 1};
+  const std::vector<int64_t> offsets{0, 2, 3};
+  EXPECT_EQ(GroupTable::From(ParseGroupKind("offsets"), offsets, 3, "o")->num_groups(), 2);
+  const auto ids = GroupTable::From(ParseGroupKind("ids"), values, 4, "i");
+  ASSERT_EQ(ids->num_groups(), 3);
+  EXPECT_EQ(ids->GroupSize(2), 2);
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf([&] { ParseGroupKind("rows"); }, &message), ErrorCode::kInvalidArgument);
+  EXPECT_NE(message.find("'rows': expected \"offsets\" or \"ids\""), std::string::npos) << message;
+}
+
 TEST(GroupTable, PerGroupFieldLengthMustBeTheGroupCount) {
   const std::vector<int64_t> offsets{0, 2, 2, 5};  // group 1 is empty
   auto t = GroupTable::FromOffsets(offsets, 5, "'file_offsets' (a.h5)");
