@@ -127,9 +127,10 @@ std::shared_ptr<Source> OpenPublished(const std::shared_ptr<Source>& base, const
                                       const std::string& name, std::string* invalid) {
   const std::string path = dir.PathOf(name);
   std::string why;
-  const int fd = dir.OpenFile(name, O_RDONLY, &why);
+  ShmUserDir::FileState state;
+  const int fd = dir.OpenFile(name, O_RDONLY, &why, &state);
   if (fd < 0) {
-    if (why != "absent") *invalid = why;
+    if (state != ShmUserDir::FileState::kAbsent) *invalid = why;
     return nullptr;
   }
   ShmHeader header;

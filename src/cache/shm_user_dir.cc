@@ -170,7 +170,10 @@ int ShmUserDir::CreateFile(const std::string& name) const {
   return fd;
 }
 
-int ShmUserDir::OpenFile(const std::string& name, int flags, std::string* why) const {
+int ShmUserDir::OpenFile(const std::string& name, int flags, std::string* why,
+                         FileState* state) const {
+  FileState ignored;
+  if (state == nullptr) state = &ignored;
   int fd = openat(fd_, name.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, FileMode());
   if (fd < 0 && errno == EPERM && (flags & O_NOATIME) != 0) {
     // O_NOATIME is the owner's: a group member reads the builder's file without it.
@@ -179,6 +182,7 @@ int ShmUserDir::OpenFile(const std::string& name, int flags, std::string* why) c
   }
   if (fd < 0) {
     const int err = errno;
+    *state = err == ENOENT ? FileState::kAbsent : FileState::kRefused;
     *why = err == ENOENT  ? "absent"
            : err == ELOOP ? "a symlink"
                           : fmt::format("cannot open it: {}", std::strerror(err));
@@ -189,8 +193,10 @@ int ShmUserDir::OpenFile(const std::string& name, int flags, std::string* why) c
   *why = fstat(fd, &st) != 0 ? std::strerror(errno) : Untrusted(st, /*want_dir=*/false, group_);
   if (!why->empty()) {
     close(fd);
+    *state = FileState::kRefused;
     return -1;
   }
+  *state = FileState::kOpened;
   // Regular files ignore O_NONBLOCK for reads, but flock waits must block where asked.
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;

@@ -50,13 +50,21 @@ class ShmUserDir {
   int fd() const { return fd_; }
   const std::array<std::byte, kShmSecretBytes>& secret() const { return secret_; }
 
+  // What OpenFile found at a name.
+  enum class FileState {
+    kOpened,   // a file that passed the checks
+    kAbsent,   // nothing there (ENOENT)
+    kRefused,  // something there that cannot be opened or fails the checks
+  };
   // Opens `name` in the folder with `flags` (plus O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC; with
   // O_CREAT the mode is FileMode()) and checks it is a regular file of this user with no group
   // or other permissions (in a group's folder: of the group, no permission for others, not
   // writable by the group). Returns the descriptor, or -1 with `*why` saying what was wrong
-  // (ENOENT: "absent"). The returned descriptor is blocking again. O_NOATIME in `flags` is
-  // dropped where the kernel refuses it (a file of another member of the group).
-  int OpenFile(const std::string& name, int flags, std::string* why) const;
+  // ("absent" when nothing is there) and, when given, `*state` whether anything was there. The
+  // returned descriptor is blocking again. O_NOATIME in `flags` is dropped where the kernel
+  // refuses it (a file of another member of the group).
+  int OpenFile(const std::string& name, int flags, std::string* why,
+               FileState* state = nullptr) const;
   std::string PathOf(const std::string& name) const { return path_ + "/" + name; }
   // Creates `name` exclusively (O_EXCL, nothing followed) for reading and writing, with
   // FileMode() and (in a group's folder) the group. Returns -1 with errno set on failure.

@@ -127,9 +127,11 @@ ShmVerifyReport VerifyShmCache(const std::string& key, const std::string& root,
   report.key = key;
   report.path = dir->PathOf(name);
   std::string why;
-  const int fd = dir->OpenFile(name, O_RDONLY | O_NOATIME, &why);  // verifying is no use
+  ShmUserDir::FileState state;
+  // O_NOATIME: verifying is no use of the cache.
+  const int fd = dir->OpenFile(name, O_RDONLY | O_NOATIME, &why, &state);
   if (fd < 0) {
-    if (why == "absent") {
+    if (state == ShmUserDir::FileState::kAbsent) {
       throw Error(ErrorCode::kNotFound, fmt::format("no cache {} in {}", key, dir->path()));
     }
     throw Error(ErrorCode::kIo, fmt::format("the cache {} is refused: {}", report.path, why));

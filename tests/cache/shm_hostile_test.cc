@@ -149,6 +149,30 @@ TEST(ShmHostileTest, ASymlinkUnderTheCachesNameOrTheLocksIsNeverFollowed) {
   EXPECT_EQ(st.st_mode & 07777, 0600u);
 }
 
+// Callers tell "nothing there" (build or report not found) from "something there that is
+// refused" (report it) by OpenFile's state, not by its message.
+TEST(ShmHostileTest, OpenFileTellsAbsentFromRefused) {
+  ScratchDir root;
+  ScratchDir elsewhere;
+  const auto dir = ShmUserDir::Open(root.path(), /*create=*/true);
+  std::string why;
+  auto state = ShmUserDir::FileState::kOpened;
+  EXPECT_EQ(dir->OpenFile("none", O_RDONLY, &why, &state), -1);
+  EXPECT_EQ(state, ShmUserDir::FileState::kAbsent);
+  const std::string target = elsewhere.Write("target", "x");
+  ASSERT_EQ(symlink(target.c_str(), dir->PathOf("link").c_str()), 0);
+  EXPECT_EQ(dir->OpenFile("link", O_RDONLY, &why, &state), -1);
+  EXPECT_EQ(state, ShmUserDir::FileState::kRefused);
+  EXPECT_EQ(why, "a symlink");
+  const int made = dir->CreateFile("good");
+  ASSERT_GE(made, 0);
+  close(made);
+  const int fd = dir->OpenFile("good", O_RDONLY, &why, &state);
+  EXPECT_GE(fd, 0) << why;
+  EXPECT_EQ(state, ShmUserDir::FileState::kOpened);
+  if (fd >= 0) close(fd);
+}
+
 TEST(ShmHostileTest, AUserFolderOpenToOthersOrASymlinkIsRefused) {
   ScratchDir root;
   const std::string dir = ShmUserDirPath(root.path());
