@@ -263,6 +263,8 @@ class Loader:
                     "with groups, pass fields=[...]: the per-row datasets to read (the file "
                     "also holds the group datasets, of other lengths)")
         self._source = _sources.as_source(source, fields, chunk_cache, dtype)
+        # Before the loader starts: a dtype torch lacks is refused with the dtype= that reads it.
+        _tensors.check_schema(self._source.schema)
         self._group_table = None
         self.group_fields = None
         if grouped:

@@ -13,13 +13,22 @@ from_capsule = getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack)
 _VIEW_AS = {"bool": torch.bool}
 
 
+# The dtype= a field of an unsigned dtype torch lacks is read as: every uint16 and uint32 fits
+# the first; a uint64 above int64's range is refused as it is read, naming the sample.
+CAST_FOR_TORCH = {"uint16": "int32", "uint32": "int64", "uint64": "int64"}
+
+
 def check_schema(schema):
     """Raises Unsupported for a field whose dtype this torch has no dtype for."""
     for name, dtype, _ in schema:
-        if dtype in ("uint16", "uint32", "uint64") and not hasattr(torch, dtype):
+        if dtype in CAST_FOR_TORCH and not hasattr(torch, dtype):
+            cast = CAST_FOR_TORCH[dtype]
+            fits = ("values above int64's range are refused, naming the sample"
+                    if dtype == "uint64" else f"every {dtype} value fits")
             raise _gpufeed.Unsupported(
                 f"field '{name}' is {dtype}, which torch {torch.__version__} has no dtype "
-                f"for; store it as int32/int64 (or read it with a newer torch)")
+                f"for: pass dtype={{'{name}': '{cast}'}} to gpufeed.Loader to read it as "
+                f"{cast} ({fits}; 'int64' and 'float32' are accepted too)")
 
 
 def field_views(schema):

@@ -114,6 +114,7 @@ void ReadTypeAndShape(Hdf5Dataset& ds, hid_t type, hid_t space, const std::strin
   ds.field.dtype = layout.dtype;
   ds.element_size = H5Tget_size(type);
   ds.big_endian = layout.big_endian;
+  ds.bitfield = layout.bitfield;
   ds.type_conversion = layout.conversion;
   const int rank = H5Sget_simple_extent_ndims(space);
   if (H5Sget_simple_extent_type(space) != H5S_SIMPLE || rank < 1) {
@@ -166,8 +167,8 @@ void OpenCompact(Hdf5Dataset& ds, hid_t dset, const File& file, const std::strin
   CheckHdf5DataRange(ds, file, 0, total_bytes, "the compact data");
   ds.in_memory.resize(total_bytes);
   ds.storage_bytes = total_bytes;
-  const Hdf5Id memory_type = Hdf5MemoryType(ds.field.dtype);
-  CheckHdf5MemoryType(memory_type.get(), ds.field.dtype, what);
+  const Hdf5Id memory_type = Hdf5MemoryType(ds.field.dtype, ds.bitfield);
+  CheckHdf5MemoryType(memory_type.get(), ds.field.dtype, what, ds.bitfield);
   ds.big_endian = false;
   if (!ds.in_memory.empty() &&
       H5Dread(dset, memory_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ds.in_memory.data()) < 0) {
@@ -447,7 +448,7 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
   if (ds.storage == Hdf5Storage::kLibrary) {
     // Reads go through H5Dread into the dtype's native type: libhdf5 converts the file's
     // layout (byte order, precision, sign extension) as it does for h5py.
-    Hdf5Id memory_type = Hdf5MemoryType(ds.field.dtype);
+    Hdf5Id memory_type = Hdf5MemoryType(ds.field.dtype, ds.bitfield);
     ds.big_endian = false;
     ds.library_dataset = std::make_shared<Hdf5Id>(std::move(dset));
     ds.library_memory_type = std::make_shared<Hdf5Id>(std::move(memory_type));

@@ -67,6 +67,7 @@ struct Hdf5Dataset {
   std::vector<int64_t> dims;  // full shape, samples first
   size_t element_size = 0;
   bool big_endian = false;  // elements need a byte swap after reading
+  bool bitfield = false;    // a bitfield type (as bool: each byte must be 0 or 1)
   // Why libhdf5 converts the elements ("3-bit precision at bit offset 0"), or "" when their
   // bytes are the dtype's standard layout (hdf5/dtype.h).
   std::string type_conversion;

@@ -40,7 +40,7 @@ Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint
   if (ds_.storage == Hdf5Storage::kLibrary) {
     Hdf5Lock lock;
     CheckHdf5MemoryType(ds_.library_memory_type->get(), ds_.field.dtype,
-                        fmt::format("{}: dataset {}", ds_.path, ds_.dataset));
+                        fmt::format("{}: dataset {}", ds_.path, ds_.dataset), ds_.bitfield);
   }
   zero_fill_ = std::all_of(ds_.fill_value.begin(), ds_.fill_value.end(),
                            [](std::byte b) { return b == std::byte{0}; });
@@ -124,6 +124,20 @@ void Hdf5DatasetReader::Read(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratc
   }
   if (ds_.big_endian) {
     for (const auto& r : rows) SwapElements(r.dst, sample_bytes_, ds_.element_size);
+  }
+  if (ds_.bitfield && ds_.field.dtype == DType::kBool) CheckBools(rows);
+}
+
+void Hdf5DatasetReader::CheckBools(std::span<const Hdf5RowTarget> rows) const {
+  for (const auto& r : rows) {
+    const auto* p = reinterpret_cast<const uint8_t*>(r.dst);
+    const auto* bad = std::find_if(p, p + sample_bytes_, [](uint8_t b) { return b > 1; });
+    if (bad == p + sample_bytes_) continue;
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("{}: dataset {}: sample {} (row {} of the file): the 8-bit bitfield "
+                            "holds {}, which is not a bool (0 or 1); gpufeed reads 8-bit "
+                            "bitfields as bool",
+                            ds_.path, ds_.dataset, r.global, r.local, static_cast<int>(*bad)));
   }
 }
 

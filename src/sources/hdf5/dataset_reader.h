@@ -71,6 +71,8 @@ class Hdf5DatasetReader {
   // Unfiltered chunks of a mapped file: every piece copied out of the mapping.
   void ReadChunkedMapped(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
   void ReadLibrary(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  // Refuses a byte other than 0 or 1 in rows read as bool from an 8-bit bitfield.
+  void CheckBools(std::span<const Hdf5RowTarget> rows) const;
   // The decoded chunk at grid position `linear`: from the cache or decoded now.
   const std::byte* DecodedChunk(size_t linear, const Hdf5RowTarget& first, Hdf5ReadScratch& scratch,
                                 DecodedChunkCache::Buffer& hold) const;

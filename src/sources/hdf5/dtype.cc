@@ -107,6 +107,43 @@ Hdf5TypeLayout IntegerLayout(hid_t type, size_t size, const std::string& what) {
   return out;
 }
 
+// PyTables stores bool as an 8-bit bitfield: it reads as bool (each byte checked to be 0 or 1
+// as it is read). Wider bitfields read as unsigned integers of
+// their width, as h5py reads them. libhdf5 converts bitfields only into other bitfields, so one
+// whose bits gpufeed cannot read itself is refused.
+Hdf5TypeLayout BitfieldLayout(hid_t type, size_t size, const std::string& what) {
+  Hdf5TypeLayout out;
+  out.bitfield = true;
+  switch (size) {
+    case 1:
+      out.dtype = DType::kBool;
+      break;
+    case 2:
+      out.dtype = DType::kUInt16;
+      break;
+    case 4:
+      out.dtype = DType::kUInt32;
+      break;
+    case 8:
+      out.dtype = DType::kUInt64;
+      break;
+    default:
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{}: {}-byte bitfields are not supported (1, 2, 4 and 8 bytes are)",
+                              what, size));
+  }
+  std::vector<std::string> differences;
+  ReadByteOrder(type, size, what, out, differences);
+  ReadPrecision(type, size, differences);
+  if (!differences.empty()) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("{}: a bitfield with {} is not supported (bitfields using every bit "
+                            "of 1, 2, 4 or 8 bytes, little- or big-endian, are)",
+                            what, fmt::join(differences, ", ")));
+  }
+  return out;
+}
+
 Hdf5TypeLayout FloatTypeLayout(hid_t type, size_t size, const std::string& what) {
   size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
   H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize);
@@ -144,6 +181,7 @@ Hdf5TypeLayout ReadHdf5TypeLayout(hid_t type, const std::string& what) {
   const size_t size = H5Tget_size(type);
   if (cls == H5T_INTEGER) return IntegerLayout(type, size, what);
   if (cls == H5T_FLOAT) return FloatTypeLayout(type, size, what);
+  if (cls == H5T_BITFIELD) return BitfieldLayout(type, size, what);
   if (cls == H5T_ENUM) {
     Hdf5Id base(H5Tget_super(type));
     if (H5Tget_class(base.get()) != H5T_INTEGER) {
@@ -166,17 +204,30 @@ Hdf5TypeLayout ReadHdf5TypeLayout(hid_t type, const std::string& what) {
   if (cls == H5T_STRING) {
     detail = H5Tis_variable_str(type) > 0 ? "variable-length string" : "fixed-length string";
   }
-  throw Error(ErrorCode::kUnsupported,
-              fmt::format("{}: dtype {} is not supported; gpufeed reads bool, integer and float "
-                          "datasets",
-                          what, detail));
+  throw Error(
+      ErrorCode::kUnsupported,
+      fmt::format("{}: dtype {} is not supported; gpufeed reads bool, integer, bitfield and "
+                  "float datasets",
+                  what, detail));
 }
 
 DType MapHdf5Type(hid_t type, const std::string& what) {
   return ReadHdf5TypeLayout(type, what).dtype;
 }
 
-Hdf5Id Hdf5MemoryType(DType dtype) {
+Hdf5Id Hdf5MemoryType(DType dtype, bool bitfield) {
+  if (bitfield) {
+    switch (DTypeSize(dtype)) {
+      case 1:
+        return Hdf5Id(H5Tcopy(H5T_NATIVE_B8));
+      case 2:
+        return Hdf5Id(H5Tcopy(H5T_NATIVE_B16));
+      case 4:
+        return Hdf5Id(H5Tcopy(H5T_NATIVE_B32));
+      default:
+        return Hdf5Id(H5Tcopy(H5T_NATIVE_B64));
+    }
+  }
   switch (dtype) {
     case DType::kBool:
     case DType::kUInt8:
@@ -216,8 +267,8 @@ Hdf5Id Hdf5MemoryType(DType dtype) {
   return t;
 }
 
-void CheckHdf5MemoryType(hid_t memory_type, DType dtype, const std::string& what) {
-  const Hdf5Id expected = Hdf5MemoryType(dtype);
+void CheckHdf5MemoryType(hid_t memory_type, DType dtype, const std::string& what, bool bitfield) {
+  const Hdf5Id expected = Hdf5MemoryType(dtype, bitfield);
   if (H5Tequal(memory_type, expected.get()) <= 0) {
     H5Eclear2(H5E_DEFAULT);
     throw Error(ErrorCode::kUnsupported,

@@ -109,6 +109,48 @@ void Describe(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
   }
 }
 
+// torch 1.13 has no unsigned dtype wider than a byte: the Loader refuses such a field unless
+// dtype= reads it as one torch has. uint16 and uint32 fit the cast entirely; uint64 narrows,
+// and a value above int64's range is refused as it is read.
+void DescribeAccess(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
+  const std::string field = out.dataset.starts_with('/') ? out.dataset.substr(1) : out.dataset;
+  const char* fits = nullptr;
+  switch (ds.field.dtype) {
+    case DType::kUInt16:
+      out.cast_dtype = "int32";
+      fits = "every uint16 fits; 'int64' and 'float32' also hold every value";
+      break;
+    case DType::kUInt32:
+      out.cast_dtype = "int64";
+      fits = "every uint32 fits";
+      break;
+    case DType::kUInt64:
+      out.cast_dtype = "int64";
+      fits = "range-checked: a value above 2^63-1 is refused as it is read, naming the sample";
+      break;
+    default:
+      break;
+  }
+  const std::string how =
+      ds.storage == Hdf5Storage::kLibrary
+          ? fmt::format("read through libhdf5 (slow: every read takes its global lock; {})",
+                        ds.library_reason)
+          : "read directly by gpufeed (libhdf5 stays off the hot path)";
+  if (fits != nullptr) {
+    out.access = "cast";
+    out.access_detail = fmt::format(
+        "needs a cast for PyTorch (torch 1.13 has no {} dtype): pass dtype={{'{}': '{}'}} to "
+        "gpufeed.Loader ({}); {}",
+        DTypeName(ds.field.dtype), field, out.cast_dtype, fits, how);
+  } else if (ds.storage == Hdf5Storage::kLibrary) {
+    out.access = "libhdf5";
+    out.access_detail = how;
+  } else {
+    out.access = "direct";
+    out.access_detail = how;
+  }
+}
+
 // Decodes a sample of the dataset's stored chunks on this thread (up to 8, spread over the
 // index, about 64 MiB of output at most, repeated until 50 ms were spent) and records the
 // output rate. A chunk that does not decode is reported, not thrown.
@@ -249,6 +291,7 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
       try {
         const Hdf5Dataset ds = OpenHdf5Dataset(h5.get(), *file, name);
         Describe(ds, d);
+        DescribeAccess(ds, d);
         MeasureDecode(ds, *file, d);
         storage.push_back(ds.storage);
         // Each below 2^64 (checked at open); a sum past it saturates.
@@ -256,6 +299,8 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
             CheckedAdd(out.decoded_set_bytes, d.logical_bytes).value_or(UINT64_MAX);
       } catch (const Error& e) {
         d.unsupported = e.what();
+        d.access = "refused";
+        d.access_detail = fmt::format("refused: {}", d.unsupported);
         storage.push_back(Hdf5Storage::kFill);
       }
       out.datasets.push_back(std::move(d));
@@ -313,6 +358,9 @@ nlohmann::json Hdf5InspectionToJson(const Hdf5Inspection& in) {
   for (const auto& d : in.datasets) {
     nlohmann::json e;
     e["dataset"] = d.dataset;
+    e["access"] = d.access;
+    e["access_detail"] = d.access_detail;
+    if (!d.cast_dtype.empty()) e["cast_dtype"] = d.cast_dtype;
     if (!d.unsupported.empty()) {
       e["unsupported"] = d.unsupported;
     } else {
@@ -370,6 +418,7 @@ std::string FormatHdf5Inspection(const Hdf5Inspection& in) {
                        d.index_seconds * 1e3, d.index_method);
     }
     o << fmt::format("  read path:   {}\n", d.read_path);
+    o << fmt::format("  gpufeed:     {}\n", d.access_detail);
     o << fmt::format("  per random sample ({}): reads {}, decodes {}\n",
                      FormatBytes(d.sample_bytes), FormatBytes(d.read_bytes_per_sample),
                      FormatBytes(d.decoded_bytes_per_sample));

@@ -1,7 +1,8 @@
 // What `gpufeed inspect` says about an HDF5 file: per dataset its shape, dtype, layout,
 // chunking, filters, compression ratio, what one randomly accessed sample costs to read and
-// decode, the measured decode throughput of its filter chain, and a recommendation computed
-// from those figures and the machine's free RAM.
+// decode, the measured decode throughput of its filter chain, what gpufeed will do with it
+// (read it itself, through libhdf5, with a dtype= PyTorch needs, or refuse it), and a
+// recommendation computed from those figures and the machine's free RAM.
 //
 // Thread-safety: pure functions (InspectHdf5 takes the libhdf5 lock while it opens the file).
 #pragma once
@@ -41,6 +42,12 @@ struct Hdf5DatasetInspection {
   double decode_mb_per_s = 0;
   int64_t decode_chunks_sampled = 0;
   std::string decode_error;  // a sampled chunk did not decode: why
+  // What gpufeed will do with it: "direct" (its own reader), "libhdf5" (through libhdf5 under
+  // its global lock: slow), "cast" (a dtype torch 1.13 has none of: the Loader needs
+  // dtype={field: cast_dtype}), "refused". access_detail says why and how, in words.
+  std::string access;
+  std::string access_detail;
+  std::string cast_dtype;  // "cast": the dtype= that reads it for PyTorch
   std::string recommendation;
 };
 

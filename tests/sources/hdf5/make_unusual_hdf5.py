@@ -9,7 +9,8 @@ Valid cases: OUT_DIR/<case>.h5 and OUT_DIR/<case>.bin, the dataset 'x' as libhdf
 into the native type of the dtype named in OUT_DIR/cases.json (h5py's own read where h5py can
 read it: N-bit integers, integers at a bit offset, a float with another exponent bias, VAX
 byte order, data layout messages of versions 1 and 2 as HDF5 1.6 and older wrote them, data
-sets never written). OUT_DIR/mantissa_float.h5 holds a float layout of no gpufeed dtype. Hostile cases: OUT_DIR/hostile_<case>.h5, compact layouts whose data do
+sets never written, bitfields as PyTables writes bool and h5py reads as unsigned integers).
+OUT_DIR/bitfield_b8_not_bool.h5 holds an 8-bit bitfield with a 5 in sample 2. OUT_DIR/mantissa_float.h5 holds a float layout of no gpufeed dtype. Hostile cases: OUT_DIR/hostile_<case>.h5, compact layouts whose data do
 not match the dataset (libhdf5 1.10.8 copies from a null pointer for the first one).
 The C++ test (unusual_test.cc) reads them; fuzz/make_corpus_hdf5.py adds them to the corpus.
 """
@@ -241,6 +242,36 @@ def sparse_chunked(path):
     return 'int16'
 
 
+def bitfield(ftype, values, dtype, **layout):
+    """Dataset 'x' of bitfield type `ftype` (as PyTables writes bool: an 8-bit bitfield),
+    compared with h5py's read (unsigned integers of the bitfield's width)."""
+    values = np.asarray(values, dtype=np.dtype(dtype).str.replace('b', 'u'))
+    mtype = {1: h5t.STD_B8LE, 2: h5t.STD_B16LE, 4: h5t.STD_B32LE, 8: h5t.STD_B64LE}
+
+    def make(path):
+        dcpl = None
+        if layout:
+            dcpl = h5p.create(h5p.DATASET_CREATE)
+            if 'chunks' in layout:
+                dcpl.set_chunk(layout['chunks'])
+                dcpl.set_deflate(1)
+            if layout.get('compact'):
+                dcpl.set_layout(h5d.COMPACT)
+        with h5py.File(path, 'w', libver='earliest') as f:
+            d = h5d.create(f.id, b'x', ftype, h5s.create_simple(values.shape), dcpl=dcpl)
+            d.write(h5s.ALL, h5s.ALL, values, mtype=mtype[values.itemsize])
+        with h5py.File(path, 'r') as f:
+            mine = f['x'][()]
+        assert mine.dtype.kind == 'u' and np.array_equal(mine, values), (path, mine)
+        return dtype, mine.astype(values.dtype).view(dtype) if dtype == 'bool' else mine
+    return make
+
+
+BOOLS = np.array([[0, 1, 1], [0, 0, 1], [1, 1, 1], [0, 0, 0]])
+BITS16 = np.array([0, 1, 0x8000, 0xffff, 0x1234, 7])
+BITS32 = np.array([0, 1, 0x80000000, 0xffffffff, 0x12345678, 7])
+BITS64 = np.array([0, 1, 2**63, 2**64 - 1, 0x123456789abcdef0, 7], dtype=np.uint64)
+
 VALID = {
     'nbit_int': nbit_int,
     'precision_int': precision_int,
@@ -262,6 +293,13 @@ VALID = {
     'never_written_fixed_array': never_written_latest((6, 3), 'gzip'),
     'never_written_extensible_array': never_written_latest((None, 3)),
     'never_written_btree2': never_written_latest((None, None)),
+    'bitfield_b8': bitfield(h5t.STD_B8LE, BOOLS, 'bool'),
+    'bitfield_b8_chunked': bitfield(h5t.STD_B8LE, BOOLS, 'bool', chunks=(2, 3)),
+    'bitfield_b8_compact': bitfield(h5t.STD_B8LE, BOOLS, 'bool', compact=True),
+    'bitfield_b16_be': bitfield(h5t.STD_B16BE, BITS16, 'uint16'),
+    'bitfield_b32_le': bitfield(h5t.STD_B32LE, BITS32, 'uint32', chunks=(4,)),
+    'bitfield_b64_be': bitfield(h5t.STD_B64BE, BITS64, 'uint64'),
+    'bitfield_b16_compact': bitfield(h5t.STD_B16BE, BITS16, 'uint16', compact=True),
 }
 
 
@@ -302,6 +340,11 @@ def mantissa_float(path):
     low_level(path, lambda fid: create(fid, t, FLOATS.astype(np.float32)))
 
 
+def bitfield_b8_not_bool(path):
+    # An 8-bit bitfield holding 5 in sample 2: no bool; refused as it is read.
+    bitfield(h5t.STD_B8LE, [[0, 1], [1, 0], [1, 5]], 'uint8')(path)
+
+
 HOSTILE = {
     'compact_size_zero': compact_size_zero,
     'compact_dataspace_larger': compact_dataspace_larger,
@@ -338,6 +381,7 @@ def main():
         cases[name] = dtype
         print(name)
     mantissa_float(os.path.join(out, 'mantissa_float.h5'))
+    bitfield_b8_not_bool(os.path.join(out, 'bitfield_b8_not_bool.h5'))
     for name, make in HOSTILE.items():
         make(os.path.join(out, 'hostile_' + name + '.h5'))
         print('hostile_' + name)

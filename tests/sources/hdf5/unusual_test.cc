@@ -4,6 +4,7 @@
 // data layout messages of versions 1 and 2 (HDF5 1.6 and older) read, never-written and sparse
 // datasets served their fill value. And crafted compact layouts whose data do not match the
 // dataset, refused before libhdf5 reads them (it copied from a null pointer: SIGSEGV).
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -70,6 +71,11 @@ TEST_F(Hdf5UnusualTest, EveryCaseReadsAsLibhdf5ConvertsIt) {
         "sparse_huge_grid", "sparse_huge_grid_2d"}) {
     EXPECT_TRUE(cases.contains(name)) << name;
   }
+  for (const char* name :
+       {"bitfield_b8", "bitfield_b8_chunked", "bitfield_b8_compact", "bitfield_b16_be",
+        "bitfield_b32_le", "bitfield_b64_be", "bitfield_b16_compact"}) {
+    EXPECT_TRUE(cases.contains(name)) << name;
+  }
   for (const auto& [name, dtype_name] : cases.items()) {
     SCOPED_TRACE(name);
     DType dtype{};
@@ -117,6 +123,87 @@ TEST_F(Hdf5UnusualTest, InspectSaysLibhdf5ConvertsTheElements) {
   const Hdf5Inspection nbit = InspectHdf5(Path("nbit_int"), nullptr, uint64_t{1} << 30);
   ASSERT_EQ(nbit.datasets.size(), 1u);
   EXPECT_EQ(nbit.datasets[0].chunks_stored, 2);
+}
+
+// PyTables stores bool as an 8-bit bitfield; wider bitfields are unsigned integers (h5py).
+TEST_F(Hdf5UnusualTest, BitfieldsReadAsBoolOrUnsignedIntegers) {
+  DType dtype{};
+  std::string got = ReadAll("bitfield_b8", &dtype);
+  EXPECT_EQ(dtype, DType::kBool);
+  EXPECT_EQ(got, std::string("\0\1\1\0\0\1\1\1\1\0\0\0", 12));
+  got = ReadAll("bitfield_b64_be", &dtype);
+  ASSERT_EQ(dtype, DType::kUInt64);
+  uint64_t values[6];
+  ASSERT_EQ(got.size(), sizeof(values));
+  std::memcpy(values, got.data(), sizeof(values));
+  EXPECT_THAT(values,
+              ::testing::ElementsAre(0, 1, uint64_t{1} << 63, UINT64_MAX, 0x123456789abcdef0, 7));
+  const Hdf5Inspection in = InspectHdf5(Path("bitfield_b16_be"), nullptr, uint64_t{1} << 30);
+  ASSERT_EQ(in.datasets.size(), 1u);
+  EXPECT_TRUE(in.datasets[0].unsupported.empty()) << in.datasets[0].unsupported;
+  EXPECT_EQ(in.datasets[0].dtype, "uint16");
+}
+
+// Per dataset, what gpufeed will do: read it itself, through libhdf5 (and why), with a dtype=
+// PyTorch needs (unsigned dtypes torch 1.13 lacks), or refuse it (and why).
+TEST_F(Hdf5UnusualTest, InspectSaysWhatGpufeedWillDoWithEachDataset) {
+  auto one = [&](const char* name) {
+    Hdf5Inspection in = InspectHdf5(Path(name), nullptr, uint64_t{1} << 30);
+    EXPECT_EQ(in.datasets.size(), 1u) << name;
+    return in.datasets.at(0);
+  };
+  const auto direct = one("bitfield_b8");
+  EXPECT_EQ(direct.access, "direct");
+  EXPECT_THAT(direct.access_detail, HasSubstr("read directly by gpufeed"));
+  const auto library = one("precision_int");
+  EXPECT_EQ(library.access, "libhdf5");
+  EXPECT_THAT(library.access_detail,
+              AllOf(HasSubstr("through libhdf5 (slow"), HasSubstr("3-bit precision")));
+  struct Cast {
+    const char* name;
+    const char* dtype;
+    const char* says;
+  };
+  for (const Cast& c : {Cast{"bitfield_b16_be", "int32", "every uint16 fits"},
+                        Cast{"bitfield_b32_le", "int64", "every uint32 fits"},
+                        Cast{"bitfield_b64_be", "int64", "a value above 2^63-1 is refused"}}) {
+    const auto d = one(c.name);
+    EXPECT_EQ(d.access, "cast") << c.name;
+    EXPECT_EQ(d.cast_dtype, c.dtype) << c.name;
+    EXPECT_THAT(d.access_detail,
+                AllOf(HasSubstr("needs a cast for PyTorch"),
+                      HasSubstr(fmt::format("dtype={{'x': '{}'}}", c.dtype)), HasSubstr(c.says)));
+  }
+  const Hdf5Inspection refused = InspectHdf5(Path("mantissa_float"), nullptr, uint64_t{1} << 30);
+  ASSERT_EQ(refused.datasets.size(), 1u);
+  EXPECT_EQ(refused.datasets[0].access, "refused");
+  EXPECT_THAT(refused.datasets[0].access_detail, HasSubstr("20-bit mantissa"));
+  // Both forms of the report say it.
+  const auto json = Hdf5InspectionToJson(InspectHdf5(Path("bitfield_b64_be"), nullptr, 1));
+  EXPECT_EQ(json["datasets"][0]["access"], "cast");
+  EXPECT_EQ(json["datasets"][0]["cast_dtype"], "int64");
+  EXPECT_THAT(FormatHdf5Inspection(InspectHdf5(Path("precision_int"), nullptr, 1)),
+              HasSubstr("gpufeed:     read through libhdf5 (slow"));
+}
+
+// A byte other than 0 or 1 is no bool: refused as it is read, naming the sample.
+TEST_F(Hdf5UnusualTest, EightBitBitfieldHoldingOtherThanBoolIsRefusedNamingTheSample) {
+  const std::string path = Path("bitfield_b8_not_bool");
+  const auto source = OpenHdf5({path}, {"x"});
+  ASSERT_EQ(source->schema().fields.at(0).dtype, DType::kBool);
+  const auto state = source->NewWorkerState();
+  std::string out(2 * 2, '\0');
+  BatchView view;
+  view.fields.push_back(reinterpret_cast<std::byte*>(out.data()));
+  view.rows = 2;
+  const std::vector<int64_t> good = {0, 1};
+  source->Read(good, view, state.get());  // samples 0 and 1 hold 0 and 1 only
+  const std::vector<int64_t> bad = {0, 2};
+  std::string msg;
+  EXPECT_EQ(ErrorCodeOf([&] { source->Read(bad, view, state.get()); }, &msg),
+            ErrorCode::kUnsupported);
+  EXPECT_THAT(msg, AllOf(HasSubstr(path), HasSubstr("dataset x"), HasSubstr("sample 2"),
+                         HasSubstr("holds 5")));
 }
 
 TEST_F(Hdf5UnusualTest, CompactLayoutsThatDoNotHoldTheDatasetAreRefused) {
