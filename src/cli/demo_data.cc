@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "core/fd_io.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/sources.h"
@@ -41,14 +42,7 @@ class Writer {
     if (fd_ >= 0) ::close(fd_);
   }
   void Write(const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) Fail("cannot write");
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
+    if (!WriteAll(fd_, data, n)) Fail("cannot write");
   }
   void Close() {
     if (::close(fd_) != 0) Fail("cannot close");
