@@ -122,8 +122,8 @@ std::shared_ptr<Source> ServeHostTier(const std::shared_ptr<Source>& source,
     return ram;
   }
   if (result.tier != CacheTier::kShm) return nullptr;
-  result.key = CacheKey(*source);
   if (published != nullptr) {
+    result.key = CacheKey(*source);
     result.path = static_cast<const ShmCachedSource&>(*published).path();
     return published;
   }

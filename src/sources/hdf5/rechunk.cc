@@ -219,12 +219,13 @@ RechunkReport RechunkHdf5(const RechunkOptions& options, const RechunkProgress& 
   // One thread does the whole rewrite: it holds the libhdf5 lock throughout (recursive).
   Hdf5Lock lock;
 
-  CheckSpace(options, compression, CountDatasetBytes(input.get()));
+  const uint64_t dataset_bytes = CountDatasetBytes(input.get());
+  CheckSpace(options, compression, dataset_bytes);
   TemporaryOutput temporary(options.output);
   RechunkReport report;
   {
     Hdf5Id output = CreateOutput(temporary.path());
-    Hdf5TreeCopier copier(input.get(), output.get(), options, compression, progress);
+    Hdf5TreeCopier copier(input.get(), output.get(), options, compression, dataset_bytes, progress);
     copier.CopyAll(&report);
     // Release the copier's ids before the file closes, so the close flushes everything.
     copier.Close();

@@ -14,19 +14,6 @@
 namespace gpufeed {
 namespace {
 
-[[noreturn]] void ThrowHdf5(ErrorCode code, const std::string& what) {
-  throw Error(code, fmt::format("rechunk: {}: {}", what, Hdf5ErrorMessage()));
-}
-
-hid_t Check(hid_t id, ErrorCode code, const std::string& what) {
-  if (id < 0) ThrowHdf5(code, what);
-  return id;
-}
-
-void Check(herr_t status, const std::string& what) {
-  if (status < 0) ThrowHdf5(ErrorCode::kIo, what);
-}
-
 std::string Join(const std::string& path, const std::string& name) {
   return fmt::format("{}/{}", path == "/" ? "" : path, name);
 }
@@ -41,6 +28,19 @@ struct CallbackState {
 };
 
 }  // namespace
+
+void ThrowRechunkError(ErrorCode code, const std::string& what) {
+  throw Error(code, fmt::format("rechunk: {}: {}", what, Hdf5ErrorMessage()));
+}
+
+hid_t CheckRechunkId(hid_t id, ErrorCode code, const std::string& what) {
+  if (id < 0) ThrowRechunkError(code, what);
+  return id;
+}
+
+void CheckRechunkStatus(herr_t status, ErrorCode code, const std::string& what) {
+  if (status < 0) ThrowRechunkError(code, what);
+}
 
 Hdf5Compression ParseHdf5Compression(const std::string& text) {
   using Kind = Hdf5Compression::Kind;
@@ -72,20 +72,21 @@ Hdf5Compression ParseHdf5Compression(const std::string& text) {
 }
 
 Hdf5TreeCopier::Hdf5TreeCopier(hid_t input, hid_t output, const RechunkOptions& options,
-                               Hdf5Compression compression, RechunkProgress progress)
+                               Hdf5Compression compression, uint64_t total_bytes,
+                               RechunkProgress progress)
     : input_(input),
       output_(output),
       options_(options),
       compression_(compression),
-      progress_(std::move(progress)) {}
+      progress_(std::move(progress)),
+      total_bytes_(total_bytes) {}
 
 void Hdf5TreeCopier::CopyAll(RechunkReport* report) {
   report_ = report;
-  total_bytes_ = CountDatasetBytes(input_);
-  Hdf5Id root(Check(H5Gopen2(input_, "/", H5P_DEFAULT), ErrorCode::kCorruptData, "/"));
-  Hdf5Id out_root(Check(H5Gopen2(output_, "/", H5P_DEFAULT), ErrorCode::kIo, "/"));
+  Hdf5Id root(CheckRechunkId(H5Gopen2(input_, "/", H5P_DEFAULT), ErrorCode::kCorruptData, "/"));
+  Hdf5Id out_root(CheckRechunkId(H5Gopen2(output_, "/", H5P_DEFAULT), ErrorCode::kIo, "/"));
   H5O_info_t info{};
-  Check(H5Oget_info2(root.get(), &info, H5O_INFO_BASIC), "/");
+  CheckRechunkStatus(H5Oget_info2(root.get(), &info, H5O_INFO_BASIC), ErrorCode::kIo, "/");
   const std::string root_path(1, '/');
   copied_.emplace(std::make_pair(info.fileno, info.addr), root_path);
   CopyAttributes(root.get(), out_root.get(), root_path);
@@ -108,24 +109,29 @@ void Hdf5TreeCopier::CopyGroup(hid_t src, hid_t dst, const std::string& path) {
   CallbackState state{this, dst, path, nullptr};
   const herr_t status = H5Literate(src, H5_INDEX_NAME, H5_ITER_INC, nullptr, VisitLink, &state);
   if (state.error) std::rethrow_exception(state.error);
-  if (status < 0) ThrowHdf5(ErrorCode::kCorruptData, fmt::format("listing {}", path));
+  if (status < 0) ThrowRechunkError(ErrorCode::kCorruptData, fmt::format("listing {}", path));
 }
 
 void Hdf5TreeCopier::CopyLink(hid_t src, hid_t dst, const std::string& name, const H5L_info_t& info,
                               const std::string& path) {
   if (info.type == H5L_TYPE_HARD) return CopyHardLink(src, dst, name, path);
   std::vector<char> value(info.u.val_size + 1, '\0');
-  Check(H5Lget_val(src, name.c_str(), value.data(), info.u.val_size, H5P_DEFAULT), path);
+  CheckRechunkStatus(H5Lget_val(src, name.c_str(), value.data(), info.u.val_size, H5P_DEFAULT),
+                     ErrorCode::kIo, path);
   if (info.type == H5L_TYPE_SOFT) {
-    Check(H5Lcreate_soft(value.data(), dst, name.c_str(), H5P_DEFAULT, H5P_DEFAULT), path);
+    CheckRechunkStatus(H5Lcreate_soft(value.data(), dst, name.c_str(), H5P_DEFAULT, H5P_DEFAULT),
+                       ErrorCode::kIo, path);
     return;
   }
   if (info.type == H5L_TYPE_EXTERNAL) {
     unsigned flags = 0;
     const char* file = nullptr;
     const char* object = nullptr;
-    Check(H5Lunpack_elink_val(value.data(), info.u.val_size, &flags, &file, &object), path);
-    Check(H5Lcreate_external(file, object, dst, name.c_str(), H5P_DEFAULT, H5P_DEFAULT), path);
+    CheckRechunkStatus(H5Lunpack_elink_val(value.data(), info.u.val_size, &flags, &file, &object),
+                       ErrorCode::kIo, path);
+    CheckRechunkStatus(
+        H5Lcreate_external(file, object, dst, name.c_str(), H5P_DEFAULT, H5P_DEFAULT),
+        ErrorCode::kIo, path);
     return;
   }
   report_->notes.push_back(fmt::format("{}: a user-defined link, not copied", path));
@@ -135,18 +141,21 @@ void Hdf5TreeCopier::CopyHardLink(hid_t src, hid_t dst, const std::string& name,
                                   const std::string& path) {
   ThrowIfCancelled("rechunk");
   H5O_info_t info{};
-  Check(H5Oget_info_by_name2(src, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT), path);
+  CheckRechunkStatus(H5Oget_info_by_name2(src, name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT),
+                     ErrorCode::kIo, path);
   const auto key = std::make_pair(info.fileno, info.addr);
   if (const auto it = copied_.find(key); it != copied_.end()) {
-    Check(H5Lcreate_hard(output_, it->second.c_str(), dst, name.c_str(), H5P_DEFAULT, H5P_DEFAULT),
-          path);
+    CheckRechunkStatus(
+        H5Lcreate_hard(output_, it->second.c_str(), dst, name.c_str(), H5P_DEFAULT, H5P_DEFAULT),
+        ErrorCode::kIo, path);
     return;
   }
   copied_[key] = path;
   if (info.type == H5O_TYPE_GROUP) {
-    Hdf5Id in(Check(H5Gopen2(src, name.c_str(), H5P_DEFAULT), ErrorCode::kCorruptData, path));
-    Hdf5Id out(Check(H5Gcreate2(dst, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                     ErrorCode::kIo, path));
+    Hdf5Id in(
+        CheckRechunkId(H5Gopen2(src, name.c_str(), H5P_DEFAULT), ErrorCode::kCorruptData, path));
+    Hdf5Id out(CheckRechunkId(H5Gcreate2(dst, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                              ErrorCode::kIo, path));
     CopyAttributes(in.get(), out.get(), path);
     CopyGroup(in.get(), out.get(), path);
   } else if (info.type == H5O_TYPE_DATASET) {
@@ -158,7 +167,8 @@ void Hdf5TreeCopier::CopyHardLink(hid_t src, hid_t dst, const std::string& name,
 
 void Hdf5TreeCopier::CopyAsIs(hid_t src, hid_t dst, const std::string& name,
                               const std::string& path, const std::string& why) {
-  Check(H5Ocopy(src, name.c_str(), dst, name.c_str(), H5P_DEFAULT, H5P_DEFAULT), path);
+  CheckRechunkStatus(H5Ocopy(src, name.c_str(), dst, name.c_str(), H5P_DEFAULT, H5P_DEFAULT),
+                     ErrorCode::kIo, path);
   report_->datasets.push_back({path, {}, fmt::format("copied as is: {}", why)});
 }
 

@@ -11,9 +11,16 @@
 #include <utility>
 #include <vector>
 
+#include "gpufeed/error.h"
 #include "sources/hdf5/rechunk.h"
 
 namespace gpufeed {
+
+// Errors of the rewrite: "rechunk: WHAT: <libhdf5's error stack>". The checks throw it for a
+// negative id or status.
+[[noreturn]] void ThrowRechunkError(ErrorCode code, const std::string& what);
+hid_t CheckRechunkId(hid_t id, ErrorCode code, const std::string& what);
+void CheckRechunkStatus(herr_t status, ErrorCode code, const std::string& what);
 
 struct Hdf5Compression {
   enum class Kind { kKeep, kNone, kGzip, kLz4, kZstd };
@@ -27,8 +34,9 @@ Hdf5Compression ParseHdf5Compression(const std::string& text);
 
 class Hdf5TreeCopier {
  public:
+  // `total_bytes`: the input's dataset bytes (CountDatasetBytes), what the progress counts to.
   Hdf5TreeCopier(hid_t input, hid_t output, const RechunkOptions& options,
-                 Hdf5Compression compression, RechunkProgress progress);
+                 Hdf5Compression compression, uint64_t total_bytes, RechunkProgress progress);
 
   // Copies the root group's attributes and everything below it.
   void CopyAll(RechunkReport* report);

@@ -23,19 +23,6 @@ constexpr uint64_t kMaxChunkBytes = (uint64_t{1} << 32) - 1;  // HDF5's limit on
 constexpr H5Z_filter_t kLz4Filter = 32004;
 constexpr H5Z_filter_t kZstdFilter = 32015;
 
-[[noreturn]] void ThrowHdf5(ErrorCode code, const std::string& what) {
-  throw Error(code, fmt::format("rechunk: {}: {}", what, Hdf5ErrorMessage()));
-}
-
-hid_t CheckId(hid_t id, ErrorCode code, const std::string& what) {
-  if (id < 0) ThrowHdf5(code, what);
-  return id;
-}
-
-void CheckStatus(herr_t status, ErrorCode code, const std::string& what) {
-  if (status < 0) ThrowHdf5(code, what);
-}
-
 // The shape of a dataset: its dims and maxdims, and the bytes of one row (one sample).
 struct Shape {
   std::vector<hsize_t> dims;
@@ -46,7 +33,7 @@ struct Shape {
 Shape ShapeOf(hid_t space, hid_t type, const std::string& path) {
   Shape shape;
   const int rank = H5Sget_simple_extent_ndims(space);
-  if (rank < 0) ThrowHdf5(ErrorCode::kCorruptData, path);
+  if (rank < 0) ThrowRechunkError(ErrorCode::kCorruptData, path);
   shape.dims.resize(static_cast<size_t>(rank));
   shape.maxdims.resize(static_cast<size_t>(rank));
   if (rank > 0) {
@@ -92,7 +79,7 @@ void AddFilter(hid_t dcpl, const Hdf5Compression& compression, const std::string
     const unsigned level = static_cast<unsigned>(compression.level);
     status = H5Pset_filter(dcpl, id, H5Z_FLAG_MANDATORY, compression.kind == Kind::kZstd, &level);
   }
-  CheckStatus(status, ErrorCode::kIo, fmt::format("{}: setting the compression", path));
+  CheckRechunkStatus(status, ErrorCode::kIo, fmt::format("{}: setting the compression", path));
 }
 
 // The input's filters, in order, as they were (their set_local callbacks redo the parameters
@@ -107,15 +94,15 @@ void KeepFilters(hid_t dcpl, hid_t src_dcpl, const std::string& path) {
     char name[64] = {};
     const H5Z_filter_t id = H5Pget_filter2(src_dcpl, static_cast<unsigned>(i), &flags, &values, cd,
                                            sizeof(name), name, &config);
-    if (id < 0 || values > 32) ThrowHdf5(ErrorCode::kCorruptData, path + ": its filters");
+    if (id < 0 || values > 32) ThrowRechunkError(ErrorCode::kCorruptData, path + ": its filters");
     if (H5Zfilter_avail(id) <= 0) {
       throw Error(ErrorCode::kUnsupported,
                   fmt::format("rechunk: {}: libhdf5 has no plugin to write filter {} ('{}'); "
                               "install one or pass --compression none|gzip",
                               path, id, name));
     }
-    CheckStatus(H5Pset_filter(dcpl, id, flags, values, cd), ErrorCode::kIo,
-                fmt::format("{}: keeping filter {}", path, id));
+    CheckRechunkStatus(H5Pset_filter(dcpl, id, flags, values, cd), ErrorCode::kIo,
+                       fmt::format("{}: keeping filter {}", path, id));
   }
 }
 
@@ -123,17 +110,17 @@ void KeepFilters(hid_t dcpl, hid_t src_dcpl, const std::string& path) {
 
 hid_t Hdf5TreeCopier::NewCreateList(hid_t src_dataset, hid_t type,
                                     const std::vector<hsize_t>& chunks, const std::string& path) {
-  Hdf5Id src_dcpl(CheckId(H5Dget_create_plist(src_dataset), ErrorCode::kCorruptData, path));
-  Hdf5Id dcpl(CheckId(H5Pcreate(H5P_DATASET_CREATE), ErrorCode::kIo, path));
-  CheckStatus(H5Pset_chunk(dcpl.get(), static_cast<int>(chunks.size()), chunks.data()),
-              ErrorCode::kIo, path + ": setting the chunks");
+  Hdf5Id src_dcpl(CheckRechunkId(H5Dget_create_plist(src_dataset), ErrorCode::kCorruptData, path));
+  Hdf5Id dcpl(CheckRechunkId(H5Pcreate(H5P_DATASET_CREATE), ErrorCode::kIo, path));
+  CheckRechunkStatus(H5Pset_chunk(dcpl.get(), static_cast<int>(chunks.size()), chunks.data()),
+                     ErrorCode::kIo, path + ": setting the chunks");
   H5D_fill_value_t defined = H5D_FILL_VALUE_UNDEFINED;
   H5Pfill_value_defined(src_dcpl.get(), &defined);
   if (defined == H5D_FILL_VALUE_USER_DEFINED) {
     std::vector<std::byte> fill(H5Tget_size(type));
-    CheckStatus(H5Pget_fill_value(src_dcpl.get(), type, fill.data()), ErrorCode::kCorruptData,
-                path + ": its fill value");
-    CheckStatus(H5Pset_fill_value(dcpl.get(), type, fill.data()), ErrorCode::kIo, path);
+    CheckRechunkStatus(H5Pget_fill_value(src_dcpl.get(), type, fill.data()),
+                       ErrorCode::kCorruptData, path + ": its fill value");
+    CheckRechunkStatus(H5Pset_fill_value(dcpl.get(), type, fill.data()), ErrorCode::kIo, path);
   }
   H5D_fill_time_t fill_time = H5D_FILL_TIME_IFSET;
   if (H5Pget_fill_time(src_dcpl.get(), &fill_time) >= 0) H5Pset_fill_time(dcpl.get(), fill_time);
@@ -149,8 +136,8 @@ hid_t Hdf5TreeCopier::NewCreateList(hid_t src_dataset, hid_t type,
 
 void Hdf5TreeCopier::CopyRows(hid_t src, hid_t dst, hid_t type, const std::vector<hsize_t>& dims,
                               hsize_t chunk_rows, const std::string& path) {
-  Hdf5Id space_in(CheckId(H5Dget_space(src), ErrorCode::kCorruptData, path));
-  Hdf5Id space_out(CheckId(H5Dget_space(dst), ErrorCode::kIo, path));
+  Hdf5Id space_in(CheckRechunkId(H5Dget_space(src), ErrorCode::kCorruptData, path));
+  Hdf5Id space_out(CheckRechunkId(H5Dget_space(dst), ErrorCode::kIo, path));
   Shape shape{dims, dims, 0};
   shape.row_bytes = ShapeOf(space_in.get(), type, path).row_bytes;
   const uint64_t chunk_bytes = chunk_rows * shape.row_bytes;
@@ -163,12 +150,12 @@ void Hdf5TreeCopier::CopyRows(hid_t src, hid_t dst, hid_t type, const std::vecto
     Hdf5Id memory = RowsMemorySpace(shape, rows);
     SelectRows(space_in.get(), shape, first, rows);
     SelectRows(space_out.get(), shape, first, rows);
-    CheckStatus(H5Dread(src, type, memory.get(), space_in.get(), H5P_DEFAULT, buffer.data()),
-                ErrorCode::kCorruptData,
-                fmt::format("{}: reading rows {} to {}", path, first, first + rows));
-    CheckStatus(H5Dwrite(dst, type, memory.get(), space_out.get(), H5P_DEFAULT, buffer.data()),
-                ErrorCode::kIo,
-                fmt::format("{}: writing rows {} to {}", path, first, first + rows));
+    CheckRechunkStatus(H5Dread(src, type, memory.get(), space_in.get(), H5P_DEFAULT, buffer.data()),
+                       ErrorCode::kCorruptData,
+                       fmt::format("{}: reading rows {} to {}", path, first, first + rows));
+    CheckRechunkStatus(
+        H5Dwrite(dst, type, memory.get(), space_out.get(), H5P_DEFAULT, buffer.data()),
+        ErrorCode::kIo, fmt::format("{}: writing rows {} to {}", path, first, first + rows));
     report_->bytes_copied += rows * shape.row_bytes;
     if (progress_) progress_(report_->bytes_copied, total_bytes_);
   }
@@ -176,11 +163,12 @@ void Hdf5TreeCopier::CopyRows(hid_t src, hid_t dst, hid_t type, const std::vecto
 
 void Hdf5TreeCopier::CopyDataset(hid_t src, hid_t dst, const std::string& name,
                                  const std::string& path) {
-  Hdf5Id in(CheckId(H5Dopen2(src, name.c_str(), H5P_DEFAULT), ErrorCode::kCorruptData, path));
-  Hdf5Id file_type(CheckId(H5Dget_type(in.get()), ErrorCode::kCorruptData, path));
+  Hdf5Id in(
+      CheckRechunkId(H5Dopen2(src, name.c_str(), H5P_DEFAULT), ErrorCode::kCorruptData, path));
+  Hdf5Id file_type(CheckRechunkId(H5Dget_type(in.get()), ErrorCode::kCorruptData, path));
   // A transient copy: a committed type of the input cannot name a type in the output.
-  Hdf5Id type(CheckId(H5Tcopy(file_type.get()), ErrorCode::kCorruptData, path));
-  Hdf5Id space(CheckId(H5Dget_space(in.get()), ErrorCode::kCorruptData, path));
+  Hdf5Id type(CheckRechunkId(H5Tcopy(file_type.get()), ErrorCode::kCorruptData, path));
+  Hdf5Id space(CheckRechunkId(H5Dget_space(in.get()), ErrorCode::kCorruptData, path));
   if (H5Tdetect_class(type.get(), H5T_REFERENCE) > 0) {
     report_->notes.push_back(
         fmt::format("{}: object references, not copied (they point into "
@@ -209,9 +197,9 @@ void Hdf5TreeCopier::CopyDataset(hid_t src, hid_t dst, const std::string& name,
   // No chunk cache on the output: each slab's chunks are written by its H5Dwrite, so a
   // failed write (a full disk) fails there. Left in the cache, it would fail in H5Dclose,
   // which leaves libhdf5's id table damaged (Debian's 1.10.8 then crashes at exit).
-  Hdf5Id dapl(CheckId(H5Pcreate(H5P_DATASET_ACCESS), ErrorCode::kIo, path));
+  Hdf5Id dapl(CheckRechunkId(H5Pcreate(H5P_DATASET_ACCESS), ErrorCode::kIo, path));
   H5Pset_chunk_cache(dapl.get(), 0, 0, 1.0);
-  Hdf5Id out(CheckId(
+  Hdf5Id out(CheckRechunkId(
       H5Dcreate2(dst, name.c_str(), type.get(), space.get(), H5P_DEFAULT, dcpl.get(), dapl.get()),
       ErrorCode::kIo, path));
   CopyRows(in.get(), out.get(), type.get(), shape.dims, rows, path);
@@ -231,28 +219,30 @@ struct AttributeState {
 
 void CopyAttribute(hid_t src, const char* name, AttributeState& state) {
   const std::string what = fmt::format("{} attribute '{}'", state.path, name);
-  Hdf5Id attribute(CheckId(H5Aopen(src, name, H5P_DEFAULT), ErrorCode::kCorruptData, what));
-  Hdf5Id type(CheckId(H5Aget_type(attribute.get()), ErrorCode::kCorruptData, what));
+  Hdf5Id attribute(CheckRechunkId(H5Aopen(src, name, H5P_DEFAULT), ErrorCode::kCorruptData, what));
+  Hdf5Id type(CheckRechunkId(H5Aget_type(attribute.get()), ErrorCode::kCorruptData, what));
   if (H5Tdetect_class(type.get(), H5T_REFERENCE) > 0) {
     state.report->notes.push_back(what + ": object references, not copied");
     return;
   }
-  Hdf5Id memory(
-      CheckId(H5Tget_native_type(type.get(), H5T_DIR_DEFAULT), ErrorCode::kCorruptData, what));
-  Hdf5Id space(CheckId(H5Aget_space(attribute.get()), ErrorCode::kCorruptData, what));
+  Hdf5Id memory(CheckRechunkId(H5Tget_native_type(type.get(), H5T_DIR_DEFAULT),
+                               ErrorCode::kCorruptData, what));
+  Hdf5Id space(CheckRechunkId(H5Aget_space(attribute.get()), ErrorCode::kCorruptData, what));
   const hssize_t points = H5Sget_simple_extent_npoints(space.get());
-  if (points < 0) ThrowHdf5(ErrorCode::kCorruptData, what);
+  if (points < 0) ThrowRechunkError(ErrorCode::kCorruptData, what);
   std::vector<std::byte> buffer(static_cast<size_t>(MulOrThrow(static_cast<uint64_t>(points),
                                                                H5Tget_size(memory.get()), what)) +
                                 1);
-  CheckStatus(H5Aread(attribute.get(), memory.get(), buffer.data()), ErrorCode::kCorruptData, what);
-  Hdf5Id out(CheckId(H5Acreate2(state.dst, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+  CheckRechunkStatus(H5Aread(attribute.get(), memory.get(), buffer.data()), ErrorCode::kCorruptData,
+                     what);
+  Hdf5Id out(
+      CheckRechunkId(H5Acreate2(state.dst, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
                      ErrorCode::kIo, what));
   const herr_t written = H5Awrite(out.get(), memory.get(), buffer.data());
   if (H5Tdetect_class(memory.get(), H5T_VLEN) > 0 || H5Tis_variable_str(memory.get()) > 0) {
     H5Dvlen_reclaim(memory.get(), space.get(), H5P_DEFAULT, buffer.data());
   }
-  CheckStatus(written, ErrorCode::kIo, what);
+  CheckRechunkStatus(written, ErrorCode::kIo, what);
 }
 
 herr_t VisitAttribute(hid_t src, const char* name, const H5A_info_t*, void* data) {
@@ -287,13 +277,13 @@ void Hdf5TreeCopier::CopyAttributes(hid_t src, hid_t dst, const std::string& pat
   const herr_t status =
       H5Aiterate2(src, H5_INDEX_NAME, H5_ITER_INC, nullptr, VisitAttribute, &state);
   if (state.error) std::rethrow_exception(state.error);
-  if (status < 0) ThrowHdf5(ErrorCode::kCorruptData, path + ": its attributes");
+  if (status < 0) ThrowRechunkError(ErrorCode::kCorruptData, path + ": its attributes");
 }
 
 uint64_t CountDatasetBytes(hid_t file) {
   uint64_t total = 0;
   if (H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, AddDatasetBytes, &total, H5O_INFO_BASIC) < 0) {
-    ThrowHdf5(ErrorCode::kCorruptData, "listing the datasets");
+    ThrowRechunkError(ErrorCode::kCorruptData, "listing the datasets");
   }
   return total;
 }
