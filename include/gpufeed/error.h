@@ -21,6 +21,7 @@ enum class ErrorCode {
   kDevice = 5,           // the GPU driver failed or is missing
   kCancelled = 6,        // the operation was stopped by its owner
   kUnsupported = 7,      // valid input that gpufeed cannot handle (a dtype, a filter)
+  kPermissionDenied = 8,  // the store or the OS refused access (HTTP 403, EACCES)
 };
 
 // "invalid argument", "not found", ...

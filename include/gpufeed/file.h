@@ -8,9 +8,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace gpufeed {
+
+// One range of File::ReadMany: `n` bytes at `offset` into `buf`.
+struct ReadRange {
+  uint64_t offset = 0;
+  void* buf = nullptr;
+  size_t n = 0;
+};
 
 class File {
  public:
@@ -46,6 +55,20 @@ class File {
     (void)offset;
     (void)length;
   }
+  // Reads every range whole (ReadFully's contract; `what` names the reads in errors). A
+  // remote file has them all in flight at once, so one caller is not bound by the latency of
+  // one request; the default reads them one after another.
+  virtual void ReadMany(std::span<const ReadRange> ranges, const std::string& what) const;
+};
+
+enum class PathType { kMissing, kFile, kDirectory };
+
+// One entry of FileSystem::List: a name inside the folder (no slash), its type and, for a
+// file, its size in bytes.
+struct DirEntry {
+  std::string name;
+  PathType type = PathType::kFile;
+  uint64_t size = 0;
 };
 
 class FileSystem {
@@ -53,10 +76,25 @@ class FileSystem {
   virtual ~FileSystem() = default;
   // Throws Error(kNotFound) for a missing file, Error(kIo) for other open failures.
   virtual std::unique_ptr<File> Open(const std::string& path) const = 0;
+  // What is at `path`: a file, a folder (for an object store, a prefix with objects under
+  // it), or nothing. Throws Error(kIo) only when the question cannot be answered.
+  virtual PathType Type(const std::string& path) const = 0;
+  // The entries of folder `path`, sorted by name. Throws Error(kNotFound) when there is no
+  // such folder.
+  virtual std::vector<DirEntry> List(const std::string& path) const = 0;
 };
 
-// The POSIX file system (open, pread, mmap). Lives for the whole program.
+// The file system every source uses unless told otherwise: s3://, http:// and https://
+// URIs go to the process's remote file system (gpufeed/remote.h), every other path to
+// PosixFileSystem(). Lives for the whole program.
 std::shared_ptr<const FileSystem> DefaultFileSystem();
+
+// The POSIX file system (open, pread, mmap). Lives for the whole program.
+std::shared_ptr<const FileSystem> PosixFileSystem();
+
+// `name` inside folder `dir`, for local paths and URIs alike ("s3://b/p" + "x" ->
+// "s3://b/p/x"; no normalisation, which would fold a URI's "//").
+std::string JoinPath(const std::string& dir, const std::string& name);
 
 // Reads exactly `n` bytes at `offset`, retrying short reads. Throws Error(kCorruptData)
 // naming `what` and the path when the file ends first, Error(kIo) when a read fails.

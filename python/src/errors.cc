@@ -20,7 +20,7 @@ struct ErrorClass {
 
 // Built once at import; the module (and so these classes) lives until the interpreter ends.
 PyObject* g_base = nullptr;
-std::array<PyObject*, 8> g_classes = {};
+std::array<PyObject*, 9> g_classes = {};
 
 PyObject* ClassFor(ErrorCode code) {
   const auto i = static_cast<size_t>(code);
@@ -45,6 +45,8 @@ void BindErrors(py::module_& m) {
        "The operation was stopped by its owner."},
       {ErrorCode::kUnsupported, "Unsupported", PyExc_NotImplementedError,
        "Valid input that gpufeed cannot handle (a dtype, a filter)."},
+      {ErrorCode::kPermissionDenied, "PermissionDenied", PyExc_PermissionError,
+       "The store or the OS refused access (HTTP 403)."},
   };
   g_base = PyErr_NewExceptionWithDoc("gpufeed.Error", "Base class of every error gpufeed raises.",
                                      PyExc_Exception, nullptr);

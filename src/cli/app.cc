@@ -17,7 +17,7 @@ std::unique_ptr<CLI::App> MakeApp() {
       "PostgreSQL and image folders with pinned, ahead-of-time copies to the GPU, caches in\n"
       "RAM, shared memory and GPU memory, a monitor, and a doctor that says why a GPU waits.\n"
       "Exit codes: 2 invalid argument, 3 not found, 4 corrupt data, 5 I/O error, 6 device\n"
-      "error, 7 unsupported.",
+      "error, 7 unsupported, 8 permission denied.",
       "gpufeed");
   app->require_subcommand(1);
   app->set_version_flag("--version", "gpufeed 0.1.0");

@@ -21,6 +21,8 @@ int ExitCodeFor(ErrorCode code) {
       return 6;
     case ErrorCode::kUnsupported:
       return 7;
+    case ErrorCode::kPermissionDenied:
+      return 8;
     case ErrorCode::kCancelled:
       return 130;
   }

@@ -21,6 +21,8 @@ std::string_view ErrorCodeName(ErrorCode code) {
       return "cancelled";
     case ErrorCode::kUnsupported:
       return "unsupported";
+    case ErrorCode::kPermissionDenied:
+      return "permission denied";
   }
   return "unknown error";
 }

@@ -35,6 +35,8 @@ class FaultInjectingFileSystem : public FileSystem {
   ~FaultInjectingFileSystem() override;
 
   std::unique_ptr<File> Open(const std::string& path) const override;
+  PathType Type(const std::string& path) const override { return base_->Type(path); }
+  std::vector<DirEntry> List(const std::string& path) const override { return base_->List(path); }
   void SetRules(const Rules& rules);
   Rules rules() const;
   // ReadAt calls seen so far, over all files.

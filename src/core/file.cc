@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -239,7 +240,7 @@ class PosixFile final : public File {
   mutable std::mutex promote_mu_;      // one PreferHugePages at a time (its probes count PMDs)
 };
 
-class PosixFileSystem final : public FileSystem {
+class PosixFs final : public FileSystem {
  public:
   std::unique_ptr<File> Open(const std::string& path) const override {
     int fd;
@@ -269,13 +270,63 @@ class PosixFileSystem final : public FileSystem {
     return std::make_unique<PosixFile>(path, fd, static_cast<uint64_t>(st.st_size), mtime_ns,
                                        fmt::format("{}:{}", st.st_ino, ctime_ns));
   }
+
+  PathType Type(const std::string& path) const override {
+    std::error_code ec;
+    const auto status = std::filesystem::status(path, ec);
+    if (std::filesystem::is_directory(status)) return PathType::kDirectory;
+    return std::filesystem::exists(status) ? PathType::kFile : PathType::kMissing;
+  }
+
+  std::vector<DirEntry> List(const std::string& path) const override {
+    namespace stdfs = std::filesystem;
+    std::error_code ec;
+    stdfs::directory_iterator it(path, ec);
+    if (ec) {
+      const ErrorCode code =
+          ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory
+              ? ErrorCode::kNotFound
+              : ErrorCode::kIo;
+      throw Error(code, fmt::format("{}: cannot list the folder: {}", path, ec.message()));
+    }
+    std::vector<DirEntry> entries;
+    for (stdfs::directory_iterator end; it != end; it.increment(ec)) {
+      std::error_code entry_ec;
+      DirEntry entry{it->path().filename().string(), PathType::kFile, 0};
+      if (it->is_directory(entry_ec)) {
+        entry.type = PathType::kDirectory;
+      } else {
+        const auto size = it->file_size(entry_ec);
+        if (!entry_ec) entry.size = size;
+      }
+      entries.push_back(std::move(entry));
+    }
+    if (ec) {
+      throw Error(ErrorCode::kIo,
+                  fmt::format("{}: cannot list the folder: {}", path, ec.message()));
+    }
+    std::sort(entries.begin(), entries.end(),
+              [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+    return entries;
+  }
 };
 
 }  // namespace
 
-std::shared_ptr<const FileSystem> DefaultFileSystem() {
-  static const std::shared_ptr<const FileSystem> fs = std::make_shared<PosixFileSystem>();
+std::shared_ptr<const FileSystem> PosixFileSystem() {
+  static const std::shared_ptr<const FileSystem> fs = std::make_shared<PosixFs>();
   return fs;
+}
+
+std::shared_ptr<const FileSystem> DefaultFileSystem() { return PosixFileSystem(); }
+
+std::string JoinPath(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return name;
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+void File::ReadMany(std::span<const ReadRange> ranges, const std::string& what) const {
+  for (const ReadRange& r : ranges) ReadFully(*this, r.offset, r.buf, r.n, what);
 }
 
 void ReadFully(const File& file, uint64_t offset, void* buf, size_t n, const std::string& what) {
