@@ -318,8 +318,6 @@ std::shared_ptr<const FileSystem> PosixFileSystem() {
   return fs;
 }
 
-std::shared_ptr<const FileSystem> DefaultFileSystem() { return PosixFileSystem(); }
-
 std::string JoinPath(const std::string& dir, const std::string& name) {
   if (dir.empty()) return name;
   return dir.back() == '/' ? dir + name : dir + "/" + name;

@@ -56,20 +56,20 @@ class FileTest : public ::testing::Test {
 
 TEST_F(FileTest, OpenMissingFileIsNotFoundNamingThePath) {
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] { DefaultFileSystem()->Open(dir_ + "/nope.bin"); }, &message),
+  EXPECT_EQ(ErrorCodeOf([&] { PosixFileSystem()->Open(dir_ + "/nope.bin"); }, &message),
             ErrorCode::kNotFound);
   EXPECT_THAT(message, HasSubstr("nope.bin"));
-  EXPECT_EQ(ErrorCodeOf([&] { DefaultFileSystem()->Open(dir_ + "/no/such/dir/x"); }),
+  EXPECT_EQ(ErrorCodeOf([&] { PosixFileSystem()->Open(dir_ + "/no/such/dir/x"); }),
             ErrorCode::kNotFound);
 }
 
 TEST_F(FileTest, OpenFolderIsInvalidArgument) {
-  EXPECT_EQ(ErrorCodeOf([&] { DefaultFileSystem()->Open(dir_); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(ErrorCodeOf([&] { PosixFileSystem()->Open(dir_); }), ErrorCode::kInvalidArgument);
 }
 
 TEST_F(FileTest, ReadAtReadsAtOffsetsAndStopsAtTheEnd) {
   const std::string data = Pattern(1000);
-  const auto file = DefaultFileSystem()->Open(Write("a.bin", data));
+  const auto file = PosixFileSystem()->Open(Write("a.bin", data));
   EXPECT_EQ(file->Size(), 1000u);
   EXPECT_THAT(file->path(), HasSubstr("a.bin"));
   EXPECT_GT(file->ModificationTimeNs(), 0);
@@ -86,7 +86,7 @@ TEST_F(FileTest, ReadAtReadsAtOffsetsAndStopsAtTheEnd) {
 
 TEST_F(FileTest, MapGivesTheFileBytesOnceForAllThreads) {
   const std::string data = Pattern(100'000);
-  const auto file = DefaultFileSystem()->Open(Write("m.bin", data));
+  const auto file = PosixFileSystem()->Open(Write("m.bin", data));
   std::vector<const std::byte*> seen(8);
   std::vector<std::thread> threads;
   for (size_t t = 0; t < seen.size(); ++t) {
@@ -110,7 +110,7 @@ TEST_F(FileTest, LargeFilesMapAtA2MiBBoundaryAndLeaveNoReservationBehind) {
     const std::string path = Write("big.bin", data);
     const std::byte* map = nullptr;
     {
-      const auto file = DefaultFileSystem()->Open(path);
+      const auto file = PosixFileSystem()->Open(path);
       map = file->Map();
       ASSERT_NE(map, nullptr);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(map) % kHuge, 0u) << size;
@@ -136,7 +136,7 @@ TEST_F(FileTest, LargeFilesMapAtA2MiBBoundaryAndLeaveNoReservationBehind) {
 TEST_F(FileTest, PreferHugePagesLeavesTheBytesAsTheyAre) {
   constexpr size_t kHuge = size_t{2} << 20;
   const std::string data = Pattern(3 * kHuge + 777);
-  const auto file = DefaultFileSystem()->Open(Write("prefer.bin", data));
+  const auto file = PosixFileSystem()->Open(Write("prefer.bin", data));
   const std::byte* map = file->Map();
   ASSERT_NE(map, nullptr);
   ASSERT_EQ(std::memcmp(map, data.data(), data.size()), 0);  // cached now, by this mapping
@@ -150,14 +150,14 @@ TEST_F(FileTest, PreferHugePagesLeavesTheBytesAsTheyAre) {
   ASSERT_EQ(file->ReadAt(0, back.data(), back.size()), data.size());
   EXPECT_EQ(back, data);
   // A file that does not map (the fault-injecting one) takes the call and does nothing.
-  FaultInjectingFileSystem fs(DefaultFileSystem());
+  FaultInjectingFileSystem fs(PosixFileSystem());
   const auto faulty = fs.Open(Write("f.bin", data));
   faulty->PreferHugePages(0, data.size());
   EXPECT_EQ(faulty->Map(), nullptr);
 }
 
 TEST_F(FileTest, MapOfAnEmptyFileIsNonNull) {
-  const auto file = DefaultFileSystem()->Open(Write("empty.bin", ""));
+  const auto file = PosixFileSystem()->Open(Write("empty.bin", ""));
   EXPECT_EQ(file->Size(), 0u);
   EXPECT_NE(file->Map(), nullptr);
   char c;
@@ -166,7 +166,7 @@ TEST_F(FileTest, MapOfAnEmptyFileIsNonNull) {
 
 TEST_F(FileTest, ReadFullyReadsExactlyOrSaysWhereTheFileEnds) {
   const std::string data = Pattern(64);
-  const auto file = DefaultFileSystem()->Open(Write("r.bin", data));
+  const auto file = PosixFileSystem()->Open(Write("r.bin", data));
   std::string buf(32, '\0');
   ReadFully(*file, 16, buf.data(), 32, "test bytes");
   EXPECT_EQ(buf, data.substr(16, 32));
@@ -180,7 +180,7 @@ TEST_F(FileTest, ReadFullyReadsExactlyOrSaysWhereTheFileEnds) {
 }
 
 TEST_F(FileTest, FaultFileNeverMaps) {
-  FaultInjectingFileSystem fs(DefaultFileSystem());
+  FaultInjectingFileSystem fs(PosixFileSystem());
   const auto file = fs.Open(Write("f.bin", Pattern(10)));
   EXPECT_EQ(file->Map(), nullptr);
   EXPECT_EQ(file->Size(), 10u);
@@ -188,7 +188,7 @@ TEST_F(FileTest, FaultFileNeverMaps) {
 
 TEST_F(FileTest, FaultShortReadsStillReadFully) {
   const std::string data = Pattern(1000);
-  FaultInjectingFileSystem fs(DefaultFileSystem(), {.max_bytes_per_read = 7});
+  FaultInjectingFileSystem fs(PosixFileSystem(), {.max_bytes_per_read = 7});
   const auto file = fs.Open(Write("s.bin", data));
   std::string one(100, '\0');
   EXPECT_EQ(file->ReadAt(0, one.data(), 100), 7u);
@@ -200,7 +200,7 @@ TEST_F(FileTest, FaultShortReadsStillReadFully) {
 }
 
 TEST_F(FileTest, FaultEioAfterNReadsNamesPathAndOffset) {
-  FaultInjectingFileSystem fs(DefaultFileSystem(), {.eio_after_reads = 2});
+  FaultInjectingFileSystem fs(PosixFileSystem(), {.eio_after_reads = 2});
   const auto file = fs.Open(Write("e.bin", Pattern(100)));
   char buf[10];
   EXPECT_EQ(file->ReadAt(0, buf, 10), 10u);
@@ -220,7 +220,7 @@ TEST_F(FileTest, FaultEioAfterNReadsNamesPathAndOffset) {
 }
 
 TEST_F(FileTest, FaultEioCountIsExactAcrossThreads) {
-  FaultInjectingFileSystem fs(DefaultFileSystem(), {.eio_after_reads = 100});
+  FaultInjectingFileSystem fs(PosixFileSystem(), {.eio_after_reads = 100});
   const auto file = fs.Open(Write("t.bin", Pattern(4096)));
   std::atomic<int> ok{0}, failed{0};
   std::vector<std::thread> threads;
@@ -244,7 +244,7 @@ TEST_F(FileTest, FaultEioCountIsExactAcrossThreads) {
 }
 
 TEST_F(FileTest, FaultDelaySlowsEveryRead) {
-  FaultInjectingFileSystem fs(DefaultFileSystem(), {.delay_us = 20'000});
+  FaultInjectingFileSystem fs(PosixFileSystem(), {.delay_us = 20'000});
   const auto file = fs.Open(Write("d.bin", Pattern(10)));
   char buf[10];
   const auto start = std::chrono::steady_clock::now();
@@ -257,7 +257,7 @@ TEST_F(FileTest, FaultDelaySlowsEveryRead) {
 TEST_F(FileTest, FaultFileOutlivesItsFileSystem) {
   std::unique_ptr<File> file;
   {
-    FaultInjectingFileSystem fs(DefaultFileSystem(), {.max_bytes_per_read = 3});
+    FaultInjectingFileSystem fs(PosixFileSystem(), {.max_bytes_per_read = 3});
     file = fs.Open(Write("o.bin", Pattern(10)));
   }
   char buf[10];
@@ -265,7 +265,7 @@ TEST_F(FileTest, FaultFileOutlivesItsFileSystem) {
 }
 
 TEST_F(FileTest, FaultOpenOfMissingFileIsNotFound) {
-  FaultInjectingFileSystem fs(DefaultFileSystem());
+  FaultInjectingFileSystem fs(PosixFileSystem());
   EXPECT_EQ(ErrorCodeOf([&] { fs.Open(dir_ + "/missing"); }), ErrorCode::kNotFound);
 }
 
