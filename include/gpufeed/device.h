@@ -6,7 +6,6 @@
 // unless its backend says otherwise; DeviceEvent is thread-safe.
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -55,24 +54,6 @@ class DeviceEvent : public Fence {
   // default stream) wait for this event without blocking the host: the DLPack
   // `__dlpack__(stream=...)` rule. A no-op on the host device.
   virtual void MakeStreamWait(uintptr_t stream) = 0;
-};
-
-// A reusable event that timestamps a point of a consumer's stream on the GPU's own clock:
-// how the loader measures when the GPU worked and when it waited (GpuBusyTracker). Made once
-// and recorded again and again, so measuring costs no allocation per batch.
-// Thread-safety: one thread at a time (its owner serializes).
-class TimingEvent {
- public:
-  virtual ~TimingEvent() = default;
-  // Records the event after everything enqueued on `stream` so far (a CUstream handle, 0
-  // for the default stream). Throws Error(kDevice) when the driver refuses.
-  virtual void Record(uintptr_t stream) = 0;
-  // True once the stream has passed the last Record. Never blocks, never throws: an event
-  // the driver reports failed counts as done (MillisecondsSince then has no answer).
-  virtual bool IsDone() = 0;
-  // GPU time from `earlier` to this event, in milliseconds; nullopt when the driver cannot
-  // tell (either not complete, or failed). REQUIRES: `earlier` is of the same device.
-  virtual std::optional<double> MillisecondsSince(TimingEvent& earlier) = 0;
 };
 
 // One field of a gather (DeviceStream::GatherRows): rows of `row_bytes` from the array at
@@ -139,38 +120,12 @@ class Device {
   virtual std::shared_ptr<DeviceEvent> RecordOn(uintptr_t stream) = 0;
   virtual DeviceMemoryInfo MemoryInfo() = 0;
 
-  // A timing event for consumer streams; null where the device cannot time its streams (the
-  // host device, or a driver without cuEventElapsedTime). Throws Error(kDevice).
-  virtual std::unique_ptr<TimingEvent> NewTimingEvent() { return nullptr; }
-  // True when `stream` (a consumer's CUstream, 0 for the default stream) has completed all
-  // the work enqueued on it: the GPU ran out of work there. False when busy or unknown.
-  // Never blocks, never throws.
-  virtual bool StreamDrained(uintptr_t /*stream*/) { return false; }
   // Readies what DeviceStream::GatherRows needs (on CUDA: the gather kernels, JIT-compiled
   // by the driver from gpufeed's PTX), so a device that cannot run them says so before a
   // data set is uploaded to it. Throws Error(kDevice). Nothing to do on the host.
   virtual void PrepareGather() {}
-  // True when `stream` is capturing a CUDA graph (or its capture was invalidated), or when
-  // that cannot be told: querying such a stream, or recording a timing event on it, would
-  // break the user's capture. False on devices without graphs. Never blocks, never throws.
-  virtual bool StreamCapturing(uintptr_t /*stream*/) { return false; }
-
-  // Cross-process sharing of device memory (CUDA IPC), for the device cache tier.
-  // Why memory of this device cannot be shared with other processes; empty when it can.
-  virtual std::string IpcUnavailable() { return "the device is not a CUDA device"; }
-  // The handle of the allocation at `base` (an AllocDevice result) another process opens
-  // with OpenIpc. Throws Error(kDevice) with the driver's reason.
-  virtual std::array<std::byte, 64> ExportIpc(void* /*base*/) {
-    throw Error(ErrorCode::kDevice, "ExportIpc: " + IpcUnavailable());
-  }
-  // Maps another process's exported allocation; release it with CloseIpc (never
-  // FreeDevice). `*mapped_bytes` receives the size of the mapped allocation as the driver
-  // reports it (0 when it cannot say). Throws Error(kDevice) with the driver's reason
-  // (exporter gone, another GPU).
-  virtual void* OpenIpc(const std::array<std::byte, 64>& /*handle*/, size_t* /*mapped_bytes*/) {
-    throw Error(ErrorCode::kDevice, "OpenIpc: " + IpcUnavailable());
-  }
-  virtual void CloseIpc(void* /*ptr*/) noexcept {}
+  // Features of one backend that one part uses (stream timing, CUDA IPC) are not part of
+  // this interface: src/device/device_features.h.
 };
 
 // Whether two Device objects are the same device: the same object, or CUDA devices of the

@@ -19,10 +19,19 @@
 #include "cache/flock_holders.h"
 #include "cache/shm_user_dir.h"
 #include "core/checked_math.h"
+#include "device/device_features.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
 namespace {
+
+// The IPC feature of a device whose IpcUnavailable() was empty: only such a share exports or
+// imports a block.
+DeviceIpc& IpcOfShared(Device& device) {
+  DeviceIpc* ipc = IpcOf(device);
+  GPUFEED_ASSERT(ipc != nullptr, "a shared device block on a device without IPC");
+  return *ipc;
+}
 
 constexpr uint32_t kMaxFields = 4096;
 constexpr uint64_t kAlign = 256;  // every array starts where cuMemAlloc would align it
@@ -294,7 +303,7 @@ std::shared_ptr<DeviceShare> DeviceShare::Acquire(const DeviceShareRequest& requ
   uint64_t total = 0;
   const std::vector<uint64_t> offsets = Layout(request.array_bytes, &total);
 
-  std::string why = device->IpcUnavailable();
+  std::string why = IpcUnavailable(*device);
   std::shared_ptr<Files> files;
   std::optional<DecisionLock> decision;
   if (why.empty()) files = OpenFiles(request, base, decision, why);
@@ -339,11 +348,11 @@ bool DeviceShare::Import(const DeviceShareRequest& request, const std::vector<ui
   std::memcpy(handle.data(), h->handle, handle.size());
   try {
     size_t mapped = 0;
-    auto* block = static_cast<std::byte*>(device_->OpenIpc(handle, &mapped));
+    auto* block = static_cast<std::byte*>(IpcOfShared(*device_).OpenIpc(handle, &mapped));
     // The handle must map at least the block the file claims (a planted or stale handle of a
     // smaller allocation would let gathers read past its end).
     if (mapped < total) {
-      device_->CloseIpc(block);
+      IpcOfShared(*device_).CloseIpc(block);
       throw Error(ErrorCode::kDevice,
                   mapped == 0
                       ? std::string("the driver cannot tell the mapped size")
@@ -352,7 +361,7 @@ bool DeviceShare::Import(const DeviceShareRequest& request, const std::vector<ui
     try {
       HoldShare(*files);
     } catch (const Error&) {
-      device_->CloseIpc(block);
+      IpcOfShared(*device_).CloseIpc(block);
       throw;
     }
     Place(block, offsets);
@@ -387,7 +396,7 @@ void DeviceShare::Upload(const DeviceShareRequest& request, const std::vector<ui
   owner_ = getpid();
   if (files) {
     try {
-      const std::array<std::byte, 64> handle = device_->ExportIpc(block);
+      const std::array<std::byte, 64> handle = IpcOfShared(*device_).ExportIpc(block);
       HoldShare(*files);
       files->generation =
           PublishIpc(*files->dir, files->base, request, device_->ordinal(), offsets, total, handle);
@@ -413,7 +422,7 @@ DeviceShare::~DeviceShare() {
   try {
     DecisionLock decision(*files_->dir, files_->base, /*try_only=*/false);
     if (imported_) {
-      device_->CloseIpc(block_);
+      IpcOfShared(*device_).CloseIpc(block_);
       files_->CloseHolders();
       return;
     }
@@ -426,7 +435,7 @@ DeviceShare::~DeviceShare() {
     }
   } catch (const Error&) {
     if (imported_) {
-      device_->CloseIpc(block_);
+      IpcOfShared(*device_).CloseIpc(block_);
       files_->CloseHolders();
       return;
     }

@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/fd_io.h"
 #include "core/format.h"
 #include "core/proc_text.h"
 #include "core/progress.h"
@@ -46,19 +47,7 @@ class FileWriter {
         written_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n) > enospc_after_) {
       return ENOSPC;
     }
-    const auto* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t r = pwrite(fd_, p, n, static_cast<off_t>(offset));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return errno;
-      }
-      if (r == 0) return ENOSPC;
-      p += r;
-      n -= static_cast<size_t>(r);
-      offset += static_cast<uint64_t>(r);
-    }
-    return 0;
+    return PwriteAll(fd_, data, n, offset) ? 0 : errno;
   }
 
  private:
@@ -139,8 +128,8 @@ class ReadMapping {
   ReadMapping(int fd, size_t bytes) : bytes_(bytes) {
     p_ = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
     if (p_ == MAP_FAILED) {
-      throw Error(ErrorCode::kIo, fmt::format("mmap of a cache being built failed: {}",
-                                              std::strerror(errno)));
+      throw Error(ErrorCode::kIo,
+                  fmt::format("mmap of a cache being built failed: {}", std::strerror(errno)));
     }
   }
   ~ReadMapping() { munmap(p_, bytes_); }

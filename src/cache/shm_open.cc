@@ -17,6 +17,7 @@
 #include "cache/flock_holders.h"
 #include "cache/shm_source.h"
 #include "cache/shm_user_dir.h"
+#include "core/fd_io.h"
 #include "core/format.h"
 #include "core/log.h"
 #include "gpufeed/cache.h"
@@ -108,19 +109,6 @@ class BuildLock {
   std::string holder_;
 };
 
-bool PreadFully(int fd, void* buf, size_t n, uint64_t offset) {
-  auto* p = static_cast<char*>(buf);
-  while (n > 0) {
-    const ssize_t r = pread(fd, p, n, static_cast<off_t>(offset));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-    offset += static_cast<uint64_t>(r);
-  }
-  return true;
-}
-
 // Opens the published file when it is there and belongs to `base`. Null when absent; sets
 // `invalid` (and returns null) when something is there but unusable.
 std::shared_ptr<Source> OpenPublished(const std::shared_ptr<Source>& base, const ShmUserDir& dir,
@@ -139,11 +127,11 @@ std::shared_ptr<Source> OpenPublished(const std::shared_ptr<Source>& base, const
     if (fstat(fd, &st) != 0) throw Error(ErrorCode::kIo, std::strerror(errno));
     const auto size = static_cast<uint64_t>(st.st_size);
     std::vector<std::byte> bytes(kShmFixedHeaderBytes);
-    if (size < kShmFixedHeaderBytes || !PreadFully(fd, bytes.data(), bytes.size(), 0)) {
+    if (size < kShmFixedHeaderBytes || !PreadAll(fd, bytes.data(), bytes.size(), 0)) {
       throw Error(ErrorCode::kCorruptData, fmt::format("{} bytes: too short", size));
     }
     bytes.resize(ShmHeaderBytes(bytes, size, path));
-    if (!PreadFully(fd, bytes.data(), bytes.size(), 0)) {
+    if (!PreadAll(fd, bytes.data(), bytes.size(), 0)) {
       throw Error(ErrorCode::kCorruptData, "header cannot be read");
     }
     header = DecodeShmHeader(bytes, size, path, dir.secret());

@@ -12,6 +12,7 @@
 
 #include "cache/shm_format.h"
 #include "cache/shm_user_dir.h"
+#include "core/fd_io.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 
@@ -31,20 +32,13 @@ class VerifyFile {
 
   // Exactly `n` bytes at `offset`; Error(kIo) naming the file otherwise.
   void Read(std::byte* dst, uint64_t n, uint64_t offset) const {
-    while (n > 0) {
-      const ssize_t r = pread(fd_, dst, n, static_cast<off_t>(offset));
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) {
-        throw Error(ErrorCode::kIo,
-                    r == 0 ? fmt::format("shared-memory cache {} changed size while being "
-                                         "verified (it ends before offset {})",
-                                         path_, offset)
-                           : fmt::format("shared-memory cache {}: read at offset {} failed: {}",
-                                         path_, offset, std::strerror(errno)));
-      }
-      dst += r;
-      n -= static_cast<uint64_t>(r);
-      offset += static_cast<uint64_t>(r);
+    if (!PreadAll(fd_, dst, n, offset)) {
+      throw Error(ErrorCode::kIo,
+                  errno == 0 ? fmt::format("shared-memory cache {} changed size while being "
+                                           "verified (it ends before offset {})",
+                                           path_, offset + n)
+                             : fmt::format("shared-memory cache {}: read at offset {} failed: {}",
+                                           path_, offset, std::strerror(errno)));
     }
   }
 

@@ -15,6 +15,7 @@
 
 #include "device/cuda_context.h"
 #include "device/cuda_stream.h"
+#include "device/device_features.h"
 #include "gpufeed/device.h"
 
 namespace gpufeed::cuda {
@@ -28,14 +29,14 @@ struct CudaDeviceOptions {
 struct CudaDeviceStats {
   int64_t copies = 0;  // host-to-device copies enqueued
   int64_t copy_bytes = 0;
-  int64_t events = 0;                  // events recorded
-  int64_t gathers = 0;                 // gather kernels launched (the device tier)
+  int64_t events = 0;   // events recorded
+  int64_t gathers = 0;  // gather kernels launched (the device tier)
   int64_t gather_bytes = 0;
   int64_t host_bytes_allocated = 0;    // pinned, over the device's life
   int64_t device_bytes_allocated = 0;  // over the device's life
 };
 
-class CudaDevice : public Device {
+class CudaDevice : public Device, public StreamTiming, public DeviceIpc {
  public:
   explicit CudaDevice(std::shared_ptr<const CudaContext> context);
   ~CudaDevice() override;

@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "device/cuda_context.h"
+#include "device/device_features.h"
 #include "gpufeed/device.h"
 
 namespace gpufeed::cuda {

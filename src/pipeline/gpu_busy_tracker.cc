@@ -6,7 +6,9 @@
 namespace gpufeed {
 
 GpuBusyTracker::GpuBusyTracker(std::shared_ptr<Device> device, int max_events)
-    : device_(std::move(device)), max_events_(std::max(2, max_events)) {}
+    : device_(std::move(device)),
+      timing_(TimingOf(*device_)),
+      max_events_(std::max(2, max_events)) {}
 
 GpuBusyTracker::~GpuBusyTracker() = default;
 
@@ -20,7 +22,7 @@ TimingEvent* GpuBusyTracker::TakeEvent() {
   if (static_cast<int>(events_.size()) >= max_events_) return nullptr;  // the GPU lags far
   std::unique_ptr<TimingEvent> made;
   try {
-    made = device_->NewTimingEvent();
+    if (timing_ != nullptr) made = timing_->NewTimingEvent();
   } catch (...) {
   }
   if (!made) {
@@ -47,9 +49,9 @@ bool GpuBusyTracker::EndStep() {
   try {
     // Querying a capturing stream would invalidate the consumer's CUDA graph capture: the
     // step stays without an end event, so it gets no busy figure.
-    if (device_->StreamCapturing(step_stream_)) return false;
+    if (timing_ == nullptr || timing_->StreamCapturing(step_stream_)) return false;
     // Before the end event: a recorded event is itself work the stream has not done yet.
-    const bool drained = device_->StreamDrained(step_stream_);
+    const bool drained = timing_->StreamDrained(step_stream_);
     if (drained) ++totals_.drained_steps;
     TimingEvent* event = TakeEvent();
     if (event == nullptr) return drained;
@@ -90,7 +92,7 @@ void GpuBusyTracker::MarkStart(int64_t step, uintptr_t stream) {
   MutexLock lock(&mu_);
   if (disabled_ || step != step_ || step_started_ || step_ended_ || step_batch_ < 0) return;
   try {
-    if (device_->StreamCapturing(stream)) return;  // recorded into the user's graph: skip
+    if (timing_ == nullptr || timing_->StreamCapturing(stream)) return;  // the user's graph
     TimingEvent* event = TakeEvent();
     if (event == nullptr) return;
     if (!RecordOrSkip(event, stream)) return;

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "core/thread_annotations.h"
+#include "device/device_features.h"
 #include "gpufeed/device.h"
 
 namespace gpufeed {
@@ -115,6 +116,7 @@ class GpuBusyTracker {
   void HarvestLocked(const std::function<void(const GpuStepFigure&)>& on_figure) REQUIRES(mu_);
 
   std::shared_ptr<Device> device_;
+  StreamTiming* const timing_;  // null: the device cannot time its streams
   const int max_events_;
   mutable Mutex mu_;
   bool disabled_ GUARDED_BY(mu_) = false;

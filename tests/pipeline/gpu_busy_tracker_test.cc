@@ -59,7 +59,7 @@ class ScriptedEvent : public TimingEvent {
 };
 
 // The host device, with scripted timing events and stream states.
-class ScriptedDevice : public Device {
+class ScriptedDevice : public Device, public StreamTiming {
  public:
   explicit ScriptedDevice(Timeline& timeline, bool can_time = true)
       : timeline_(timeline), can_time_(can_time) {}
