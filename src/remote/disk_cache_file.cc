@@ -208,19 +208,11 @@ void DiskCachedFile::FetchBatch(int lock_fd, std::span<const uint64_t> blocks,
   // Reserved temporaries not yet published are removed however this ends (a throwing base
   // read included), so only a killed process leaves one behind.
   struct TempGuard {
-    const DiskCachedFile* file;
+    const DiskCacheStore& store;
+    int object_fd;
     std::span<BlockTemp> temps;
-    ~TempGuard() {
-      uint64_t freed = 0;
-      for (BlockTemp& t : temps) {
-        if (t.fd < 0) continue;
-        close(t.fd);
-        unlinkat(file->object_fd_, t.temp_name.c_str(), 0);
-        freed += t.length;
-      }
-      if (freed > 0) file->store_->Unreserve(freed);
-    }
-  } guard{this, kept ? std::span<BlockTemp>(temps) : std::span<BlockTemp>()};
+    ~TempGuard() { store.Release(object_fd, temps); }
+  } guard{*store_, object_fd_, kept ? std::span<BlockTemp>(temps) : std::span<BlockTemp>()};
 
   std::unique_ptr<char[]> buf(new char[total]);
   std::vector<char*> data;
@@ -242,6 +234,8 @@ void DiskCachedFile::FetchBatch(int lock_fd, std::span<const uint64_t> blocks,
   counters.bytes_fetched.fetch_add(static_cast<int64_t>(total));
   if (kept) {
     Publish(temps, data);
+    // Before the write locks go: a temporary without its writer's lock is taken for stale.
+    store_->Release(object_fd_, temps);
   } else {
     counters.uncached.fetch_add(static_cast<int64_t>(blocks.size()));
   }
@@ -257,18 +251,14 @@ void DiskCachedFile::Publish(std::span<BlockTemp> temps, const std::vector<char*
   for (size_t i = 0; i < temps.size(); ++i) {
     BlockTemp& t = temps[i];
     struct stat st {};
-    const bool whole = PwriteAll(t.fd, data[i], t.length, 0) && fstat(t.fd, &st) == 0 &&
-                       static_cast<uint64_t>(st.st_size) == t.length;
-    if (!whole) {
-      store_->counters().uncached.fetch_add(1);
-      continue;  // removed by the caller's guard
-    }
-    close(t.fd);
-    t.fd = -1;
     const std::string name = std::to_string(t.index);
-    if (renameat(object_fd_, t.temp_name.c_str(), object_fd_, name.c_str()) != 0) {
-      unlinkat(object_fd_, t.temp_name.c_str(), 0);
-      store_->Unreserve(t.length);
+    // A temporary that failed is left open for the caller's guard to remove.
+    if (PwriteAll(t.fd, data[i], t.length, 0) && fstat(t.fd, &st) == 0 &&
+        static_cast<uint64_t>(st.st_size) == t.length &&
+        renameat(object_fd_, t.temp_name.c_str(), object_fd_, name.c_str()) == 0) {
+      close(t.fd);
+      t.fd = -1;
+    } else {
       store_->counters().uncached.fetch_add(1);
     }
   }

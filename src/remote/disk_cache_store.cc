@@ -193,7 +193,15 @@ void DiskCacheStore::WriteUsage(uint64_t bytes) const {
 uint64_t DiskCacheStore::ScanAndEvict(uint64_t need) const {
   uint64_t total = 0;
   std::vector<ScannedBlock> blocks;
-  std::map<std::string, std::pair<int, int>> objects;  // key -> (folder fd, lock fd)
+  // key -> (folder fd, lock fd), closed however the scan ends.
+  struct Objects : std::map<std::string, std::pair<int, int>> {
+    ~Objects() {
+      for (const auto& [key, fds] : *this) {
+        close(fds.second);
+        close(fds.first);
+      }
+    }
+  } objects;
   for (const std::string& key : ListNames(dir_fd_)) {
     if (!IsObjectKey(key)) continue;
     const int obj = openat(dir_fd_, key.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -248,10 +256,6 @@ uint64_t DiskCacheStore::ScanAndEvict(uint64_t need) const {
       TryLockBlock(lock, b.index, F_UNLCK, display);
     }
   }
-  for (const auto& [key, fds] : objects) {
-    close(fds.second);
-    close(fds.first);
-  }
   return total;
 }
 
@@ -288,11 +292,20 @@ bool DiskCacheStore::Reserve(int object_fd, std::span<BlockTemp> blocks) const {
   return ok;
 }
 
-void DiskCacheStore::Unreserve(uint64_t bytes) const {
+void DiskCacheStore::Release(int object_fd, std::span<BlockTemp> blocks) const {
+  uint64_t freed = 0;
   std::lock_guard<std::mutex> guard(usage_mu_);
-  if (flock(usage_fd_, LOCK_EX) != 0) return;
+  const bool locked = flock(usage_fd_, LOCK_EX) == 0;
+  for (BlockTemp& b : blocks) {
+    if (b.fd < 0) continue;
+    close(b.fd);
+    b.fd = -1;
+    unlinkat(object_fd, b.temp_name.c_str(), 0);
+    freed += b.length;
+  }
+  if (!locked) return;  // the count stays high until the next scan
   if (const std::optional<uint64_t> usage = ReadUsage()) {
-    WriteUsage(*usage - std::min(*usage, bytes));
+    WriteUsage(*usage - std::min(*usage, freed));
   }
   flock(usage_fd_, LOCK_UN);
 }

@@ -63,7 +63,7 @@ struct BlockTemp {
   uint64_t index = 0;
   uint64_t length = 0;
   std::string temp_name;  // set by Reserve
-  int fd = -1;            // set by Reserve; the caller closes it
+  int fd = -1;            // set by Reserve; -1 once published (renamed into place)
 };
 
 class DiskCacheStore {
@@ -85,8 +85,9 @@ class DiskCacheStore {
   // holds) and creates each block's temporary at its full length in `object_fd`. The caller
   // holds the blocks' write locks. False (nothing created) when they do not fit.
   bool Reserve(int object_fd, std::span<BlockTemp> blocks) const;
-  // Gives back `bytes` of a reservation whose temporaries the caller removed.
-  void Unreserve(uint64_t bytes) const;
+  // Closes and removes the temporaries of `blocks` still open (fd >= 0) and gives their
+  // bytes back, under the usage lock so that a scan never counts them twice or not at all.
+  void Release(int object_fd, std::span<BlockTemp> blocks) const;
   // Removes the temporaries of killed downloaders and evicts down to the budget. Returns the
   // bytes in the cache afterwards.
   uint64_t CollectGarbage() const;

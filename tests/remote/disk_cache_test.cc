@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -267,6 +268,54 @@ TEST_F(DiskCacheTest, TwoInstancesReadingAtOnceFetchEachBlockOnce) {
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(base_->bytes_read.load(), static_cast<int64_t>(object.size()));
   EXPECT_EQ(caches[0]->stats().misses + caches[1]->stats().misses, 25);
+}
+
+// The same across real processes: each child counts what its own base served.
+TEST_F(DiskCacheTest, TwoProcessesReadingAtOnceFetchEachBlockOnce) {
+  const std::vector<char> object = RandomBytes(kBlock * 16 + 5, 16);
+  base_->Put("s3://b/x", object, "e");
+  base_->delay_us = 2000;
+  int fds[2];
+  int go[2];  // both children start reading together
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(pipe(go), 0);
+  std::vector<pid_t> children;
+  for (int c = 0; c < 2; ++c) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int64_t fetched = -1;
+      try {
+        const auto file = Cache()->Open("s3://b/x");
+        char start = 0;
+        if (read(go[0], &start, 1) != 1) _exit(1);
+        std::vector<char> all(object.size());
+        for (uint64_t offset = 0; offset < all.size(); offset += kBlock) {
+          ReadFully(*file, offset, all.data() + offset, std::min(kBlock, all.size() - offset),
+                    "block");
+        }
+        if (all == object) fetched = base_->bytes_read.load();
+      } catch (...) {
+      }
+      (void)!write(fds[1], &fetched, sizeof(fetched));
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  close(fds[1]);
+  ASSERT_EQ(write(go[1], "gg", 2), 2);
+  close(go[1]);
+  close(go[0]);
+  int64_t total = 0;
+  for (int c = 0; c < 2; ++c) {
+    int64_t fetched = -1;
+    ASSERT_EQ(read(fds[0], &fetched, sizeof(fetched)), static_cast<ssize_t>(sizeof(fetched)));
+    ASSERT_GE(fetched, 0) << "a child read wrong bytes or failed";
+    total += fetched;
+  }
+  close(fds[0]);
+  for (const pid_t pid : children) waitpid(pid, nullptr, 0);
+  EXPECT_EQ(total, static_cast<int64_t>(object.size()));
 }
 
 TEST_F(DiskCacheTest, TemporaryOfAKilledWriterIsNeverServedAndIsRemoved) {
