@@ -18,8 +18,9 @@ namespace gpufeed {
 namespace {
 
 constexpr char kLockName[] = "lock";
-// Blocks fetched into memory at once: bounds a read's memory to this many blocks.
+// Blocks fetched into memory at once, at most: bounds the memory of one read.
 constexpr uint64_t kMaxBatchBlocks = 32;
+constexpr uint64_t kMaxBatchBytes = uint64_t{256} << 20;
 
 // A descriptor closed when it goes out of scope (closing drops its OFD locks).
 class ScopedFd {
@@ -188,8 +189,9 @@ void DiskCachedFile::ReadMany(std::span<const ReadRange> ranges, const std::stri
 
 void DiskCachedFile::Fetch(int lock_fd, std::span<const uint64_t> blocks,
                            const PiecesByBlock& pieces, const std::string& what) const {
+  const uint64_t most = std::min(kMaxBatchBlocks, kMaxBatchBytes / block_bytes_);
   const uint64_t batch =
-      std::clamp<uint64_t>(store_->budget_bytes() / block_bytes_, 1, kMaxBatchBlocks);
+      std::clamp<uint64_t>(store_->budget_bytes() / block_bytes_, 1, std::max<uint64_t>(most, 1));
   for (size_t i = 0; i < blocks.size(); i += batch) {
     FetchBatch(lock_fd, blocks.subspan(i, std::min<size_t>(batch, blocks.size() - i)), pieces,
                what);
