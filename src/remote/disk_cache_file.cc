@@ -1,0 +1,269 @@
+#include "remote/disk_cache_file.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "gpufeed/error.h"
+
+namespace gpufeed {
+namespace {
+
+constexpr char kLockName[] = "lock";
+// Blocks fetched into memory at once, at most: bounds the memory of one read.
+constexpr uint64_t kMaxBatchBlocks = 32;
+constexpr uint64_t kMaxBatchBytes = uint64_t{256} << 20;
+
+// A descriptor closed when it goes out of scope (closing drops its OFD locks).
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+bool PreadAll(int fd, char* dst, size_t n, uint64_t offset) {
+  while (n > 0) {
+    const ssize_t got = pread(fd, dst, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    dst += got;
+    n -= static_cast<size_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
+bool PwriteAll(int fd, const char* src, size_t n, uint64_t offset) {
+  while (n > 0) {
+    const ssize_t put = pwrite(fd, src, n, static_cast<off_t>(offset));
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) return false;
+    src += put;
+    n -= static_cast<size_t>(put);
+    offset += static_cast<uint64_t>(put);
+  }
+  return true;
+}
+
+// Marks a block as used now, so eviction takes older ones first. At most once a second per
+// block: the touch is a metadata write, and LRU needs no finer order than that.
+void Touch(int fd, const struct stat& st) {
+  struct timespec now {};
+  clock_gettime(CLOCK_REALTIME, &now);
+  if (now.tv_sec - st.st_mtim.tv_sec >= 1) futimens(fd, nullptr);
+}
+
+// After a block vanished under a wait (its downloader failed, or it was evicted), two
+// readers could keep meeting each other's momentary locks: a short random pause breaks that.
+void PauseBeforeRetry() {
+  thread_local std::minstd_rand rng(std::random_device{}());
+  std::this_thread::sleep_for(std::chrono::microseconds(200 + rng() % 2000));
+}
+
+}  // namespace
+
+DiskCachedFile::DiskCachedFile(std::unique_ptr<File> base,
+                               std::shared_ptr<const DiskCacheStore> store, int object_fd,
+                               std::string object_path, uint64_t block_bytes)
+    : base_(std::move(base)),
+      store_(std::move(store)),
+      object_fd_(object_fd),
+      object_path_(std::move(object_path)),
+      block_bytes_(block_bytes),
+      size_(base_->Size()) {}
+
+DiskCachedFile::~DiskCachedFile() { close(object_fd_); }
+
+uint64_t DiskCachedFile::BlockLength(uint64_t index) const {
+  return std::min(block_bytes_, size_ - index * block_bytes_);
+}
+
+std::string DiskCachedFile::BlockPath(uint64_t index) const {
+  return fmt::format("{}/{}", object_path_, index);
+}
+
+size_t DiskCachedFile::ReadAt(uint64_t offset, void* buf, size_t n) const {
+  if (offset >= size_ || n == 0) return 0;
+  n = static_cast<size_t>(std::min<uint64_t>(n, size_ - offset));
+  const ReadRange range{offset, buf, n};
+  ReadMany({&range, 1}, "read");
+  return n;
+}
+
+bool DiskCachedFile::ServeFromDisk(uint64_t index, const std::vector<Piece>& pieces) const {
+  const std::string name = std::to_string(index);
+  const ScopedFd fd(OpenOwnedFileAt(object_fd_, name, O_RDONLY, BlockPath(index)));
+  if (fd.get() < 0) return false;
+  struct stat st {};
+  // A block of another length is not one this cache wrote whole: fetched again and replaced.
+  if (fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) != BlockLength(index)) {
+    return false;
+  }
+  for (const Piece& p : pieces) {
+    if (!PreadAll(fd.get(), p.dst, p.n, p.offset_in_block)) {
+      throw Error(ErrorCode::kIo, fmt::format("{}: cannot read the cached block {}: {}", path(),
+                                              BlockPath(index), std::strerror(errno)));
+    }
+  }
+  Touch(fd.get(), st);
+  store_->counters().hits.fetch_add(1);
+  return true;
+}
+
+void DiskCachedFile::ReadMany(std::span<const ReadRange> ranges, const std::string& what) const {
+  PiecesByBlock pieces;
+  for (const ReadRange& r : ranges) {
+    if (r.n == 0) continue;
+    if (r.offset > size_ || r.n > size_ - r.offset) {
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: {}: file ends at byte {} but {} bytes were expected at "
+                              "offset {} (file size {})",
+                              path(), what, size_, r.n, r.offset, size_));
+    }
+    for (uint64_t pos = r.offset; pos < r.offset + r.n;) {
+      const uint64_t index = pos / block_bytes_;
+      const uint64_t in_block = pos - index * block_bytes_;
+      const uint64_t n = std::min(r.offset + r.n - pos, BlockLength(index) - in_block);
+      pieces[index].push_back(
+          {in_block, static_cast<char*>(r.buf) + (pos - r.offset), static_cast<size_t>(n)});
+      pos += n;
+    }
+  }
+  if (pieces.empty()) return;
+  const std::string lock_path = object_path_ + "/" + kLockName;
+  const ScopedFd lock(OpenOwnedFileAt(object_fd_, kLockName, O_RDWR | O_CREAT, lock_path));
+  const int fd = lock.get();
+  std::vector<uint64_t> pending;
+  for (const auto& [index, unused] : pieces) pending.push_back(index);
+  for (int round = 0; !pending.empty(); ++round) {
+    if (round > 1) PauseBeforeRetry();
+    // Without waiting: read the blocks on disk, take the fetch of absent ones nobody fetches.
+    std::vector<uint64_t> fetch;
+    std::vector<uint64_t> wait;
+    for (const uint64_t b : pending) {
+      if (TryLockBlock(fd, b, F_RDLCK, lock_path)) {
+        const bool served = ServeFromDisk(b, pieces[b]);
+        TryLockBlock(fd, b, F_UNLCK, lock_path);
+        if (served) continue;
+      }
+      if (!TryLockBlock(fd, b, F_WRLCK, lock_path)) {
+        wait.push_back(b);
+      } else if (ServeFromDisk(b, pieces[b])) {  // written since the look above
+        TryLockBlock(fd, b, F_UNLCK, lock_path);
+      } else {
+        fetch.push_back(b);
+      }
+    }
+    Fetch(fd, fetch, pieces, what);
+    // Holding no write lock: wait for the blocks another process fetches, then read them.
+    pending.clear();
+    for (const uint64_t b : wait) {
+      const bool waited = !TryLockBlock(fd, b, F_RDLCK, lock_path);
+      if (waited) WaitLockBlock(fd, b, F_RDLCK, lock_path);
+      const bool served = ServeFromDisk(b, pieces[b]);
+      TryLockBlock(fd, b, F_UNLCK, lock_path);
+      if (!served) {
+        pending.push_back(b);
+      } else if (waited) {
+        store_->counters().waits.fetch_add(1);
+      }
+    }
+  }
+}
+
+void DiskCachedFile::Fetch(int lock_fd, std::span<const uint64_t> blocks,
+                           const PiecesByBlock& pieces, const std::string& what) const {
+  const uint64_t most = std::min(kMaxBatchBlocks, kMaxBatchBytes / block_bytes_);
+  const uint64_t batch =
+      std::clamp<uint64_t>(store_->budget_bytes() / block_bytes_, 1, std::max<uint64_t>(most, 1));
+  for (size_t i = 0; i < blocks.size(); i += batch) {
+    FetchBatch(lock_fd, blocks.subspan(i, std::min<size_t>(batch, blocks.size() - i)), pieces,
+               what);
+  }
+}
+
+void DiskCachedFile::FetchBatch(int lock_fd, std::span<const uint64_t> blocks,
+                                const PiecesByBlock& pieces, const std::string& what) const {
+  std::vector<BlockTemp> temps;
+  uint64_t total = 0;
+  for (const uint64_t b : blocks) {
+    temps.push_back({b, BlockLength(b), {}, -1});
+    total += BlockLength(b);
+  }
+  const bool kept = store_->Reserve(object_fd_, temps);
+  // Reserved temporaries not yet published are removed however this ends (a throwing base
+  // read included), so only a killed process leaves one behind.
+  struct TempGuard {
+    const DiskCacheStore& store;
+    int object_fd;
+    std::span<BlockTemp> temps;
+    ~TempGuard() { store.Release(object_fd, temps); }
+  } guard{*store_, object_fd_, kept ? std::span<BlockTemp>(temps) : std::span<BlockTemp>()};
+
+  std::unique_ptr<char[]> buf(new char[total]);
+  std::vector<char*> data;
+  std::vector<ReadRange> runs;  // one range per run of consecutive blocks
+  char* at = buf.get();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    data.push_back(at);
+    const uint64_t length = BlockLength(blocks[i]);
+    if (i > 0 && blocks[i] == blocks[i - 1] + 1) {
+      runs.back().n += length;
+    } else {
+      runs.push_back({blocks[i] * block_bytes_, at, static_cast<size_t>(length)});
+    }
+    at += length;
+  }
+  base_->ReadMany(runs, what);
+  DiskCacheCounters& counters = store_->counters();
+  counters.misses.fetch_add(static_cast<int64_t>(blocks.size()));
+  counters.bytes_fetched.fetch_add(static_cast<int64_t>(total));
+  if (kept) {
+    Publish(temps, data);
+    // Before the write locks go: a temporary without its writer's lock is taken for stale.
+    store_->Release(object_fd_, temps);
+  } else {
+    counters.uncached.fetch_add(static_cast<int64_t>(blocks.size()));
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    for (const Piece& p : pieces.at(blocks[i])) {
+      std::memcpy(p.dst, data[i] + p.offset_in_block, p.n);
+    }
+    TryLockBlock(lock_fd, blocks[i], F_UNLCK, object_path_);
+  }
+}
+
+void DiskCachedFile::Publish(std::span<BlockTemp> temps, const std::vector<char*>& data) const {
+  for (size_t i = 0; i < temps.size(); ++i) {
+    BlockTemp& t = temps[i];
+    struct stat st {};
+    const std::string name = std::to_string(t.index);
+    // A temporary that failed is left open for the caller's guard to remove.
+    if (PwriteAll(t.fd, data[i], t.length, 0) && fstat(t.fd, &st) == 0 &&
+        static_cast<uint64_t>(st.st_size) == t.length &&
+        renameat(object_fd_, t.temp_name.c_str(), object_fd_, name.c_str()) == 0) {
+      close(t.fd);
+      t.fd = -1;
+    } else {
+      store_->counters().uncached.fetch_add(1);
+    }
+  }
+}
+
+}  // namespace gpufeed

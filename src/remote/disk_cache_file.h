@@ -1,0 +1,64 @@
+// One file of a DiskCacheFileSystem: the base file's reads served from blocks on disk.
+// Thread-safety: thread-safe; every read takes its own descriptor of the object's lock file,
+// so concurrent reads of one file lock blocks against each other as processes do.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpufeed/file.h"
+#include "remote/disk_cache_store.h"
+
+namespace gpufeed {
+
+class DiskCachedFile : public File {
+ public:
+  // Takes ownership of `object_fd`, the object's folder in the store.
+  DiskCachedFile(std::unique_ptr<File> base, std::shared_ptr<const DiskCacheStore> store,
+                 int object_fd, std::string object_path, uint64_t block_bytes);
+  ~DiskCachedFile() override;
+
+  const std::string& path() const override { return base_->path(); }
+  uint64_t Size() const override { return size_; }
+  int64_t ModificationTimeNs() const override { return base_->ModificationTimeNs(); }
+  std::string VersionStamp() const override { return base_->VersionStamp(); }
+  size_t ReadAt(uint64_t offset, void* buf, size_t n) const override;
+  const std::byte* Map() const override { return nullptr; }
+  void ReadMany(std::span<const ReadRange> ranges, const std::string& what) const override;
+
+ private:
+  // A part of a caller's range that lies in one block.
+  struct Piece {
+    uint64_t offset_in_block = 0;
+    char* dst = nullptr;
+    size_t n = 0;
+  };
+  using PiecesByBlock = std::map<uint64_t, std::vector<Piece>>;
+
+  uint64_t BlockLength(uint64_t index) const;
+  std::string BlockPath(uint64_t index) const;
+  // Reads the pieces from block `index` on disk (the caller holds its lock). False when the
+  // block is absent or not whole.
+  bool ServeFromDisk(uint64_t index, const std::vector<Piece>& pieces) const;
+  // Fetches `blocks` (whose write locks `lock_fd` holds) from the base file, keeps them on
+  // disk where they fit, fills their pieces and releases their locks.
+  void Fetch(int lock_fd, std::span<const uint64_t> blocks, const PiecesByBlock& pieces,
+             const std::string& what) const;
+  void FetchBatch(int lock_fd, std::span<const uint64_t> blocks, const PiecesByBlock& pieces,
+                  const std::string& what) const;
+  // Writes the fetched bytes to the reserved temporaries and renames them into place.
+  void Publish(std::span<BlockTemp> temps, const std::vector<char*>& data) const;
+
+  std::unique_ptr<File> base_;
+  std::shared_ptr<const DiskCacheStore> store_;
+  const int object_fd_;
+  const std::string object_path_;
+  const uint64_t block_bytes_;
+  const uint64_t size_;
+};
+
+}  // namespace gpufeed
