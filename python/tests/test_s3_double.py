@@ -186,3 +186,100 @@ def test_control_api_is_never_forwarded_and_reset_zeroes(s3_server):
     assert s3_server.counts() == {"requests": 0, "by_method": {}, "listings": 0, "ranged": 0,
                                   "by_status": {}, "bytes": 0}
     assert json.loads(_raw(s3_server.endpoint, "GET", "/__proxy/rules")[2]) == {}
+
+
+def test_proxy_checks_sigv4_like_s3(s3_server):
+    import boto3
+
+    s3_server.create_bucket("signed")
+    s3_server.put("signed", "k", b"v")
+    forger = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1",
+                          aws_access_key_id=s3_server.access_key,
+                          aws_secret_access_key="not-the-secret")
+    with pytest.raises(ClientError) as err:
+        forger.get_object(Bucket="signed", Key="k")
+    assert err.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert "CanonicalRequest" in err.value.response["Error"]
+    elsewhere = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="eu-west-1",
+                             aws_access_key_id=s3_server.access_key,
+                             aws_secret_access_key=s3_server.secret_key)
+    with pytest.raises(ClientError) as err:
+        elsewhere.get_object(Bucket="signed", Key="k")
+    assert err.value.response["Error"]["Code"] == "AuthorizationHeaderMalformed"
+    # Unsigned requests pass: s3rver serves them as a public bucket would.
+    assert _raw(s3_server.endpoint, "GET", "/signed/k")[0] == 200
+
+
+def test_signed_keys_with_reserved_characters_and_presigned_urls(s3_server):
+    s3_server.create_bucket("chars")
+    client = _proxy(s3_server)
+    keys = ["a b/c+d.bin", "ümlaut/é~x", "q?x=1&y", "percent%20literal"]
+    for key in keys:
+        client.put_object(Bucket="chars", Key=key, Body=key.encode())
+        assert client.get_object(Bucket="chars", Key=key)["Body"].read() == key.encode()
+    listed = client.list_objects_v2(Bucket="chars", Prefix="a b/")["Contents"]
+    assert [o["Key"] for o in listed] == ["a b/c+d.bin"]
+    import boto3
+    from botocore.config import Config
+
+    presigner = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1",
+                             aws_access_key_id=s3_server.access_key,
+                             aws_secret_access_key=s3_server.secret_key,
+                             config=Config(signature_version="s3v4"))
+    url = presigner.generate_presigned_url("get_object",
+                                           Params={"Bucket": "chars", "Key": keys[0]},
+                                           ExpiresIn=600)
+    parts = urllib.parse.urlsplit(url)
+    assert "X-Amz-Signature=" in parts.query
+    status, _, body = _raw(s3_server.endpoint, "GET", f"{parts.path}?{parts.query}")
+    assert (status, body) == (200, keys[0].encode())
+    tampered = parts.query.replace("X-Amz-Expires=600", "X-Amz-Expires=601")
+    assert _raw(s3_server.endpoint, "GET", f"{parts.path}?{tampered}")[0] == 403
+
+
+def test_ranges_and_if_match_answer_as_s3_does(s3_server, payload):
+    s3_server.create_bucket("semantics")
+    s3_server.put("semantics", "blob", payload)
+    client = _proxy(s3_server)
+    tail = client.get_object(Bucket="semantics", Key="blob", Range="bytes=-100")
+    assert tail["ContentRange"] == f"bytes {len(payload) - 100}-{len(payload) - 1}/{len(payload)}"
+    assert tail["Body"].read() == payload[-100:]
+    status, _, body = _raw(s3_server.endpoint, "GET", "/semantics/blob",
+                           {"Range": "bytes=0-1,5-6"})
+    assert (status, body) == (200, payload)
+    etag = tail["ETag"]
+    assert client.get_object(Bucket="semantics", Key="blob", IfMatch=etag,
+                             Range="bytes=0-9")["Body"].read() == payload[:10]
+    s3_server.put("semantics", "blob", b"changed")
+    with pytest.raises(ClientError) as err:
+        client.get_object(Bucket="semantics", Key="blob", IfMatch=etag, Range="bytes=0-9")
+    assert err.value.response["Error"]["Code"] == "PreconditionFailed"
+    assert err.value.response["ResponseMetadata"]["HTTPStatusCode"] == 412
+
+
+def test_many_concurrent_keep_alive_clients(s3_server, payload):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from botocore.config import Config
+
+    s3_server.create_bucket("busy")
+    s3_server.put("busy", "blob", payload)
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1",
+                          aws_access_key_id=s3_server.access_key,
+                          aws_secret_access_key=s3_server.secret_key,
+                          config=Config(max_pool_connections=16))
+
+    def read(i):
+        start = (i * 4099) % (len(payload) - 5000)
+        body = client.get_object(Bucket="busy", Key="blob",
+                                 Range=f"bytes={start}-{start + 4999}")["Body"].read()
+        return body == payload[start:start + 5000]
+
+    with ThreadPoolExecutor(16) as pool:
+        assert all(pool.map(read, range(160)))
+    counts = s3_server.counts()
+    assert counts["by_status"] == {"206": 160}
+    assert counts["bytes"] == 160 * 5000

@@ -103,8 +103,10 @@ class _NodeChild:
 class S3Server:
     """s3rver over a temporary folder plus the fault proxy; a context manager.
 
-    `endpoint` is the proxy (what clients under test use); `direct_endpoint` is s3rver
-    itself (what fixtures use to seed data, so setup never meets injected faults).
+    `endpoint` is the proxy (what clients under test use): it checks SigV4 signatures as S3
+    does and answers suffix ranges, multi-range requests and If-Match as S3 does, where
+    s3rver does not. `direct_endpoint` is s3rver itself (what fixtures use to seed data, so
+    setup never meets injected faults).
     """
 
     access_key = ACCESS_KEY
@@ -130,9 +132,11 @@ class S3Server:
             self._s3rver = _NodeChild("start_s3rver.js", ["--directory", data],
                                       os.path.join(self._dir, "s3rver.log"))
             self.direct_endpoint = f"http://127.0.0.1:{self._s3rver.port}"
-            self._proxy = _NodeChild("fault_proxy.js",
-                                     ["--upstream", f"127.0.0.1:{self._s3rver.port}"],
-                                     os.path.join(self._dir, "proxy.log"))
+            self._proxy = _NodeChild(
+                "fault_proxy.js",
+                ["--upstream", f"127.0.0.1:{self._s3rver.port}", "--region", self.region,
+                 "--verify-sigv4", f"{self.access_key}:{self.secret_key}"],
+                os.path.join(self._dir, "proxy.log"))
             self.endpoint = f"http://127.0.0.1:{self._proxy.port}"
             self._wait_ready()
         except BaseException:

@@ -6,6 +6,16 @@
 // listens; exits when stdin reaches EOF or on SIGTERM.
 //
 //   node fault_proxy.js --upstream 127.0.0.1:PORT [--port 0]
+//                       [--verify-sigv4 ACCESS_KEY:SECRET_KEY ...] [--region us-east-1]
+//
+// With --verify-sigv4, signed requests (Authorization header or presigned URL) are checked as
+// S3 checks them (sigv4.js) and refused with 403 SignatureDoesNotMatch, whose XML carries the
+// CanonicalRequest and StringToSign the proxy computed; unsigned requests pass (s3rver
+// serves them anonymously, as a public bucket would).
+//
+// Where s3rver departs from S3, the proxy answers as S3 does: a suffix range (bytes=-N) is
+// the last N bytes (s3rver would send the first N+1), a multi-range request gets the whole
+// object with 200, and If-Match (GET/HEAD) with another ETag gets 412 PreconditionFailed.
 //
 // Control API on the same port, never forwarded:
 //   POST /__proxy/rules   JSON body; replaces the rules (all fields optional):
@@ -23,6 +33,9 @@
 //   GET  /__proxy/health  200 "ok"
 
 const http = require('http');
+
+const shims = require('./s3_shims');
+const sigv4 = require('./sigv4');
 
 const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate',
@@ -47,12 +60,16 @@ const ERROR_CODES = {
 };
 
 function parseArgs(argv) {
-  const args = {upstream: null, port: 0};
+  const args = {upstream: null, port: 0, secrets: new Map(), region: 'us-east-1'};
   for (let i = 0; i < argv.length; i += 2) {
     const [name, value] = [argv[i], argv[i + 1]];
     if (name === '--upstream') args.upstream = value;
     else if (name === '--port') args.port = Number(value);
-    else throw new Error(`unknown argument ${name}`);
+    else if (name === '--region') args.region = value;
+    else if (name === '--verify-sigv4' && /^[^:]+:.+$/.test(value)) {
+      const colon = value.indexOf(':');
+      args.secrets.set(value.slice(0, colon), value.slice(colon + 1));
+    } else throw new Error(`unknown argument ${name} ${value}`);
   }
   if (!args.upstream || !/^[^:]+:\d+$/.test(args.upstream)) {
     throw new Error('--upstream HOST:PORT is required');
@@ -95,14 +112,6 @@ function takeFailure(method, url) {
   if (Array.isArray(rules.fail_methods) && !rules.fail_methods.includes(method)) return false;
   rules.fail_count--;
   return true;
-}
-
-function xmlError(status, resource) {
-  const [code, message] = ERROR_CODES[status] || ['InternalError', 'Injected failure.'];
-  const escaped = resource.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
-  return '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>' + code + '</Code><Message>' +
-      message + '</Message><Resource>' + escaped +
-      '</Resource><RequestId>0000000000000000</RequestId></Error>';
 }
 
 function sendJson(res, status, value) {
@@ -159,15 +168,22 @@ function forwardHeaders(raw) {
   return out;
 }
 
-function fail(req, res, url, status) {
+// An S3 error response. The request body (a PUT's) is drained so the connection stays
+// usable for keep-alive.
+function sendError(req, res, status, code, message, extra = {}, headers = {}) {
   bump(counts.by_status, String(status));
-  const body = xmlError(status, url.pathname);
-  const headers = {'Content-Type': 'application/xml', 'Content-Length': Buffer.byteLength(body)};
-  if (rules.retry_after !== undefined) headers['Retry-After'] = String(rules.retry_after);
-  // The request body (a PUT's) is drained so the connection stays usable for keep-alive.
+  const body = shims.errorXml(code, message, extra);
   req.resume();
-  res.writeHead(status, headers);
+  res.writeHead(status, {'Content-Type': 'application/xml', 'Content-Length':
+      Buffer.byteLength(body), ...headers});
   res.end(req.method === 'HEAD' ? undefined : body);
+}
+
+function injectFailure(req, res, url) {
+  const status = Number(rules.fail_status) || 503;
+  const [code, message] = ERROR_CODES[status] || ['InternalError', 'Injected failure.'];
+  const headers = rules.retry_after === undefined ? {} : {'Retry-After': String(rules.retry_after)};
+  sendError(req, res, status, code, message, {Resource: url.pathname}, headers);
 }
 
 // Streams the upstream response to the client with backpressure, counting body bytes, and
@@ -203,24 +219,36 @@ function shouldCut(req, url, upRes) {
   return limit;
 }
 
-function forward(args, agent, req, res, url) {
-  const upReq = http.request({
-    agent, host: args.upstreamHost, port: args.upstreamPort, method: req.method,
-    path: req.url, headers: forwardHeaders(req.rawHeaders),
-  });
-  upReq.on('response', (upRes) => {
-    bump(counts.by_status, String(upRes.statusCode));
-    const cutAfter = shouldCut(req, url, upRes);
-    res.writeHead(upRes.statusCode, upRes.statusMessage, forwardHeaders(upRes.rawHeaders));
-    relayBody(upRes, res, cutAfter);
-  });
+function onUpstreamResponse(req, res, url, upRes) {
+  if (shims.preconditionFailed(req.method, req.headers['if-match'], upRes.statusCode,
+      upRes.headers['etag'])) {
+    upRes.destroy();
+    return sendError(req, res, 412, 'PreconditionFailed',
+        'At least one of the pre-conditions you specified did not hold', {Condition: 'If-Match'});
+  }
+  bump(counts.by_status, String(upRes.statusCode));
+  const cutAfter = shouldCut(req, url, upRes);
+  res.writeHead(upRes.statusCode, upRes.statusMessage, forwardHeaders(upRes.rawHeaders));
+  relayBody(upRes, res, cutAfter);
+}
+
+async function forward(args, agent, req, res, url) {
+  const target = {agent, host: args.upstreamHost, port: args.upstreamPort, path: req.url};
+  let headers = forwardHeaders(req.rawHeaders);
+  if (req.method === 'GET' || req.method === 'HEAD') {
+    const range = await shims.upstreamRange(req.headers['range'],
+        () => shims.headSize(target, headers));
+    if (range.error) {
+      const e = range.error;
+      return sendError(req, res, e.status, e.code, e.message, e.extra);
+    }
+    if (range.range !== undefined) headers = shims.withRange(headers, range.range);
+  }
+  const upReq = http.request({...target, method: req.method, headers});
+  upReq.on('response', (upRes) => onUpstreamResponse(req, res, url, upRes));
   upReq.on('error', (err) => {
     if (res.headersSent) return res.destroy();
-    bump(counts.by_status, '502');
-    const body = xmlError(502, `${url.pathname}: ${err.message}`);
-    res.writeHead(502, {'Content-Type': 'application/xml', 'Content-Length':
-        Buffer.byteLength(body)});
-    res.end(body);
+    sendError(req, res, 502, 'BadGateway', `upstream: ${err.message}`, {Resource: url.pathname});
   });
   // A client that goes away mid-transfer takes the upstream exchange with it.
   res.on('close', () => {
@@ -240,8 +268,17 @@ function handle(args, agent, req, res) {
   if (isListing(req.method, url)) counts.listings++;
   if (req.headers['range'] !== undefined) counts.ranged++;
   const go = () => {
-    if (takeFailure(req.method, url)) return fail(req, res, url, rules.fail_status || 503);
-    forward(args, agent, req, res, url);
+    if (args.secrets.size > 0) {
+      const q = req.url.indexOf('?');
+      const bad = sigv4.verify(req, url, q < 0 ? req.url : req.url.slice(0, q),
+          q < 0 ? '' : req.url.slice(q + 1), args.secrets, args.region);
+      if (bad) return sendError(req, res, bad.status, bad.code, bad.message, bad.extra);
+    }
+    if (takeFailure(req.method, url)) return injectFailure(req, res, url);
+    forward(args, agent, req, res, url).catch((err) => {
+      if (res.headersSent) return res.destroy();
+      sendError(req, res, 500, 'InternalError', `proxy: ${err.message}`);
+    });
   };
   const latency = Number(rules.latency_ms) || 0;
   if (latency > 0) setTimeout(go, latency);
