@@ -283,3 +283,47 @@ def test_many_concurrent_keep_alive_clients(s3_server, payload):
     counts = s3_server.counts()
     assert counts["by_status"] == {"206": 160}
     assert counts["bytes"] == 160 * 5000
+
+
+def test_rules_can_target_one_path(s3_server):
+    s3_server.create_bucket("targeted")
+    s3_server.put("targeted", "hit/k", b"h")
+    s3_server.put("targeted", "miss/k", b"m")
+    s3_server.set_rules(fail_status=500, fail_count=5, path_contains="/hit/")
+    assert _raw(s3_server.endpoint, "GET", "/targeted/miss/k")[:3:2] == (200, b"m")
+    status, _, body = _raw(s3_server.endpoint, "GET", "/targeted/hit/k")
+    assert status == 500
+    assert b"<Code>InternalError</Code>" in body
+    assert json.loads(_raw(s3_server.endpoint, "GET", "/__proxy/rules")[2])["fail_count"] == 4
+
+
+def test_cli_prints_its_endpoint_serves_commands_and_stops_at_eof(tmp_path):
+    import base64
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "remote",
+                          "s3_server.py")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.bin").write_bytes(b"tree file")
+    proc = subprocess.Popen([sys.executable, script, "--upload", f"{tmp_path}=cli/pre"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        info = json.loads(proc.stdout.readline())
+        assert set(info) == {"endpoint", "direct_endpoint", "access_key", "secret_key", "region"}
+        assert _raw(info["endpoint"], "GET", "/cli/pre/sub/b.bin")[2] == b"tree file"
+        data = base64.b64encode(b"via stdin").decode()
+        proc.stdin.write(json.dumps({"op": "put", "bucket": "cli", "key": "k",
+                                     "data_b64": data}) + "\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline()) == {"ok": True}
+        assert _raw(info["endpoint"], "GET", "/cli/k")[2] == b"via stdin"
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+        with pytest.raises(OSError):
+            _raw(info["endpoint"], "GET", "/__proxy/health")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

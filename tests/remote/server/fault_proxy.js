@@ -38,20 +38,39 @@ const shims = require('./s3_shims');
 const sigv4 = require('./sigv4');
 
 const HOP_BY_HOP = new Set([
-  'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate',
-  'proxy-authorization', 'te', 'trailer', 'upgrade', 'expect',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'upgrade',
+  'expect',
 ]);
 // Query parameters of a ListObjects(V2) call; any other one on a bucket GET names a
 // subresource (?location, ?versioning, ...) that is not a listing.
 const LIST_PARAMS = new Set([
-  'list-type', 'prefix', 'delimiter', 'max-keys', 'continuation-token', 'start-after',
-  'marker', 'encoding-type', 'fetch-owner', 'x-id',
+  'list-type',
+  'prefix',
+  'delimiter',
+  'max-keys',
+  'continuation-token',
+  'start-after',
+  'marker',
+  'encoding-type',
+  'fetch-owner',
+  'x-id',
 ]);
 const ERROR_CODES = {
   400: ['BadRequest', 'Bad request.'],
   403: ['AccessDenied', 'Access Denied'],
   404: ['NoSuchKey', 'The specified key does not exist.'],
-  408: ['RequestTimeout', 'Your socket connection to the server was not read from or written to within the timeout period.'],
+  408: [
+    'RequestTimeout',
+    'Your socket connection to the server was not read from or written to within the ' +
+        'timeout period.'
+  ],
   429: ['SlowDown', 'Please reduce your request rate.'],
   500: ['InternalError', 'We encountered an internal error. Please try again.'],
   502: ['BadGateway', 'Bad gateway.'],
@@ -63,13 +82,17 @@ function parseArgs(argv) {
   const args = {upstream: null, port: 0, secrets: new Map(), region: 'us-east-1'};
   for (let i = 0; i < argv.length; i += 2) {
     const [name, value] = [argv[i], argv[i + 1]];
-    if (name === '--upstream') args.upstream = value;
-    else if (name === '--port') args.port = Number(value);
-    else if (name === '--region') args.region = value;
+    if (name === '--upstream')
+      args.upstream = value;
+    else if (name === '--port')
+      args.port = Number(value);
+    else if (name === '--region')
+      args.region = value;
     else if (name === '--verify-sigv4' && /^[^:]+:.+$/.test(value)) {
       const colon = value.indexOf(':');
       args.secrets.set(value.slice(0, colon), value.slice(colon + 1));
-    } else throw new Error(`unknown argument ${name} ${value}`);
+    } else
+      throw new Error(`unknown argument ${name} ${value}`);
   }
   if (!args.upstream || !/^[^:]+:\d+$/.test(args.upstream)) {
     throw new Error('--upstream HOST:PORT is required');
@@ -116,8 +139,8 @@ function takeFailure(method, url) {
 
 function sendJson(res, status, value) {
   const body = JSON.stringify(value);
-  res.writeHead(status, {'Content-Type': 'application/json', 'Content-Length':
-      Buffer.byteLength(body)});
+  res.writeHead(
+      status, {'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(body)});
   res.end(body);
 }
 
@@ -174,8 +197,9 @@ function sendError(req, res, status, code, message, extra = {}, headers = {}) {
   bump(counts.by_status, String(status));
   const body = shims.errorXml(code, message, extra);
   req.resume();
-  res.writeHead(status, {'Content-Type': 'application/xml', 'Content-Length':
-      Buffer.byteLength(body), ...headers});
+  res.writeHead(
+      status,
+      {'Content-Type': 'application/xml', 'Content-Length': Buffer.byteLength(body), ...headers});
   res.end(req.method === 'HEAD' ? undefined : body);
 }
 
@@ -220,10 +244,11 @@ function shouldCut(req, url, upRes) {
 }
 
 function onUpstreamResponse(req, res, url, upRes) {
-  if (shims.preconditionFailed(req.method, req.headers['if-match'], upRes.statusCode,
-      upRes.headers['etag'])) {
+  if (shims.preconditionFailed(
+          req.method, req.headers['if-match'], upRes.statusCode, upRes.headers['etag'])) {
     upRes.destroy();
-    return sendError(req, res, 412, 'PreconditionFailed',
+    return sendError(
+        req, res, 412, 'PreconditionFailed',
         'At least one of the pre-conditions you specified did not hold', {Condition: 'If-Match'});
   }
   bump(counts.by_status, String(upRes.statusCode));
@@ -236,8 +261,8 @@ async function forward(args, agent, req, res, url) {
   const target = {agent, host: args.upstreamHost, port: args.upstreamPort, path: req.url};
   let headers = forwardHeaders(req.rawHeaders);
   if (req.method === 'GET' || req.method === 'HEAD') {
-    const range = await shims.upstreamRange(req.headers['range'],
-        () => shims.headSize(target, headers));
+    const range =
+        await shims.upstreamRange(req.headers['range'], () => shims.headSize(target, headers));
     if (range.error) {
       const e = range.error;
       return sendError(req, res, e.status, e.code, e.message, e.extra);
@@ -270,8 +295,9 @@ function handle(args, agent, req, res) {
   const go = () => {
     if (args.secrets.size > 0) {
       const q = req.url.indexOf('?');
-      const bad = sigv4.verify(req, url, q < 0 ? req.url : req.url.slice(0, q),
-          q < 0 ? '' : req.url.slice(q + 1), args.secrets, args.region);
+      const bad = sigv4.verify(
+          req, url, q < 0 ? req.url : req.url.slice(0, q), q < 0 ? '' : req.url.slice(q + 1),
+          args.secrets, args.region);
       if (bad) return sendError(req, res, bad.status, bad.code, bad.message, bad.extra);
     }
     if (takeFailure(req.method, url)) return injectFailure(req, res, url);
@@ -281,15 +307,18 @@ function handle(args, agent, req, res) {
     });
   };
   const latency = Number(rules.latency_ms) || 0;
-  if (latency > 0) setTimeout(go, latency);
-  else go();
+  if (latency > 0)
+    setTimeout(go, latency);
+  else
+    go();
 }
 
 function main() {
   const args = parseArgs(process.argv.slice(2));
   const agent = new http.Agent({keepAlive: true, maxSockets: Infinity, maxFreeSockets: 256});
-  const server = http.createServer({keepAliveTimeout: 60000, requestTimeout: 0,
-    headersTimeout: 60000}, (req, res) => handle(args, agent, req, res));
+  const server = http.createServer(
+      {keepAliveTimeout: 60000, requestTimeout: 0, headersTimeout: 60000},
+      (req, res) => handle(args, agent, req, res));
   server.maxHeadersCount = 0;
   server.listen(args.port, '127.0.0.1', () => {
     process.stdout.write(JSON.stringify({port: server.address().port}) + '\n');

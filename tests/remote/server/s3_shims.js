@@ -17,7 +17,8 @@ function errorXml(code, message, extra = {}) {
     fields += `<${name}>${escapeXml(value)}</${name}>`;
   }
   return '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>' + code + '</Code><Message>' +
-      escapeXml(message) + '</Message>' + fields + '<RequestId>0000000000000000</RequestId></Error>';
+      escapeXml(message) + '</Message>' + fields +
+      '<RequestId>0000000000000000</RequestId></Error>';
 }
 
 // The Range header to send upstream: {range} (null = drop it), or {error} when S3 would
@@ -33,8 +34,14 @@ async function upstreamRange(range, headSize) {
   const size = await headSize();
   if (size === null) return {range: undefined};
   if (n === 0 || size === 0) {
-    return {error: {status: 416, code: 'InvalidRange', message: 'The requested range is not satisfiable',
-      extra: {RangeRequested: value, ActualObjectSize: size}}};
+    return {
+      error: {
+        status: 416,
+        code: 'InvalidRange',
+        message: 'The requested range is not satisfiable',
+        extra: {RangeRequested: value, ActualObjectSize: size}
+      }
+    };
   }
   return {range: `bytes=${Math.max(0, size - n)}-${size - 1}`};
 }
@@ -76,4 +83,10 @@ function preconditionFailed(method, ifMatch, status, etag) {
   return !wanted.includes('*') && !wanted.includes(etag);
 }
 
-module.exports = {errorXml, upstreamRange, headSize, withRange, preconditionFailed};
+module.exports = {
+  errorXml,
+  upstreamRange,
+  headSize,
+  withRange,
+  preconditionFailed
+};

@@ -14,8 +14,10 @@ function encode(text, keepSlash) {
   let out = '';
   for (const byte of Buffer.from(text, 'utf8')) {
     const c = String.fromCharCode(byte);
-    if (/[A-Za-z0-9\-_.~]/.test(c) || (keepSlash && c === '/')) out += c;
-    else out += '%' + byte.toString(16).toUpperCase().padStart(2, '0');
+    if (/[A-Za-z0-9\-_.~]/.test(c) || (keepSlash && c === '/'))
+      out += c;
+    else
+      out += '%' + byte.toString(16).toUpperCase().padStart(2, '0');
   }
   return out;
 }
@@ -77,23 +79,72 @@ function failure(status, code, message, extra = {}) {
 function signatureParts(req, url, headers) {
   const auth = headers.get('authorization');
   if (auth !== undefined) {
-    const m = /^AWS4-HMAC-SHA256\s+Credential=([^,\s]+)\s*,\s*SignedHeaders=([^,\s]+)\s*,\s*Signature=([0-9a-f]+)\s*$/.exec(auth);
-    if (!m) return failure(400, 'AuthorizationHeaderMalformed', 'The authorization header is malformed.');
-    return {credential: m[1], signedHeaders: m[2], signature: m[3], amzDate: headers.get('x-amz-date'),
-      payloadHash: headers.get('x-amz-content-sha256'), presigned: false};
+    const m =
+        new RegExp('^AWS4-HMAC-SHA256\\s+Credential=([^,\\s]+)\\s*,\\s*SignedHeaders=([^,\\s]+)' +
+                   '\\s*,\\s*Signature=([0-9a-f]+)\\s*$')
+            .exec(auth);
+    if (!m)
+      return failure(400, 'AuthorizationHeaderMalformed', 'The authorization header is malformed.');
+    return {
+      credential: m[1],
+      signedHeaders: m[2],
+      signature: m[3],
+      amzDate: headers.get('x-amz-date'),
+      payloadHash: headers.get('x-amz-content-sha256'),
+      presigned: false
+    };
   }
   const q = url.searchParams;
   if (q.get('X-Amz-Algorithm') !== 'AWS4-HMAC-SHA256') {
-    return failure(400, 'AuthorizationQueryParametersError', 'X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"');
+    return failure(
+        400, 'AuthorizationQueryParametersError',
+        'X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"');
   }
   const expires = Number(q.get('X-Amz-Expires'));
   const start = parseAmzDate(q.get('X-Amz-Date'));
   if (start !== null && Number.isFinite(expires) && Date.now() > start + expires * 1000) {
     return failure(403, 'AccessDenied', 'Request has expired');
   }
-  return {credential: q.get('X-Amz-Credential') || '', signedHeaders: q.get('X-Amz-SignedHeaders') || '',
-    signature: q.get('X-Amz-Signature') || '', amzDate: q.get('X-Amz-Date'),
-    payloadHash: 'UNSIGNED-PAYLOAD', presigned: true};
+  return {
+    credential: q.get('X-Amz-Credential') || '',
+    signedHeaders: q.get('X-Amz-SignedHeaders') || '',
+    signature: q.get('X-Amz-Signature') || '',
+    amzDate: q.get('X-Amz-Date'),
+    payloadHash: 'UNSIGNED-PAYLOAD',
+    presigned: true
+  };
+}
+
+// What S3 checks before the signature: a known key, the scope, the date and the headers.
+function checkCredential(parts, secrets, region) {
+  const [accessKey, date, scopeRegion, service, terminator] = parts.credential.split('/');
+  if (!secrets.has(accessKey)) {
+    return failure(403, 'InvalidAccessKeyId',
+                   'The AWS Access Key Id you provided does not exist in our records.',
+                   {AWSAccessKeyId: accessKey});
+  }
+  if (service !== 's3' || terminator !== 'aws4_request' || scopeRegion !== region) {
+    return failure(400, 'AuthorizationHeaderMalformed',
+                   `The authorization header is malformed; the credential scope ` +
+                       `'${parts.credential}' is wrong; expecting region '${region}'`);
+  }
+  const when = parseAmzDate(parts.amzDate);
+  if (when === null || parts.amzDate.slice(0, 8) !== date) {
+    return failure(403, 'AccessDenied',
+                   'AWS authentication requires a valid x-amz-date matching the scope date');
+  }
+  if (!parts.presigned && Math.abs(Date.now() - when) > MAX_SKEW_MS) {
+    return failure(403, 'RequestTimeTooSkewed',
+                   'The difference between the request time and the current time is too large.');
+  }
+  if (!parts.signedHeaders.split(';').includes('host')) {
+    return failure(403, 'AccessDenied', 'Host must be a signed header');
+  }
+  if (!parts.presigned && parts.payloadHash === undefined) {
+    return failure(400, 'InvalidRequest',
+                   'Missing required header for this request: x-amz-content-sha256');
+  }
+  return null;
 }
 
 // Returns null when the request carries no SigV4 signature (anonymous) or a good one, else
@@ -106,40 +157,32 @@ function verify(req, url, rawPath, rawQuery, secrets, region) {
   if (auth !== undefined && !auth.startsWith('AWS4-HMAC-SHA256')) return null;  // left to s3rver
   const parts = signatureParts(req, url, headers);
   if (parts.status) return parts;
-  const [accessKey, date, scopeRegion, service, terminator] = parts.credential.split('/');
-  if (!secrets.has(accessKey)) {
-    return failure(403, 'InvalidAccessKeyId', 'The AWS Access Key Id you provided does not exist in our records.', {AWSAccessKeyId: accessKey});
-  }
-  if (service !== 's3' || terminator !== 'aws4_request' || scopeRegion !== region) {
-    return failure(400, 'AuthorizationHeaderMalformed', `The authorization header is malformed; the region '${scopeRegion}' is wrong; expecting '${region}'`);
-  }
-  const when = parseAmzDate(parts.amzDate);
-  if (when === null || parts.amzDate.slice(0, 8) !== date) {
-    return failure(403, 'AccessDenied', 'AWS authentication requires a valid x-amz-date matching the credential scope date');
-  }
-  if (!parts.presigned && Math.abs(Date.now() - when) > MAX_SKEW_MS) {
-    return failure(403, 'RequestTimeTooSkewed', 'The difference between the request time and the current time is too large.');
-  }
+  const bad = checkCredential(parts, secrets, region);
+  if (bad) return bad;
+  const [accessKey, date, scopeRegion] = parts.credential.split('/');
   const signed = parts.signedHeaders.split(';');
-  if (!signed.includes('host')) {
-    return failure(403, 'AccessDenied', 'Host must be a signed header');
-  }
-  if (!parts.presigned && parts.payloadHash === undefined) {
-    return failure(400, 'InvalidRequest', 'Missing required header for this request: x-amz-content-sha256');
-  }
-  const canonicalRequest = [req.method, canonicalUri(rawPath),
+  const canonicalRequest = [
+    req.method,
+    canonicalUri(rawPath),
     canonicalQuery(rawQuery, parts.presigned ? 'X-Amz-Signature' : null),
-    signed.map((h) => `${h}:${headers.get(h) ?? ''}\n`).join(''), parts.signedHeaders,
-    parts.payloadHash].join('\n');
-  const scope = `${date}/${scopeRegion}/s3/aws4_request`;
-  const stringToSign = ['AWS4-HMAC-SHA256', parts.amzDate, scope,
-    crypto.createHash('sha256').update(canonicalRequest, 'utf8').digest('hex')].join('\n');
+    signed.map((h) => `${h}:${headers.get(h) ?? ''}\n`).join(''),
+    parts.signedHeaders,
+    parts.payloadHash,
+  ].join('\n');
+  const stringToSign = [
+    'AWS4-HMAC-SHA256',
+    parts.amzDate,
+    `${date}/${scopeRegion}/s3/aws4_request`,
+    crypto.createHash('sha256').update(canonicalRequest, 'utf8').digest('hex'),
+  ].join('\n');
   let key = hmac('AWS4' + secrets.get(accessKey), date);
   for (const part of [scopeRegion, 's3', 'aws4_request']) key = hmac(key, part);
-  const expected = hmac(key, stringToSign).toString('hex');
-  if (expected !== parts.signature) {
-    return failure(403, 'SignatureDoesNotMatch', 'The request signature we calculated does not match the signature you provided. Check your key and signing method.',
-        {AWSAccessKeyId: accessKey, StringToSign: stringToSign, CanonicalRequest: canonicalRequest});
+  if (hmac(key, stringToSign).toString('hex') !== parts.signature) {
+    return failure(403, 'SignatureDoesNotMatch',
+                   'The request signature we calculated does not match the signature you ' +
+                       'provided. Check your key and signing method.',
+                   {AWSAccessKeyId: accessKey, StringToSign: stringToSign,
+                    CanonicalRequest: canonicalRequest});
   }
   return null;
 }

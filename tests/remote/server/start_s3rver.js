@@ -31,9 +31,12 @@ function parseArgs(argv) {
   for (let i = 0; i < argv.length; i++) {
     const name = argv[i];
     const value = argv[i + 1];
-    if (name === '--directory') args.directory = value;
-    else if (name === '--port') args.port = Number(value);
-    else throw new Error(`unknown argument ${name}`);
+    if (name === '--directory')
+      args.directory = value;
+    else if (name === '--port')
+      args.port = Number(value);
+    else
+      throw new Error(`unknown argument ${name}`);
     i++;
   }
   if (!args.directory) throw new Error('--directory DIR is required');
