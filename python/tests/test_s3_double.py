@@ -127,6 +127,24 @@ def test_reset_rule_cuts_the_body_once(s3_server, payload):
     assert _proxy(s3_server).get_object(Bucket="cut", Key="blob")["Body"].read() == payload
 
 
+def test_stall_rule_holds_the_connection_until_the_client_gives_up(s3_server, payload):
+    import socket
+
+    s3_server.create_bucket("stall")
+    s3_server.put("stall", "blob", payload)
+    s3_server.set_rules(stall_after_bytes=1000, stall_count=1)
+    conn = http.client.HTTPConnection(urllib.parse.urlsplit(s3_server.endpoint).netloc,
+                                      timeout=1)
+    conn.request("GET", "/stall/blob")
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert resp.read(1000) == payload[:1000]
+    with pytest.raises(socket.timeout):
+        resp.read(1)
+    conn.close()
+    assert _raw(s3_server.endpoint, "GET", "/stall/blob")[2] == payload
+
+
 def test_latency_rule_delays_each_request(s3_server):
     s3_server.create_bucket("latency")
     s3_server.put("latency", "k", b"v")
@@ -176,6 +194,9 @@ def test_s3rver_error_codes(s3_server):
 def test_control_api_is_never_forwarded_and_reset_zeroes(s3_server):
     status, _, body = _raw(s3_server.endpoint, "POST", "/__proxy/rules", body=b"not json")
     assert status == 400
+    status, _, body = _raw(s3_server.endpoint, "POST", "/__proxy/rules",
+                           body=b'{"fail_cuont": 3}')
+    assert (status, json.loads(body)) == (400, {"error": "unknown rule fields: fail_cuont"})
     s3_server.set_rules(latency_ms=1, fail_count=3)
     status, _, body = _raw(s3_server.endpoint, "GET", "/__proxy/rules")
     assert json.loads(body) == {"latency_ms": 1, "fail_count": 3}

@@ -26,7 +26,11 @@
 //     retry_after        Retry-After header value sent with injected failures
 //     reset_after_bytes  body bytes let through before a GET response is cut
 //     reset_count        how many of the next GET responses with a longer body are cut
-//     path_contains      only requests whose path contains this string match fail/reset
+//     stall_after_bytes  body bytes let through before a GET response stops, its
+//                        connection left open (a client's read timeout must fire)
+//     stall_count        how many of the next GET responses with a longer body stall
+//     path_contains      only requests whose path contains this string match fail/reset/stall
+//   An unknown field is refused (400), so a misspelt rule never passes as no fault.
 //   GET  /__proxy/rules   the rules now in force (counts left included)
 //   GET  /__proxy/counts  {"requests", "by_method", "listings", "ranged", "by_status", "bytes"}
 //   POST /__proxy/reset   zeroes the counts and clears the rules
@@ -61,6 +65,10 @@ const LIST_PARAMS = new Set([
   'encoding-type',
   'fetch-owner',
   'x-id',
+]);
+const RULE_FIELDS = new Set([
+  'latency_ms', 'fail_status', 'fail_count', 'fail_methods', 'retry_after', 'reset_after_bytes',
+  'reset_count', 'stall_after_bytes', 'stall_count', 'path_contains',
 ]);
 const ERROR_CODES = {
   400: ['BadRequest', 'Bad request.'],
@@ -166,6 +174,10 @@ async function control(req, res, url) {
     if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
       return sendJson(res, 400, {error: 'rules must be a JSON object'});
     }
+    const unknown = Object.keys(parsed).filter((k) => !RULE_FIELDS.has(k));
+    if (unknown.length > 0) {
+      return sendJson(res, 400, {error: `unknown rule fields: ${unknown.join(', ')}`});
+    }
     rules = parsed;
     return sendJson(res, 200, rules);
   }
@@ -210,17 +222,18 @@ function injectFailure(req, res, url) {
   sendError(req, res, status, code, message, {Resource: url.pathname}, headers);
 }
 
-// Streams the upstream response to the client with backpressure, counting body bytes, and
-// cuts it (destroys the client socket) after `cutAfter` bytes when that is not null.
-function relayBody(upRes, res, cutAfter) {
+// Streams the upstream response to the client with backpressure, counting body bytes. With
+// a `fault` ({after, stall}) it stops after `after` bytes: the client socket is destroyed, or
+// with `stall` left open with nothing more to come.
+function relayBody(upRes, res, fault) {
   let sent = 0;
   upRes.on('data', (chunk) => {
-    if (cutAfter !== null && sent + chunk.length >= cutAfter) {
-      const part = chunk.subarray(0, cutAfter - sent);
+    if (fault !== null && sent + chunk.length >= fault.after) {
+      const part = chunk.subarray(0, fault.after - sent);
       counts.bytes += part.length;
       sent += part.length;
       upRes.destroy();
-      res.write(part, () => res.socket && res.socket.destroy());
+      res.write(part, () => fault.stall || (res.socket && res.socket.destroy()));
       return;
     }
     sent += chunk.length;
@@ -232,15 +245,20 @@ function relayBody(upRes, res, cutAfter) {
   upRes.on('error', () => res.destroy());
 }
 
-function shouldCut(req, url, upRes) {
-  if (req.method !== 'GET' || !(rules.reset_count > 0) || !matchesPath(url)) return null;
+// The body fault (reset before stall) this response takes, or null.
+function bodyFault(req, url, upRes) {
+  if (req.method !== 'GET' || !matchesPath(url)) return null;
   if (upRes.statusCode !== 200 && upRes.statusCode !== 206) return null;
-  const limit = Math.max(0, Number(rules.reset_after_bytes) || 0);
   const length = upRes.headers['content-length'];
-  // A body no longer than the limit would pass whole; it does not use up a reset.
-  if (length !== undefined && Number(length) <= limit) return null;
-  rules.reset_count--;
-  return limit;
+  for (const [kind, stall] of [['reset', false], ['stall', true]]) {
+    if (!(rules[`${kind}_count`] > 0)) continue;
+    const after = Math.max(0, Number(rules[`${kind}_after_bytes`]) || 0);
+    // A body no longer than the limit would pass whole; it does not use up a fault.
+    if (length !== undefined && Number(length) <= after) continue;
+    rules[`${kind}_count`]--;
+    return {after, stall};
+  }
+  return null;
 }
 
 function onUpstreamResponse(req, res, url, upRes) {
@@ -252,9 +270,9 @@ function onUpstreamResponse(req, res, url, upRes) {
         'At least one of the pre-conditions you specified did not hold', {Condition: 'If-Match'});
   }
   bump(counts.by_status, String(upRes.statusCode));
-  const cutAfter = shouldCut(req, url, upRes);
+  const fault = bodyFault(req, url, upRes);
   res.writeHead(upRes.statusCode, upRes.statusMessage, forwardHeaders(upRes.rawHeaders));
-  relayBody(upRes, res, cutAfter);
+  relayBody(upRes, res, fault);
 }
 
 async function forward(args, agent, req, res, url) {
