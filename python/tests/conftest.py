@@ -14,6 +14,7 @@ import pytest
 import gpufeed
 
 SCRIPTS = os.path.join(os.path.dirname(__file__), "scripts")
+REMOTE_TESTS = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "remote")
 
 
 def make_arrays(samples=103, seed=0):
@@ -66,6 +67,28 @@ def _no_torchrun_env(monkeypatch):
     # The loader shards by $RANK / $WORLD_SIZE when not told otherwise.
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
+
+
+@pytest.fixture(scope="session")
+def _s3_server_session():
+    sys.path.insert(0, REMOTE_TESTS)
+    import s3_server
+
+    reason = s3_server.unavailable_reason()
+    if reason:
+        pytest.skip(f"no S3 test server: {reason}")
+    with s3_server.S3Server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_server(_s3_server_session):
+    """An S3-API server behind a fault proxy (tests/remote/s3_server.py), one per session:
+    the proxy's rules and counts start empty in every test; buckets and objects persist, so
+    each test uses bucket names of its own."""
+    _s3_server_session.reset_proxy()
+    yield _s3_server_session
+    _s3_server_session.reset_proxy()
 
 
 __all__ = ["collect", "gpufeed", "make_arrays", "run_script", "script_env", "write_numpy_dir"]
