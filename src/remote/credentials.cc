@@ -163,11 +163,11 @@ S3Config ResolveS3Config(const RemoteOptions& options, const EnvLookup& env) {
   if (config.region.empty()) config.region = conf.Get("region");
   // An anonymous request to a custom endpoint is neither signed nor addressed by region.
   if (config.region.empty() && !(options.anonymous && !config.endpoint.empty())) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("no AWS region set; looked at: the region option, $AWS_REGION, "
-                            "$AWS_DEFAULT_REGION, {}. Set one of them",
-                            conf.Where() + " region (" + (conf.exists ? "unset" : "no such file") +
-                                ")"));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("no AWS region set; looked at: the region option, $AWS_REGION, "
+                    "$AWS_DEFAULT_REGION, {}. Set one of them",
+                    conf.Where() + " region (" + (conf.exists ? "unset" : "no such file") + ")"));
   }
   if (options.anonymous) {
     config.anonymous = true;

@@ -27,8 +27,8 @@ class DispatchingFileSystem final : public FileSystem {
 }  // namespace
 
 std::shared_ptr<const FileSystem> DefaultFileSystem() {
-  static const auto* fs = new std::shared_ptr<const FileSystem>(
-      std::make_shared<DispatchingFileSystem>());
+  static const auto* fs =
+      new std::shared_ptr<const FileSystem>(std::make_shared<DispatchingFileSystem>());
   return *fs;
 }
 

@@ -22,12 +22,11 @@ CURLSH* SharedCache() {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     static std::array<std::mutex, CURL_LOCK_DATA_LAST> locks;
     CURLSH* s = curl_share_init();
-    curl_share_setopt(s, CURLSHOPT_LOCKFUNC,
-                      +[](CURL*, curl_lock_data data, curl_lock_access, void*) {
-                        locks[data].lock();
-                      });
-    curl_share_setopt(s, CURLSHOPT_UNLOCKFUNC,
-                      +[](CURL*, curl_lock_data data, void*) { locks[data].unlock(); });
+    curl_share_setopt(
+        s, CURLSHOPT_LOCKFUNC,
+        +[](CURL*, curl_lock_data data, curl_lock_access, void*) { locks[data].lock(); });
+    curl_share_setopt(
+        s, CURLSHOPT_UNLOCKFUNC, +[](CURL*, curl_lock_data data, void*) { locks[data].unlock(); });
     curl_share_setopt(s, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
     curl_share_setopt(s, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
     return s;
@@ -141,9 +140,9 @@ void HttpClient::Run(std::span<const HttpRequest> requests, std::span<HttpResult
     curl_multi_remove_handle(multi, c.easy);
     handles.Give(c.easy);
     c.easy = nullptr;
+    stats_->LeaveFlight();  // before the slot is free, so max_in_flight never passes the cap
     c.slots->Release();
     c.slots = nullptr;
-    stats_->LeaveFlight();
     --active;
   };
   // On any exception (bad_alloc), nothing stays in the multi handle or holds a slot.

@@ -45,11 +45,16 @@ std::optional<std::string> DecodeEntities(std::string_view s) {
     const size_t semi = s.find(';', i);
     if (semi == std::string_view::npos || semi - i > 12) return std::nullopt;
     const std::string_view name = s.substr(i + 1, semi - i - 1);
-    if (name == "amp") out.push_back('&');
-    else if (name == "lt") out.push_back('<');
-    else if (name == "gt") out.push_back('>');
-    else if (name == "quot") out.push_back('"');
-    else if (name == "apos") out.push_back('\'');
+    if (name == "amp")
+      out.push_back('&');
+    else if (name == "lt")
+      out.push_back('<');
+    else if (name == "gt")
+      out.push_back('>');
+    else if (name == "quot")
+      out.push_back('"');
+    else if (name == "apos")
+      out.push_back('\'');
     else if (name.starts_with('#')) {
       const bool hex = name.size() > 1 && (name[1] == 'x' || name[1] == 'X');
       uint32_t cp = 0;

@@ -75,8 +75,8 @@ void RemoteFile::Fetch(std::span<const Piece> pieces) const {
   store_->client().Run(requests, results);
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (results[i].outcome == Outcome::kOk) continue;
-    const std::string range = fmt::format("bytes {}-{}", pieces[i].offset,
-                                          pieces[i].offset + pieces[i].length - 1);
+    const std::string range =
+        fmt::format("bytes {}-{}", pieces[i].offset, pieces[i].offset + pieces[i].length - 1);
     store_->Raise({&uri_, range, info_.etag}, results[i]);
   }
 }

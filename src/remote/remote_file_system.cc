@@ -66,8 +66,7 @@ class RemoteFileSystemImpl final : public RemoteFileSystem {
     }
     ObjectInfo info = *store->Head(uri, /*missing_ok=*/false);
     Remember(key, info);
-    return std::make_unique<remote::RemoteFile>(std::move(store), std::move(uri),
-                                                std::move(info));
+    return std::make_unique<remote::RemoteFile>(std::move(store), std::move(uri), std::move(info));
   }
 
   PathType Type(const std::string& path) const override {
@@ -85,11 +84,13 @@ class RemoteFileSystemImpl final : public RemoteFileSystem {
     {
       std::lock_guard lock(mu_);
       if (may_be_object && objects_.contains(ManifestKey(uri))) return PathType::kFile;
+      const bool has_children = HasChildrenLocked(ObjectUri(uri.bucket, folder));
       if (CoveredLocked(uri.bucket, uri.key)) {
         // The listing holds the object and the folder alike.
-        return HasChildrenLocked(ObjectUri(uri.bucket, folder)) ? PathType::kDirectory
-                                                                : PathType::kMissing;
+        return has_children ? PathType::kDirectory : PathType::kMissing;
       }
+      // A listed folder answers for itself; an object of the same name is not looked for.
+      if (has_children && CoveredLocked(uri.bucket, folder)) return PathType::kDirectory;
     }
     if (may_be_object) {
       if (std::optional<ObjectInfo> info = Store()->Head(uri, /*missing_ok=*/true)) {
@@ -113,8 +114,8 @@ class RemoteFileSystemImpl final : public RemoteFileSystem {
     {
       std::lock_guard lock(mu_);
       std::string last_dir;
-      for (auto it = objects_.lower_bound(dir);
-           it != objects_.end() && it->first.starts_with(dir); ++it) {
+      for (auto it = objects_.lower_bound(dir); it != objects_.end() && it->first.starts_with(dir);
+           ++it) {
         const std::string rest = it->first.substr(dir.size());
         if (rest.empty()) continue;  // the folder's own marker object
         const size_t slash = rest.find('/');
@@ -160,9 +161,7 @@ class RemoteFileSystemImpl final : public RemoteFileSystem {
     listed_.insert(dir);
   }
 
-  RemoteStats stats() const override {
-    return stats_->Snapshot(Store()->options().max_requests);
-  }
+  RemoteStats stats() const override { return stats_->Snapshot(Store()->options().max_requests); }
 
  private:
   static std::string ManifestKey(const RemoteUri& uri) {

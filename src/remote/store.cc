@@ -13,8 +13,7 @@ constexpr size_t kMaxListingPage = 16 << 20;
 constexpr size_t kMaxListingPages = 100000;
 
 ClientOptions ToClientOptions(const RemoteOptions& o) {
-  return {o.max_requests, o.connect_timeout_s, o.read_timeout_s, o.max_attempts,
-          o.retry_budget_s};
+  return {o.max_requests, o.connect_timeout_s, o.read_timeout_s, o.max_attempts, o.retry_budget_s};
 }
 
 void CheckRange(bool ok, const char* name, double value, const char* range) {
@@ -42,12 +41,12 @@ RemoteOptions NormalizeOptions(RemoteOptions o) {
              "1..1024");
   CheckRange(o.connect_timeout_s > 0 && o.connect_timeout_s <= 3600, "connect_timeout_s",
              o.connect_timeout_s, "(0, 3600] s");
-  CheckRange(o.read_timeout_s > 0 && o.read_timeout_s <= 3600, "read_timeout_s",
-             o.read_timeout_s, "(0, 3600] s");
+  CheckRange(o.read_timeout_s > 0 && o.read_timeout_s <= 3600, "read_timeout_s", o.read_timeout_s,
+             "(0, 3600] s");
   CheckRange(o.max_attempts >= 1 && o.max_attempts <= 100, "max_attempts", o.max_attempts,
              "1..100");
-  CheckRange(o.retry_budget_s >= 0 && o.retry_budget_s <= 86400, "retry_budget_s",
-             o.retry_budget_s, "[0, 86400] s");
+  CheckRange(o.retry_budget_s >= 0 && o.retry_budget_s <= 86400, "retry_budget_s", o.retry_budget_s,
+             "[0, 86400] s");
   return o;
 }
 
@@ -112,8 +111,8 @@ void RemoteStore::Raise(const RequestContext& ctx, const HttpResult& r) const {
     case Outcome::kTransport:
       throw Error(ErrorCode::kIo,
                   fmt::format("{}: {}{} (last error after {} attempt{}){}", where, r.detail,
-                              r.status != 0 ? fmt::format(", HTTP {}", r.status) : "",
-                              r.attempts, r.attempts == 1 ? "" : "s", about));
+                              r.status != 0 ? fmt::format(", HTTP {}", r.status) : "", r.attempts,
+                              r.attempts == 1 ? "" : "s", about));
     case Outcome::kHttpStatus: {
       const std::string code = XmlElementText(r.error_body, "Code");
       const std::string message = XmlElementText(r.error_body, "Message");
@@ -123,7 +122,14 @@ void RemoteStore::Raise(const RequestContext& ctx, const HttpResult& r) const {
       if (r.status == 404 || r.status == 410) ec = ErrorCode::kNotFound;
       if (r.status == 401 || r.status == 403) ec = ErrorCode::kPermissionDenied;
       if (r.status == 416) ec = ErrorCode::kCorruptData;  // the object is shorter than pinned
-      throw Error(ec, fmt::format("{}: HTTP {}{}{}{}", where, r.status, server, tries, about));
+      // Retryable statuses that ran out of attempts or time say which bound ended them.
+      std::string_view detail = r.detail;
+      if (const std::string lead = fmt::format("HTTP {}; ", r.status); detail.starts_with(lead)) {
+        detail.remove_prefix(lead.size());
+      }
+      const std::string bound = r.gave_up ? fmt::format(" ({})", detail) : "";
+      throw Error(ec,
+                  fmt::format("{}: HTTP {}{}{}{}{}", where, r.status, server, tries, bound, about));
     }
   }
   throw Error(ErrorCode::kIo, where + ": request failed");

@@ -102,19 +102,20 @@ void Transfer::StartAttempt(CURL* easy, Clock::time_point now) {
     headers_ = curl_slist_append(headers_, fmt::format("Range: bytes={}-{}", first, last).c_str());
   }
   if (!request_.if_match.empty()) {
-    headers_ = curl_slist_append(headers_, fmt::format("If-Match: \"{}\"", request_.if_match).c_str());
+    headers_ =
+        curl_slist_append(headers_, fmt::format("If-Match: \"{}\"", request_.if_match).c_str());
   }
   if (!request_.if_unmodified_since.empty()) {
-    headers_ = curl_slist_append(
-        headers_, ("If-Unmodified-Since: " + request_.if_unmodified_since).c_str());
+    headers_ = curl_slist_append(headers_,
+                                 ("If-Unmodified-Since: " + request_.if_unmodified_since).c_str());
   }
   const Signing* signing = request_.signing;
   if (signing != nullptr && !signing->sigv4.empty()) {
     // libcurl signs this header with the rest and uses its value as the payload hash.
     headers_ = curl_slist_append(headers_, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
     if (!signing->session_token.empty()) {
-      headers_ = curl_slist_append(
-          headers_, ("x-amz-security-token: " + signing->session_token).c_str());
+      headers_ =
+          curl_slist_append(headers_, ("x-amz-security-token: " + signing->session_token).c_str());
     }
     curl_easy_setopt(easy, CURLOPT_AWS_SIGV4, signing->sigv4.c_str());
     curl_easy_setopt(easy, CURLOPT_USERPWD, signing->userpwd.c_str());
@@ -258,15 +259,14 @@ bool Transfer::ScheduleRetry(std::string why, Clock::time_point now) {
   }
   double delay = BackoffDelayS(result_.attempts, UniformUnit());
   if (retry_after_s_) delay = std::max(delay, *retry_after_s_);
-  const auto wake = now + std::chrono::duration_cast<Clock::duration>(
-                              std::chrono::duration<double>(delay));
+  const auto wake =
+      now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(delay));
   if (wake > deadline_) {
     result_.gave_up = true;
-    return Fail(last,
-                fmt::format("{}; the next try (in {:.1f} s{}) would pass the {:.0f} s retry "
-                            "budget",
-                            why, delay, retry_after_s_ ? ", as Retry-After asks" : "",
-                            options_.retry_budget_s));
+    return Fail(last, fmt::format("{}; the next try (in {:.1f} s{}) would pass the {:.0f} s retry "
+                                  "budget",
+                                  why, delay, retry_after_s_ ? ", as Retry-After asks" : "",
+                                  options_.retry_budget_s));
   }
   next_at_ = wake;
   return false;
@@ -294,13 +294,13 @@ bool Transfer::FinishAttempt(CURLcode code, Clock::time_point now) {
     }
     if (request_.ranged && received_ < request_.length) {
       status_ = 0;
-      return ScheduleRetry(fmt::format("the body ended after {} of {} bytes", received_,
-                                       request_.length),
-                           now);
+      return ScheduleRetry(
+          fmt::format("the body ended after {} of {} bytes", received_, request_.length), now);
     }
     return Fail(Outcome::kOk, {});
   }
-  if (status_ == 412) return Fail(Outcome::kChanged, "412 Precondition Failed");
+  if (status_ == 412)
+    return Fail(Outcome::kChanged, "now another: the store answered 412 to If-Match");
   if (IsRetryableStatus(status_)) return ScheduleRetry(fmt::format("HTTP {}", status_), now);
   return Fail(Outcome::kHttpStatus, fmt::format("HTTP {}", status_));
 }

@@ -9,8 +9,7 @@
 namespace gpufeed {
 
 bool IsRemoteUri(std::string_view path) {
-  return path.starts_with("s3://") || path.starts_with("http://") ||
-         path.starts_with("https://");
+  return path.starts_with("s3://") || path.starts_with("http://") || path.starts_with("https://");
 }
 
 namespace remote {
@@ -46,8 +45,7 @@ void CheckBucketName(std::string_view bucket, std::string_view uri) {
     }
   }
   if (!IsLowerAlnum(bucket.front()) || !IsLowerAlnum(bucket.back())) {
-    BadUri(uri, fmt::format("bucket name '{}' must start and end with a letter or digit",
-                            bucket));
+    BadUri(uri, fmt::format("bucket name '{}' must start and end with a letter or digit", bucket));
   }
   if (bucket.find("..") != std::string_view::npos) {
     BadUri(uri, fmt::format("bucket name '{}' must not hold '..'", bucket));
@@ -93,8 +91,7 @@ std::string SigV4Encode(std::string_view text, bool keep_slash) {
   out.reserve(text.size());
   for (unsigned char c : text) {
     const bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-                            (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
-                            c == '~';
+                            (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
     if (unreserved || (keep_slash && c == '/')) {
       out.push_back(static_cast<char>(c));
     } else {
@@ -106,8 +103,8 @@ std::string SigV4Encode(std::string_view text, bool keep_slash) {
   return out;
 }
 
-std::string S3ObjectUrl(std::string_view endpoint, std::string_view region,
-                        std::string_view bucket, std::string_view key) {
+std::string S3ObjectUrl(std::string_view endpoint, std::string_view region, std::string_view bucket,
+                        std::string_view key) {
   const std::string path = SigV4Encode(key, /*keep_slash=*/true);
   if (!endpoint.empty()) {
     while (endpoint.ends_with('/')) endpoint.remove_suffix(1);

@@ -33,8 +33,8 @@ std::string SigV4Encode(std::string_view text, bool keep_slash);
 // The URL of `key` in `bucket`: `endpoint`/bucket/key when an endpoint is given, else AWS's
 // https://bucket.s3.<region>.amazonaws.com/key (path-style on AWS for a bucket with dots,
 // which a virtual-hosted TLS certificate does not cover).
-std::string S3ObjectUrl(std::string_view endpoint, std::string_view region,
-                        std::string_view bucket, std::string_view key);
+std::string S3ObjectUrl(std::string_view endpoint, std::string_view region, std::string_view bucket,
+                        std::string_view key);
 
 // The URL ListObjectsV2 is sent to for `bucket` (no query), addressed as S3ObjectUrl does.
 std::string S3BucketUrl(std::string_view endpoint, std::string_view region,

@@ -59,8 +59,7 @@ TEST(RemoteUri, SplitsBucketAndKeyKeepingEveryByte) {
 
 TEST(RemoteUri, RefusesBadBucketNames) {
   for (const char* uri : {"s3://ab/k", "s3://Bucket/k", "s3://under_score/k", "s3://-abc/k",
-                          "s3://abc-/k", "s3://a..b/k", "s3://192.168.1.1/k", "s3:///k",
-                          "s3://"}) {
+                          "s3://abc-/k", "s3://a..b/k", "s3://192.168.1.1/k", "s3:///k", "s3://"}) {
     EXPECT_EQ(CodeOf([&] { ParseRemoteUri(uri); }), ErrorCode::kInvalidArgument) << uri;
   }
   EXPECT_NE(MessageOf([] { ParseRemoteUri("s3://Bucket/k"); }).find("s3://Bucket/k"),
@@ -194,8 +193,8 @@ TEST_F(CredentialChain, MissingRegionListsEveryPlace) {
   env_["AWS_ACCESS_KEY_ID"] = "A";
   env_["AWS_SECRET_ACCESS_KEY"] = "S";
   const std::string m = MessageOf([&] { Resolve(); });
-  for (const char* place : {"region option", "$AWS_REGION", "$AWS_DEFAULT_REGION",
-                            "~/.aws/config [default]"}) {
+  for (const char* place :
+       {"region option", "$AWS_REGION", "$AWS_DEFAULT_REGION", "~/.aws/config [default]"}) {
     EXPECT_NE(m.find(place), std::string::npos) << place << " in " << m;
   }
   // Anonymous reads of a custom endpoint need no region.
@@ -273,8 +272,7 @@ TEST(ListObjectsV2, DecodesUrlEncodedKeys) {
 }
 
 TEST(ListObjectsV2, EmptyListing) {
-  EXPECT_TRUE(ParseListObjectsV2("<ListBucketResult><KeyCount>0</KeyCount></ListBucketResult>",
-                                 "w")
+  EXPECT_TRUE(ParseListObjectsV2("<ListBucketResult><KeyCount>0</KeyCount></ListBucketResult>", "w")
                   .objects.empty());
   EXPECT_TRUE(ParseListObjectsV2("<ListBucketResult/>", "w").objects.empty());
 }
@@ -311,8 +309,7 @@ TEST(ListObjectsV2, MalformedAndHostileInputIsCorruptData) {
   for (const std::string& xml : bad) {
     const std::string m = MessageOf([&] { ParseListObjectsV2(xml, "s3://bkt/pre/"); });
     EXPECT_NE(m.find("s3://bkt/pre/"), std::string::npos) << xml << " -> " << m;
-    EXPECT_EQ(CodeOf([&] { ParseListObjectsV2(xml, "s3://bkt/pre/"); }),
-              ErrorCode::kCorruptData)
+    EXPECT_EQ(CodeOf([&] { ParseListObjectsV2(xml, "s3://bkt/pre/"); }), ErrorCode::kCorruptData)
         << xml;
   }
 }
