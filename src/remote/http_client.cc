@@ -126,94 +126,118 @@ struct Running {
 
 }  // namespace
 
-void HttpClient::Run(std::span<const HttpRequest> requests, std::span<HttpResult> results) const {
-  ThreadHandles& handles = Handles();
-  CURLM* multi = handles.multi();
-  std::vector<Running> calls(requests.size());
-  const Clock::time_point start = Clock::now();
-  for (size_t i = 0; i < requests.size(); ++i) {
-    calls[i].transfer =
-        std::make_unique<Transfer>(requests[i], results[i], options_, *stats_, start);
-  }
-  size_t active = 0, done = 0;
-  auto stop_flight = [&](Running& c) {
-    curl_multi_remove_handle(multi, c.easy);
-    handles.Give(c.easy);
-    c.easy = nullptr;
-    stats_->LeaveFlight();  // before the slot is free, so max_in_flight never passes the cap
-    c.slots->Release();
-    c.slots = nullptr;
-    --active;
-  };
-  // On any exception (bad_alloc), nothing stays in the multi handle or holds a slot.
-  struct Cleanup {
-    std::vector<Running>& calls;
-    decltype(stop_flight)& stop;
-    ~Cleanup() {
-      for (Running& c : calls) {
-        if (c.easy != nullptr) stop(c);
-      }
+// One Run: its transfers in this thread's multi handle, started as their backoff allows and
+// slots free up. The destructor takes every transfer still in flight out (an exception
+// leaves nothing in the multi handle and no slot held).
+class HttpClient::RunLoop {
+ public:
+  RunLoop(const HttpClient& client, std::span<const HttpRequest> requests,
+          std::span<HttpResult> results)
+      : client_(client), handles_(Handles()), multi_(handles_.multi()), calls_(requests.size()) {
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      calls_[i].transfer =
+          std::make_unique<Transfer>(requests[i], results[i], client.options_, *client.stats_, now);
     }
-  } cleanup{calls, stop_flight};
+  }
+  ~RunLoop() {
+    for (Running& c : calls_) {
+      if (c.easy != nullptr) Stop(c);
+    }
+  }
 
-  while (done < calls.size()) {
-    Clock::time_point now = Clock::now();
-    Clock::time_point next_wake = Clock::time_point::max();
-    bool waiting_for_slot = false;
-    for (Running& c : calls) {
-      if (c.done || c.easy != nullptr) continue;
-      if (c.transfer->next_at() > now) {
-        next_wake = std::min(next_wake, c.transfer->next_at());
+  void Run() {
+    while (done_ < calls_.size()) {
+      const bool waiting_for_slot = StartDue();
+      if (active_ == 0) {
+        std::this_thread::sleep_until(NextWake());
         continue;
       }
-      Slots& slots = SlotsFor(UrlHost(c.transfer->request().url));
+      int running = 0;
+      curl_multi_perform(multi_, &running);
+      Drain();
+      if (done_ == calls_.size()) break;
+      int timeout_ms = waiting_for_slot ? 5 : 1000;
+      if (const Clock::time_point wake = NextWake(); wake != Clock::time_point::max()) {
+        const auto wait =
+            std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::clamp<int64_t>(wait, 0, timeout_ms));
+      }
+      curl_multi_poll(multi_, nullptr, 0, timeout_ms, nullptr);
+    }
+  }
+
+ private:
+  // Starts every transfer whose time has come and that gets a slot; true when one is due
+  // but its host has no free slot.
+  bool StartDue() {
+    const Clock::time_point now = Clock::now();
+    bool waiting_for_slot = false;
+    for (Running& c : calls_) {
+      if (c.done || c.easy != nullptr || c.transfer->next_at() > now) continue;
+      Slots& slots = client_.SlotsFor(UrlHost(c.transfer->request().url));
       // Block for a slot only while holding none, so two callers never wait on each other.
-      if (active == 0) {
+      if (active_ == 0) {
         slots.Acquire();
       } else if (!slots.TryAcquire()) {
         waiting_for_slot = true;
         continue;
       }
       c.slots = &slots;
-      c.easy = handles.Take();
+      c.easy = handles_.Take();
       c.transfer->StartAttempt(c.easy, Clock::now());
       curl_easy_setopt(c.easy, CURLOPT_PRIVATE, &c);
-      curl_multi_add_handle(multi, c.easy);
-      stats_->EnterFlight();
-      ++active;
+      curl_multi_add_handle(multi_, c.easy);
+      client_.stats_->EnterFlight();
+      ++active_;
     }
-    if (active == 0) {
-      std::this_thread::sleep_until(next_wake);
-      continue;
-    }
-    int running = 0;
-    curl_multi_perform(multi, &running);
+    return waiting_for_slot;
+  }
+
+  // Takes the finished attempts out; each is done or scheduled for its retry.
+  void Drain() {
     int queued = 0;
-    while (CURLMsg* msg = curl_multi_info_read(multi, &queued)) {
+    while (CURLMsg* msg = curl_multi_info_read(multi_, &queued)) {
       if (msg->msg != CURLMSG_DONE) continue;
       Running* c = nullptr;
       curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &c);
       const CURLcode code = msg->data.result;
-      stop_flight(*c);
+      Stop(*c);
       if (c->transfer->FinishAttempt(code, Clock::now())) {
         c->done = true;
-        ++done;
+        ++done_;
       }
     }
-    if (done == calls.size()) break;
-    int timeout_ms = waiting_for_slot ? 5 : 1000;
-    now = Clock::now();
-    next_wake = Clock::time_point::max();
-    for (const Running& c : calls) {
-      if (!c.done && c.easy == nullptr) next_wake = std::min(next_wake, c.transfer->next_at());
-    }
-    if (next_wake != Clock::time_point::max()) {
-      const auto wait =
-          std::chrono::duration_cast<std::chrono::milliseconds>(next_wake - now).count();
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(wait, 0, timeout_ms));
-    }
-    curl_multi_poll(multi, nullptr, 0, timeout_ms, nullptr);
   }
+
+  Clock::time_point NextWake() const {
+    Clock::time_point wake = Clock::time_point::max();
+    for (const Running& c : calls_) {
+      if (!c.done && c.easy == nullptr) wake = std::min(wake, c.transfer->next_at());
+    }
+    return wake;
+  }
+
+  void Stop(Running& c) {
+    curl_multi_remove_handle(multi_, c.easy);
+    handles_.Give(c.easy);
+    c.easy = nullptr;
+    client_.stats_->LeaveFlight();  // before the slot is free: max_in_flight stays in the cap
+    c.slots->Release();
+    c.slots = nullptr;
+    --active_;
+  }
+
+  const HttpClient& client_;
+  ThreadHandles& handles_;
+  CURLM* multi_;
+  std::vector<Running> calls_;
+  size_t active_ = 0;
+  size_t done_ = 0;
+};
+
+void HttpClient::Run(std::span<const HttpRequest> requests, std::span<HttpResult> results) const {
+  RunLoop(*this, requests, results).Run();
 }
 
 }  // namespace gpufeed::remote

@@ -94,6 +94,7 @@ class HttpClient {
   class Slots;
 
  private:
+  class RunLoop;
   Slots& SlotsFor(const std::string& host) const;
 
   ClientOptions options_;
