@@ -13,6 +13,7 @@
 #include "gpufeed/error.h"
 #include "gpufeed/file.h"
 #include "gpufeed/remote.h"
+#include "remote/http_test_server.h"
 #include "remote/s3_fixture.h"
 
 namespace gpufeed {
@@ -353,68 +354,27 @@ TEST_F(RemoteS3, HttpUrlsReadWithRangesAndHaveNoFolders) {
             ErrorCode::kNotFound);
 }
 
-// An HTTP server on 127.0.0.1 that answers every GET with the whole body and 200, as a
-// server that ignores Range does, and HEAD with its size and an ETag.
-class RangeIgnoringServer {
- public:
-  explicit RangeIgnoringServer(std::string body) : body_(std::move(body)) {
-    listen_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listen_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-    ::listen(listen_, 16);
-    socklen_t len = sizeof(addr);
-    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~RangeIgnoringServer() {
-    ::shutdown(listen_, SHUT_RDWR);
-    ::close(listen_);
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/file.bin"; }
-
- private:
-  void Serve() {
-    for (;;) {
-      const int fd = ::accept(listen_, nullptr, nullptr);
-      if (fd < 0) return;
-      std::string request;
-      char buf[4096];
-      while (request.find("\r\n\r\n") == std::string::npos) {
-        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-        if (n <= 0) break;
-        request.append(buf, static_cast<size_t>(n));
-      }
-      std::string reply =
-          "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nConnection: close\r\n"
-          "Content-Length: " +
-          std::to_string(body_.size()) + "\r\n\r\n";
-      if (!request.starts_with("HEAD")) reply += body_;
-      ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
-      ::close(fd);
-    }
-  }
-  std::string body_;
-  int listen_ = -1;
-  int port_ = 0;
-  std::thread thread_;
-};
-
 TEST_F(RemoteS3, ServerIgnoringRangeIsAnErrorUnlessTheWholeFileIsAsked) {
+  // Every GET gets the whole body and 200, as from a server that ignores Range.
   const std::string body = RandomBytes(200000, 4);
-  RangeIgnoringServer server(body);
+  testing::HttpTestServer server([&](const std::string& request) {
+    std::string reply =
+        "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nConnection: close\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n";
+    if (!request.starts_with("HEAD")) reply += body;
+    return reply;
+  });
+  const std::string url = server.endpoint() + "/file.bin";
   auto fs = RemoteFileSystem::Create(Options());
-  auto file = fs->Open(server.url());
+  auto file = fs->Open(url);
   ASSERT_EQ(file->Size(), body.size());
   std::string got(body.size(), '\0');
   ReadFully(*file, 0, got.data(), got.size(), "whole");
   EXPECT_EQ(got, body);
   const Caught c = Catch([&] { file->ReadAt(70000, got.data(), 100000); });
   EXPECT_EQ(c.code, ErrorCode::kUnsupported);
-  EXPECT_NE(c.message.find(server.url() + " bytes 70000-169999"), std::string::npos) << c.message;
+  EXPECT_NE(c.message.find(url + " bytes 70000-169999"), std::string::npos) << c.message;
   EXPECT_NE(c.message.find("ignores Range"), std::string::npos) << c.message;
 }
 
