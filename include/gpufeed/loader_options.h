@@ -11,20 +11,23 @@
 
 #include "gpufeed/device.h"
 #include "gpufeed/groups.h"
+#include "gpufeed/sampler.h"
 #include "gpufeed/transforms.h"
 
 namespace gpufeed {
 
 struct LoaderOptions {
   int64_t batch_size = 0;     // Required: > 0
-  bool shuffle = true;        // Default: true
-  uint64_t seed = 0;          // Default: 0
-  bool drop_last = false;     // Default: false
-  bool pad = true;            // Default: true: shards of equal length (see SamplerOptions)
-  int rank = -1;              // Default: -1 = $RANK, else 0
-  int world_size = -1;        // Default: -1 = $WORLD_SIZE, else 1
-  int64_t shuffle_block = 0;  // Default: 0 = full shuffle; < 0 = the source's PreferredBlock()
-  int shuffle_window = 4;     // Default: 4 (see SamplerOptions)
+  // The plan's options take SamplerOptions' defaults (gpufeed/sampler.h), written there once.
+  bool shuffle = SamplerOptions{}.shuffle;
+  uint64_t seed = SamplerOptions{}.seed;
+  bool drop_last = SamplerOptions{}.drop_last;
+  bool pad = SamplerOptions{}.pad;
+  int rank = SamplerOptions{}.rank;
+  int world_size = SamplerOptions{}.world_size;
+  // < 0 here also means the source's PreferredBlock().
+  int64_t shuffle_block = SamplerOptions{}.shuffle_block;
+  int shuffle_window = SamplerOptions{}.shuffle_window;
   int workers = 0;            // Default: 0 = min(4, hardware threads)
   // Default: 0 = 2 * workers, within 128 MiB of batches but at least 2: batches kept ready
   // beyond the workers'

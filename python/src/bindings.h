@@ -23,5 +23,7 @@ void BindGroups(py::module_& m);
 void BindMonitor(py::module_& m);
 // diagnose(), where the doctor part is built.
 void BindDoctor(py::module_& m);
+// set_remote_options, remote_stats, remote_manifest, list_remote, add_remote_manifest.
+void BindRemote(py::module_& m);
 
 }  // namespace gpufeed::python

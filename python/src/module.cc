@@ -11,4 +11,5 @@ PYBIND11_MODULE(_gpufeed, m) {
   gpufeed::python::BindLoader(m);
   gpufeed::python::BindMonitor(m);
   gpufeed::python::BindDoctor(m);
+  gpufeed::python::BindRemote(m);
 }

@@ -1,0 +1,243 @@
+// HttpClient: the multi-handle loop, per-host request slots, and the handles each thread keeps.
+#include "remote/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <array>
+#include <thread>
+#include <vector>
+
+#include "gpufeed/error.h"
+#include "remote/transfer.h"
+#include "remote/uri.h"
+
+namespace gpufeed::remote {
+namespace {
+
+// The process's CURLSH: the DNS cache and TLS sessions, locked per kind of data. Never freed:
+// the handles of threads that outlive static destruction still point at it.
+CURLSH* SharedCache() {
+  static CURLSH* share = [] {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    static std::array<std::mutex, CURL_LOCK_DATA_LAST> locks;
+    CURLSH* s = curl_share_init();
+    curl_share_setopt(
+        s, CURLSHOPT_LOCKFUNC,
+        +[](CURL*, curl_lock_data data, curl_lock_access, void*) { locks[data].lock(); });
+    curl_share_setopt(
+        s, CURLSHOPT_UNLOCKFUNC, +[](CURL*, curl_lock_data data, void*) { locks[data].unlock(); });
+    curl_share_setopt(s, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+    curl_share_setopt(s, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+    return s;
+  }();
+  return share;
+}
+
+// One thread's multi handle (its connection cache keeps connections alive between calls)
+// and idle easy handles.
+class ThreadHandles {
+ public:
+  ThreadHandles() : multi_(curl_multi_init()) {
+    if (multi_ == nullptr) throw Error(ErrorCode::kIo, "curl_multi_init failed");
+  }
+  ~ThreadHandles() {
+    for (CURL* e : idle_) curl_easy_cleanup(e);
+    curl_multi_cleanup(multi_);
+  }
+  CURLM* multi() const { return multi_; }
+  CURL* Take() {
+    CURL* e = nullptr;
+    if (!idle_.empty()) {
+      e = idle_.back();
+      idle_.pop_back();
+      curl_easy_reset(e);  // keeps the connection and the share
+    } else {
+      e = curl_easy_init();
+      if (e == nullptr) throw Error(ErrorCode::kIo, "curl_easy_init failed");
+      curl_easy_setopt(e, CURLOPT_SHARE, SharedCache());
+    }
+    return e;
+  }
+  void Give(CURL* e) { idle_.push_back(e); }
+
+ private:
+  CURLM* multi_;
+  std::vector<CURL*> idle_;
+};
+
+ThreadHandles& Handles() {
+  SharedCache();
+  thread_local ThreadHandles handles;
+  return handles;
+}
+
+}  // namespace
+
+// A counting semaphore of requests in flight to one host.
+class HttpClient::Slots {
+ public:
+  explicit Slots(int n) : free_(n) {}
+  void Acquire() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return free_ > 0; });
+    --free_;
+  }
+  bool TryAcquire() {
+    std::lock_guard lock(mu_);
+    if (free_ == 0) return false;
+    --free_;
+    return true;
+  }
+  void Release() {
+    {
+      std::lock_guard lock(mu_);
+      ++free_;
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int free_;
+};
+
+HttpClient::HttpClient(ClientOptions options, std::shared_ptr<StatsRecorder> stats)
+    : options_(options), stats_(std::move(stats)) {}
+
+HttpClient::~HttpClient() = default;
+
+HttpClient::Slots& HttpClient::SlotsFor(const std::string& host) const {
+  std::lock_guard lock(mu_);
+  auto& slots = slots_[host];
+  if (!slots) slots = std::make_unique<Slots>(options_.max_requests);
+  return *slots;
+}
+
+namespace {
+
+struct Running {
+  std::unique_ptr<Transfer> transfer;
+  HttpClient::Slots* slots = nullptr;  // set while in flight
+  CURL* easy = nullptr;
+  bool done = false;
+};
+
+}  // namespace
+
+// One Run: its transfers in this thread's multi handle, started as their backoff allows and
+// slots free up. The destructor takes every transfer still in flight out (an exception
+// leaves nothing in the multi handle and no slot held).
+class HttpClient::RunLoop {
+ public:
+  RunLoop(const HttpClient& client, std::span<const HttpRequest> requests,
+          std::span<HttpResult> results)
+      : client_(client), handles_(Handles()), multi_(handles_.multi()), calls_(requests.size()) {
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < requests.size(); ++i) {
+      calls_[i].transfer =
+          std::make_unique<Transfer>(requests[i], results[i], client.options_, *client.stats_, now);
+    }
+  }
+  ~RunLoop() {
+    for (Running& c : calls_) {
+      if (c.easy != nullptr) Stop(c);
+    }
+  }
+
+  void Run() {
+    while (done_ < calls_.size()) {
+      const bool waiting_for_slot = StartDue();
+      if (active_ == 0) {
+        std::this_thread::sleep_until(NextWake());
+        continue;
+      }
+      int running = 0;
+      curl_multi_perform(multi_, &running);
+      Drain();
+      if (done_ == calls_.size()) break;
+      int timeout_ms = waiting_for_slot ? 5 : 1000;
+      if (const Clock::time_point wake = NextWake(); wake != Clock::time_point::max()) {
+        const auto wait =
+            std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
+        timeout_ms = static_cast<int>(std::clamp<int64_t>(wait, 0, timeout_ms));
+      }
+      curl_multi_poll(multi_, nullptr, 0, timeout_ms, nullptr);
+    }
+  }
+
+ private:
+  // Starts every transfer whose time has come and that gets a slot; true when one is due
+  // but its host has no free slot.
+  bool StartDue() {
+    const Clock::time_point now = Clock::now();
+    bool waiting_for_slot = false;
+    for (Running& c : calls_) {
+      if (c.done || c.easy != nullptr || c.transfer->next_at() > now) continue;
+      Slots& slots = client_.SlotsFor(UrlHost(c.transfer->request().url));
+      // Block for a slot only while holding none, so two callers never wait on each other.
+      if (active_ == 0) {
+        slots.Acquire();
+      } else if (!slots.TryAcquire()) {
+        waiting_for_slot = true;
+        continue;
+      }
+      c.slots = &slots;
+      c.easy = handles_.Take();
+      c.transfer->StartAttempt(c.easy, Clock::now());
+      curl_easy_setopt(c.easy, CURLOPT_PRIVATE, &c);
+      curl_multi_add_handle(multi_, c.easy);
+      client_.stats_->EnterFlight();
+      ++active_;
+    }
+    return waiting_for_slot;
+  }
+
+  // Takes the finished attempts out; each is done or scheduled for its retry.
+  void Drain() {
+    int queued = 0;
+    while (CURLMsg* msg = curl_multi_info_read(multi_, &queued)) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      Running* c = nullptr;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &c);
+      const CURLcode code = msg->data.result;
+      Stop(*c);
+      if (c->transfer->FinishAttempt(code, Clock::now())) {
+        c->done = true;
+        ++done_;
+      }
+    }
+  }
+
+  Clock::time_point NextWake() const {
+    Clock::time_point wake = Clock::time_point::max();
+    for (const Running& c : calls_) {
+      if (!c.done && c.easy == nullptr) wake = std::min(wake, c.transfer->next_at());
+    }
+    return wake;
+  }
+
+  void Stop(Running& c) {
+    curl_multi_remove_handle(multi_, c.easy);
+    handles_.Give(c.easy);
+    c.easy = nullptr;
+    client_.stats_->LeaveFlight();  // before the slot is free: max_in_flight stays in the cap
+    c.slots->Release();
+    c.slots = nullptr;
+    --active_;
+  }
+
+  const HttpClient& client_;
+  ThreadHandles& handles_;
+  CURLM* multi_;
+  std::vector<Running> calls_;
+  size_t active_ = 0;
+  size_t done_ = 0;
+};
+
+void HttpClient::Run(std::span<const HttpRequest> requests, std::span<HttpResult> results) const {
+  RunLoop(*this, requests, results).Run();
+}
+
+}  // namespace gpufeed::remote
