@@ -59,7 +59,28 @@ class File {
   // remote file has them all in flight at once, so one caller is not bound by the latency of
   // one request; the default reads them one after another.
   virtual void ReadMany(std::span<const ReadRange> ranges, const std::string& what) const;
+
+  // Reads of several files at once (ReadFiles below). Files that can be read together (the
+  // remote files of one client) return the same non-null key, and any one of them reads a
+  // group of such reads with ReadBatch; a file that returns null (the default) is read on
+  // its own.
+  virtual const void* BatchKey() const { return nullptr; }
+  // REQUIRES: every read's file has this file's non-null BatchKey().
+  virtual void ReadBatch(std::span<const struct FileRead> reads, const std::string& what) const;
 };
+
+// One read of ReadFiles: `n` bytes at `offset` of `file` into `buf`.
+struct FileRead {
+  const File* file = nullptr;
+  uint64_t offset = 0;
+  void* buf = nullptr;
+  size_t n = 0;
+};
+
+// Reads every range whole (ReadFully's contract; errors name the file): ranges of remote files
+// of one client all in flight at once (a batch of images fetched together), the others one
+// after another.
+void ReadFiles(std::span<const FileRead> reads, const std::string& what);
 
 enum class PathType { kMissing, kFile, kDirectory };
 

@@ -327,6 +327,31 @@ void File::ReadMany(std::span<const ReadRange> ranges, const std::string& what) 
   for (const ReadRange& r : ranges) ReadFully(*this, r.offset, r.buf, r.n, what);
 }
 
+void File::ReadBatch(std::span<const FileRead> reads, const std::string& what) const {
+  for (const FileRead& r : reads) ReadFully(*r.file, r.offset, r.buf, r.n, what);
+}
+
+void ReadFiles(std::span<const FileRead> reads, const std::string& what) {
+  std::vector<FileRead> group;
+  std::vector<bool> done(reads.size(), false);
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (done[i]) continue;
+    const void* key = reads[i].file->BatchKey();
+    if (key == nullptr) {
+      ReadFully(*reads[i].file, reads[i].offset, reads[i].buf, reads[i].n, what);
+      continue;
+    }
+    group.clear();
+    for (size_t j = i; j < reads.size(); ++j) {
+      if (!done[j] && reads[j].file->BatchKey() == key) {
+        group.push_back(reads[j]);
+        done[j] = true;
+      }
+    }
+    reads[i].file->ReadBatch(group, what);
+  }
+}
+
 void ReadFully(const File& file, uint64_t offset, void* buf, size_t n, const std::string& what) {
   auto* dst = static_cast<char*>(buf);
   size_t done = 0;

@@ -55,29 +55,60 @@ std::string RemoteFile::VersionStamp() const {
   return info_.etag.empty() ? info_.last_modified : info_.etag;
 }
 
+HttpRequest RemoteFile::RangeRequest(uint64_t offset, uint64_t length, char* dst) const {
+  HttpRequest r;
+  r.url = url_;
+  r.ranged = true;
+  r.begin = offset;
+  r.length = length;
+  r.whole_object = r.begin == 0 && r.length == info_.size;
+  r.dst = dst;
+  r.expect_etag = info_.etag;
+  if (!info_.weak_etag) r.if_match = info_.etag;
+  if (info_.etag.empty()) r.if_unmodified_since = info_.last_modified;
+  r.follow_redirects = uri_.scheme == UriScheme::kHttp;
+  r.signing = signing_;
+  return r;
+}
+
+void RemoteFile::RaiseFailed(uint64_t offset, uint64_t length, const HttpResult& result) const {
+  const std::string range = fmt::format("bytes {}-{}", offset, offset + length - 1);
+  store_->Raise({&uri_, range, info_.etag}, result);
+}
+
 void RemoteFile::Fetch(std::span<const Piece> pieces) const {
-  std::vector<HttpRequest> requests(pieces.size());
+  std::vector<HttpRequest> requests;
+  requests.reserve(pieces.size());
+  for (const Piece& p : pieces) requests.push_back(RangeRequest(p.offset, p.length, p.dst));
   std::vector<HttpResult> results(pieces.size());
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    HttpRequest& r = requests[i];
-    r.url = url_;
-    r.ranged = true;
-    r.begin = pieces[i].offset;
-    r.length = pieces[i].length;
-    r.whole_object = r.begin == 0 && r.length == info_.size;
-    r.dst = pieces[i].dst;
-    r.expect_etag = info_.etag;
-    if (!info_.weak_etag) r.if_match = info_.etag;
-    if (info_.etag.empty()) r.if_unmodified_since = info_.last_modified;
-    r.follow_redirects = uri_.scheme == UriScheme::kHttp;
-    r.signing = signing_;
-  }
   store_->client().Run(requests, results);
   for (size_t i = 0; i < pieces.size(); ++i) {
-    if (results[i].outcome == Outcome::kOk) continue;
-    const std::string range =
-        fmt::format("bytes {}-{}", pieces[i].offset, pieces[i].offset + pieces[i].length - 1);
-    store_->Raise({&uri_, range, info_.etag}, results[i]);
+    if (results[i].outcome != Outcome::kOk) {
+      RaiseFailed(pieces[i].offset, pieces[i].length, results[i]);
+    }
+  }
+}
+
+void RemoteFile::ReadBatch(std::span<const FileRead> reads, const std::string& what) const {
+  std::vector<HttpRequest> requests;
+  std::vector<const RemoteFile*> files;
+  requests.reserve(reads.size());
+  for (const FileRead& read : reads) {
+    const auto* file = static_cast<const RemoteFile*>(read.file);
+    // Reads past the end are ReadFully's error: named the same way as for a local file.
+    if (read.offset > file->Size() || read.n > file->Size() - read.offset) {
+      ReadFully(*file, read.offset, read.buf, read.n, what);
+    }
+    if (read.n == 0) continue;
+    requests.push_back(file->RangeRequest(read.offset, read.n, static_cast<char*>(read.buf)));
+    files.push_back(file);
+  }
+  std::vector<HttpResult> results(requests.size());
+  store_->client().Run(requests, results);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (results[i].outcome != Outcome::kOk) {
+      files[i]->RaiseFailed(requests[i].begin, requests[i].length, results[i]);
+    }
   }
 }
 

@@ -46,6 +46,9 @@ class RemoteFile final : public File {
   size_t ReadAt(uint64_t offset, void* buf, size_t n) const override;
   const std::byte* Map() const override { return nullptr; }
   void ReadMany(std::span<const ReadRange> ranges, const std::string& what) const override;
+  // The files of one store are read together: every read of a batch in flight at once.
+  const void* BatchKey() const override { return store_.get(); }
+  void ReadBatch(std::span<const FileRead> reads, const std::string& what) const override;
 
  private:
   // Reads every [offset, offset + length) into its buffer, all in flight at once.
@@ -55,6 +58,10 @@ class RemoteFile final : public File {
     char* dst;
   };
   void Fetch(std::span<const Piece> pieces) const;
+  // The request that reads `length` bytes at `offset` of this object into `dst`.
+  HttpRequest RangeRequest(uint64_t offset, uint64_t length, char* dst) const;
+  // Raises the error of a failed request for [offset, offset + length).
+  [[noreturn]] void RaiseFailed(uint64_t offset, uint64_t length, const HttpResult& result) const;
   size_t ReadSmall(uint64_t offset, void* buf, size_t n) const;
 
   std::shared_ptr<const RemoteStore> store_;
