@@ -148,9 +148,11 @@ def gather_report(loader, diagnosis):
     return result, rank
 
 
-def agreed_state(states):
+def agreed_state(states, rank, world_size):
     """One state from the states of several ranks (a list, e.g. all_gather_object of each
-    rank's state_dict()): they must be at the same place of the same epoch's global order."""
+    rank's state_dict()): they must be at the same place of the same epoch's global order.
+    The state of this loader's own rank and world size where there is one (it resumes exactly
+    where that rank stood), else the first."""
     states = [dict(s) for s in states]
     if not states:
         raise _gpufeed.InvalidArgument("load_state_dict got an empty list of states")
@@ -161,4 +163,5 @@ def agreed_state(states):
         raise _gpufeed.InvalidArgument(
             "cannot restore loader state: the ranks' states are at different places of the "
             f"epoch's global order ({listed}); save them with every rank at the same step")
-    return states[0]
+    own = [s for s in states if s.get("rank") == rank and s.get("world_size") == world_size]
+    return (own or states)[0]

@@ -350,7 +350,8 @@ class Loader:
         at their own rank and world size. Iterate after loading; set_epoch() on the resumed
         epoch would start it again from its first batch."""
         if isinstance(state, (list, tuple)):
-            state = _distributed.agreed_state(state)
+            here = json.loads(self._impl.state_json())
+            state = _distributed.agreed_state(state, here["rank"], here["world_size"])
         self._impl.restore_json(json.dumps(dict(state)))
 
     # Figures -----------------------------------------------------------------------------

@@ -86,3 +86,8 @@ def test_a_state_without_its_global_position_keeps_its_world_size():
     with pytest.raises(gpufeed.InvalidArgument, match="saved with world_size 4, this loader has 2"):
         _loader(0, 2).load_state_dict(old)
     _loader(0, 4).load_state_dict(old)  # its own world size, as before
+    # Every rank's old states: each loader takes its own rank's.
+    olds = [{k: v for k, v in s.items() if k != "global_consumed"} for s in states]
+    at2 = _loader(2, 4)
+    at2.load_state_dict(olds)
+    assert at2.state_dict()["batch"] == 2
