@@ -97,10 +97,18 @@ struct LoaderStats {
 };
 
 // Where a loader stands: the epoch and the next batch of it to deliver. Restore() resumes
-// exactly there. Everything that shapes the plan is checked on restore: `seed`,
-// `world_size`, `rank`, `batch_size`, and, in states saved since they were recorded (older
-// states lack them and skip those checks), the data set's sample count and schema, the
-// shuffle mode, drop_last and pad.
+// exactly there. Everything that shapes the plan is checked on restore: `seed`, `batch_size`,
+// and, in states saved since they were recorded (older states lack them and skip those
+// checks), the data set's sample count and schema, the shuffle mode, drop_last and pad.
+//
+// `global_consumed` (recorded since the order stopped depending on the world size) is how far
+// every rank together has gone in the epoch's global order, taking every rank to be at the
+// same batch, as under DDP. A state that has it resumes at any world size and rank: a loader
+// at the saved rank and world size goes on from `batch` (of the plan that starts at
+// `plan_start`); any other deals the rest of the global order, [global_consumed, samples), to
+// its ranks (Sampler::Plan), so a state from any one rank serves them all. A state without it
+// must match `rank` and `world_size`. Packed groups change world size only at an epoch's
+// boundary.
 struct LoaderState {
   int64_t epoch = 0;
   int64_t batch = 0;
@@ -116,6 +124,11 @@ struct LoaderState {
   // A hash of the data set's first, middle and last samples ("xxh3:..."), so that a state is
   // not restored over another file of the same length and fields.
   std::optional<std::string> data;
+  // Positions of the epoch's global order every rank together has consumed (see above).
+  std::optional<int64_t> global_consumed;
+  // Where the saved epoch's plan started in the global order, when not at 0: the epoch was
+  // itself resumed from a state of another world size, and `batch` counts from there.
+  std::optional<int64_t> plan_start;
 
   std::string ToJson() const;
   // Throws Error(kInvalidArgument) for malformed JSON.

@@ -22,6 +22,16 @@
 // per sample, at the cost of a weaker shuffle: samples of one chunk land within
 // shuffle_window chunks' worth of each other in the epoch.
 //
+// Resuming at another world size: the epoch's global order (before dealing) is a function of
+// (seed, epoch, the data set's sample count, the shuffle mode) and never of the world size or
+// the rank. When every rank has taken k batches of an epoch, the ranks together have consumed
+// a prefix of that order, GlobalConsumed() long. Plan(epoch, start) deals what is left,
+// positions [start, num_samples()), round-robin to this sampler's ranks with the same rules
+// (padded to equal shards by repeating the remainder from its start, or cut with drop_last),
+// so a run saved at one world size goes on at another with no sample repeated beyond the
+// padding and none skipped. Packed groups are dealt by a packing of every rank's groups that
+// depends on the world size: they resume at another world size only at an epoch's boundary.
+//
 // Thread-safety: immutable after construction; const methods may be called from any thread.
 #pragma once
 
@@ -62,6 +72,10 @@ struct SamplerOptions {
 // each batch holds.
 struct EpochPlan {
   int64_t epoch = 0;
+  // Plain plans: positions of the epoch's global order consumed before this plan, by ranks at
+  // any world size (a run resumed at another world size); the plan deals the rest. 0: the
+  // whole epoch.
+  int64_t start = 0;
   std::vector<int64_t> order = {};         // packed: the samples in delivery order
   std::vector<int64_t> batch_starts = {};  // packed: batches + 1 offsets into `order`
   std::vector<BatchGroup> groups = {};     // packed: every batch's parts, batch after batch
@@ -91,10 +105,22 @@ class Sampler {
   // Throws Error(kInvalidArgument) when the order would not fit in physical RAM.
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
 
-  // The epoch's plan: its number, or with packed groups the packing's whole plan.
-  EpochPlan Plan(int64_t epoch) const;
+  // The epoch's plan: its number, or with packed groups the packing's whole plan. `start` > 0
+  // deals only positions [start, num_samples()) of the epoch's global order (see above).
+  // Throws Error(kInvalidArgument) for `start` outside [0, num_samples()], or > 0 with packed
+  // groups.
+  EpochPlan Plan(int64_t epoch, int64_t start = 0) const;
+  // This rank's batches and samples in `plan` (batches_per_epoch() and shard_size() unless the
+  // plan has a start).
+  int64_t BatchesOf(const EpochPlan& plan) const;
+  int64_t ShardOf(const EpochPlan& plan) const;
+  // Positions of the epoch's global order consumed once every rank has taken `batches`
+  // batches of `plan` (the plan's start included), in [0, num_samples()]. After the last batch
+  // with drop_last: num_samples() (the samples drop_last left out are the epoch's loss).
+  // -1 for packed groups past an epoch's boundary: they have no position in a global order.
+  int64_t GlobalConsumed(const EpochPlan& plan, int64_t batches) const;
   // The samples of batch `batch` of `plan`, in row order. REQUIRES: 0 <= batch <
-  // batches_per_epoch().
+  // BatchesOf(plan).
   std::vector<int64_t> BatchOf(const EpochPlan& plan, int64_t batch) const;
   // How many samples batch `batch` of `plan` holds (constant time).
   int64_t BatchRows(const EpochPlan& plan, int64_t batch) const;
@@ -104,8 +130,17 @@ class Sampler {
   const GroupPacker* packer() const { return packer_.get(); }
 
  private:
+  struct Deal {
+    int64_t shard = 0;
+    int64_t batches = 0;
+  };
+  // This rank's share of `remaining` positions dealt round-robin (padded or cut as the options
+  // say).
+  Deal DealOf(int64_t remaining) const;
   EpochShuffle ShuffleOf(int64_t epoch) const;  // the order before sharding
-  int64_t SampleAt(const EpochShuffle& shuffle, int64_t i, ShuffleWindowCache& cache) const;
+  // This rank's i-th sample of the positions from `start` on.
+  int64_t SampleAt(const EpochShuffle& shuffle, int64_t start, int64_t i,
+                   ShuffleWindowCache& cache) const;
 
   SamplerOptions options_;
   int64_t num_samples_;

@@ -8,7 +8,7 @@ import torch
 
 from collections.abc import Mapping
 
-from gpufeed import _gpufeed, _groups, _sources, _tensors
+from gpufeed import _distributed, _gpufeed, _groups, _sources, _tensors
 
 
 class Batch(dict):
@@ -262,6 +262,8 @@ class Loader:
                 raise _gpufeed.InvalidArgument(
                     "with groups, pass fields=[...]: the per-row datasets to read (the file "
                     "also holds the group datasets, of other lengths)")
+        # Under torchrun, rank 0 lists remote data once for every rank.
+        _distributed.manifests_for(source)
         self._source = _sources.as_source(source, fields, chunk_cache, dtype)
         # Before the loader starts: a dtype torch lacks is refused with the dtype= that reads it.
         _tensors.check_schema(self._source.schema)
@@ -328,13 +330,28 @@ class Loader:
         return self._impl.epoch
 
     def state_dict(self):
-        """Where the loader stands: resume exactly there with load_state_dict()."""
+        """Where the loader stands: resume exactly there with load_state_dict(). Besides the
+        epoch and batch it records global_consumed: how far all ranks together went in the
+        epoch's global order (taking every rank to be at the same step, as under DDP), which
+        lets the state resume at another world size."""
         return json.loads(self._impl.state_json())
 
     def load_state_dict(self, state):
         """Resumes at a state_dict(): the next batch is the one that followed it. The seed,
-        rank, world_size, batch_size, shuffle mode, drop_last, pad and the data set (its
-        sample count and fields) must match this loader's."""
+        batch_size, shuffle mode, drop_last, pad and the data set (its sample count and
+        fields) must match this loader's.
+
+        At the saved rank and world size the run goes on exactly as it would have. At any
+        other (another world size, or another rank's state: one rank's state serves every
+        rank) the rest of the epoch's global order is dealt to this loader's ranks: no sample
+        repeated beyond the usual padding, none skipped, every rank the same number of
+        batches. `state` may also be a list of every rank's states; they must agree. States
+        saved before global_consumed was recorded, and packed groups mid-epoch, resume only
+        at their own rank and world size. Iterate after loading; set_epoch() on the resumed
+        epoch would start it again from its first batch."""
+        if isinstance(state, (list, tuple)):
+            here = json.loads(self._impl.state_json())
+            state = _distributed.agreed_state(state, here["rank"], here["world_size"])
         self._impl.restore_json(json.dumps(dict(state)))
 
     # Figures -----------------------------------------------------------------------------
@@ -384,12 +401,23 @@ class Loader:
         result["text"] = text
         return result
 
-    def report(self, monitor=None, window=64, file=None):
+    def report(self, monitor=None, window=64, file=None, all_ranks=False):
         """Prints the doctor's diagnosis (diagnose()["text"]) to `file` (default stderr, so
         it stays apart from a training script's own output) and returns the diagnose() dict.
-        Call it after a few dozen batches, e.g. at the end of an epoch."""
+        Call it after a few dozen batches, e.g. at the end of an epoch.
+
+        all_ranks=True: under torch.distributed every rank must call it (a collective): each
+        rank's summary (its wait for data, samples/s, verdict and stage) is gathered, and the
+        returned dict adds "ranks" (one summary per rank), "slowest" (the rank that waited
+        most for data: under DDP the others wait for it) and "ranks_text", e.g. "slowest:
+        rank 3 waited 41 % for data, on read (input-bound)"; rank 0 prints it. Without a
+        process group, this rank alone."""
         result = self.diagnose(monitor=monitor, window=window)
-        print(result["text"], file=sys.stderr if file is None else file, flush=True)
+        rank = 0
+        if all_ranks:
+            result, rank = _distributed.gather_report(self, result)
+        if rank == 0 or not all_ranks:
+            print(result["text"], file=sys.stderr if file is None else file, flush=True)
         return result
 
     @property

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from gpufeed import _gpufeed
+from gpufeed import _distributed, _gpufeed
 
 # torch dtypes whose memory gpufeed reads as is, by their NumPy-style names.
 _TORCH_DTYPE_NAMES = {
@@ -153,6 +153,7 @@ def open(path, fields=None, chunk_cache=None, dtype=None):  # noqa: A001 - mirro
     path = os.fspath(path)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
+    _distributed.manifest_for(path)  # under torchrun, rank 0 lists remote data for every rank
     if chunk_cache is not None and _gpufeed.is_database_uri(path):
         raise _gpufeed.InvalidArgument(
             "chunk_cache applies to HDF5 files; a database is loaded into memory when it is "
@@ -180,6 +181,7 @@ def hdf5(paths, fields=None, chunk_cache=None):
     `chunk_cache` as in open()."""
     if isinstance(paths, (str, bytes, os.PathLike)):
         paths = [paths]
+    _distributed.manifests_for(paths)
     if isinstance(fields, str):
         fields = [fields]
     budget = None

@@ -31,38 +31,11 @@
 #include "pipeline/group_source.h"
 #include "pipeline/loader_checks.h"
 #include "pipeline/loader_metrics.h"
+#include "pipeline/loader_state.h"
 #include "pipeline/reorder_queue.h"
 #include "pipeline/trace_recorder.h"
 
 namespace gpufeed {
-namespace {
-
-// The plans of the epochs in use, made once per epoch and shared by the workers. A plain plan
-// is a few bytes (workers compute each batch's samples); a packed plan holds the packing.
-// Thread-safety: thread-safe.
-class EpochOrders {
- public:
-  explicit EpochOrders(const Sampler& sampler) : sampler_(sampler) {}
-
-  std::shared_ptr<const EpochPlan> Of(int64_t epoch) EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
-    auto it = orders_.find(epoch);
-    if (it != orders_.end()) return it->second;
-    // Keep only the epochs in use: the consumer's and the one the workers run ahead into.
-    while (orders_.size() >= 2) orders_.erase(orders_.begin());
-    auto order = std::make_shared<const EpochPlan>(sampler_.Plan(epoch));
-    orders_.emplace(epoch, order);
-    return order;
-  }
-
- private:
-  const Sampler& sampler_;
-  Mutex mu_;
-  std::map<int64_t, std::shared_ptr<const EpochPlan>> orders_ GUARDED_BY(mu_);
-};
-
-}  // namespace
-
 class Loader::Impl {
  public:
   Impl(std::shared_ptr<Source> source, LoaderOptions options)
@@ -193,7 +166,8 @@ class Loader::Impl {
 
   int64_t epoch() const EXCLUDES(position_mu_) {
     MutexLock lock(&position_mu_);
-    return consumer_batch_ >= sampler_.batches_per_epoch() ? consumer_epoch_ + 1 : consumer_epoch_;
+    return consumer_batch_ >= orders_.Batches(consumer_epoch_) ? consumer_epoch_ + 1
+                                                               : consumer_epoch_;
   }
 
   void SetEpoch(int64_t epoch) EXCLUDES(position_mu_) {
@@ -203,9 +177,11 @@ class Loader::Impl {
     }
     {
       MutexLock lock(&position_mu_);
-      const bool at_start = consumer_batch_ == 0 && consumer_epoch_ == epoch;
+      // At the start of a whole epoch: a resumed epoch's rest is not its first batch.
+      const bool at_start =
+          consumer_batch_ == 0 && consumer_epoch_ == epoch && orders_.StartOf(epoch) == 0;
       const bool at_end_of_previous =
-          consumer_batch_ >= sampler_.batches_per_epoch() && consumer_epoch_ + 1 == epoch;
+          consumer_batch_ >= orders_.Batches(consumer_epoch_) && consumer_epoch_ + 1 == epoch;
       if (at_end_of_previous) {
         consumer_epoch_ = epoch;
         consumer_batch_ = 0;
@@ -216,29 +192,20 @@ class Loader::Impl {
   }
 
   LoaderState State() const EXCLUDES(position_mu_) {
-    LoaderState state;
+    int64_t epoch = 0;
+    int64_t batch = 0;
     {
       MutexLock lock(&position_mu_);
-      state.epoch = consumer_epoch_;
-      state.batch = consumer_batch_;
+      epoch = consumer_epoch_;
+      batch = consumer_batch_;
     }
-    state.seed = options_.seed;
-    state.rank = sampler_.rank();
-    state.world_size = sampler_.world_size();
-    state.batch_size = options_.batch_size;
-    state.samples = sampler_.num_samples();
-    state.schema = source_->schema().ToString();
-    state.shuffle = ShuffleMode(sampler_);
-    state.drop_last = sampler_.options().drop_last;
-    state.pad = sampler_.options().pad;
-    state.data = DataFingerprint(*source_);
-    return state;
+    return SaveState(sampler_, options_, *source_, epoch, batch, orders_.StartOf(epoch));
   }
 
   void Restore(const LoaderState& state) {
     CheckProcess();
-    CheckRestorable(state, options_, sampler_, *source_);
-    Restart(state.epoch, state.batch);
+    const ResumePoint at = ResumeAt(state, options_, sampler_, *source_);
+    Restart(at.epoch, at.batch, at.start);
   }
 
   const Schema& schema() const { return builder_.schema(); }
@@ -333,7 +300,7 @@ class Loader::Impl {
   // Moves the consumer past a finished epoch; true when it was at one.
   bool AtEndOfEpoch() EXCLUDES(position_mu_) {
     MutexLock lock(&position_mu_);
-    if (consumer_batch_ < sampler_.batches_per_epoch()) return false;
+    if (consumer_batch_ < orders_.Batches(consumer_epoch_)) return false;
     ++consumer_epoch_;
     consumer_batch_ = 0;
     return true;
@@ -358,6 +325,7 @@ class Loader::Impl {
     }
     run_epoch_ = epoch;
     run_batch_ = batch;
+    run_first_batches_ = orders_.Batches(epoch);
     queue_.Reset();
     metrics_.StartRun(SteadyNowNs());
     if (sampler_.batches_per_epoch() == 0) return;  // nothing to read, ever
@@ -378,8 +346,10 @@ class Loader::Impl {
     queue_.Clear();
   }
 
-  void Restart(int64_t epoch, int64_t batch) {
+  // `start`: epoch `epoch` deals its global order from there on (a state of another world size).
+  void Restart(int64_t epoch, int64_t batch, int64_t start = 0) {
     Stop();
+    orders_.SetStart(epoch, start);
     // The step open now ends at the restart, not at the next Next(): what runs in between
     // (a validation loop, a checkpoint) is neither its GPU work nor a wait for the next batch.
     gpu_busy_->DropStep();
@@ -417,11 +387,13 @@ class Loader::Impl {
     }
   }
 
-  // The epoch and batch that run sequence number `seq` stands for.
+  // The epoch and batch that run sequence number `seq` stands for. The run's first epoch may be
+  // the rest of one resumed at another world size, shorter than the ones after it.
   std::pair<int64_t, int64_t> Position(int64_t seq) const {
+    const int64_t first = run_first_batches_ - run_batch_;
+    if (seq < first) return {run_epoch_, run_batch_ + seq};
     const int64_t per_epoch = sampler_.batches_per_epoch();
-    const int64_t absolute = run_batch_ + seq;
-    return {run_epoch_ + absolute / per_epoch, absolute % per_epoch};
+    return {run_epoch_ + 1 + (seq - first) / per_epoch, (seq - first) % per_epoch};
   }
 
   const std::shared_ptr<Source> source_;
@@ -447,6 +419,7 @@ class Loader::Impl {
   // only read (by the workers).
   int64_t run_epoch_ = 0;
   int64_t run_batch_ = 0;
+  int64_t run_first_batches_ = 0;     // batches of the run's first epoch
   std::unique_ptr<ThreadPool> pool_;  // consumer thread only, like loops_
   std::vector<std::future<void>> loops_;
 

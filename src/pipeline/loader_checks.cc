@@ -183,8 +183,8 @@ void CheckShuffle(const LoaderState& state, const Sampler& sampler) {
   const SamplerOptions& o = sampler.options();
   const std::string now = ShuffleMode(sampler);
   const std::string saved = state.shuffle.value_or("");
-  const bool earlier_order = saved == "full" || saved.rfind("block:", 0) == 0 ||
-                             (saved.empty() && o.shuffle && !o.groups);
+  const bool earlier_order =
+      saved == "full" || saved.rfind("block:", 0) == 0 || (saved.empty() && o.shuffle && !o.groups);
   if (!earlier_order) {
     if (!saved.empty() && saved != now) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -240,8 +240,8 @@ std::optional<std::string> DataFingerprint(const Source& source) {
   return fmt::format("xxh3:{:016x}", digest);
 }
 
-// Throws Error(kInvalidArgument) unless `state` was saved by a loader like this one and names a
-// batch of an epoch.
+// Throws Error(kInvalidArgument) unless `state` was saved by a loader like this one (the rank and
+// world size aside: ResumeAt decides) and names a position.
 void CheckRestorable(const LoaderState& state, const LoaderOptions& options, const Sampler& sampler,
                      const Source& source) {
   const auto mismatch = [](std::string_view what, auto saved, auto now) {
@@ -251,10 +251,6 @@ void CheckRestorable(const LoaderState& state, const LoaderOptions& options, con
                              what, saved, now));
   };
   if (state.seed != options.seed) throw mismatch("seed", state.seed, options.seed);
-  if (state.rank != sampler.rank()) throw mismatch("rank", state.rank, sampler.rank());
-  if (state.world_size != sampler.world_size()) {
-    throw mismatch("world_size", state.world_size, sampler.world_size());
-  }
   if (state.batch_size != options.batch_size) {
     throw mismatch("batch_size", state.batch_size, options.batch_size);
   }
@@ -287,11 +283,10 @@ void CheckRestorable(const LoaderState& state, const LoaderOptions& options, con
   if (state.pad && *state.pad != sampler.options().pad) {
     throw mismatch("pad", *state.pad, sampler.options().pad);
   }
-  if (state.epoch < 0 || state.batch < 0 || state.batch > sampler.batches_per_epoch()) {
+  if (state.epoch < 0 || state.batch < 0) {
     throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("cannot restore loader state: batch {} of epoch {} is outside an "
-                            "epoch of {} batches",
-                            state.batch, state.epoch, sampler.batches_per_epoch()));
+                fmt::format("cannot restore loader state: batch {} of epoch {} is no position",
+                            state.batch, state.epoch));
   }
 }
 

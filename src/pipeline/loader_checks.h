@@ -44,9 +44,9 @@ std::string ShuffleMode(const Sampler& sampler);
 // fields is told apart wherever the data now lives (another path, a copy on local disk).
 // nullopt where the source cannot be read on the host (the device tier) or the read fails.
 std::optional<std::string> DataFingerprint(const Source& source);
-// Throws Error(kInvalidArgument) unless `state` was saved by a loader like this one and names a
-// batch of an epoch; a state that records its data (LoaderState::data) must match this
-// loader's DataFingerprint.
+// Throws Error(kInvalidArgument) unless `state` was saved by a loader like this one (the rank and
+// world size aside: ResumeAt in pipeline/loader_state.h decides) and names a position; a state
+// that records its data (LoaderState::data) must match this loader's DataFingerprint.
 void CheckRestorable(const LoaderState& state, const LoaderOptions& options, const Sampler& sampler,
                      const Source& source);
 

@@ -230,6 +230,8 @@ std::string LoaderState::ToJson() const {
   if (drop_last) j["drop_last"] = *drop_last;
   if (pad) j["pad"] = *pad;
   if (data) j["data"] = *data;
+  if (global_consumed) j["global_consumed"] = *global_consumed;
+  if (plan_start) j["plan_start"] = *plan_start;
   return j.dump();
 }
 
@@ -249,6 +251,8 @@ LoaderState LoaderState::FromJson(std::string_view json) {
     if (j.contains("drop_last")) s.drop_last = j.at("drop_last").get<bool>();
     if (j.contains("pad")) s.pad = j.at("pad").get<bool>();
     if (j.contains("data")) s.data = j.at("data").get<std::string>();
+    if (j.contains("global_consumed")) s.global_consumed = j.at("global_consumed").get<int64_t>();
+    if (j.contains("plan_start")) s.plan_start = j.at("plan_start").get<int64_t>();
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorCode::kInvalidArgument,

@@ -88,18 +88,27 @@ Sampler::Sampler(int64_t num_samples, SamplerOptions options)
                 fmt::format("{} samples over {} ranks is past what a 64-bit position can count",
                             num_samples, world));
   }
+  const Deal deal = DealOf(num_samples);
+  shard_size_ = deal.shard;
+  batches_per_epoch_ = deal.batches;
+}
+
+Sampler::Deal Sampler::DealOf(int64_t remaining) const {
+  const int64_t world = options_.world_size;
   // Positions dealt: cut down (drop_last) or padded up (pad) to a multiple of world_size.
-  int64_t used = num_samples;
+  int64_t used = remaining;
   if (options_.drop_last) {
-    used = num_samples / world * world;
-  } else if (options_.pad && num_samples > 0) {
-    used = (num_samples + world - 1) / world * world;
+    used = remaining / world * world;
+  } else if (options_.pad && remaining > 0) {
+    used = (remaining + world - 1) / world * world;
   }
   // Round-robin dealing: rank r gets positions r, r + world, ...
-  shard_size_ = used / world + (options_.rank < used % world ? 1 : 0);
+  Deal deal;
+  deal.shard = used / world + (options_.rank < used % world ? 1 : 0);
   const int64_t b = options_.batch_size;
-  batches_per_epoch_ = options_.drop_last ? shard_size_ / b : (shard_size_ + b - 1) / b;
-  if (options_.drop_last) shard_size_ = batches_per_epoch_ * b;
+  deal.batches = options_.drop_last ? deal.shard / b : deal.shard / b + (deal.shard % b != 0);
+  if (options_.drop_last) deal.shard = deal.batches * b;
+  return deal;
 }
 
 EpochShuffle Sampler::ShuffleOf(int64_t epoch) const {
@@ -111,18 +120,20 @@ EpochShuffle Sampler::ShuffleOf(int64_t epoch) const {
                       epoch);
 }
 
-// Rank r's i-th sample is position r + i * world of the epoch's order; positions past its end
-// are the padding: the order again from its start.
-int64_t Sampler::SampleAt(const EpochShuffle& shuffle, int64_t i, ShuffleWindowCache& cache) const {
-  const int64_t position = options_.rank + i * options_.world_size;
-  return shuffle.At(position < num_samples_ ? position : position % num_samples_, cache);
+// Rank r's i-th sample is position start + r + i * world of the epoch's order; positions past
+// its end are the padding: the dealt positions again from `start` on.
+int64_t Sampler::SampleAt(const EpochShuffle& shuffle, int64_t start, int64_t i,
+                          ShuffleWindowCache& cache) const {
+  const int64_t offset = options_.rank + i * options_.world_size;
+  const int64_t remaining = num_samples_ - start;
+  return shuffle.At(start + (offset < remaining ? offset : offset % remaining), cache);
 }
 
 int64_t Sampler::SampleAt(int64_t epoch, int64_t i) const {
   GPUFEED_ASSERT(!packer_, "packed groups are planned per epoch: use Plan");
   GPUFEED_ASSERT(i >= 0 && i < shard_size_, "position outside the shard");
   ShuffleWindowCache cache;
-  return SampleAt(ShuffleOf(epoch), i, cache);
+  return SampleAt(ShuffleOf(epoch), 0, i, cache);
 }
 
 std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
@@ -148,29 +159,67 @@ std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
   }
   ShuffleWindowCache cache;
   for (int64_t i = 0; i < shard_size_; ++i) {
-    order[static_cast<size_t>(i)] = SampleAt(shuffle, i, cache);
+    order[static_cast<size_t>(i)] = SampleAt(shuffle, 0, i, cache);
   }
   return order;
 }
 
-EpochPlan Sampler::Plan(int64_t epoch) const {
+EpochPlan Sampler::Plan(int64_t epoch, int64_t start) const {
+  if (start < 0 || start > num_samples_) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("an epoch's plan starts at a position in [0, {}] of its order, not {}",
+                            num_samples_, start));
+  }
   if (packer_) {
+    if (start != 0) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "packed groups are planned for whole epochs: they have no position in a "
+                  "global order to start from");
+    }
     EpochPlan plan = packer_->Plan(epoch);
     plan.epoch = epoch;
     return plan;
   }
-  return EpochPlan{.epoch = epoch};
+  return EpochPlan{.epoch = epoch, .start = start};
+}
+
+int64_t Sampler::BatchesOf(const EpochPlan& plan) const {
+  return plan.start == 0 ? batches_per_epoch_ : DealOf(num_samples_ - plan.start).batches;
+}
+
+int64_t Sampler::ShardOf(const EpochPlan& plan) const {
+  return plan.start == 0 ? shard_size_ : DealOf(num_samples_ - plan.start).shard;
+}
+
+// With every rank k batches into the plan, rank r has taken its positions start + r + i * world
+// for i < k * batch_size: together, the positions below start + k * batch_size * world that were
+// dealt at all (beyond num_samples() they are padding).
+int64_t Sampler::GlobalConsumed(const EpochPlan& plan, int64_t batches) const {
+  const bool done = batches >= BatchesOf(plan);
+  if (packer_) {
+    if (batches == 0) return 0;
+    return done ? num_samples_ : -1;
+  }
+  if (done && options_.drop_last) return num_samples_;
+  // batches * batch_size * world >= remaining exactly when batches * batch_size >= per_rank;
+  // below that the product is less than `remaining`, so it cannot overflow.
+  const int64_t world = options_.world_size;
+  const int64_t remaining = num_samples_ - plan.start;
+  const int64_t per_rank = remaining / world + (remaining % world != 0);
+  const int64_t b = options_.batch_size;
+  if (batches >= per_rank / b + (per_rank % b != 0)) return num_samples_;
+  return plan.start + batches * b * world;
 }
 
 int64_t Sampler::BatchRows(const EpochPlan& plan, int64_t batch) const {
-  GPUFEED_ASSERT(batch >= 0 && batch < batches_per_epoch_, "batch outside the epoch");
+  GPUFEED_ASSERT(batch >= 0 && batch < BatchesOf(plan), "batch outside the epoch");
   if (!plan.batch_starts.empty()) {
     const auto b = static_cast<size_t>(batch);
     return plan.batch_starts[b + 1] - plan.batch_starts[b];
   }
   GPUFEED_ASSERT(!packer_, "a packed batch needs its packed plan");
   const int64_t begin = batch * options_.batch_size;
-  return std::min(options_.batch_size, shard_size_ - begin);
+  return std::min(options_.batch_size, ShardOf(plan) - begin);
 }
 
 std::vector<int64_t> Sampler::BatchOf(const EpochPlan& plan, int64_t batch) const {
@@ -193,7 +242,7 @@ std::vector<int64_t> Sampler::BatchOf(const EpochPlan& plan, int64_t batch) cons
   const int64_t first = batch * options_.batch_size;
   ShuffleWindowCache cache;
   for (int64_t k = 0; k < rows; ++k) {
-    out[static_cast<size_t>(k)] = SampleAt(shuffle, first + k, cache);
+    out[static_cast<size_t>(k)] = SampleAt(shuffle, plan.start, first + k, cache);
   }
   return out;
 }

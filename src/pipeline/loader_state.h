@@ -1,0 +1,66 @@
+// Where a loader stands in its plan: EpochOrders (the plans of the epochs in use, one of
+// which may start part-way into its epoch's global order after a restore at another world
+// size), the LoaderState a loader saves, and where a restored state resumes (ResumeAt).
+//
+// The invariant that lets a state move between world sizes: an epoch's global order is a
+// function of (seed, epoch, the data set, the shuffle mode) and never of the world size or the
+// rank (gpufeed/sampler.h); a state records how far along that order all ranks together went
+// (LoaderState::global_consumed), and a loader at another world size deals the rest.
+//
+// Thread-safety: EpochOrders is thread-safe; the functions depend on their arguments only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "core/thread_annotations.h"
+#include "gpufeed/loader_options.h"
+#include "gpufeed/loader_stats.h"
+#include "gpufeed/sampler.h"
+#include "gpufeed/source.h"
+
+namespace gpufeed {
+
+// The plans of the epochs in use, made once per epoch and shared by the workers. A plain plan
+// is a few bytes (workers compute each batch's samples); a packed plan holds the packing.
+class EpochOrders {
+ public:
+  explicit EpochOrders(const Sampler& sampler) : sampler_(sampler) {}
+
+  std::shared_ptr<const EpochPlan> Of(int64_t epoch) EXCLUDES(mu_);
+  // Epoch `epoch` deals its global order from position `start` on (0: all of it); every other
+  // epoch is whole. REQUIRES: no worker is planning (the loader's workers are stopped).
+  void SetStart(int64_t epoch, int64_t start) EXCLUDES(mu_);
+  // The position epoch `epoch` starts from, and this rank's batches in it.
+  int64_t StartOf(int64_t epoch) const EXCLUDES(mu_);
+  int64_t Batches(int64_t epoch) const EXCLUDES(mu_);
+
+ private:
+  const Sampler& sampler_;
+  mutable Mutex mu_;
+  std::map<int64_t, std::shared_ptr<const EpochPlan>> orders_ GUARDED_BY(mu_);
+  int64_t start_epoch_ GUARDED_BY(mu_) = -1;
+  int64_t start_ GUARDED_BY(mu_) = 0;
+};
+
+// The state of a loader whose consumer is at batch `batch` of `epoch`, that epoch starting at
+// position `start` of its global order.
+LoaderState SaveState(const Sampler& sampler, const LoaderOptions& options, const Source& source,
+                      int64_t epoch, int64_t batch, int64_t start);
+
+// Where a restored state resumes: batch `batch` of the plan of `epoch` that starts at position
+// `start` of the epoch's global order.
+struct ResumePoint {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  int64_t start = 0;
+};
+
+// Throws Error(kInvalidArgument) unless `state` was saved by a loader like this one: one at
+// the same rank and world size, or, for a state that records global_consumed, at any (packed
+// groups: only at an epoch's boundary).
+ResumePoint ResumeAt(const LoaderState& state, const LoaderOptions& options, const Sampler& sampler,
+                     const Source& source);
+
+}  // namespace gpufeed
