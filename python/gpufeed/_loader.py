@@ -109,9 +109,8 @@ def _seed(value):
 class Loader:
     """Loads batches of a data set in C++ threads and yields them as dicts of tensors.
 
-    Loader(source, fields=None, batch_size, *, shuffle, seed, drop_last, workers, prefetch,
-           device, transforms, batch_transform, dtype, rank, world_size, pad,
-           cache, groups, trace, autotune, held)
+    Past DataLoader's habits, each concept is one parameter (cache, groups, trace, autotune,
+    held, and shuffle): a plain value for the common case, or a gpufeed options object.
 
     source:     a path (a folder of .npy files, one per field, or an HDF5 file), a database
                 URI, a dict name -> NumPy array / CPU tensor (read in place), or a
