@@ -13,7 +13,7 @@ same small CNN (CPU here; CUDA when torch has it), in one run:
   (a) the per-file loop: read one file's segments with h5py, one forward, vote in Python;
   (b) 16 files per forward, stacked by hand (one h5py read of 16 consecutive files), the
       logits split back per file and voted in Python;
-  (c) gpufeed: Loader(group_offsets="file_offsets", pack=True) batches of 8,192 rows of
+  (c) gpufeed: Loader(groups=Groups(offsets="file_offsets")) batches of 8,192 rows of
       whole files, scored and voted on the device by gpufeed.GroupReducer(how="vote").
 and prints files/s, the ratios, the batch fill, the model-only ceiling (the same forward
 passes over segments already in memory, batches of 8,192) and whether the per-file
@@ -118,7 +118,7 @@ def stacked(path, model, device):
 
 def with_gpufeed(path, model, device, workers, prefetch, rows, batch):
     loader = gpufeed.Loader(path, fields=["mel"], batch_size=batch,
-                            group_offsets="file_offsets", group_fields=["label"], pack=True,
+                            groups=gpufeed.Groups(offsets="file_offsets", fields=["label"]),
                             shuffle=False, device=device, workers=workers, prefetch=prefetch)
     reducer = gpufeed.GroupReducer(loader.num_groups, how="vote", device=loader.device,
                                    num_classes=CLASSES)

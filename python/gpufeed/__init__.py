@@ -43,17 +43,23 @@ from gpufeed._groups import GroupReducer
 from gpufeed._images import images
 from gpufeed._loader import Batch, Loader
 from gpufeed._monitor import Monitor
+from gpufeed._options import Autotune, BlockShuffle, Cache, Groups, Held, Trace
 from gpufeed._progress import tqdm
 from gpufeed._sources import hdf5, memory, open, synthetic
 
 __all__ = [
+    "Autotune",
     "Batch",
     "BatchSizeSuggestion",
+    "BlockShuffle",
+    "Cache",
     "Cancelled",
     "CorruptData",
     "DeviceError",
     "Error",
     "GroupReducer",
+    "Groups",
+    "Held",
     "forward_rows",
     "InvalidArgument",
     "IoError",
@@ -69,6 +75,7 @@ __all__ = [
     "open",
     "suggest_batch_size",
     "synthetic",
+    "Trace",
     "tqdm",
 ]
 

@@ -1,9 +1,9 @@
 """forward_rows: the rows per forward pass at which a model runs fastest per row, measured.
 
-Whole-file evaluation packs whole files into batches (Loader(..., pack=True)); the batch size
-is then the model's forward pass, and the best one depends on the device: a GPU runs a pass
-over thousands of rows at little more per row than one over hundreds, while on a CPU a pass
-over thousands of rows leaves the caches and costs several times more per row. Smaller
+Whole-file evaluation packs whole files into batches (Loader(..., groups=Groups(...))); the
+batch size is then the model's forward pass, and the best one depends on the device: a GPU
+runs a pass over thousands of rows at little more per row than one over hundreds, while on a
+CPU a pass over thousands of rows leaves the caches and costs several times more per row. Smaller
 batches also fill better (the packer needs as few batches as the rows allow, so the last one
 is the only partly empty one)."""
 
@@ -30,8 +30,8 @@ def forward_rows(forward, sample, candidates=DEFAULT_CANDIDATES, repeats=3, tole
     times; the figures are in `forward_rows.last` ({rows: rows per second}).
 
         rows = gpufeed.forward_rows(model, torch.zeros(1, 64, 32))
-        loader = gpufeed.Loader("eval.h5", fields=["mel"], batch_size=rows,
-                                group_offsets="file_offsets", pack=True, shuffle=False)
+        loader = gpufeed.Loader("eval.h5", fields=["mel"], batch_size=rows, shuffle=False,
+                                groups=gpufeed.Groups(offsets="file_offsets"))
     """
     if not isinstance(sample, torch.Tensor):
         raise InvalidArgument(f"forward_rows: sample must be a tensor (one row), not "

@@ -1,5 +1,5 @@
-"""Grouped data: the group table of a Loader(group=... / group_offsets=..., pack=True), and
-GroupReducer, which reduces per-row model outputs to per-group results on the device."""
+"""Grouped data: the group table of a Loader(groups=gpufeed.Groups(group=... / offsets=...)),
+and GroupReducer, which reduces per-row model outputs to per-group results on the device."""
 
 import os
 import warnings
@@ -38,8 +38,8 @@ def group_table(source, raw, group, group_offsets, group_fields, rows):
     (`raw`, what the user passed as the source), or from arrays given directly."""
     if (group is None) == (group_offsets is None):
         raise _gpufeed.InvalidArgument(
-            "declare groups with exactly one of group= (a per-row integer field) and "
-            "group_offsets= (F+1 row offsets)")
+            "gpufeed.Groups takes exactly one of group= (a per-row integer field) and "
+            "offsets= (F+1 row offsets)")
     fields = list(group_fields or [])
     if isinstance(group_fields, str):
         fields = [group_fields]

@@ -8,7 +8,8 @@ import torch
 
 from collections.abc import Mapping
 
-from gpufeed import _distributed, _gpufeed, _groups, _sources, _tensors
+from gpufeed import _distributed, _gpufeed, _groups, _options, _sources, _tensors
+from gpufeed._options import integer as _int
 
 
 class Batch(dict):
@@ -36,8 +37,8 @@ class Batch(dict):
 
     @property
     def groups(self):
-        """Packed groups (Loader(group=..., pack=True)): the group parts in this batch, in row
-        order, as a dict of CPU tensors: "id" (int64), "begin" / "end" (its rows in the
+        """Packed groups (Loader(groups=gpufeed.Groups(...))): the group parts in this batch,
+        in row order, as a dict of CPU tensors: "id" (int64), "begin" / "end" (its rows in the
         batch), "offset" (the part's first row within its group: > 0 for a later part of a
         group longer than a batch), "complete" (bool: the part holds the group's last row),
         and each per-group field gathered for those ids. batch["group"] is the per-row id on
@@ -97,12 +98,6 @@ def _device_spec(device):
     return spec
 
 
-def _int(value, name):
-    if isinstance(value, bool) or int(value) != value:
-        raise _gpufeed.InvalidArgument(f"{name} must be an integer, got {value!r}")
-    return int(value)
-
-
 def _seed(value):
     seed = _int(value, "seed")
     if not 0 <= seed < 2**64:
@@ -113,6 +108,9 @@ def _seed(value):
 
 class Loader:
     """Loads batches of a data set in C++ threads and yields them as dicts of tensors.
+
+    Past DataLoader's habits, each concept is one parameter (cache, groups, trace, autotune,
+    held, and shuffle): a plain value for the common case, or a gpufeed options object.
 
     source:     a path (a folder of .npy files, one per field, or an HDF5 file), a database
                 URI, a dict name -> NumPy array / CPU tensor (read in place), or a
@@ -131,76 +129,88 @@ class Loader:
                 For a database table, its columns.
                 A dict makes fields of several: {"x": "f*", "y": "label"} stacks the columns
                 (datasets) f0, f1, ... into x: [B, K] in the workers; see gpufeed.open().
-    dtype:      {field: dtype} converts fields, refusing values that do not fit (out of
-                range; a float narrowed to float32 rounds).
     batch_size: samples per batch (required).
-    shuffle, seed, drop_last: as torch's DataLoader + DistributedSampler; a seed gives the
-                same batches on every run.
-    pad:        without drop_last, pad every rank's shard to the same length by repeating
-                samples from the start of the epoch's order, as DistributedSampler does
-                (default True): every rank runs the same number of batches of the same sizes,
-                so DDP's collectives stay paired. False: every sample exactly once, shards of
-                unequal length (evaluation without collectives).
+    shuffle:    True (default) / False, as torch's DataLoader; or
+                gpufeed.BlockShuffle(block=-1, window=None) for chunked (compressed) data:
+                blocks of `block` consecutive samples (negative: the source's chunk size; 0:
+                a full shuffle) are shuffled, then samples within a window of `window` blocks
+                (None: 4), so each chunk is decoded about once per window.
+    seed, drop_last: as torch's DataLoader + DistributedSampler; a seed gives the same batches
+                on every run.
     workers:    reader threads (None: min(4, cores)). prefetch: batches kept ready beyond
                 the workers (None: 2 * workers, within 128 MiB of batches but at least 2).
     device:     "auto" (CUDA when there is a GPU), "cpu", "cuda", "cuda:N" or a torch.device.
     transforms: host transforms applied before the copy, e.g. ["cast:mel:float16",
                 "normalize:mel:0.5:0.25", "specaugment:mel"].
-    autotune:   tune workers and prefetch online (hill climbing on the measured wait and
-                throughput) up to max_workers (None: the CPU count or cgroup quota) and
-                max_prefetch (None: 4 * max_workers, within 25% of free RAM); each change
-                and its reason is in stats()["tuning_log"].
-    shuffle_block, shuffle_window: block shuffle for chunked data (0: full shuffle; < 0: the
-                source's chunk size); see gpufeed/sampler.h.
+    batch_transform: a function called on each batch dict, after the copy (on the batch's
+                device), in the thread that iterates: normalisation, GPU augmentation, a
+                custom collate. What it returns is what the loop gets.
+    dtype:      {field: dtype} converts fields, refusing values that do not fit (out of
+                range; a float narrowed to float32 rounds).
     rank, world_size: this process's shard (None: $RANK / $WORLD_SIZE as torchrun sets them).
+    pad:        without drop_last, pad every rank's shard to the same length by repeating
+                samples from the start of the epoch's order, as DistributedSampler does
+                (default True): every rank runs the same number of batches of the same sizes,
+                so DDP's collectives stay paired. False: every sample exactly once, shards of
+                unequal length (evaluation without collectives).
     cache:      keep the data set close to the GPU (see gpufeed/cache.h): "none" (default),
                 "ram" (this process), "shm" (one copy under /dev/shm for every process on
                 the node), "device" (resident in GPU memory, batches gathered there; needs a
                 CUDA device) or "auto" (device if it fits 40% of free GPU memory, else shm if
                 it fits 50% of available RAM, else none). The choice and its reason are
-                printed once and kept in `cache_info`.
-    preload:    with cache="ram": read the whole data set now, in parallel.
-    shm_dir:    where cache="shm" keeps its file (default /dev/shm).
-    shm_group:  share cache="shm" files with the members of this group (a name or gid you
-                belong to) instead of keeping them your own; members trust each other's
-                caches, nobody else can read or plant them.
+                printed once and kept in `cache_info`. Or gpufeed.Cache(tier="auto",
+                preload=None, shm_dir=None, shm_group=None, chunk_cache=None):
+                  tier:        one of the names above.
+                  preload:     with tier "ram": read the whole data set now, in parallel.
+                  shm_dir:     where tier "shm" keeps its file (default /dev/shm).
+                  shm_group:   share tier "shm" files with the members of this group (a name
+                               or gid you belong to) instead of keeping them your own;
+                               members trust each other's caches, nobody else can read or
+                               plant them.
+                  chunk_cache: HDF5 files given by path: bytes of decoded chunks the workers
+                               keep between batches, one cache they share, whatever the tier
+                               (0 keeps none; None: the decoded data set's size, within 1/16
+                               of the available RAM and 16 MiB to 1 GiB).
+    groups:     gpufeed.Groups(group=None, offsets=None, fields=None, pack_window=None):
+                grouped data (the segments of one recording), delivered as packed batches of
+                whole groups. group= names a per-row integer field (rows of a group need not
+                be contiguous); offsets= names a dataset of F+1 increasing row offsets (HDF5
+                or NumPy); exactly one is given, and either may also be an array. fields=
+                names per-group datasets of F rows (a file label). Each batch holds whole
+                groups, first-fit decreasing within windows of pack_window groups (None:
+                about 4 batches' worth) so batches come out nearly full; a group longer than a
+                batch is split over consecutive batches, in order. Every row once per epoch;
+                shuffle moves groups (groups of equal size trade places, batches are
+                reordered), not rows; ranks get whole groups and equal batch counts. Batches
+                carry batch["group"] (int64 per row, on the device) and batch.groups (the
+                groups in the batch); reduce outputs per group with
+                gpufeed.GroupReducer(loader.num_groups, ...); loader.group_fields holds the
+                per-group fields ({name: CPU tensor [F, ...]}) and loader.group_sizes the rows
+                of each group. With a path source, `fields` must name the per-row datasets.
     trace:      a path: the stage trace of the last batches (Chrome trace-event JSON, for
                 Perfetto or chrome://tracing) is written there when the loader is closed;
-                trace(path) writes it on request. trace_batches: the batches it keeps (None:
-                those of the last minute; -1: no recording).
-    max_outstanding: batches the training loop may still hold when it asks for the next
-                one, planned for up front. Default (LoaderOptions::max_outstanding): the one in
-                the loop variable, one kept (say, for logging), one spare. Each one costs a
-                batch buffer (on the device for device="cuda"). A loop that holds more
-                (`list(loader)`, `targets.append(batch["label"])`) makes the pool grow by a
-                buffer per extra batch held, with one warning naming the cost; past
-                held_budget_bytes of batch buffers (default: 10% of RAM for host batches, a
-                quarter of free GPU memory for device ones) the loader raises. Keep copies of
-                small fields (batch["label"].clone()) so the buffers go back to the pool.
-    chunk_cache: HDF5 files: bytes of decoded chunks the workers keep between batches, one
-                cache they share (None: the decoded data set's size, within 1/16 of the
-                available RAM and 16 MiB to 1 GiB).
-    batch_transform: a function called on each batch dict, after the copy (on the batch's
-                device), in the thread that iterates: normalisation, GPU augmentation, a
-                custom collate. What it returns is what the loop gets.
-    group, group_offsets, group_fields, pack, pack_window: grouped data (the segments of one
-                recording), delivered as packed batches of whole groups (pack=True is
-                required). group= names a per-row integer field (rows of a group need not be
-                contiguous); group_offsets= names a dataset of F+1 increasing row offsets
-                (HDF5 or NumPy); either may also be an array. group_fields= names per-group
-                datasets of F rows (a file label). Each batch holds whole groups, first-fit
-                decreasing within windows of pack_window groups (None: about 4 batches' worth)
-                so batches come out nearly full; a group longer than a batch is split over
-                consecutive batches, in order. Every row once per epoch; shuffle moves groups
-                (groups of equal size trade places, batches are reordered), not rows; ranks
-                get whole groups and equal batch counts. Batches carry batch["group"] (int64
-                per row, on the device) and batch.groups (the groups in the batch); reduce
-                outputs per group with gpufeed.GroupReducer(loader.num_groups, ...);
-                loader.group_fields holds the per-group fields ({name: CPU tensor [F, ...]})
-                and loader.group_sizes the rows of each group. With a path source, `fields`
-                must name the per-row datasets.
+                trace(path) writes it on request. Or gpufeed.Trace(path=None, batches=None):
+                batches is the batches it keeps (None: those of the last minute; -1: no
+                recording).
+    autotune:   True: tune workers and prefetch online (hill climbing on the measured wait
+                and throughput), starting from `workers` and `prefetch`; each change and its
+                reason is in stats()["tuning_log"]. gpufeed.Autotune(max_workers=None,
+                max_prefetch=None) tunes within those bounds (None: the CPU count or cgroup
+                quota; 4 * max_workers, within 25% of free RAM). Without autotuning,
+                set_parallelism() stays within the starting workers and prefetch.
+    held:       batches the training loop may still hold when it asks for the next one,
+                planned for up front (max_outstanding; default 3: the one in the loop
+                variable, one kept, say for logging, one spare). Each one costs a batch buffer
+                (on the device for device="cuda"). A loop that holds more (`list(loader)`,
+                `targets.append(batch["label"])`) makes the pool grow by a buffer per extra
+                batch held, with one warning naming the cost; past a budget of batch buffers
+                (default: 10% of RAM for host batches, a quarter of free GPU memory for device
+                ones) the loader raises. gpufeed.Held(max_outstanding=None,
+                budget_bytes=None) sets both. Keep copies of small fields
+                (batch["label"].clone()) so the buffers go back to the pool.
 
-    Every option left None keeps its C++ default (gpufeed/loader.h and gpufeed/cache.h).
+    Every option left None keeps its C++ default (gpufeed/loader_options.h and
+    gpufeed/cache.h).
 
     Iterating yields the rest of the current epoch, then stops; the next loop runs the next
     epoch (set_epoch() picks one). Batch tensors stay valid for as long as they are held.
@@ -211,13 +221,11 @@ class Loader:
 
     def __init__(self, source, fields=None, batch_size=None, *, shuffle=None, seed=None,
                  drop_last=None, workers=None, prefetch=None, device=None, transforms=(),
-                 rank=None, world_size=None, max_outstanding=None, shuffle_block=None,
-                 shuffle_window=None, autotune=None, max_workers=None, max_prefetch=None,
-                 cache=None, preload=None, shm_dir=None, shm_group=None, trace=None,
-                 trace_batches=None, pad=None, held_budget_bytes=None, batch_transform=None,
-                 chunk_cache=None, group=None, group_offsets=None, group_fields=None,
-                 pack=None, pack_window=None, dtype=None):
-        # None leaves an option unset: its default is the C++ one (gpufeed/loader.h,
+                 batch_transform=None, dtype=None, rank=None, world_size=None, pad=None,
+                 cache=None, groups=None, trace=None, autotune=None, held=None, **removed):
+        if removed:  # only to name the new spelling of a keyword the Loader no longer takes
+            _options.refuse_keywords(removed, {"cache": cache, "trace": trace})
+        # None leaves an option unset: its default is the C++ one (gpufeed/loader_options.h,
         # gpufeed/cache.h), written there once.
         if batch_size is None:
             raise _gpufeed.InvalidArgument("batch_size is required (samples per batch)")
@@ -229,34 +237,23 @@ class Loader:
             raise _gpufeed.InvalidArgument(
                 f"batch_transform must be callable, got {type(batch_transform).__name__}")
         self._batch_transform = batch_transform
-        given = {"batch_size": _int(batch_size, "batch_size"),
-                 "transforms": [str(t) for t in transforms]}
+        given, chunk_cache = _options.translate(shuffle, cache, groups, trace, autotune, held)
+        given.update({"batch_size": _int(batch_size, "batch_size"),
+                      "transforms": [str(t) for t in transforms]})
         if seed is not None:
             given["seed"] = _seed(seed)
         for name, value in (("rank", rank), ("world_size", world_size),
-                            ("workers", workers), ("prefetch", prefetch),
-                            ("max_outstanding", max_outstanding),
-                            ("shuffle_block", shuffle_block), ("shuffle_window", shuffle_window),
-                            ("max_workers", max_workers), ("max_prefetch", max_prefetch),
-                            ("trace_batches", trace_batches),
-                            ("held_budget_bytes", held_budget_bytes),
-                            ("pack_window", pack_window)):
+                            ("workers", workers), ("prefetch", prefetch)):
             if value is not None:
                 given[name] = _int(value, name)
-        for name, value in (("shuffle", shuffle), ("drop_last", drop_last), ("pad", pad),
-                            ("autotune", autotune), ("preload", preload), ("pack", pack)):
+        for name, value in (("drop_last", drop_last), ("pad", pad)):
             if value is not None:
                 given[name] = bool(value)
-        for name, value in (("cache", cache), ("shm_dir", shm_dir), ("shm_group", shm_group),
-                            ("trace", trace)):
-            if value is not None:
-                given[name] = str(value)
         if device is not None:
             given["device"] = _device_spec(device)
-        grouped = group is not None or group_offsets is not None
-        if grouped and fields is None:
+        if groups is not None and fields is None:
             if isinstance(source, Mapping):
-                skip = _groups.excluded_names(group, group_offsets, group_fields)
+                skip = _groups.excluded_names(groups.group, groups.offsets, groups.fields)
                 fields = [name for name in source if name not in skip]
             elif isinstance(source, (str, bytes, os.PathLike, list, tuple)):
                 raise _gpufeed.InvalidArgument(
@@ -269,15 +266,12 @@ class Loader:
         _tensors.check_schema(self._source.schema)
         self._group_table = None
         self.group_fields = None
-        if grouped:
-            self._group_table = _groups.group_table(self._source, source, group, group_offsets,
-                                                    group_fields, len(self._source))
+        if groups is not None:
+            self._group_table = _groups.group_table(self._source, source, groups.group,
+                                                    groups.offsets, groups.fields,
+                                                    len(self._source))
             given["groups"] = self._group_table
             self.group_fields = _groups.group_fields(self._group_table)
-        elif pack:
-            raise _gpufeed.InvalidArgument(
-                "pack=True packs groups into batches: declare them with group= or "
-                "group_offsets=")
         options = _gpufeed._LoaderOptions(**given)
         self._impl = _gpufeed._Loader(self._source, options)
         self.cache_info = json.loads(self._impl.cache_json)
@@ -380,7 +374,7 @@ class Loader:
 
     def set_parallelism(self, workers, prefetch):
         """Changes the reader threads and the prefetch depth while the loader runs (clamped to
-        max_workers and max_prefetch)."""
+        Autotune's max_workers and max_prefetch; without autotune, to the starting ones)."""
         self._impl.set_parallelism(int(workers), int(prefetch))
 
     def trace(self, path):

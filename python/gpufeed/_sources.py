@@ -282,8 +282,8 @@ def as_source(source, fields, chunk_cache=None, dtype=None):
     if chunk_cache is not None and not isinstance(source, (str, bytes, os.PathLike, list,
                                                            tuple)):
         raise _gpufeed.InvalidArgument(
-            "chunk_cache applies to HDF5 files given by path; for an open source pass it to "
-            "gpufeed.open() / gpufeed.hdf5()")
+            "cache=gpufeed.Cache(chunk_cache=...) applies to HDF5 files given by path; for an "
+            "open source pass chunk_cache to gpufeed.open() / gpufeed.hdf5()")
     if isinstance(source, _gpufeed.Source):
         if fields is not None:
             names = [f[0] for f in source.schema]

@@ -15,8 +15,8 @@ from conftest import collect
 def test_cached_batches_hold_the_source_rows(tmp_path, numpy_dir, arrays, tier):
     shm_dir = tmp_path / "shm"
     shm_dir.mkdir()
-    loader = gpufeed.Loader(numpy_dir, batch_size=16, seed=2, device="cpu", cache=tier,
-                            preload=(tier == "ram"), shm_dir=shm_dir)
+    cache = gpufeed.Cache(tier, preload=(tier == "ram"), shm_dir=shm_dir)
+    loader = gpufeed.Loader(numpy_dir, batch_size=16, seed=2, device="cpu", cache=cache)
     assert loader.cache_info["tier"] == tier
     assert "fits the RAM budget" in loader.cache_info["reason"]
     assert loader.cache_info["bytes"] == sum(a.nbytes for a in arrays.values())
@@ -36,8 +36,8 @@ def test_cached_batches_hold_the_source_rows(tmp_path, numpy_dir, arrays, tier):
 
 
 def test_auto_on_the_cpu_decides_from_a_measurement_and_says_why(tmp_path, numpy_dir):
-    loader = gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="auto",
-                            shm_dir=tmp_path)
+    loader = gpufeed.Loader(numpy_dir, batch_size=16, device="cpu",
+                            cache=gpufeed.Cache("auto", shm_dir=tmp_path))
     info = loader.cache_info
     # A copy only when it gathers faster than the source (a page-cached file's mapping may
     # be as fast): which one depends on the machine, the figures and their use do not.
@@ -71,8 +71,8 @@ def test_device_tier_on_the_cpu_is_refused(numpy_dir):
 
 def test_shm_group_shares_through_the_groups_folder(tmp_path, numpy_dir, arrays):
     group = os.getegid()  # a group this user is always in
-    loader = gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="shm",
-                            shm_dir=tmp_path, shm_group=str(group))
+    loader = gpufeed.Loader(numpy_dir, batch_size=16, device="cpu",
+                            cache=gpufeed.Cache("shm", shm_dir=tmp_path, shm_group=str(group)))
     path = loader.cache_info["path"]
     assert os.path.dirname(path) == str(tmp_path / f"gpufeed-group-{group}")
     assert os.stat(path).st_mode & 0o777 == 0o640
@@ -80,8 +80,9 @@ def test_shm_group_shares_through_the_groups_folder(tmp_path, numpy_dir, arrays)
         np.testing.assert_array_equal(fields["label"], arrays["label"][indices])
     loader.close()
     with pytest.raises(ValueError, match="no such group"):
-        gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="shm", shm_dir=tmp_path,
-                       shm_group="no-such-group-gpufeed")
+        gpufeed.Loader(numpy_dir, batch_size=16, device="cpu",
+                       cache=gpufeed.Cache("shm", shm_dir=tmp_path,
+                                           shm_group="no-such-group-gpufeed"))
 
 
 def test_an_hdf5_file_named_by_a_relative_path_is_keyed_by_its_absolute_path(tmp_path,
@@ -104,7 +105,7 @@ def test_an_hdf5_file_named_by_a_relative_path_is_keyed_by_its_absolute_path(tmp
     shm_dir.mkdir()
     monkeypatch.chdir(data)
     loader = gpufeed.Loader("train.h5", fields=["mel", "label"], batch_size=16, device="cpu",
-                            cache="shm", shm_dir=shm_dir)
+                            cache=gpufeed.Cache("shm", shm_dir=shm_dir))
     next(iter(loader))
     # `gpufeed cache ls`, run from another folder, finds the file and calls the cache current.
     listed = json.loads(subprocess.run([binary, "cache", "ls", "--json", "--dir", str(shm_dir)],

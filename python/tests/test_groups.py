@@ -13,6 +13,9 @@ import torch
 
 import gpufeed
 
+# The groups of make_groups(): files by their row offsets, each with its label.
+FILES = gpufeed.Groups(offsets="file_offsets", fields="file_label")
+
 
 def make_groups(files=150, low=1, high=40, seed=0):
     rng = np.random.default_rng(seed)
@@ -70,9 +73,9 @@ def check_whole(parts, sizes, batch_size):
 def test_every_row_once_and_groups_whole(shuffle):
     data = make_groups()
     sizes = np.diff(data["file_offsets"])
-    loader = gpufeed.Loader(data, batch_size=32, group_offsets="file_offsets",
-                            group_fields=["file_label"], pack=True, shuffle=shuffle, seed=5,
-                            device="cpu", workers=2)
+    loader = gpufeed.Loader(data, batch_size=32, shuffle=shuffle, seed=5, device="cpu",
+                            workers=2, groups=gpufeed.Groups(offsets="file_offsets",
+                                                             fields=["file_label"]))
     assert loader.num_groups == 150
     assert loader.group_sizes.tolist() == sizes.tolist()
     assert loader.pack_fill > 0.9
@@ -92,9 +95,8 @@ def test_sharded_ranks_disjoint_equal_and_complete():
     for shuffle in (False, True):
         all_rows, counts, groups_seen = [], set(), []
         for rank in range(3):
-            loader = gpufeed.Loader(data, batch_size=32, group_offsets="file_offsets",
-                                    group_fields="file_label", pack=True, shuffle=shuffle,
-                                    seed=1, rank=rank, world_size=3, device="cpu", workers=1)
+            loader = gpufeed.Loader(data, batch_size=32, shuffle=shuffle, seed=1, rank=rank,
+                                    world_size=3, device="cpu", workers=1, groups=FILES)
             rows, parts = epoch_parts(loader, data)
             check_whole(parts, sizes, 32)
             counts.add(len(loader))
@@ -129,8 +131,7 @@ def test_group_reducer_equals_a_per_file_loop(how):
     # Outputs a model could give: small integers in float32, so sums are exact in any order.
     torch.manual_seed(0)
     outputs = torch.randint(-8, 9, (len(data["row"]), 5)).float()
-    loader = gpufeed.Loader(data, batch_size=24, group_offsets="file_offsets",
-                            group_fields="file_label", pack=True, shuffle=True, seed=2,
+    loader = gpufeed.Loader(data, batch_size=24, groups=FILES, shuffle=True, seed=2,
                             device="cpu", workers=1)
     reducer = gpufeed.GroupReducer(loader.num_groups, how=how, device="cpu")
     split = 0
@@ -152,8 +153,7 @@ def test_vote_over_class_indices_and_two_level_voting():
     data = make_groups(files=30, low=6, high=20, seed=4)
     rows = len(data["row"])
     labels = torch.randint(0, 3, (rows,), generator=torch.Generator().manual_seed(1))
-    loader = gpufeed.Loader(data, batch_size=50, group_offsets="file_offsets",
-                            group_fields="file_label", pack=True, shuffle=False, device="cpu",
+    loader = gpufeed.Loader(data, batch_size=50, groups=FILES, shuffle=False, device="cpu",
                             workers=1)
     votes = gpufeed.GroupReducer(loader.num_groups, how="vote", num_classes=3)
     for batch in loader:
@@ -192,8 +192,8 @@ def test_group_ids_rows_need_not_be_contiguous(tmp_path):
         f["x"] = np.arange(200, dtype=np.float32)
         f["file_id"] = ids
         f["label"] = np.arange(12, dtype=np.int64) * 10
-    loader = gpufeed.Loader(str(path), fields=["x"], batch_size=40, group="file_id",
-                            group_fields=["label"], pack=True, device="cpu", workers=1)
+    loader = gpufeed.Loader(str(path), fields=["x"], batch_size=40, device="cpu", workers=1,
+                            groups=gpufeed.Groups(group="file_id", fields=["label"]))
     assert loader.num_groups == 12
     seen = []
     for batch in loader:
@@ -225,8 +225,8 @@ def write_h5(path, **datasets):
 def test_bad_offsets_name_the_dataset_and_row(tmp_path, offsets, expected):
     path = write_h5(tmp_path / "bad.h5", file_offsets=np.array(offsets, dtype=np.int64))
     with pytest.raises(gpufeed.CorruptData) as error:
-        gpufeed.Loader(path, fields=["x"], batch_size=4, group_offsets="file_offsets",
-                       pack=True, device="cpu")
+        gpufeed.Loader(path, fields=["x"], batch_size=4, device="cpu",
+                       groups=gpufeed.Groups(offsets="file_offsets"))
     assert f"'file_offsets' ({path})" in str(error.value)
     assert expected in str(error.value)
 
@@ -235,7 +235,7 @@ def test_negative_group_id_names_the_dataset_and_row(tmp_path):
     ids = np.array([0, 0, 1, 1, -3, 2, 2, 2, 1, 0], dtype=np.int64)
     path = write_h5(tmp_path / "ids.h5", file_id=ids)
     with pytest.raises(gpufeed.CorruptData) as error:
-        gpufeed.Loader(path, fields=["x"], batch_size=4, group="file_id", pack=True,
+        gpufeed.Loader(path, fields=["x"], batch_size=4, groups=gpufeed.Groups(group="file_id"),
                        device="cpu")
     assert f"'file_id' ({path}): row 4 holds -3: group ids must be >= 0" in str(error.value)
 
@@ -244,29 +244,31 @@ def test_per_group_field_of_the_wrong_length(tmp_path):
     path = write_h5(tmp_path / "f.h5", file_offsets=np.array([0, 4, 10]),
                     label=np.array([1, 2, 3]))
     with pytest.raises(gpufeed.CorruptData) as error:
-        gpufeed.Loader(path, fields=["x"], batch_size=4, group_offsets="file_offsets",
-                       group_fields=["label"], pack=True, device="cpu")
+        gpufeed.Loader(path, fields=["x"], batch_size=4, device="cpu",
+                       groups=gpufeed.Groups(offsets="file_offsets", fields=["label"]))
     message = str(error.value)
     assert f"per-group field 'label' ({path}) has 3 rows, not one per group (2 groups" in message
     assert "row 2 is the first without a group" in message
     # The same checks hold for arrays passed in memory.
     data = make_groups(files=5)
     with pytest.raises(gpufeed.CorruptData, match="'file_label' has 4 rows"):
-        gpufeed.Loader(dict(data, file_label=np.zeros(4)), batch_size=8,
-                       group_offsets="file_offsets", group_fields=["file_label"], pack=True,
+        gpufeed.Loader(dict(data, file_label=np.zeros(4)), batch_size=8, groups=FILES,
                        device="cpu")
 
 
 def test_group_options_are_checked(tmp_path):
     data = make_groups(files=5)
     del data["file_label"]
-    with pytest.raises(gpufeed.InvalidArgument, match="pack=true"):
-        gpufeed.Loader(data, batch_size=8, group_offsets="file_offsets", device="cpu")
-    with pytest.raises(gpufeed.InvalidArgument, match="group="):
-        gpufeed.Loader({"x": data["x"]}, batch_size=8, pack=True, device="cpu")
+    for both_or_neither in ({"group": "g", "offsets": "file_offsets"}, {"fields": ["x"]}):
+        with pytest.raises(gpufeed.InvalidArgument, match="exactly one of group= .* offsets="):
+            gpufeed.Groups(**both_or_neither)
+    with pytest.raises(TypeError, match=r"takes gpufeed.Groups\(group=... or offsets=...\)"):
+        gpufeed.Loader(data, batch_size=8, groups="file_offsets", device="cpu")
+    with pytest.raises(TypeError, match="groups=...\\) takes gpufeed.Groups, not gpufeed.Cache"):
+        gpufeed.Loader(data, batch_size=8, groups=gpufeed.Cache(), device="cpu")
     path = write_h5(tmp_path / "g.h5", file_offsets=np.array([0, 10]))
     with pytest.raises(gpufeed.InvalidArgument, match="fields="):
-        gpufeed.Loader(path, batch_size=8, group_offsets="file_offsets", pack=True,
+        gpufeed.Loader(path, batch_size=8, groups=gpufeed.Groups(offsets="file_offsets"),
                        device="cpu")
     with pytest.raises(gpufeed.InvalidArgument, match="how must be"):
         gpufeed.GroupReducer(3, how="median")
@@ -330,8 +332,8 @@ def test_packed_batches_of_a_forward_pass_size_fill_past_0_98(segments):
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     data = {"x": np.zeros((int(offsets[-1]), 2), np.float32), "file_offsets": offsets}
     for shuffle in (False, True):
-        loader = gpufeed.Loader(data, fields=["x"], batch_size=512, group_offsets="file_offsets",
-                                pack=True, shuffle=shuffle, device="cpu")
+        loader = gpufeed.Loader(data, fields=["x"], batch_size=512, shuffle=shuffle,
+                                device="cpu", groups=gpufeed.Groups(offsets="file_offsets"))
         assert loader.pack_fill >= 0.98, (segments, shuffle, loader.pack_fill)
         # Within a few batches of as few as the rows need.
         assert len(loader) <= math.ceil(int(offsets[-1]) / 512) * 1.01 + 1

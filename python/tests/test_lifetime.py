@@ -47,8 +47,8 @@ def test_holding_past_the_budget_raises_instead_of_reusing():
     # Buffers of 512 bytes; 2 workers + 2 prefetch + 2 held fill the 3 KiB budget exactly,
     # so a third held batch cannot grow the pool.
     loader = gpufeed.Loader(gpufeed.synthetic("x:float32[8]", samples=100), batch_size=10,
-                            max_outstanding=2, device="cpu", workers=2, prefetch=2,
-                            held_budget_bytes=3 * 1024)
+                            device="cpu", workers=2, prefetch=2,
+                            held=gpufeed.Held(max_outstanding=2, budget_bytes=3 * 1024))
     it = iter(loader)
     kept = [next(it), next(it)]
     with pytest.raises(gpufeed.InvalidArgument,
@@ -58,7 +58,7 @@ def test_holding_past_the_budget_raises_instead_of_reusing():
     batch = next(it)  # released one: the loader goes on, in order
     assert batch.index == 2
     loader2 = gpufeed.Loader(gpufeed.synthetic("x:float32[8]", samples=100), batch_size=10,
-                             max_outstanding=5, device="cpu")
+                             held=5, device="cpu")
     assert len([b for _, b in zip(range(5), loader2)]) == 5
 
 
@@ -80,7 +80,7 @@ def test_memory_source_reads_in_place_and_keeps_the_arrays_alive():
     labels = torch.arange(20, dtype=torch.int64) * 10
     halves = torch.arange(20, dtype=torch.float32).to(torch.bfloat16).reshape(20, 1)
     loader = gpufeed.Loader({"mel": mel, "label": labels, "half": halves}, batch_size=4,
-                            shuffle=False, device="cpu", max_outstanding=6)
+                            shuffle=False, device="cpu", held=6)
     # Zero-copy: the source reads the arrays where they are.
     identity = loader.source.identity()
     assert f"{mel.ctypes.data:x}" in identity and f"{labels.data_ptr():x}" in identity

@@ -10,14 +10,16 @@ import gpufeed
 
 def test_set_parallelism_and_autotune_options():
     source = gpufeed.synthetic("x:float32[64]", samples=4000)
-    loader = gpufeed.Loader(source, batch_size=50, workers=2, prefetch=2, max_workers=2,
-                            max_prefetch=4, device="cpu")
-    assert (loader.workers, loader.prefetch) == (2, 2)
+    loader = gpufeed.Loader(source, batch_size=50, workers=2, prefetch=4, device="cpu")
+    assert (loader.workers, loader.prefetch) == (2, 4)
     loader.set_parallelism(1, 3)
     assert (loader.workers, loader.prefetch) == (1, 3)
+    loader.set_parallelism(8, 8)  # without autotune, within the starting workers and prefetch
+    assert (loader.workers, loader.prefetch) == (2, 4)
     assert sum(len(b["x"]) for b in loader) == 4000  # still every sample once
 
-    tuned = gpufeed.Loader(source, batch_size=50, autotune=True, max_workers=2, device="cpu")
+    tuned = gpufeed.Loader(source, batch_size=50, autotune=gpufeed.Autotune(max_workers=2),
+                           device="cpu")
     for _ in range(2):
         for batch in tuned:
             pass
@@ -30,8 +32,7 @@ def test_set_parallelism_and_autotune_options():
 def test_diagnose_reports_a_verdict_with_its_numbers():
     # Big samples from one worker and an empty loop: the loop waits for reads.
     source = gpufeed.synthetic("x:float32[65536]", samples=32 * 20)
-    loader = gpufeed.Loader(source, batch_size=32, workers=1, prefetch=1, max_workers=1,
-                            device="cpu")
+    loader = gpufeed.Loader(source, batch_size=32, workers=1, prefetch=1, device="cpu")
     for batch in loader:
         pass
     del batch

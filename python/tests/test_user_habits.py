@@ -102,8 +102,7 @@ def test_a_loader_made_before_fork_raises_in_the_child_and_one_made_there_works(
 
 def test_holding_every_batch_grows_the_pool_with_one_warning(capfd):
     source = synthetic(100)
-    loader = gpufeed.Loader(source, batch_size=10, shuffle=False, device="cpu",
-                            max_outstanding=2)
+    loader = gpufeed.Loader(source, batch_size=10, shuffle=False, device="cpu", held=2)
     batches = list(loader)
     labels = [b["y"] for b in gpufeed.Loader(source, batch_size=10, shuffle=False,
                                              device="cpu")]
@@ -119,8 +118,8 @@ def test_holding_every_batch_grows_the_pool_with_one_warning(capfd):
 
 
 def test_holding_past_the_budget_raises_with_the_advice():
-    loader = gpufeed.Loader(synthetic(1000), batch_size=10, device="cpu", max_outstanding=2,
-                            workers=1, prefetch=1, held_budget_bytes=8 * 1024)
+    loader = gpufeed.Loader(synthetic(1000), batch_size=10, device="cpu", workers=1,
+                            prefetch=1, held=gpufeed.Held(max_outstanding=2, budget_bytes=8192))
     kept = []
     with pytest.raises(gpufeed.InvalidArgument, match=r"batches are still referenced.*clone\(\)"):
         for batch in loader:
@@ -212,7 +211,7 @@ def test_load_state_dict_refuses_another_file_shuffle_mode_or_drop_last():
     state = loader.state_dict()
     cases = [({"source": synthetic(90)}, "another file"),
              ({"shuffle": False}, "shuffle"),
-             ({"shuffle_block": 5}, "shuffle"),
+             ({"shuffle": gpufeed.BlockShuffle(block=5)}, "shuffle"),
              ({"drop_last": True}, "drop_last"),
              ({"pad": False}, "pad")]
     for change, message in cases:
@@ -348,14 +347,15 @@ def _gzip_file(path, samples=2000, chunk=100):
 
 def test_a_full_shuffle_over_compressed_chunks_says_so_with_the_fixes(tmp_path, capfd):
     path = _gzip_file(tmp_path / "gz.h5")
-    gpufeed.Loader(path, batch_size=64, device="cpu", chunk_cache=4096)
+    gpufeed.Loader(path, batch_size=64, device="cpu", cache=gpufeed.Cache(chunk_cache=4096))
     err = capfd.readouterr().err
     assert "full shuffle over compressed chunks of 100 samples decodes each chunk about" in err
     assert "shuffle_block=-1" in err and 'cache="ram"' in err and "128 KB" in err, err
     assert err.count("full shuffle") == 1
     # Block shuffle, or a worker whose share of the chunk cache holds the data set (the
     # default budget is the decoded data set): no warning.
-    gpufeed.Loader(path, batch_size=64, device="cpu", chunk_cache=4096, shuffle_block=-1)
+    gpufeed.Loader(path, batch_size=64, device="cpu", cache=gpufeed.Cache(chunk_cache=4096),
+                   shuffle=gpufeed.BlockShuffle())
     gpufeed.Loader(path, batch_size=64, device="cpu", workers=1)
     assert "full shuffle" not in capfd.readouterr().err
 
@@ -371,7 +371,7 @@ def test_the_decoded_chunk_budget_is_one_for_all_workers_and_settable(tmp_path):
     got = torch.cat([b["mel"] for b in loader])
     assert sorted(got[:, 0].tolist()) == [16.0 * i for i in range(2000)]
     with pytest.raises(gpufeed.InvalidArgument, match="chunk_cache"):
-        gpufeed.Loader(source, batch_size=10, chunk_cache=1 << 20)
+        gpufeed.Loader(source, batch_size=10, cache=gpufeed.Cache(chunk_cache=1 << 20))
 
 
 # 11. the shm cache after a rewrite -------------------------------------------------------
@@ -383,8 +383,8 @@ def test_a_rewrite_that_restores_size_and_mtime_rebuilds_the_shm_cache(tmp_path)
     write_numpy_dir(data, arrays)
     shm = tmp_path / "shm"
     shm.mkdir()
-    first = gpufeed.Loader(str(data), batch_size=20, shuffle=False, device="cpu", cache="shm",
-                           shm_dir=str(shm))
+    first = gpufeed.Loader(str(data), batch_size=20, shuffle=False, device="cpu",
+                           cache=gpufeed.Cache("shm", shm_dir=str(shm)))
     assert float(next(iter(first))["x"].sum()) == float(arrays["x"].sum())
     old_path = first.cache_info["path"]
     first.close()
@@ -393,8 +393,8 @@ def test_a_rewrite_that_restores_size_and_mtime_rebuilds_the_shm_cache(tmp_path)
     write_numpy_dir(data, {"x": arrays["x"] * 2})  # same size
     os.utime(data / "x.npy", ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same mtime
     assert os.stat(data / "x.npy").st_mtime_ns == stat.st_mtime_ns
-    second = gpufeed.Loader(str(data), batch_size=20, shuffle=False, device="cpu", cache="shm",
-                            shm_dir=str(shm))
+    second = gpufeed.Loader(str(data), batch_size=20, shuffle=False, device="cpu",
+                            cache=gpufeed.Cache("shm", shm_dir=str(shm)))
     assert second.cache_info["built"] and second.cache_info["path"] != old_path
     assert float(next(iter(second))["x"].sum()) == 2 * float(arrays["x"].sum())
     assert not os.path.exists(old_path)  # the older version, mapped by nobody, is gone

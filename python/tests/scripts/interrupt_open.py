@@ -29,8 +29,8 @@ source = gpufeed.synthetic("x:float32[16384]", samples=samples)
 baseline = threads()
 print("opening", flush=True)
 try:
-    loader = gpufeed.Loader(source, batch_size=64, device="cpu", cache=tier, preload=True,
-                            shm_dir=shm_dir)
+    loader = gpufeed.Loader(source, batch_size=64, device="cpu",
+                            cache=gpufeed.Cache(tier, preload=True, shm_dir=shm_dir))
 except KeyboardInterrupt:
     print("interrupted", baseline, threads(), flush=True)
     raise
