@@ -51,8 +51,8 @@ enum class Verdict {
 std::string_view VerdictName(Verdict verdict);  // "input-bound", ...
 
 // The pipeline stage a verdict names, if any.
-enum class Stage { kNone, kRead, kTransform, kCopy };
-std::string_view StageName(Stage stage);  // "", "read", "transform", "copy"
+enum class Stage { kNone, kRead, kTransform, kCopy, kRemote };  // kRemote: "remote fetch"
+std::string_view StageName(Stage stage);                        // "", "read", "transform", "copy"
 
 struct DoctorInput {
   // The loader: recent batches (oldest first) and its settings.
@@ -79,6 +79,9 @@ struct DoctorInput {
   // cache or memory fetch nothing, and waiting on them is memory copying, not storage.
   std::optional<uint64_t> storage_read_bytes;
   uint64_t delivered_bytes = 0;
+  // The process's requests to object stores while the loader ran (LoaderStats::remote);
+  // requests == 0 when the data is local.
+  RemoteStats remote;
   // The machine (the monitor, /proc, cgroup v2). Unknown readings stay empty.
   int cpu_count = 1;
   std::optional<double> cpu_limit_cores;     // cgroup cpu.max
@@ -119,8 +122,8 @@ struct DoctorInput {
 
 struct Diagnosis {
   Verdict verdict = Verdict::kHealthy;
-  Stage stage = Stage::kNone;  // named for input-bound and copy-bound (and cpu-starved, the
-                               // stage its wait was spent in, where one holds a good part)
+  Stage stage = Stage::kNone;         // named for input-bound and copy-bound (and cpu-starved, the
+                                      // stage its wait was spent in, where one holds a good part)
   std::string headline;               // one sentence with the deciding numbers
   std::vector<std::string> evidence;  // the figures behind it
   std::vector<std::string> advice;    // what to change, each with its numbers

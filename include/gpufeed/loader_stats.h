@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufeed/remote.h"
+
 namespace gpufeed {
 
 // One delivered batch's time in each stage, in nanoseconds.
@@ -87,6 +89,10 @@ struct LoaderStats {
   // read_bytes: page-cache hits excluded); -1 unknown. Against `bytes` it tells a read
   // that waits on storage from one that copies memory.
   int64_t storage_read_bytes = -1;
+  // The process's requests to object stores and HTTP servers since the loader was made
+  // (gpufeed/remote.h; counters are the difference, latency and concurrency the process's
+  // figures): all zero when the data is local.
+  RemoteStats remote = {};
 
   // Fraction of the consumer's time spent waiting in Next(): the GPU's data stall.
   double ConsumerWaitFraction() const;

@@ -93,5 +93,8 @@ class RemoteFileSystem : public FileSystem {
 std::shared_ptr<RemoteFileSystem> DefaultRemoteFileSystem();
 // Replaces the options of the process's remote file system for files opened from now on.
 void SetDefaultRemoteOptions(const RemoteOptions& options);
+// The figures of the process's remote file system; all zero when it was never used (and then
+// not created by this call).
+RemoteStats ProcessRemoteStats();
 
 }  // namespace gpufeed

@@ -213,6 +213,7 @@ DoctorInput CollectDoctorInput(const Loader& loader, const Monitor* monitor, siz
     in.storage_read_bytes = static_cast<uint64_t>(stats.storage_read_bytes);
   }
   in.delivered_bytes = static_cast<uint64_t>(std::max<int64_t>(0, stats.bytes));
+  in.remote = stats.remote;
   const DeviceMemoryInfo ram = HostDevice()->MemoryInfo();
   in.cpu_count = OnlineCpus();
   in.ram_available_bytes = ram.free_bytes;

@@ -153,8 +153,50 @@ void MemoryBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu,
   AddCacheAdvice(in, f, "the page-table cost of gathering rows out of a file mapping", d);
 }
 
+// Reads of remote data: the workers wait on the store's requests. Throttling (503, 429) asks
+// for fewer requests; a full request cap for more; otherwise the store's latency bounds the
+// reads, and a node-local cache takes the epochs after the first off the network.
+void RemoteBound(const DoctorInput& in, double stage_busy, Diagnosis& d) {
+  const RemoteStats& r = in.remote;
+  d.stage = Stage::kRemote;
+  d.headline = fmt::format(
+      "input-bound on remote fetch: the loop waited {} of its time for data; the workers spend "
+      "{} of their time in reads from the store ({} requests, mean {:.0f} ms, p99 {:.0f} ms, "
+      "up to {} of {} in flight)",
+      Pct(d.consumer_wait_fraction), Pct(stage_busy), r.requests, 1e3 * r.latency_mean_s,
+      1e3 * r.latency_p99_s, r.max_in_flight, r.max_requests);
+  d.evidence.push_back(fmt::format("{} retries, {} throttled (503/429), {} failed; {} received",
+                                   r.retries, r.throttled, r.failed,
+                                   Gb(static_cast<double>(r.bytes))));
+  if (r.throttled > 0 && 20 * r.throttled >= r.requests) {
+    d.advice.push_back(fmt::format(
+        "the store throttles ({} x 503/429 in {} requests): lower max_requests (now {}) or "
+        "cache on the node (cache=\"disk\")",
+        r.throttled, r.requests, r.max_requests));
+  } else if (r.max_in_flight >= r.max_requests && r.max_requests > 0) {
+    d.advice.push_back(
+        fmt::format("every request slot was in use ({} in flight): raise max_requests to {} "
+                    "(gpufeed.set_remote_options)",
+                    r.max_in_flight, 2 * r.max_requests));
+  } else {
+    d.advice.push_back(fmt::format(
+        "the store's latency (p99 {:.0f} ms) bounds the reads: more workers keep more requests "
+        "in flight",
+        1e3 * r.latency_p99_s));
+  }
+  if (in.cache == CacheTier::kNone) {
+    d.advice.push_back(
+        "cache=\"disk\" (or \"shm\", \"ram\" where the set fits) serves the epochs after the "
+        "first from this node instead of the network");
+  }
+}
+
 void ReadBound(const DoctorInput& in, const Figures& f, const CpuPicture& cpu, double stage_busy,
                Diagnosis& d) {
+  if (in.remote.requests > 0 && !cpu.saturated) {
+    RemoteBound(in, stage_busy, d);
+    return;
+  }
   if (cpu.saturated) {
     d.headline = fmt::format(
         "input-bound on read, CPU-saturated: the loop waited {} of its time for data; read is "

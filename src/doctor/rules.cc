@@ -104,6 +104,8 @@ std::string_view StageName(Stage stage) {
       return "transform";
     case Stage::kCopy:
       return "copy";
+    case Stage::kRemote:
+      return "remote fetch";
   }
   return "";
 }

@@ -10,7 +10,9 @@
 
 namespace gpufeed {
 LoaderMetrics::LoaderMetrics(std::shared_ptr<GpuBusyTracker> gpu_busy)
-    : gpu_busy_(std::move(gpu_busy)), storage_read_bytes_at_start_(ProcessStorageReadBytes()) {}
+    : gpu_busy_(std::move(gpu_busy)),
+      storage_read_bytes_at_start_(ProcessStorageReadBytes()),
+      remote_at_start_(ProcessRemoteStats()) {}
 
 void LoaderMetrics::AddWorkerTiming(const BatchTiming& timing) {
   read_ns_.fetch_add(timing.read_ns, std::memory_order_relaxed);
@@ -170,6 +172,13 @@ LoaderStats LoaderMetrics::Stats() const {
       s.storage_read_bytes = static_cast<int64_t>(*now - *storage_read_bytes_at_start_);
     }
   }
+  s.remote = ProcessRemoteStats();
+  s.remote.requests -= remote_at_start_.requests;
+  s.remote.retries -= remote_at_start_.retries;
+  s.remote.throttled -= remote_at_start_.throttled;
+  s.remote.failed -= remote_at_start_.failed;
+  s.remote.listings -= remote_at_start_.listings;
+  s.remote.bytes -= remote_at_start_.bytes;
   return s;
 }
 
@@ -218,6 +227,18 @@ std::string LoaderStats::ToJson() const {
   j["gpu_busy_fraction"] = gpu_busy >= 0 ? nlohmann::json(gpu_busy) : nlohmann::json();
   j["storage_read_bytes"] =
       storage_read_bytes >= 0 ? nlohmann::json(storage_read_bytes) : nlohmann::json();
+  if (remote.requests > 0) {
+    j["remote"] = {{"requests", remote.requests},
+                   {"retries", remote.retries},
+                   {"throttled", remote.throttled},
+                   {"failed", remote.failed},
+                   {"listings", remote.listings},
+                   {"bytes", remote.bytes},
+                   {"latency_mean_s", remote.latency_mean_s},
+                   {"latency_p99_s", remote.latency_p99_s},
+                   {"max_in_flight", remote.max_in_flight},
+                   {"max_requests", remote.max_requests}};
+  }
   return j.dump();
 }
 

@@ -80,6 +80,7 @@ class LoaderMetrics {
 
   const std::shared_ptr<GpuBusyTracker> gpu_busy_;
   const std::optional<uint64_t> storage_read_bytes_at_start_;  // /proc/self/io at construction
+  const RemoteStats remote_at_start_;  // the process's remote figures at construction
 
   std::atomic<int64_t> delivered_batches_{0};
   std::atomic<int64_t> delivered_samples_{0};

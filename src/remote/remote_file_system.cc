@@ -234,6 +234,15 @@ std::shared_ptr<RemoteFileSystem> DefaultRemoteFileSystem() {
   return fs;
 }
 
+RemoteStats ProcessRemoteStats() {
+  std::shared_ptr<RemoteFileSystem> fs;
+  {
+    std::lock_guard lock(default_mu);
+    fs = DefaultSlot();
+  }
+  return fs ? fs->stats() : RemoteStats{};
+}
+
 void SetDefaultRemoteOptions(const RemoteOptions& options) {
   std::lock_guard lock(default_mu);
   std::shared_ptr<RemoteFileSystem>& fs = DefaultSlot();
