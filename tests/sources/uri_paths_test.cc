@@ -20,7 +20,6 @@
 #include "sources/hdf5/rechunk.h"
 #include "sources/hdf5/test_files.h"
 #include "sources/open_path.h"
-#include "sources/scratch_dir.h"
 #include "sources/uri_file_system.h"
 
 namespace gpufeed {
@@ -31,10 +30,13 @@ using ::testing::HasSubstr;
 using testing::UriFileSystem;
 
 constexpr const char* kMakeFiles = R"PY(
-import sys, numpy as np, h5py
+import os, sys, numpy as np, h5py
 from h5py import h5d, h5p, h5s, h5t, h5z
 d = sys.argv[1]
 rng = np.random.default_rng(7)
+os.makedirs(d + '/np')
+np.save(d + '/np/mel.npy', rng.standard_normal((50, 2, 4)).astype('f4'))
+np.save(d + '/np/label.npy', rng.integers(0, 10, 50).astype('i8'))
 with h5py.File(d + '/plain.h5', 'w') as f:
     f['a'] = rng.standard_normal((100, 3)).astype('f4')
     f['b'] = np.arange(100, dtype='i8') * 3
@@ -125,35 +127,27 @@ void ExpectSameSamples(const Source& local, const Source& remote) {
 
 class UriPathsTest : public ::testing::Test {
  protected:
+  // The files are written once per build tree (a Python start costs most of a second).
   static void SetUpTestSuite() {
-    dir_ = new testing::ScratchDir;
-    made_ = testing::HaveH5py() &&
-            testing::RunPython(dir_->path(), "make.py", kMakeFiles, dir_->path());
-    std::mt19937 rng(3);
-    std::vector<float> mel(50 * 8);
-    for (auto& v : mel) v = static_cast<float>(rng()) / 1e6f;
-    std::vector<int64_t> label(50);
-    for (auto& v : label) v = static_cast<int64_t>(rng() % 10);
-    WriteNpy(dir_->Path("np/mel.npy"), {"mel", DType::kFloat32, {2, 4}}, 50, mel.data());
-    WriteNpy(dir_->Path("np/label.npy"), {"label", DType::kInt64, {}}, 50, label.data());
+    if (!testing::HaveH5py()) return;
+    std::string error;
+    root_ = new std::string(testing::SharedPythonOutput("uri_paths", kMakeFiles, &error));
   }
   static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
+    delete root_;
+    root_ = nullptr;
   }
   void SetUp() override {
-    if (!made_) GTEST_SKIP() << "h5py is not available to write the test files";
-    fs_ = std::make_shared<UriFileSystem>(dir_->path());
+    if (root_ == nullptr || root_->empty()) GTEST_SKIP() << "h5py could not write the files";
+    fs_ = std::make_shared<UriFileSystem>(*root_);
   }
-  static std::string Local(const std::string& name) { return dir_->path() + "/" + name; }
+  static std::string Local(const std::string& name) { return *root_ + "/" + name; }
 
   std::shared_ptr<UriFileSystem> fs_;
-  static testing::ScratchDir* dir_;
-  static bool made_;
+  static std::string* root_;
 };
 
-testing::ScratchDir* UriPathsTest::dir_ = nullptr;
-bool UriPathsTest::made_ = false;
+std::string* UriPathsTest::root_ = nullptr;
 
 TEST_F(UriPathsTest, NumpyFolderReadsTheSameThroughUris) {
   const std::string uri = fs_->Uri("np");
