@@ -1,5 +1,7 @@
 // FaultInjectingFileSystem: EIO after N reads, short reads and delays on top of another
 // FileSystem, for tests of every retry and error path.
+#include "core/fault_file.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <mutex>
 #include <thread>
 
-#include "core/fault_file.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -51,7 +52,8 @@ class FaultInjectingFile final : public File {
       rules = state_->rules;
       // Deciding and counting under one lock keeps "EIO after N reads" exact when many
       // threads read at once.
-      fail = rules.eio_after_reads >= 0 && state_->succeeded >= rules.eio_after_reads;
+      fail = (rules.eio_after_reads >= 0 && state_->succeeded >= rules.eio_after_reads) ||
+             (n > 0 && offset < rules.eio_end && offset + n > rules.eio_begin);
       if (!fail) ++state_->succeeded;
     }
     if (rules.delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(rules.delay_us));

@@ -18,6 +18,10 @@ struct FaultRules {
   // Fail every ReadAt with EIO once this many ReadAt calls have succeeded (-1: never),
   // counted from construction or the last SetRules.
   int64_t eio_after_reads = -1;
+  // Fail every ReadAt whose range meets [eio_begin, eio_end) of any file with EIO, however
+  // often it is read again: a bad sector (empty, the default: none).
+  uint64_t eio_begin = 0;
+  uint64_t eio_end = 0;
   // Return at most this many bytes per ReadAt (0: no limit), to exercise retry loops.
   size_t max_bytes_per_read = 0;
   // Sleep this long in every ReadAt, to simulate a slow disk.

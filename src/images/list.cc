@@ -6,13 +6,14 @@
 #include <cctype>
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <system_error>
 
 #include "gpufeed/error.h"
+#include "sources/path_names.h"
 
 namespace gpufeed {
 namespace {
@@ -33,30 +34,36 @@ std::string ExtensionList() {
   return out;
 }
 
-bool IsDirectory(const stdfs::path& p) {
+// The key that says a folder was walked already. A local folder reached again through a
+// symbolic link has the same canonical path (the only question asked of the OS directly: the
+// file seam has no links); an object store has no links, so a prefix is its own key.
+std::string FolderKey(const std::string& folder) {
+  if (IsUriPath(folder)) return folder;
   std::error_code ec;
-  return stdfs::is_directory(p, ec);  // follows symbolic links, as os.walk(followlinks) does
+  const stdfs::path canonical = stdfs::canonical(folder, ec);
+  return ec ? std::string() : canonical.string();
 }
 
 // os.walk(top, followlinks=True): each folder's files (non-folders, links included), then
-// its sub-folders. Collected as (folder path, file names) for sorting like sorted(os.walk()).
-void Walk(const std::string& folder, int depth, std::set<stdfs::path>& seen,
+// its sub-folders (List follows symbolic links). Collected as (folder path, file names) for
+// sorting like sorted(os.walk()).
+void Walk(const FileSystem& fs, const std::string& folder, int depth, std::set<std::string>& seen,
           std::vector<std::pair<std::string, std::vector<std::string>>>& out) {
-  std::error_code ec;
-  const stdfs::path canonical = stdfs::canonical(folder, ec);
-  if (ec || depth > kMaxFolderDepth || !seen.insert(canonical).second) return;
+  const std::string key = FolderKey(folder);
+  if (key.empty() || depth > kMaxFolderDepth || !seen.insert(key).second) return;
+  std::vector<DirEntry> entries;
+  try {
+    entries = fs.List(folder);
+  } catch (const Error&) {
+    return;  // as os.walk, which skips a folder it cannot list
+  }
   std::vector<std::string> files;
   std::vector<std::string> folders;
-  for (stdfs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (IsDirectory(it->path())) {
-      folders.push_back(name);
-    } else {
-      files.push_back(name);
-    }
+  for (DirEntry& entry : entries) {
+    (entry.type == PathType::kDirectory ? folders : files).push_back(std::move(entry.name));
   }
   out.emplace_back(folder, std::move(files));
-  for (const std::string& name : folders) Walk(folder + "/" + name, depth + 1, seen, out);
+  for (const std::string& name : folders) Walk(fs, JoinPath(folder, name), depth + 1, seen, out);
 }
 
 std::string Trim(std::string s) {
@@ -125,16 +132,20 @@ std::vector<std::string> UndecodedFormatPaths(const ImageList& list) {
   return out;
 }
 
-ImageList ListImageFolder(const std::string& root) {
-  std::error_code ec;
-  if (!stdfs::exists(root, ec)) {
+ImageList ListImageFolder(const std::string& root, const FileSystem& fs) {
+  if (fs.Type(root) == PathType::kMissing) {
     throw Error(ErrorCode::kNotFound, fmt::format("{}: no such image folder", root));
   }
   ImageList list;
-  for (stdfs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    if (IsDirectory(it->path())) list.classes.push_back(it->path().filename().string());
+  std::vector<DirEntry> entries;
+  try {
+    entries = fs.List(root);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kIo, fmt::format("{}: cannot list: {}", root, e.what()));
   }
-  if (ec) throw Error(ErrorCode::kIo, fmt::format("{}: cannot list: {}", root, ec.message()));
+  for (const DirEntry& entry : entries) {
+    if (entry.type == PathType::kDirectory) list.classes.push_back(entry.name);
+  }
   std::sort(list.classes.begin(), list.classes.end());
   if (list.classes.empty()) {
     throw Error(
@@ -144,15 +155,15 @@ ImageList ListImageFolder(const std::string& root) {
   std::vector<std::string> empty_classes;
   for (size_t c = 0; c < list.classes.size(); ++c) {
     std::vector<std::pair<std::string, std::vector<std::string>>> folders;
-    std::set<stdfs::path> seen;
-    Walk(root + "/" + list.classes[c], 0, seen, folders);
+    std::set<std::string> seen;
+    Walk(fs, JoinPath(root, list.classes[c]), 0, seen, folders);
     std::sort(folders.begin(), folders.end());
     const size_t before = list.paths.size();
     for (auto& [folder, files] : folders) {
       std::sort(files.begin(), files.end());
       for (const std::string& file : files) {
         if (!HasImageExtension(file)) continue;
-        list.paths.push_back(folder + "/" + file);
+        list.paths.push_back(JoinPath(folder, file));
         list.labels.push_back(static_cast<int64_t>(c));
       }
     }
@@ -216,18 +227,34 @@ std::vector<ListRow> ReadListRows(std::istream& in, const std::string& list_path
   return rows;
 }
 
+// The list file's bytes, read through the file seam (it may be an object).
+std::string ReadListFile(const FileSystem& fs, const std::string& list_path) {
+  std::unique_ptr<File> file;
+  try {
+    file = fs.Open(list_path);
+  } catch (const Error& e) {
+    throw Error(e.code() == ErrorCode::kNotFound ? ErrorCode::kNotFound : ErrorCode::kIo,
+                fmt::format("{}: cannot open the image list", list_path));
+  }
+  // A list names each image in a few dozen bytes: 4 GiB is far past any real one.
+  if (file->Size() > (uint64_t{4} << 30)) {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("{}: {} bytes is too large for an image list", list_path, file->Size()));
+  }
+  std::string text(static_cast<size_t>(file->Size()), '\0');
+  ReadFully(*file, 0, text.data(), text.size(), "the image list");
+  return text;
+}
+
 }  // namespace
 
 ImageList ReadImageList(const std::string& list_path, const std::string& path_column,
                         const std::string& label_column, const std::vector<std::string>& classes,
-                        bool skip_bad_rows, std::vector<std::string>* skipped) {
-  std::ifstream in(list_path, std::ios::binary);
-  if (!in) {
-    std::error_code ec;
-    throw Error(stdfs::exists(list_path, ec) ? ErrorCode::kIo : ErrorCode::kNotFound,
-                fmt::format("{}: cannot open the image list", list_path));
-  }
-  std::string folder = stdfs::path(list_path).parent_path().string();
+                        bool skip_bad_rows, std::vector<std::string>* skipped,
+                        const FileSystem& fs) {
+  std::istringstream in(ReadListFile(fs, list_path));
+  std::string folder = ParentPath(list_path);
   if (folder.empty()) folder = ".";
   const std::vector<ListRow> rows = ReadListRows(in, list_path, path_column, label_column);
 
@@ -263,7 +290,7 @@ ImageList ReadImageList(const std::string& list_path, const std::string& path_co
       }
       label = it->second;
     }
-    list.paths.push_back(stdfs::path(r.path).is_absolute() ? r.path : folder + "/" + r.path);
+    list.paths.push_back(IsAbsolutePath(r.path) ? r.path : JoinPath(folder, r.path));
     list.labels.push_back(label);
   }
   if (list.paths.empty()) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "gpufeed/file.h"
+
 namespace gpufeed {
 
 struct ImageList {
@@ -20,8 +22,9 @@ struct ImageList {
 // sorted by path, files by name) whose lower-cased name ends in one of torchvision's image
 // extensions (.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp). Paths are
 // root/class/.../file. Throws Error(kNotFound) for a missing root, a root without class
-// folders, or classes without an image file (naming them, as torchvision does).
-ImageList ListImageFolder(const std::string& root);
+// folders, or classes without an image file (naming them, as torchvision does). Folders are
+// listed through `fs`: a local folder or an object-store prefix alike.
+ImageList ListImageFolder(const std::string& root, const FileSystem& fs = *DefaultFileSystem());
 
 // A CSV list file with a header row naming at least `path_column` and `label_column`
 // (quoted fields as in RFC 4180). A path is relative to the list file's folder unless it
@@ -31,11 +34,13 @@ ImageList ListImageFolder(const std::string& root);
 // file and line for a missing column, an unknown class name, a bad label or an empty list,
 // except that with `skip_bad_rows` a row with an unknown class is left out and its line
 // appended to `skipped` ("train.csv:7: unknown class 'zebra'"); Error(kNotFound) for a
-// missing list.
+// missing list. The list is read through `fs`, and relative paths are joined to its folder
+// as text (a list in an object store names objects beside it).
 ImageList ReadImageList(const std::string& list_path, const std::string& path_column = "path",
                         const std::string& label_column = "label",
                         const std::vector<std::string>& classes = {}, bool skip_bad_rows = false,
-                        std::vector<std::string>* skipped = nullptr);
+                        std::vector<std::string>* skipped = nullptr,
+                        const FileSystem& fs = *DefaultFileSystem());
 
 // True for names torchvision's ImageFolder takes (the extension rule above).
 bool HasImageExtension(const std::string& name);

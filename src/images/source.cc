@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
 #include "core/checked_math.h"
 #include "gpufeed/error.h"
+#include "sources/path_names.h"
 
 namespace gpufeed {
 
@@ -257,15 +257,16 @@ std::string ImageSet::FilesIdentity() const {
   std::string id;
   id.reserve(list_.paths.size() * 64);
   for (const std::string& p : list_.paths) {
-    std::error_code ec;
-    const auto absolute = std::filesystem::absolute(p, ec).string();
-    const auto bytes = std::filesystem::file_size(p, ec);
-    const auto mtime = std::filesystem::last_write_time(p, ec);
-    id += fmt::format(
-        "|{}:{}:{}", absolute, ec ? 0 : bytes,
-        ec ? 0
-           : std::chrono::duration_cast<std::chrono::nanoseconds>(mtime.time_since_epoch())
-                 .count());
+    uint64_t bytes = 0;
+    int64_t mtime_ns = 0;
+    try {
+      const auto file = fs_->Open(p);
+      bytes = file->Size();
+      mtime_ns = file->ModificationTimeNs();
+    } catch (const Error&) {
+      // A file that cannot be opened keys as size 0: reading it reports it.
+    }
+    id += fmt::format("|{}:{}:{}", IdentityPath(p), bytes, mtime_ns);
   }
   return id;
 }
@@ -386,16 +387,18 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
                 fmt::format("images: cache_size ({}) must be at least size ({}) and at most 4096",
                             options.cache_size, options.size));
   }
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
+  const std::shared_ptr<const FileSystem> fs =
+      options.file_system ? options.file_system : DefaultFileSystem();
+  const PathType type = fs->Type(path);
+  if (type == PathType::kMissing) {
     throw Error(ErrorCode::kNotFound, fmt::format("{}: no such image folder or list", path));
   }
   std::vector<std::string> skipped_rows;
   ImageList list =
-      std::filesystem::is_directory(path, ec)
-          ? ListImageFolder(path)
+      type == PathType::kDirectory
+          ? ListImageFolder(path, *fs)
           : ReadImageList(path, options.path_column, options.label_column, options.classes,
-                          options.on_error == OnError::kSkip, &skipped_rows);
+                          options.on_error == OnError::kSkip, &skipped_rows, *fs);
   if (options.on_error == OnError::kRaise) RefuseUndecodedFormats(path, list);
   auto set = std::make_shared<ImageSet>(path, std::move(list), options);
   for (const std::string& row : skipped_rows) set->RecordSkip(row);

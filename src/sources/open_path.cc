@@ -2,31 +2,20 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cstring>
-#include <filesystem>
 
+#include "gpufeed/database.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
-#include "gpufeed/database.h"
 #include "gpufeed/sources.h"
+#include "sources/path_names.h"
 
 namespace gpufeed {
 namespace {
 
-namespace stdfs = std::filesystem;
-
 // The HDF5 superblock signature; a file may also start with a user block, but then it keeps
 // one of the HDF5 extensions in practice.
 constexpr char kHdf5Signature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
-
-std::string LowerExtension(const std::string& path) {
-  std::string ext = stdfs::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return ext;
-}
 
 bool StartsWithHdf5Signature(const std::string& path, const FileSystem& fs) {
   try {
@@ -40,12 +29,17 @@ bool StartsWithHdf5Signature(const std::string& path, const FileSystem& fs) {
 }
 
 // ImageFolder layout: sub-folders and no .npy file (a NumPy folder holds .npy files).
-bool IsImageFolder(const std::string& path) {
-  std::error_code ec;
+bool IsImageFolder(const std::string& path, const FileSystem& fs) {
+  std::vector<DirEntry> entries;
+  try {
+    entries = fs.List(path);
+  } catch (const Error&) {
+    return false;  // unreadable: reported by whoever opens it for real
+  }
   bool has_folder = false;
-  for (stdfs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
-    if (LowerExtension(it->path().string()) == ".npy") return false;
-    has_folder = has_folder || it->is_directory(ec);
+  for (const DirEntry& entry : entries) {
+    if (LowerExtension(entry.name) == ".npy") return false;
+    has_folder = has_folder || entry.type == PathType::kDirectory;
   }
   return has_folder;
 }
@@ -53,12 +47,11 @@ bool IsImageFolder(const std::string& path) {
 }  // namespace
 
 PathKind ClassifyPath(const std::string& path, const FileSystem& fs) {
-  std::error_code ec;
-  const auto status = stdfs::status(path, ec);
-  if (!stdfs::exists(status)) return PathKind::kMissing;
+  const PathType type = fs.Type(path);
+  if (type == PathType::kMissing) return PathKind::kMissing;
   const std::string ext = LowerExtension(path);
-  if (stdfs::is_directory(status)) {
-    return IsImageFolder(path) ? PathKind::kImages : PathKind::kNumpyFolder;
+  if (type == PathType::kDirectory) {
+    return IsImageFolder(path, fs) ? PathKind::kImages : PathKind::kNumpyFolder;
   }
   if (ext == ".csv") return PathKind::kImages;
   if (ext == ".h5" || ext == ".hdf5" || ext == ".hdf") return PathKind::kHdf5;
@@ -82,7 +75,7 @@ std::shared_ptr<Source> OpenPath(const std::string& path, const std::vector<std:
     case PathKind::kHdf5:
       return OpenHdf5({path}, fields, {.file_system = fs});
     case PathKind::kNpyFile: {
-      const std::string folder = stdfs::path(path).parent_path().string();
+      const std::string folder = ParentPath(path);
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("{} is a single .npy file; a NumPy data set is the folder that "
                               "holds one .npy per field: open {} instead",

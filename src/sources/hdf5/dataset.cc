@@ -13,9 +13,11 @@
 #include "gpufeed/error.h"
 #include "sources/hdf5/chunk_table.h"
 #include "sources/hdf5/dtype.h"
+#include "sources/hdf5/file_driver.h"
 #include "sources/hdf5/library.h"
 #include "sources/hdf5/structure.h"
 #include "sources/hdf5/superblock.h"
+#include "sources/path_names.h"
 
 namespace gpufeed {
 namespace {
@@ -255,6 +257,14 @@ void OpenContiguous(Hdf5Dataset& ds, hid_t file_id, Hdf5Id& dset, hid_t dcpl, co
                     const std::string& what) {
   ds.layout_name = "contiguous";
   if (H5Pget_external_count(dcpl) > 0) {
+    if (IsUriPath(ds.path)) {
+      // libhdf5 opens external storage files by local path, beside no object.
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{}: the data lies in external storage files, which libhdf5 "
+                              "opens by local path; copy the file and its external files to a "
+                              "local folder to read it",
+                              what));
+    }
     const std::string prefix = CheckExternalStorage(ds, dcpl, what);
     if (!prefix.empty()) {
       dset = Hdf5Id();  // libhdf5 keeps one prefix per open dataset: close it first
@@ -347,13 +357,15 @@ int64_t Hdf5Dataset::ChunksPerSample() const {
   return n;
 }
 
-Hdf5Id OpenHdf5File(const File& file) {
-  const std::string& path = file.path();
+Hdf5Id OpenHdf5File(std::shared_ptr<const File> file) {
+  const std::string path = file->path();
   // gpufeed's own checks first: libhdf5 only opens a file whose superblock and objects
   // passed them.
-  CheckHdf5Structure(file, CheckHdf5Superblock(file));
+  CheckHdf5Structure(*file, CheckHdf5Superblock(*file));
   Hdf5Lock lock;
-  Hdf5Id id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  // libhdf5 reads the file through the seam too (file_driver.h), never by its path.
+  const Hdf5Id access = Hdf5FileAccessList(std::move(file));
+  Hdf5Id id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()));
   if (!id.valid()) {
     const std::string reason = Hdf5ErrorMessage();
     // A writer holds it: HDF5's file lock, or the superblock's "open for writing" flags

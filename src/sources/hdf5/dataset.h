@@ -97,10 +97,11 @@ struct Hdf5Dataset {
   int64_t ChunksPerSample() const;  // chunks one sample spans (1 when not chunked)
 };
 
-// Opens `file` with libhdf5 (H5Fopen on its path) once gpufeed's own superblock checks passed
-// (hdf5_superblock.h). Throws Error(kCorruptData) naming the file when either refuses it.
-// Takes the libhdf5 lock.
-Hdf5Id OpenHdf5File(const File& file);
+// Opens `file` with libhdf5 once gpufeed's own superblock checks passed (superblock.h).
+// libhdf5 reads it through gpufeed's file driver (file_driver.h), so its bytes come from the
+// File's file system, and the open file keeps `file` alive. Throws Error(kCorruptData) naming
+// the file when either refuses it, the read's Error when a read fails. Takes the libhdf5 lock.
+Hdf5Id OpenHdf5File(std::shared_ptr<const File> file);
 
 // Opens `dataset` of the HDF5 file `file_id`, whose bytes the hot path reads through `file`.
 // Throws Error naming the file and dataset: kNotFound, kUnsupported (dtype, rank 0),

@@ -17,9 +17,6 @@
 namespace gpufeed {
 namespace {
 
-// A contiguous run of neighbouring samples is read with one call up to this size.
-constexpr size_t kMaxRunBytes = size_t{4} << 20;
-
 void SwapElements(std::byte* p, size_t bytes, size_t element_size) {
   for (size_t i = 0; i + element_size <= bytes; i += element_size) {
     std::reverse(p + i, p + i + element_size);
@@ -42,6 +39,9 @@ Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint
     CheckHdf5MemoryType(ds_.library_memory_type->get(), ds_.field.dtype,
                         fmt::format("{}: dataset {}", ds_.path, ds_.dataset), ds_.bitfield);
   }
+  // Where the file does not map (a remote object, a test's faulty file), ranges in flight
+  // together pay one latency; a local file reads a chunk just before it is decoded.
+  fetch_chunks_ = ds_.storage == Hdf5Storage::kChunked && ds_.filtered() && file_->Map() == nullptr;
   zero_fill_ = std::all_of(ds_.fill_value.begin(), ds_.fill_value.end(),
                            [](std::byte b) { return b == std::byte{0}; });
   if (ds_.storage == Hdf5Storage::kContiguous && sample_bytes_ > 0) {
@@ -162,33 +162,7 @@ void Hdf5DatasetReader::ReadContiguous(std::span<const Hdf5RowTarget> rows,
     });
     scratch.counters.bytes_read += static_cast<int64_t>(k * rb);
   }
-  const size_t max_rows = std::max<size_t>(1, kMaxRunBytes / rb);
-  while (k < rows.size()) {
-    // Neighbouring samples are read together.
-    size_t end = k + 1;
-    while (end < rows.size() && end - k < max_rows &&
-           rows[end].local == rows[k].local + static_cast<int64_t>(end - k)) {
-      ++end;
-    }
-    const uint64_t offset = ds_.contiguous_address + static_cast<uint64_t>(rows[k].local) * rb;
-    try {
-      if (end - k == 1) {
-        ReadBytes(offset, rows[k].dst, rb, scratch);
-      } else {
-        scratch.slab.resize((end - k) * rb);
-        ReadBytes(offset, scratch.slab.data(), (end - k) * rb, scratch);
-        for (size_t j = k; j < end; ++j) {
-          std::memcpy(rows[j].dst, scratch.slab.data() + (j - k) * rb, rb);
-        }
-      }
-    } catch (const Error& e) {
-      throw Error(e.code(), fmt::format("{}: dataset {}: cannot read sample {} (row {} of the "
-                                        "file, offset {}): {}",
-                                        ds_.path, ds_.dataset, rows[k].global, rows[k].local,
-                                        offset, e.what()));
-    }
-    k = end;
-  }
+  if (k < rows.size()) ReadContiguousRuns(rows.subspan(k), scratch);
 }
 
 const std::byte* Hdf5DatasetReader::DecodedChunk(size_t linear, const Hdf5RowTarget& first,
@@ -211,11 +185,14 @@ const std::byte* Hdf5DatasetReader::DecodedChunk(size_t linear, const Hdf5RowTar
     target = scratch.decoded;
   }
   try {
-    scratch.raw.resize(e.size);
-    ReadBytes(e.address, scratch.raw.data(), e.size, scratch);
+    std::span<const std::byte> raw = FetchedChunk(linear, scratch);
+    if (raw.empty()) {
+      scratch.raw.resize(e.size);
+      ReadBytes(e.address, scratch.raw.data(), e.size, scratch);
+      raw = scratch.raw;
+    }
     ScopedDecode timed;  // the loader's trace shows decode time inside the batch's read
-    DecodeHdf5Chunk(scratch.raw, ds_.filters, e.filter_mask, ds_.element_size, target,
-                    scratch.inflate);
+    DecodeHdf5Chunk(raw, ds_.filters, e.filter_mask, ds_.element_size, target, scratch.inflate);
   } catch (const Error& err) {
     throw Error(err.code(), fmt::format("{}: dataset {}: {}: {} (reading sample {})", ds_.path,
                                         ds_.dataset, ChunkName(linear), err.what(), first.global));
@@ -280,8 +257,13 @@ void Hdf5DatasetReader::ReadChunked(std::span<const Hdf5RowTarget> rows,
   const int64_t per_chunk = geo.samples_per_chunk();
   const size_t columns = geo.columns();
   const size_t slab = geo.slab_bytes();
+  // Unfiltered pieces all in one ReadMany; when it fails, read one by one below, so that the
+  // error names the chunk and sample.
+  if (!ds_.filtered() && ReadChunkedPieces(rows, scratch)) return;
   size_t k = 0;
+  size_t fetched_to = 0;  // the stored chunks of rows [.., fetched_to) are fetched
   while (k < rows.size()) {
+    if (fetch_chunks_ && k >= fetched_to) fetched_to = FetchChunks(rows, k, scratch);
     // The rows of one chunk row (same chunk position along axis 0).
     const int64_t chunk_row = rows[k].local / per_chunk;
     size_t end = k + 1;
@@ -347,10 +329,17 @@ void Hdf5DatasetReader::ReadLibrary(std::span<const Hdf5RowTarget> rows,
                             nullptr) < 0 ||
         H5Dread(ds_.library_dataset->get(), ds_.library_memory_type->get(), memory_space.get(),
                 file_space.get(), H5P_DEFAULT, r.dst) < 0) {
-      throw Error(ErrorCode::kCorruptData,
-                  fmt::format("{}: dataset {}: cannot read sample {} (row {} of the file) "
-                              "through libhdf5: {}",
-                              ds_.path, ds_.dataset, r.global, r.local, Hdf5ErrorMessage()));
+      const std::string what = fmt::format(
+          "{}: dataset {}: cannot read sample {} (row {} of the "
+          "file) through libhdf5",
+          ds_.path, ds_.dataset, r.global, r.local);
+      try {
+        throw Error(ErrorCode::kCorruptData, fmt::format("{}: {}", what, Hdf5ErrorMessage()));
+      } catch (const Error& e) {
+        // A failed read of the file (Hdf5ErrorMessage throws it) keeps its code.
+        if (e.code() == ErrorCode::kCorruptData) throw;
+        throw Error(e.code(), fmt::format("{}: {}", what, e.what()));
+      }
     }
     ++scratch.counters.library_reads;
   }

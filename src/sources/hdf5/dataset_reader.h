@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/warmed_mapping.h"
@@ -43,7 +44,11 @@ struct Hdf5ReadScratch {
   std::vector<std::byte> inflate;  // between two filters
   std::vector<std::byte> decoded;  // a decoded chunk the cache does not keep
   std::vector<std::byte> slab;     // one sample's piece of an unfiltered chunk
-  Hdf5Counters counters;           // since the owner last collected them
+  // Stored chunks fetched with one ReadMany, and (grid position, offset in `fetched`) of each,
+  // by position.
+  std::vector<std::byte> fetched;
+  std::vector<std::pair<size_t, size_t>> fetched_chunks;
+  Hdf5Counters counters;  // since the owner last collected them
 };
 
 // One row to fill: sample `local` of this dataset (`global` in the whole source, for error
@@ -67,6 +72,10 @@ class Hdf5DatasetReader {
 
  private:
   void ReadContiguous(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  // The rows the mapping does not serve: runs of neighbouring samples, one ReadMany.
+  void ReadContiguousRuns(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  // One run read alone, its error naming the run's first sample.
+  void ReadContiguousRun(std::span<const Hdf5RowTarget> run, Hdf5ReadScratch& scratch) const;
   void ReadChunked(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
   // Unfiltered chunks of a mapped file: every piece copied out of the mapping.
   void ReadChunkedMapped(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
@@ -76,6 +85,16 @@ class Hdf5DatasetReader {
   // The decoded chunk at grid position `linear`: from the cache or decoded now.
   const std::byte* DecodedChunk(size_t linear, const Hdf5RowTarget& first, Hdf5ReadScratch& scratch,
                                 DecodedChunkCache::Buffer& hold) const;
+  // Unfiltered chunks of a file that does not map: every sample's pieces with one ReadMany.
+  // False when it failed (nothing is then known of the rows: read them again).
+  bool ReadChunkedPieces(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  // Fetches the stored chunks the cache lacks for the chunk rows of rows[k..], with one
+  // ReadMany (a remote file has them all in flight at once), up to kMaxFetchBytes; returns
+  // the row after the last chunk row fetched. A failed fetch leaves none fetched: each chunk
+  // is then read alone, and its error names it.
+  size_t FetchChunks(std::span<const Hdf5RowTarget> rows, size_t k, Hdf5ReadScratch& scratch) const;
+  // The raw bytes FetchChunks fetched for chunk `linear`, or empty.
+  std::span<const std::byte> FetchedChunk(size_t linear, Hdf5ReadScratch& scratch) const;
   void Fill(std::byte* dst, size_t bytes) const;
   // Reads `n` bytes at `offset`, which open checked to lie inside the file. Throws
   // Error(kIo) "changed size while being read" when the file now ends first.
@@ -88,6 +107,7 @@ class Hdf5DatasetReader {
   const size_t sample_bytes_;
   Hdf5ChunkGeometry geometry_;
   bool zero_fill_ = true;
+  bool fetch_chunks_ = false;  // filtered chunks of a file that does not map: FetchChunks
   // Contiguous data in a mappable file: the mapping and how far it is warm; else null.
   std::unique_ptr<WarmedMapping> warm_;
   // Unfiltered chunked data in a mappable file: the file's mapping (every stored chunk's range

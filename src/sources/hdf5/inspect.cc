@@ -275,7 +275,7 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
   if (fs == nullptr) fs = DefaultFileSystem();
   Hdf5Inspection out;
   out.path = path;
-  const std::unique_ptr<File> file = fs->Open(path);
+  const std::shared_ptr<const File> file = fs->Open(path);
   out.file_bytes = file->Size();
   out.library = Hdf5LibraryDescription();
   out.mem_available_bytes = mem_available ? *mem_available : AvailableRamBytes();
@@ -284,7 +284,7 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
   std::string external_links;
   try {
     Hdf5Lock lock;
-    Hdf5Id h5 = OpenHdf5File(*file);
+    Hdf5Id h5 = OpenHdf5File(file);
     for (const std::string& name : ListHdf5Datasets(h5.get())) {
       Hdf5DatasetInspection d;
       d.dataset = name;

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <exception>
 #include <vector>
+
+#include "sources/hdf5/file_driver.h"
 
 namespace gpufeed {
 
@@ -51,6 +54,10 @@ herr_t CollectMessage(unsigned /*n*/, const H5E_error2_t* err, void* data) {
 }  // namespace
 
 std::string Hdf5ErrorMessage() {
+  if (std::exception_ptr read_error = TakeHdf5DriverError()) {
+    H5Eclear2(H5E_DEFAULT);
+    std::rethrow_exception(read_error);
+  }
   // Walked from the API call inwards: the last entries say what actually went wrong.
   std::vector<std::string> messages;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, CollectMessage, &messages);

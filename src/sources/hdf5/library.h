@@ -49,8 +49,10 @@ class Hdf5Id {
 };
 
 // The messages on this thread's libhdf5 error stack, innermost last ("H5Fopen: unable to
-// open file: truncated file: eof = 1000, stored_eof = 2000"), then clears it. REQUIRES: the
-// lock is held.
+// open file: truncated file: eof = 1000, stored_eof = 2000"), then clears it. Where the
+// failure was a read of the file through gpufeed's file driver (file_driver.h), throws that
+// read's Error instead (it names the file; an I/O error is no damage). REQUIRES: the lock is
+// held.
 std::string Hdf5ErrorMessage();
 
 // "1.10.8 (threadsafe build)"

@@ -18,6 +18,7 @@
 #include "sources/hdf5/dataset.h"
 #include "sources/hdf5/library.h"
 #include "sources/hdf5/rechunk_copy.h"
+#include "sources/path_names.h"
 
 namespace gpufeed {
 namespace {
@@ -48,6 +49,14 @@ void CheckPaths(const RechunkOptions& options) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("rechunk: samples per chunk must be >= 1 (or 0: about 1 MiB), not {}",
                             options.samples_per_chunk));
+  }
+  for (const std::string* path : {&options.input, &options.output}) {
+    if (IsUriPath(*path)) {
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("rechunk: {}: rechunk reads and writes local files; copy the "
+                              "object first",
+                              *path));
+    }
   }
   const PathFacts in = Stat(options.input);
   if (!in.exists) {
@@ -213,9 +222,7 @@ int64_t VerifyRechunked(hid_t input, const std::string& path, const RechunkRepor
 RechunkReport RechunkHdf5(const RechunkOptions& options, const RechunkProgress& progress) {
   CheckPaths(options);
   const Hdf5Compression compression = ParseHdf5Compression(options.compression);
-  const auto fs = DefaultFileSystem();
-  const std::unique_ptr<File> input_file = fs->Open(options.input);
-  Hdf5Id input = OpenHdf5File(*input_file);
+  Hdf5Id input = OpenHdf5File(PosixFileSystem()->Open(options.input));
   // One thread does the whole rewrite: it holds the libhdf5 lock throughout (recursive).
   Hdf5Lock lock;
 

@@ -3,7 +3,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <atomic>
 #include <cstdio>
 #include <new>
@@ -18,6 +17,7 @@
 #include "sources/hdf5/dataset.h"
 #include "sources/hdf5/dataset_reader.h"
 #include "sources/hdf5/library.h"
+#include "sources/path_names.h"
 
 namespace gpufeed {
 namespace {
@@ -33,7 +33,7 @@ class Hdf5WorkerState final : public SourceWorkerState {
 
 // One file: its handle for the hot path and a reader per field.
 struct Hdf5FilePart {
-  std::unique_ptr<File> file;
+  std::shared_ptr<const File> file;  // shared with libhdf5's open file (file_driver.h)
   std::vector<std::unique_ptr<Hdf5DatasetReader>> readers;  // by field
   int64_t first_sample = 0;                                 // in the whole source
   int64_t samples = 0;
@@ -115,9 +115,7 @@ class Hdf5Source final : public Source {
     for (const auto& p : parts_) {
       // A cache key must not depend on the working directory the file was named from (and
       // `gpufeed cache gc`, run from anywhere, must find the file to tell a stale cache).
-      std::error_code ec;
-      const auto absolute = std::filesystem::absolute(p.file->path(), ec);
-      const std::string path = ec ? p.file->path() : absolute.lexically_normal().string();
+      const std::string path = IdentityPath(p.file->path());
       id += fmt::format("|{}:{}:{}", path, p.file->Size(), p.file->ModificationTimeNs());
       // A rewrite that keeps the size and restores the mtime still changes these.
       if (const std::string stamp = p.file->VersionStamp(); !stamp.empty()) {
@@ -226,7 +224,7 @@ void OpenPart(const std::string& path, std::vector<std::string>& datasets,
               const Hdf5Options& options, int64_t first_sample, size_t p,
               const std::vector<std::string>& paths, Schema& schema, Hdf5FilePart& part) {
   part.file = options.file_system->Open(path);  // kNotFound names the path
-  Hdf5Id h5 = OpenHdf5File(*part.file);
+  Hdf5Id h5 = OpenHdf5File(part.file);
   if (datasets.empty()) {
     datasets = ListHdf5Datasets(h5.get());
     if (datasets.empty()) {

@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <numeric>
 #include <set>
 #include <system_error>
@@ -20,15 +19,35 @@
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "sources/numpy/npy_header.h"
+#include "sources/path_names.h"
 
 namespace gpufeed {
 namespace {
 
-namespace stdfs = std::filesystem;
-
 // A coalesced pread moves at most this much, so the per-worker scratch buffer stays small
 // while sequential runs still get large reads.
 constexpr size_t kMaxRunBytes = size_t{4} << 20;
+// Runs read into scratch (consecutive samples bound for scattered batch positions) are read
+// together up to this many bytes.
+constexpr size_t kMaxScratchBytes = size_t{64} << 20;
+
+// One run of consecutive samples: order[k, k + rows), read into the batch (direct) or into
+// scratch at `scratch_at`.
+struct Run {
+  size_t k = 0;
+  size_t rows = 0;
+  bool direct = true;
+  size_t scratch_at = 0;
+};
+
+// The runs of a batch's rows waiting for one ReadMany, and the repeated samples to copy
+// after it: (batch position read, batch position that repeats it).
+struct RunPlan {
+  std::vector<Run> runs;
+  std::vector<ReadRange> ranges;
+  std::vector<std::pair<size_t, size_t>> repeats;
+  size_t scratch_bytes = 0;
+};
 
 struct NumpyField {
   FieldSpec spec;
@@ -53,10 +72,7 @@ class NumpySource final : public Source {
   NumpySource(std::string dir, std::vector<NumpyField> fields, int64_t samples)
       : dir_(std::move(dir)), fields_(std::move(fields)), samples_(samples) {
     // A cache key must not depend on the working directory the folder was named from.
-    std::error_code ec;
-    const auto absolute = stdfs::absolute(dir_, ec);
-    identity_dir_ = ec ? dir_ : absolute.lexically_normal().string();
-    while (identity_dir_.size() > 1 && identity_dir_.back() == '/') identity_dir_.pop_back();
+    identity_dir_ = IdentityPath(dir_);
     for (const auto& f : fields_) schema_.fields.push_back(f.spec);
   }
 
@@ -143,8 +159,9 @@ class NumpySource final : public Source {
     });
   }
 
-  // Sorted rows by pread: a run of consecutive samples is one call, straight into the batch
-  // when its batch positions are consecutive too (else through `scratch`).
+  // Sorted rows by pread: a run of consecutive samples is one range, straight into the batch
+  // when its batch positions are consecutive too (else through `scratch`), and the runs of a
+  // batch are one ReadMany (a remote file has them all in flight at once).
   void ReadRuns(const NumpyField& f, std::span<const int64_t> indices,
                 std::span<const size_t> order, std::vector<std::byte>& scratch,
                 std::byte* dst) const {
@@ -152,12 +169,13 @@ class NumpySource final : public Source {
     if (rb == 0) return;
     const size_t n = order.size();
     const size_t max_rows = std::max<size_t>(1, kMaxRunBytes / rb);
+    RunPlan plan;
     size_t k = 0;
     while (k < n) {
       const size_t first_pos = order[k];
       const int64_t first = indices[first_pos];
       if (k > 0 && indices[order[k - 1]] == first) {  // a repeated sample: read once
-        std::memcpy(dst + first_pos * rb, dst + order[k - 1] * rb, rb);
+        plan.repeats.emplace_back(order[k - 1], first_pos);
         ++k;
         continue;
       }
@@ -171,25 +189,50 @@ class NumpySource final : public Source {
         ++end;
       }
       const size_t rows = end - k;
-      const uint64_t offset = f.data_offset + static_cast<uint64_t>(first) * rb;
-      try {
-        if (direct) {
-          ReadFully(*f.file, offset, dst + first_pos * rb, rows * rb, "row data");
-        } else {
-          scratch.resize(rows * rb);
-          ReadFully(*f.file, offset, scratch.data(), rows * rb, "row data");
-          for (size_t j = 0; j < rows; ++j) {
-            std::memcpy(dst + order[k + j] * rb, scratch.data() + j * rb, rb);
-          }
-        }
-      } catch (const Error&) {
-        // Read the run row by row so the error names the exact sample that fails.
-        for (size_t j = 0; j < rows; ++j) {
-          ReadRow(f, indices[order[k + j]], dst + order[k + j] * rb);
-        }
+      if (!direct && plan.scratch_bytes + rows * rb > kMaxScratchBytes && !plan.runs.empty()) {
+        ReadPlanned(f, indices, order, plan, scratch, dst);
       }
+      plan.runs.push_back({k, rows, direct, direct ? 0 : plan.scratch_bytes});
+      if (!direct) plan.scratch_bytes += rows * rb;
       k = end;
     }
+    ReadPlanned(f, indices, order, plan, scratch, dst);
+  }
+
+  // Reads the planned runs with one ReadMany, scatters those read into `scratch`, copies the
+  // repeated samples, and empties the plan.
+  void ReadPlanned(const NumpyField& f, std::span<const int64_t> indices,
+                   std::span<const size_t> order, RunPlan& plan, std::vector<std::byte>& scratch,
+                   std::byte* dst) const {
+    const size_t rb = f.row_bytes;
+    scratch.resize(plan.scratch_bytes);
+    plan.ranges.clear();
+    for (const Run& run : plan.runs) {
+      std::byte* buf = run.direct ? dst + order[run.k] * rb : scratch.data() + run.scratch_at;
+      plan.ranges.push_back(
+          {f.data_offset + static_cast<uint64_t>(indices[order[run.k]]) * rb, buf, run.rows * rb});
+    }
+    bool row_by_row = false;
+    try {
+      f.file->ReadMany(plan.ranges, "row data");
+    } catch (const Error&) {
+      row_by_row = true;
+    }
+    for (const Run& run : plan.runs) {
+      for (size_t j = 0; j < run.rows; ++j) {
+        std::byte* row = dst + order[run.k + j] * rb;
+        if (row_by_row) {
+          // Read again row by row, so that the error names the exact sample that fails.
+          ReadRow(f, indices[order[run.k + j]], row);
+        } else if (!run.direct) {
+          std::memcpy(row, scratch.data() + run.scratch_at + j * rb, rb);
+        }
+      }
+    }
+    for (const auto& [from, to] : plan.repeats) std::memcpy(dst + to * rb, dst + from * rb, rb);
+    plan.runs.clear();
+    plan.repeats.clear();
+    plan.scratch_bytes = 0;
   }
 
   void ReadRow(const NumpyField& f, int64_t index, std::byte* dst) const {
@@ -211,12 +254,19 @@ class NumpySource final : public Source {
 
 // The `.npy` files in `dir` by field name (file name without `.npy`), sorted; best effort,
 // for defaults and messages.
-std::vector<std::string> ListNpyFields(const std::string& dir) {
+std::vector<std::string> ListNpyFields(const FileSystem& fs, const std::string& dir) {
   std::vector<std::string> names;
-  std::error_code ec;
-  for (stdfs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const stdfs::path& p = it->path();
-    if (p.extension() == ".npy" && !it->is_directory(ec)) names.push_back(p.stem().string());
+  std::vector<DirEntry> entries;
+  try {
+    entries = fs.List(dir);
+  } catch (const Error&) {
+    return names;
+  }
+  for (const DirEntry& e : entries) {
+    // "x.npy" (not ".npy": a name that starts with its only dot has no extension).
+    if (e.type == PathType::kFile && e.name.size() > 4 && e.name.ends_with(".npy")) {
+      names.push_back(e.name.substr(0, e.name.size() - 4));
+    }
   }
   std::sort(names.begin(), names.end());
   return names;
@@ -224,13 +274,13 @@ std::vector<std::string> ListNpyFields(const std::string& dir) {
 
 NumpyField OpenField(const FileSystem& fs, const std::string& dir, const std::string& name,
                      bool use_mmap) {
-  const std::string path = (stdfs::path(dir) / (name + ".npy")).string();
+  const std::string path = JoinPath(dir, name + ".npy");
   NumpyField field;
   try {
     field.file = fs.Open(path);
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kNotFound) throw;
-    const auto present = ListNpyFields(dir);
+    const auto present = ListNpyFields(fs, dir);
     throw Error(ErrorCode::kNotFound,
                 fmt::format("numpy folder {} has no field '{}' ({} does not exist); the fields "
                             "there are: {}",
@@ -264,18 +314,18 @@ NumpyField OpenField(const FileSystem& fs, const std::string& dir, const std::st
 std::shared_ptr<Source> OpenNumpy(const std::string& dir, NumpyOptions options) {
   std::shared_ptr<const FileSystem> fs =
       options.file_system ? options.file_system : DefaultFileSystem();
-  std::error_code ec;
-  const auto status = stdfs::status(dir, ec);
-  if (!stdfs::exists(status)) {
+  const PathType type = fs->Type(dir);
+  if (type == PathType::kMissing) {
     throw Error(ErrorCode::kNotFound, fmt::format("numpy folder {} does not exist", dir));
   }
-  if (!stdfs::is_directory(status)) {
+  if (type != PathType::kDirectory) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{} is not a folder; a NumPy data set is a folder with one .npy "
                             "file per field",
                             dir));
   }
-  std::vector<std::string> names = options.fields.empty() ? ListNpyFields(dir) : options.fields;
+  std::vector<std::string> names =
+      options.fields.empty() ? ListNpyFields(*fs, dir) : options.fields;
   if (names.empty()) {
     throw Error(ErrorCode::kNotFound, fmt::format("numpy folder {} holds no .npy files", dir));
   }

@@ -294,9 +294,11 @@ TEST_F(NumpySourceTest, EioMidReadNamesFileFieldAndSample) {
   const std::string root = WriteDataSet({{"mel", DType::kFloat32, {4}}}, 20);
   auto fs = std::make_shared<FaultInjectingFileSystem>(DefaultFileSystem());
   const auto source = OpenNumpy(root, {.file_system = fs});
-  // Sorted, the plan reads 3, then 5, then 9..10 as one run: the third read fails.
+  // Sorted, the plan reads 3, then 5, then 9..10 as one run; a bad sector under sample 9
+  // fails the batch's reads, and the rows read again one by one name the sample.
   const std::vector<int64_t> indices{10, 5, 9, 3};
-  fs->SetRules({.eio_after_reads = 2});
+  const uint64_t data_offset = std::filesystem::file_size(root + "/mel.npy") - 20 * 16;
+  fs->SetRules({.eio_begin = data_offset + 9 * 16 + 4, .eio_end = data_offset + 9 * 16 + 8});
   Batch batch = MakeBatch(source->schema(), indices.size());
   std::string message;
   EXPECT_EQ(ErrorCodeOf([&] { source->Read(indices, batch.view, nullptr); }, &message),
