@@ -42,11 +42,11 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   gpufeed::SetHdf5InflateWithZlib(zlib);
 
-  auto file = gpufeed::DefaultFileSystem()->Open(path);
+  std::shared_ptr<const gpufeed::File> file = gpufeed::DefaultFileSystem()->Open(path);
   std::vector<gpufeed::Hdf5Dataset> datasets;
   {
     gpufeed::Hdf5Lock lock;
-    gpufeed::Hdf5Id h5 = gpufeed::OpenHdf5File(*file);
+    gpufeed::Hdf5Id h5 = gpufeed::OpenHdf5File(file);
     for (const auto& n : names) datasets.push_back(gpufeed::OpenHdf5Dataset(h5.get(), *file, n));
   }
   std::vector<Job> jobs;

@@ -34,8 +34,11 @@ from gpufeed._gpufeed import (
     InvalidArgument,
     IoError,
     NotFound,
+    PermissionDenied,
     Source,
     Unsupported,
+    remote_stats,
+    set_remote_options,
 )
 from gpufeed._batch_size import BatchSizeSuggestion, fit_batch_size, suggest_batch_size
 from gpufeed._forward_rows import forward_rows
@@ -65,6 +68,7 @@ __all__ = [
     "IoError",
     "Loader",
     "NotFound",
+    "PermissionDenied",
     "Source",
     "Monitor",
     "Unsupported",
@@ -73,6 +77,8 @@ __all__ = [
     "images",
     "memory",
     "open",
+    "remote_stats",
+    "set_remote_options",
     "suggest_batch_size",
     "synthetic",
     "Trace",

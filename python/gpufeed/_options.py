@@ -17,7 +17,11 @@ class Cache:
     """Loader(cache=gpufeed.Cache(...)): the data set kept close to the GPU, and how.
 
     tier:        "none" (default), "ram", "shm", "device", "auto" or "disk", as
-                 Loader(cache="...") takes them.
+                 Loader(cache="...") takes them. "disk" keeps the bytes of s3:// and
+                 http(s):// data on this node's disk (a local path is refused: it is on disk
+                 already): one download per block for every process of the node, within a
+                 budget, least recently read first out; from then on every remote source
+                 the process opens reads through it.
     preload:     with tier "ram": read the whole data set when the loader is made, in parallel
                  (default: fill on first touch).
     shm_dir:     where tier "shm" keeps its file (default /dev/shm).
@@ -29,6 +33,10 @@ class Cache:
                  decoded data set's size, within 1/16 of the available RAM and 16 MiB to
                  1 GiB). Cache(chunk_cache=...) sets only this budget. For an
                  open source, pass it to gpufeed.open() / gpufeed.hdf5().
+    disk_dir:    where tier "disk" keeps its blocks (default $XDG_CACHE_HOME/gpufeed/remote,
+                 else ~/.cache/gpufeed/remote; made 0700, refused unless it is yours alone).
+    disk_budget: bytes tier "disk" keeps, for all processes together (default: half the
+                 free space of disk_dir's file system).
     """
 
     tier: Optional[str] = None
@@ -36,6 +44,8 @@ class Cache:
     shm_dir: Optional[Union[str, os.PathLike]] = None
     shm_group: Optional[Union[str, int]] = None
     chunk_cache: Optional[int] = None
+    disk_dir: Optional[Union[str, os.PathLike]] = None
+    disk_budget: Optional[int] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,3 +280,29 @@ def refuse_keywords(removed, plain):
               if _REMOVED[n][0] == parameter}
     raise TypeError(f"Loader() got an unexpected keyword argument '{name}': use "
                     f"{_spelling(parameter, cls, fields, plain.get(parameter))}")
+
+
+def _is_remote(source):
+    if isinstance(source, (str, bytes, os.PathLike)):
+        path = os.fsdecode(source)
+        return path.startswith(("s3://", "http://", "https://"))
+    return False
+
+
+def disk_cache(given, cache, source):
+    """For cache="disk": turns the process's node-local disk cache on for remote reads, takes
+    the tier out of `given` (the loader itself keeps no copy) and returns the cache_info to
+    report; None for any other tier."""
+    tier = cache.tier if isinstance(cache, Cache) else cache
+    if tier != "disk":
+        return None
+    if not _is_remote(source):
+        raise _gpufeed.InvalidArgument(
+            'cache="disk" keeps remote data (s3://, http(s)://) on this node; a local file is '
+            "already on disk: use cache=\"ram\" or \"shm\" to keep it in memory")
+    directory = os.fspath(cache.disk_dir) if isinstance(cache, Cache) and cache.disk_dir else ""
+    budget = cache.disk_budget if isinstance(cache, Cache) and cache.disk_budget else 0
+    _gpufeed.use_remote_disk_cache(directory, integer(budget, "disk_budget"))
+    given.pop("cache", None)
+    return {"tier": "disk", "dir": directory or "~/.cache/gpufeed/remote",
+            "reason": "asked for: remote bytes kept on this node's disk"}

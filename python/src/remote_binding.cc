@@ -10,6 +10,7 @@
 #include "bindings.h"
 #include "gpufeed/error.h"
 #include "gpufeed/remote.h"
+#include "remote/disk_cache.h"
 
 namespace gpufeed::python {
 namespace {
@@ -63,8 +64,12 @@ void BindRemote(py::module_& m) {
   m.def(
       "set_remote_options",
       [](const py::kwargs& kw) { SetDefaultRemoteOptions(OptionsFromKwargs(kw)); },
-      "Replaces the options of the process's remote file system (files opened later use "
-      "them); keys are RemoteOptions' fields.");
+      "Sets how the process reads s3:// and http(s):// data (files opened later use it): "
+      "max_requests (in flight per host; default $GPUFEED_MAX_REQUESTS, else 32), "
+      "connect_timeout_s (10), read_timeout_s (30: a transfer idle this long is retried), "
+      "max_attempts (8 per request), retry_budget_s (60 per request), anonymous (False: "
+      "unsigned requests for public buckets), endpoint, region, profile (default: as boto3 "
+      "finds them: AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_PROFILE, ~/.aws/config).");
   m.def(
       "remote_stats",
       [] {
@@ -91,12 +96,21 @@ void BindRemote(py::module_& m) {
       [](const std::string& prefix) {
         py::gil_scoped_release release;
         std::shared_ptr<RemoteFileSystem> fs = DefaultRemoteFileSystem();
+        if (!prefix.ends_with('/') && fs->Type(prefix) == PathType::kFile) {
+          fs->Open(prefix);  // one object: its size and ETag, kept in the manifest
+          std::vector<ObjectTuple> one;
+          for (const ObjectTuple& t : ToTuples(fs->Manifest(), prefix)) {
+            if (std::get<0>(t) == prefix) one.push_back(t);
+          }
+          return one;
+        }
         fs->List(prefix);  // one recursive listing, kept as the manifest
         const std::string folder = prefix.ends_with('/') ? prefix : prefix + "/";
         return ToTuples(fs->Manifest(), folder);
       },
       py::arg("uri_prefix"),
-      "Lists every object under a prefix through the process's remote file system (which "
+      "Lists every object under a prefix (or the one object a URI names) through the process's "
+      "remote file system (which "
       "keeps the listing), as (uri, size, etag).");
   m.def(
       "add_remote_manifest",
@@ -109,6 +123,18 @@ void BindRemote(py::module_& m) {
       py::arg("prefix"), py::arg("objects"),
       "Adds objects listed elsewhere (rank 0's listing): opens under `prefix` send no HEAD "
       "and listings no request.");
+  m.def(
+      "use_remote_disk_cache",
+      [](const std::string& dir, uint64_t budget_bytes) {
+        DiskCacheOptions options;
+        options.dir = dir;
+        options.budget_bytes = budget_bytes;
+        UseRemoteDiskCache(options);
+      },
+      py::arg("dir") = std::string(), py::arg("budget_bytes") = 0,
+      "From now on, every s3:// and http(s):// source the process opens reads through the "
+      "node-local disk cache in `dir` (default ~/.cache/gpufeed/remote) within budget_bytes "
+      "(0: half the free space there).");
 }
 
 }  // namespace gpufeed::python

@@ -66,6 +66,7 @@ class StreamingImageSource final : public ImageSetSource {
     auto* worker = state != nullptr ? static_cast<ImageWorker*>(state) : &local;
     const size_t image_bytes = schema_.fields[0].SampleBytes();
     if (!set_->uint8_output()) worker->chw.resize(ImageSetSource::ChwBytes());
+    worker->Prefetch(*set_, indices);
     for (size_t row = 0; row < indices.size(); ++row) {
       const int64_t index = indices[row];
       std::byte* target = out.fields[0] + row * image_bytes;
@@ -80,6 +81,7 @@ class StreamingImageSource final : public ImageSetSource {
       const int64_t label = set_->list().labels[static_cast<size_t>(produced)];
       std::memcpy(out.fields[1] + row * sizeof(int64_t), &label, sizeof(label));
     }
+    worker->fetched.clear();
   }
 
  private:
@@ -271,14 +273,24 @@ std::string ImageSet::FilesIdentity() const {
   return id;
 }
 
+namespace {
+
+// No image format packs more than a few bytes per pixel: a bigger file is refused before it
+// is read whole (max_pixels guards the decoded size the same way).
+uint64_t MaxImageFileBytes(const ImageOptions& options) {
+  return AddOrThrow(MulOrThrow(options.max_pixels, 8, "max_pixels"), 64 << 20, "max_pixels");
+}
+
+}  // namespace
+
 void ImageWorker::ReadFile(const ImageSet& set, const std::string& path) {
+  if (const auto it = fetched.find(path); it != fetched.end()) {
+    bytes = it->second;  // a copy: a padded batch may hold the sample twice
+    return;
+  }
   const auto file = set.file_system().Open(path);
   const uint64_t size = file->Size();
-  // No image format packs more than a few bytes per pixel: a bigger file is refused before it
-  // is read whole (max_pixels guards the decoded size the same way).
-  const uint64_t limit =
-      AddOrThrow(MulOrThrow(set.options().max_pixels, 8, "max_pixels"), 64 << 20, "max_pixels");
-  if (size > limit) {
+  if (size > MaxImageFileBytes(set.options())) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{}: {} bytes, more than an image of max_pixels = {} can take; "
                             "raise max_pixels to read it",
@@ -286,6 +298,33 @@ void ImageWorker::ReadFile(const ImageSet& set, const std::string& path) {
   }
   bytes.resize(size);
   ReadFully(*file, 0, bytes.data(), bytes.size(), path);
+}
+
+void ImageWorker::Prefetch(const ImageSet& set, std::span<const int64_t> indices) {
+  fetched.clear();
+  if (indices.size() < 2) return;
+  const uint64_t limit = MaxImageFileBytes(set.options());
+  try {
+    std::vector<std::unique_ptr<File>> files;
+    std::vector<FileRead> reads;
+    for (const int64_t index : indices) {
+      const std::string& path = set.list().paths[static_cast<size_t>(index)];
+      if (fetched.contains(path)) continue;
+      auto file = set.file_system().Open(path);
+      if (file->BatchKey() == nullptr) {  // local files: read one by one, as they decode
+        fetched.clear();
+        return;
+      }
+      if (file->Size() > limit) continue;            // ReadFile refuses it, naming it
+      std::vector<uint8_t>& buffer = fetched[path];  // stays put as the map grows
+      buffer.resize(file->Size());
+      reads.push_back({file.get(), 0, buffer.data(), buffer.size()});
+      files.push_back(std::move(file));
+    }
+    ReadFiles(reads, "image");
+  } catch (const Error&) {
+    fetched.clear();
+  }
 }
 
 double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,

@@ -10,7 +10,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "gpufeed/images.h"
@@ -68,8 +70,16 @@ class ImageSet {
 
 class ImageWorker : public SourceWorkerState {
  public:
-  // Reads the whole file of `path` into bytes. Throws Error naming it.
+  // Reads the whole file of `path` into bytes (from `fetched` when Prefetch got it). Throws
+  // Error naming it.
   void ReadFile(const ImageSet& set, const std::string& path);
+  // Fetches the files of samples `indices` together where the file system reads several files
+  // at once (remote objects: every request of the batch in flight, so a worker is not bound
+  // by one request's latency per image); ReadFile then takes their bytes from `fetched`. Local
+  // files are left to ReadFile, and so is everything after a failure, so that the error names
+  // its file and on_error applies to that sample alone.
+  void Prefetch(const ImageSet& set, std::span<const int64_t> indices);
+  std::unordered_map<std::string, std::vector<uint8_t>> fetched;
 
   ImageDecoder decoder;
   std::vector<uint8_t> bytes;

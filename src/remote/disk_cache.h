@@ -86,4 +86,9 @@ class DiskCacheFileSystem : public FileSystem {
 std::shared_ptr<const FileSystem> RemoteDiskCache(std::shared_ptr<const FileSystem> base,
                                                   DiskCacheOptions options = {});
 
+// From now on, DefaultFileSystem() reads every s3:// and http(s):// path of the process through
+// a node-local disk cache with `options` (the sources opened after this call; files already
+// open keep reading as they did). Throws as DiskCacheFileSystem's constructor.
+void UseRemoteDiskCache(const DiskCacheOptions& options);
+
 }  // namespace gpufeed
