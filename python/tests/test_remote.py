@@ -1,0 +1,195 @@
+"""Data in an S3-API store (s3rver behind the fault proxy): the same batches as the local
+copy for every kind of source, throttling and cut bodies survived, a changed object refused,
+clear errors, the node-local disk cache, and one listing per torchrun job."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import h5py
+import numpy as np
+import pytest
+
+import gpufeed
+from conftest import SCRIPTS, collect, make_arrays, script_env, write_numpy_dir
+
+
+@pytest.fixture
+def store(s3_server, monkeypatch):
+    """The server, with this process's remote reads pointed at its proxy."""
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    gpufeed.set_remote_options(endpoint=s3_server.endpoint, region=s3_server.region,
+                               retry_budget_s=20)
+    return s3_server
+
+
+def _bucket(store, name):
+    store.create_bucket(name)
+    return name
+
+
+def _local_and_remote(tmp_path, store, bucket):
+    """The same files in tmp_path/data and under s3://bucket/data/."""
+    data = tmp_path / "data"
+    write_numpy_dir(data / "numpy", make_arrays(samples=300, seed=4))
+    rng = np.random.default_rng(5)
+    mel = rng.standard_normal((300, 1, 8, 5)).astype("f4")
+    label = np.arange(300, dtype="i8")
+    with h5py.File(data / "plain.h5", "w") as f:
+        f.create_dataset("mel", data=mel, chunks=(32, 1, 8, 5))
+        f.create_dataset("label", data=label)
+    with h5py.File(data / "gzip.h5", "w") as f:
+        f.create_dataset("mel", data=mel, chunks=(32, 1, 8, 5), compression="gzip", shuffle=True)
+        f.create_dataset("label", data=label, chunks=(32,), compression="gzip")
+    from PIL import Image
+    for i in range(24):
+        folder = data / "images" / f"class{i % 3}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 255, (40 + i, 50, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"{i}.jpg", quality=90)
+    store.upload_tree(str(data), bucket, "data")
+    return str(data), f"s3://{bucket}/data"
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for (ia, fa), (ib, fb) in zip(a, b):
+        np.testing.assert_array_equal(ia, ib)
+        assert fa.keys() == fb.keys()
+        for k in fa:
+            np.testing.assert_array_equal(fa[k], fb[k])
+
+
+def _epoch(source, **kw):
+    return collect(gpufeed.Loader(source, batch_size=32, device="cpu", seed=3, workers=2, **kw))
+
+
+def test_every_kind_of_source_reads_from_the_store_as_from_disk(tmp_path, store):
+    local, remote = _local_and_remote(tmp_path, store, _bucket(store, "kinds"))
+    _same(_epoch(f"{remote}/numpy/"), _epoch(f"{local}/numpy"))
+    for name in ("plain.h5", "gzip.h5"):
+        _same(_epoch(f"{remote}/{name}", fields=["mel", "label"]),
+              _epoch(f"{local}/{name}", fields=["mel", "label"]))
+    _same(_epoch(gpufeed.images(f"{remote}/images/", size=32, crop="center")),
+          _epoch(gpufeed.images(f"{local}/images", size=32, crop="center")))
+    stats = gpufeed.remote_stats()
+    assert stats["requests"] > 0 and stats["bytes"] > 0
+    assert stats["max_in_flight"] > 1  # a batch's reads go out together
+
+
+def test_a_storm_of_503s_and_cut_bodies_are_survived_and_counted(tmp_path, store):
+    local, remote = _local_and_remote(tmp_path, store, _bucket(store, "storm"))
+    expected = _epoch(f"{local}/gzip.h5", fields=["mel", "label"])
+    gpufeed.set_remote_options(endpoint=store.endpoint, region=store.region, max_attempts=20,
+                               retry_budget_s=30)
+    before = gpufeed.remote_stats()
+    store.set_rules(fail_status=503, fail_count=8, retry_after="0", fail_methods=["GET"])
+    _same(_epoch(f"{remote}/gzip.h5", fields=["mel", "label"]), expected)
+    after = gpufeed.remote_stats()
+    assert after["throttled"] - before["throttled"] >= 8
+    assert after["retries"] - before["retries"] >= 8
+    store.reset_proxy()
+    store.set_rules(reset_after_bytes=700, reset_count=4)
+    _same(_epoch(f"{remote}/plain.h5", fields=["mel", "label"]),
+          _epoch(f"{local}/plain.h5", fields=["mel", "label"]))
+
+
+def test_an_object_changed_during_the_job_is_refused_naming_it(tmp_path, store):
+    bucket = _bucket(store, "changes")
+    rows = np.arange(400_000, dtype="i8")  # 3.2 MB: later reads are not in any page held
+    path = tmp_path / "x.npy"
+    np.save(path, rows)
+    store.put(bucket, "set/x.npy", path.read_bytes())
+    loader = gpufeed.Loader(f"s3://{bucket}/set/", batch_size=4096, shuffle=False,
+                            device="cpu", workers=1, prefetch=1)
+    it = iter(loader)
+    next(it)
+    np.save(path, rows + 1)
+    store.put(bucket, "set/x.npy", path.read_bytes())
+    with pytest.raises(gpufeed.CorruptData, match=rf"s3://{bucket}/set/x.npy.*changed"):
+        for _ in it:
+            pass
+
+
+def test_missing_and_forbidden_data_give_clear_errors(store, monkeypatch):
+    bucket = _bucket(store, "errors")
+    store.put(bucket, "there.npy", b"x")
+    with pytest.raises(gpufeed.NotFound, match="nobucket"):
+        gpufeed.open("s3://nobucket/x.npy")
+    with pytest.raises(gpufeed.NotFound, match="absent.h5"):
+        gpufeed.open(f"s3://{bucket}/absent.h5")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "WRONG")
+    gpufeed.set_remote_options(endpoint=store.endpoint, region=store.region)
+    with pytest.raises(gpufeed.PermissionDenied, match="environment"):
+        gpufeed.open(f"s3://{bucket}/other.npy")
+
+
+def test_the_disk_cache_serves_the_second_epoch_without_a_request(tmp_path, store):
+    local, remote = _local_and_remote(tmp_path, store, _bucket(store, "disk"))
+    code = textwrap.dedent(f"""
+        import json, os, sys, urllib.request
+        import gpufeed
+        def requests():
+            with urllib.request.urlopen({store.endpoint!r} + "/__proxy/counts") as r:
+                return json.load(r)["requests"]
+        loader = gpufeed.Loader({remote + '/plain.h5'!r}, fields=["mel", "label"],
+                                batch_size=32, device="cpu", seed=3,
+                                cache=gpufeed.Cache("disk", disk_dir={str(tmp_path / 'cache')!r}))
+        first = [b["label"].numpy().tolist() for b in loader]
+        before = requests()
+        second = [b["label"].numpy().tolist() for b in loader]
+        print(json.dumps({{"info": loader.cache_info, "requests": requests() - before,
+                          "first": sum(len(b) for b in first),
+                          "second": sum(len(b) for b in second)}}))
+    """)
+    env = script_env()
+    env.update(store.env())
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    import json
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["info"]["tier"] == "disk"
+    assert out["first"] == out["second"] == 300
+    assert out["requests"] == 0
+    assert any(os.scandir(tmp_path / "cache"))
+    with pytest.raises(gpufeed.InvalidArgument, match="already on disk"):
+        gpufeed.Loader(f"{local}/plain.h5", batch_size=8, cache="disk")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torchrun_lists_once_and_both_ranks_cover_the_set(tmp_path, store):
+    bucket = _bucket(store, "ranks")
+    write_numpy_dir(tmp_path / "numpy", make_arrays(samples=150, seed=2))
+    store.upload_tree(str(tmp_path / "numpy"), bucket, "train")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = script_env()
+    env.update(store.env())
+    env["OMP_NUM_THREADS"] = "1"
+    store.reset_proxy()
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+         "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+         "--redirects", "0:1,1:1", "--tee", "0:1,1:1", "--log_dir", str(tmp_path / "logs"),
+         os.path.join(SCRIPTS, "torchrun_remote.py"), f"s3://{bucket}/train/", str(out)],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert store.counts()["listings"] == 1
+    seen = []
+    counts = []
+    for r in range(2):
+        with open(out / f"rank{r}.txt") as f:
+            batches = [list(map(int, line.split())) for line in f if line.strip()]
+        counts.append(len(batches))
+        seen += [i for b in batches for i in b]
+    assert counts[0] == counts[1]
+    assert sorted(seen) == list(range(150))
