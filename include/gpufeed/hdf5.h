@@ -30,7 +30,8 @@ namespace gpufeed {
 inline constexpr size_t kAutoChunkCache = ~size_t{0};
 
 struct Hdf5Options {
-  // Default: null = the POSIX file system. Every byte read after open goes through it.
+  // Default: null = DefaultFileSystem() (local paths, s3:// and http(s):// URIs). Every byte
+  // gpufeed and libhdf5 read goes through it.
   std::shared_ptr<const FileSystem> file_system;
   // Decoded chunks kept between batches, in bytes: one cache shared by all the workers of the
   // source (a chunk one worker decoded serves the others); 0 keeps none. A chunk larger than

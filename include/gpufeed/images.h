@@ -100,7 +100,8 @@ struct ImageOptions {
   uint64_t ram_budget_bytes = 0;       // Default: 0 = 50% of available RAM
   int cache_threads = 0;               // Default: 0 = hardware threads (shm build, preload)
   bool verbose = true;                 // Default: true: the cache says its choice on stderr
-  // Default: null = the POSIX file system (every image file is read through it).
+  // Default: null = DefaultFileSystem() (local paths, s3:// and http(s):// URIs): folders are
+  // listed and every image file read through it.
   std::shared_ptr<const FileSystem> file_system = nullptr;
 };
 

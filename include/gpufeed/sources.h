@@ -17,7 +17,7 @@ struct NumpyOptions {
   // (Members without a default get `= {}` so designated initializers that skip them do not
   // trip g++'s -Wmissing-field-initializers.)
   std::vector<std::string> fields = {};
-  // Default: null = the POSIX file system.
+  // Default: null = DefaultFileSystem() (local paths, s3:// and http(s):// URIs).
   std::shared_ptr<const FileSystem> file_system = nullptr;
   // Read through mmap where the file system allows it; pread otherwise. Default: true.
   bool use_mmap = true;
@@ -27,7 +27,7 @@ struct NumpyOptions {
 // axis 0. dtypes: bool, int8..int64, uint8..uint64, float16/32/64. The header is parsed
 // strictly. Throws Error naming the file for a missing folder or field, a truncated file, an
 // unsupported dtype or order, or fields with different sample counts. The folder is listed
-// with std::filesystem; every byte is read through `options.file_system`. A mapped file that
+// and every byte read through `options.file_system`. A mapped file that
 // shrinks while open is an Error(kIo) naming it ("changed size while being read") on the
 // reading thread (use_mmap = false reads with pread and reports Error(kCorruptData) naming the
 // sample instead).

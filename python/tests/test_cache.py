@@ -58,9 +58,9 @@ def test_no_cache_by_default(numpy_dir):
 
 def test_a_bad_tier_name_is_a_value_error_naming_the_choices(numpy_dir):
     with pytest.raises(ValueError) as error:
-        gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="disk")
+        gpufeed.Loader(numpy_dir, batch_size=16, device="cpu", cache="tape")
     message = str(error.value)
-    for choice in ("none", "auto", "ram", "shm", "device", "'disk'"):
+    for choice in ("none", "auto", "ram", "shm", "device", "'tape'"):
         assert choice in message
 
 

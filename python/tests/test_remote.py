@@ -121,6 +121,10 @@ def test_missing_and_forbidden_data_give_clear_errors(store, monkeypatch):
         gpufeed.open("s3://nobucket/x.npy")
     with pytest.raises(gpufeed.NotFound, match="absent.h5"):
         gpufeed.open(f"s3://{bucket}/absent.h5")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "WRONG")
+    gpufeed.set_remote_options(endpoint=store.endpoint, region=store.region)
+    with pytest.raises(gpufeed.PermissionDenied, match="SignatureDoesNotMatch"):
+        gpufeed.open(f"s3://{bucket}/there.npy")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "WRONG")
     gpufeed.set_remote_options(endpoint=store.endpoint, region=store.region)
     with pytest.raises(gpufeed.PermissionDenied, match="environment"):

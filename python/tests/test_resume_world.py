@@ -10,8 +10,7 @@ import gpufeed
 
 SAMPLES = 203  # a prime: no multiple of the batch size or any world size
 BATCH = 4
-MODES = [dict(shuffle=False), dict(shuffle=True), dict(shuffle=True, shuffle_block=5,
-                                                        shuffle_window=2)]
+MODES = [dict(shuffle=False), dict(shuffle=True), dict(shuffle=gpufeed.BlockShuffle(5, 2))]
 
 
 def _loader(rank, world, **mode):

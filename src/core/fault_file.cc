@@ -40,6 +40,7 @@ class FaultInjectingFile final : public File {
   const std::string& path() const override { return base_->path(); }
   uint64_t Size() const override { return base_->Size(); }
   int64_t ModificationTimeNs() const override { return base_->ModificationTimeNs(); }
+  std::string VersionStamp() const override { return base_->VersionStamp(); }
   // Never mapped: a mapping would let reads bypass the injected faults.
   const std::byte* Map() const override { return nullptr; }
 
