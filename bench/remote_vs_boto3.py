@@ -89,9 +89,11 @@ def build_images(folder, count):
 
 
 def sample_ranges(path):
-    """(mel offset, label offset) of every sample in the file, from its chunk layout."""
+    """([(offsets of each sample's row, row bytes)] for mel and label, [(offset, size)] of
+    every chunk), from the file's chunk layout."""
     with h5py.File(path, "r") as f:
         out = []
+        chunks = []
         for name in ("mel", "label"):
             ds = f[name]
             row = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
@@ -99,9 +101,10 @@ def sample_ranges(path):
             for k in range(len(starts)):
                 info = ds.id.get_chunk_info(k)
                 starts[info.chunk_offset[0] // CHUNK] = info.byte_offset
+                chunks.append((int(info.byte_offset), int(info.size)))
             rows = np.arange(ds.shape[0])
             out.append((starts[rows // CHUNK] + (rows % CHUNK) * row, row))
-    return out
+    return out, chunks
 
 
 class Boto3Rows(Dataset):
@@ -168,10 +171,9 @@ def curl_ceiling(server, key, ranges, parallel, limit):
     ranges = ranges[:limit]
     url = f"{server.endpoint}/{BUCKET}/{key}"
     with tempfile.NamedTemporaryFile("w", suffix=".curl", delete=False) as cfg:
-        for offset, size in ranges:
-            cfg.write(f'url = "{url}"\nrange = "{offset}-{offset + size - 1}"\n'
-                      f'output = "/dev/null"\nnext\n')
-    cmd = ["curl", "-s", "--fail", "--parallel", "--parallel-max", str(parallel),
+        cfg.write("next\n".join(f'url = "{url}"\nrange = "{offset}-{offset + size - 1}"\n'
+                                 'output = "/dev/null"\n' for offset, size in ranges))
+    cmd = ["curl", "-sS", "--fail", "--parallel", "--parallel-max", str(parallel),
            "--aws-sigv4", f"aws:amz:{server.region}:s3",
            "--user", f"{server.access_key}:{server.secret_key}",
            "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-K", cfg.name]
@@ -198,7 +200,7 @@ def main():
     imgs = os.path.join(args.data, f"remote-images-{args.images}")
     build_hdf5(h5, args.samples)
     build_images(imgs, args.images)
-    ranges = sample_ranges(h5)
+    ranges, chunks = sample_ranges(h5)
     results = {}
     with S3Server() as server:
         server.create_bucket(BUCKET)
@@ -251,6 +253,34 @@ def main():
         results["hdf5_gpufeed_vs_ceiling"] = rate / ceiling
         print(f"hdf5  gpufeed / boto3 DataLoader: {rate / rate_b:.1f}x")
         print(f"hdf5  gpufeed / ceiling: {rate / ceiling:.2f}")
+
+        # (a') block shuffle: whole chunks, one ranged GET per run of adjacent chunks.
+        before = proxy_requests(server)
+        loader = gpufeed.Loader(f"s3://{BUCKET}/seed.h5", fields=["mel", "label"],
+                                batch_size=BATCH, workers=2, seed=0, device="cpu",
+                                shuffle=gpufeed.BlockShuffle())
+        start = time.perf_counter()
+        it = iter(loader)
+        next(it)
+        first_blk = time.perf_counter() - start
+        t0 = time.perf_counter()
+        count_blk = sum(len(b["label"]) for b in it)
+        rate_blk = count_blk / (time.perf_counter() - t0)
+        requests_blk = proxy_requests(server) - before
+        loader.close()
+        ceiling_blk = args.samples / (len(chunks) / curl_ceiling(
+            server, "seed.h5", chunks, in_flight, len(chunks)))
+        results.update(hdf5_block_gpufeed_samples_per_s=rate_blk,
+                       hdf5_block_gpufeed_requests_per_epoch=requests_blk,
+                       hdf5_block_ceiling_samples_per_s=ceiling_blk,
+                       hdf5_block_gpufeed_vs_boto3=rate_blk / rate_b,
+                       hdf5_block_gpufeed_vs_ceiling=rate_blk / ceiling_blk)
+        print(f"hdf5  gpufeed, block shuffle (2 workers): {rate_blk:12,.0f} samples/s   first "
+              f"batch {first_blk:.2f} s   {requests_blk:,} requests/epoch")
+        print(f"hdf5  ceiling, whole chunks (curl, {in_flight} parallel): "
+              f"{ceiling_blk:12,.0f} samples/s")
+        print(f"hdf5  block shuffle: gpufeed / boto3 DataLoader: {rate_blk / rate_b:.1f}x")
+        print(f"hdf5  block shuffle: gpufeed / ceiling: {rate_blk / ceiling_blk:.2f}")
 
         # (d) images.
         keys = []
@@ -319,9 +349,9 @@ def main():
 def image_ceiling(server, objects, parallel):
     """Whole-object GETs of every image by curl's parallel transfers: objects/s."""
     with tempfile.NamedTemporaryFile("w", suffix=".curl", delete=False) as cfg:
-        for key, _ in objects:
-            cfg.write(f'url = "{server.endpoint}/{BUCKET}/{key}"\noutput = "/dev/null"\nnext\n')
-    cmd = ["curl", "-s", "--fail", "--parallel", "--parallel-max", str(parallel),
+        cfg.write("next\n".join(f'url = "{server.endpoint}/{BUCKET}/{key}"\n'
+                                 'output = "/dev/null"\n' for key, _ in objects))
+    cmd = ["curl", "-sS", "--fail", "--parallel", "--parallel-max", str(parallel),
            "--aws-sigv4", f"aws:amz:{server.region}:s3",
            "--user", f"{server.access_key}:{server.secret_key}",
            "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-K", cfg.name]

@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <random>
 #include <thread>
 
+#include "core/fd_io.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -21,6 +23,10 @@ constexpr char kLockName[] = "lock";
 // Blocks fetched into memory at once, at most: bounds the memory of one read.
 constexpr uint64_t kMaxBatchBlocks = 32;
 constexpr uint64_t kMaxBatchBytes = uint64_t{256} << 20;
+// Descriptors of blocks on disk the process keeps open for reads without the lock file: at
+// most this many in all, so that open files stay far below the descriptor limit.
+constexpr int kMaxHeldBlocks = 256;
+std::atomic<int> held_blocks{0};
 
 // A descriptor closed when it goes out of scope (closing drops its OFD locks).
 class ScopedFd {
@@ -36,30 +42,6 @@ class ScopedFd {
  private:
   int fd_;
 };
-
-bool PreadAll(int fd, char* dst, size_t n, uint64_t offset) {
-  while (n > 0) {
-    const ssize_t got = pread(fd, dst, n, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    dst += got;
-    n -= static_cast<size_t>(got);
-    offset += static_cast<uint64_t>(got);
-  }
-  return true;
-}
-
-bool PwriteAll(int fd, const char* src, size_t n, uint64_t offset) {
-  while (n > 0) {
-    const ssize_t put = pwrite(fd, src, n, static_cast<off_t>(offset));
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    src += put;
-    n -= static_cast<size_t>(put);
-    offset += static_cast<uint64_t>(put);
-  }
-  return true;
-}
 
 // Marks a block as used now, so eviction takes older ones first. At most once a second per
 // block: the touch is a metadata write, and LRU needs no finer order than that.
@@ -88,7 +70,40 @@ DiskCachedFile::DiskCachedFile(std::unique_ptr<File> base,
       block_bytes_(block_bytes),
       size_(base_->Size()) {}
 
-DiskCachedFile::~DiskCachedFile() { close(object_fd_); }
+DiskCachedFile::~DiskCachedFile() {
+  for (const auto& [index, fd] : held_) close(fd);
+  held_blocks.fetch_sub(static_cast<int>(held_.size()));
+  close(object_fd_);
+}
+
+void DiskCachedFile::Hold(uint64_t index, int fd) const {
+  std::unique_lock lock(held_mu_);
+  if (held_.contains(index) || held_blocks.fetch_add(1) >= kMaxHeldBlocks) {
+    if (!held_.contains(index)) held_blocks.fetch_sub(1);
+    return;
+  }
+  const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) {
+    held_blocks.fetch_sub(1);
+    return;
+  }
+  held_.emplace(index, copy);
+}
+
+bool DiskCachedFile::ServeHeld(PiecesByBlock& pieces) const {
+  std::shared_lock lock(held_mu_);
+  for (auto it = pieces.begin(); it != pieces.end();) {
+    const auto held = held_.find(it->first);
+    bool served = held != held_.end();
+    if (served) {
+      for (const Piece& p : it->second) {
+        served = served && PreadAll(held->second, p.dst, p.n, p.offset_in_block);
+      }
+    }
+    it = served ? pieces.erase(it) : std::next(it);
+  }
+  return pieces.empty();
+}
 
 uint64_t DiskCachedFile::BlockLength(uint64_t index) const {
   return std::min(block_bytes_, size_ - index * block_bytes_);
@@ -123,6 +138,7 @@ bool DiskCachedFile::ServeFromDisk(uint64_t index, const std::vector<Piece>& pie
   }
   Touch(fd.get(), st);
   store_->counters().hits.fetch_add(1);
+  Hold(index, fd.get());
   return true;
 }
 
@@ -145,7 +161,7 @@ void DiskCachedFile::ReadMany(std::span<const ReadRange> ranges, const std::stri
       pos += n;
     }
   }
-  if (pieces.empty()) return;
+  if (pieces.empty() || ServeHeld(pieces)) return;
   const std::string lock_path = object_path_ + "/" + kLockName;
   const ScopedFd lock(OpenOwnedFileAt(object_fd_, kLockName, O_RDWR | O_CREAT, lock_path));
   const int fd = lock.get();

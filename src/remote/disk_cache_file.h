@@ -1,11 +1,13 @@
 // One file of a DiskCacheFileSystem: the base file's reads served from blocks on disk.
-// Thread-safety: thread-safe; every read takes its own descriptor of the object's lock file,
-// so concurrent reads of one file lock blocks against each other as processes do.
+// Thread-safety: thread-safe; every read that misses the held blocks takes its own
+// descriptor of the object's lock file, so concurrent reads of one file lock blocks against
+// each other as processes do.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +52,12 @@ class DiskCachedFile : public File {
              const std::string& what) const;
   void FetchBatch(int lock_fd, std::span<const uint64_t> blocks, const PiecesByBlock& pieces,
                   const std::string& what) const;
+  // Keeps a descriptor of block `index` (whole on disk, read just now), so later reads of it
+  // skip the lock file: a block is never rewritten, and one evicted while held still reads
+  // its bytes (its disk space comes back when this file closes).
+  void Hold(uint64_t index, int fd) const;
+  // Serves the pieces of held blocks and removes them from `pieces`; true when none is left.
+  bool ServeHeld(PiecesByBlock& pieces) const;
   // Writes the fetched bytes to the reserved temporaries and renames them into place.
   void Publish(std::span<BlockTemp> temps, const std::vector<char*>& data) const;
 
@@ -59,6 +67,8 @@ class DiskCachedFile : public File {
   const std::string object_path_;
   const uint64_t block_bytes_;
   const uint64_t size_;
+  mutable std::shared_mutex held_mu_;
+  mutable std::map<uint64_t, int> held_;  // block index -> descriptor, at most kMaxHeldBlocks
 };
 
 }  // namespace gpufeed

@@ -6,7 +6,8 @@
 
 namespace gpufeed::remote {
 
-std::vector<CoalescedRead> CoalesceRanges(std::span<const ReadRange> ranges) {
+std::vector<CoalescedRead> CoalesceRanges(std::span<const ReadRange> ranges, uint64_t max_gap,
+                                          uint64_t max_length) {
   std::vector<size_t> order;
   for (size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].n > 0) order.push_back(i);
@@ -17,7 +18,10 @@ std::vector<CoalescedRead> CoalesceRanges(std::span<const ReadRange> ranges) {
   for (size_t i : order) {
     const uint64_t begin = ranges[i].offset;
     const uint64_t end = begin + ranges[i].n;
-    if (!out.empty() && begin <= out.back().offset + out.back().length) {
+    // begin - read end, without overflow: begin >= the read's offset (sorted).
+    if (!out.empty() && begin - out.back().offset <= out.back().length + max_gap &&
+        std::max(out.back().offset + out.back().length, end) - out.back().offset <=
+            std::max(max_length, out.back().length)) {
       CoalescedRead& last = out.back();
       last.length = std::max(last.offset + last.length, end) - last.offset;
       last.members.push_back(i);

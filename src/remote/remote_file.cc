@@ -12,6 +12,16 @@
 #include "remote/read_plan.h"
 
 namespace gpufeed::remote {
+namespace {
+
+// ReadMany reads across a gap of up to this many bytes rather than sending another request:
+// a round trip to a store costs tens of milliseconds, in which it sends megabytes. (A batch's
+// rows drawn from a few chunks, as block shuffle draws them, become one GET per chunk.)
+constexpr uint64_t kMaxGap = 256 * 1024;
+// A merged read stays within this much, so its staging buffer does.
+constexpr uint64_t kMaxMergedRead = 16 << 20;
+
+}  // namespace
 
 bool PageCache::Copy(uint64_t index, uint64_t offset, void* dst, size_t n) {
   std::lock_guard lock(mu_);
@@ -160,7 +170,7 @@ void RemoteFile::ReadMany(std::span<const ReadRange> ranges, const std::string& 
                               uri_.uri, what, info_.size, r.n, r.offset));
     }
   }
-  const std::vector<CoalescedRead> reads = CoalesceRanges(ranges);
+  const std::vector<CoalescedRead> reads = CoalesceRanges(ranges, kMaxGap, kMaxMergedRead);
   std::vector<Piece> pieces;
   std::vector<std::vector<char>> staging(reads.size());
   for (size_t i = 0; i < reads.size(); ++i) {

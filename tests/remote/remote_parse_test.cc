@@ -363,6 +363,26 @@ TEST(Coalesce, MergesAdjacentAndOverlappingRangesOnly) {
   EXPECT_TRUE(CoalesceRanges({}).empty());
 }
 
+TEST(Coalesce, ReadsAcrossSmallGapsWithinALengthBound) {
+  char buf[100];
+  const std::vector<ReadRange> ranges = {
+      {0, buf, 10},   // [0,10)
+      {30, buf, 10},  // a gap of 20: merged with max_gap 20
+      {61, buf, 10},  // a gap of 21: a read of its own
+      {75, buf, 10},  // merged into [61,71): [61,85)
+      {90, buf, 30},  // would make [61,120): over max_length 50, its own read
+  };
+  const std::vector<CoalescedRead> reads = CoalesceRanges(ranges, 20, 50);
+  ASSERT_EQ(reads.size(), 3u);
+  EXPECT_EQ(reads[0].offset, 0u);
+  EXPECT_EQ(reads[0].length, 40u);
+  EXPECT_EQ(reads[0].members, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(reads[1].offset, 61u);
+  EXPECT_EQ(reads[1].length, 24u);
+  EXPECT_EQ(reads[2].offset, 90u);
+  EXPECT_EQ(reads[2].length, 30u);
+}
+
 TEST(RemoteOptionsCheck, RefusesNonsense) {
   EXPECT_EQ(CodeOf([] { RemoteFileSystem::Create({.max_requests = -1}); }),
             ErrorCode::kInvalidArgument);
