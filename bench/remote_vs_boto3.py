@@ -166,23 +166,65 @@ def proxy_requests(server):
     return server.counts()["requests"]
 
 
-def curl_ceiling(server, key, ranges, parallel, limit):
-    """Plain parallel ranged GETs of `ranges` [(offset, size)] by curl: ranges/s."""
-    ranges = ranges[:limit]
-    url = f"{server.endpoint}/{BUCKET}/{key}"
+def replay(server, requests, parallel):
+    """Seconds curl's own parallel transfers take to send `requests` [(path, Range or None)]
+    again, `parallel` at a time, signed the same way."""
+    entries = []
+    for path, rng in requests:
+        entry = f'url = "{server.endpoint}{path}"\noutput = "/dev/null"\n'
+        if rng:
+            entry += f'range = "{rng.split("=", 1)[1]}"\n'
+        entries.append(entry)
     with tempfile.NamedTemporaryFile("w", suffix=".curl", delete=False) as cfg:
-        cfg.write("next\n".join(f'url = "{url}"\nrange = "{offset}-{offset + size - 1}"\n'
-                                 'output = "/dev/null"\n' for offset, size in ranges))
-    cmd = ["curl", "-sS", "--fail", "--parallel", "--parallel-max", str(parallel),
+        cfg.write("next\n".join(entries))
+    cmd = ["curl", "-sS", "--no-progress-meter", "--fail", "--parallel", "--parallel-max", str(parallel),
            "--aws-sigv4", f"aws:amz:{server.region}:s3",
            "--user", f"{server.access_key}:{server.secret_key}",
            "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-K", cfg.name]
     try:
         start = time.perf_counter()
-        subprocess.run(cmd, check=True, timeout=600)
-        return len(ranges) / (time.perf_counter() - start)
+        subprocess.run(cmd, check=True, timeout=900, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - start
     finally:
         os.unlink(cfg.name)
+
+
+def gpufeed_run(server, make_loader, seconds, latency_ms):
+    """(time to the first batch, steady samples/s, samples read, the GETs it sent, the most
+    requests it had in flight) of a loader made by make_loader(), the proxy recording."""
+    import gpufeed
+    server.reset_proxy()
+    server.set_rules(latency_ms=latency_ms, record=True)
+    loader = make_loader()
+    first, rate, count = timed(loader, seconds, lambda b: len(b["label"]))
+    loader.close()
+    sent = server.recorded()
+    server.set_rules(latency_ms=latency_ms)
+    return first, rate, count + loader_batch(loader), sent, gpufeed.remote_stats()["max_in_flight"]
+
+
+def loader_batch(loader):
+    return loader._batch_size
+
+
+def peer_run(server, dataset, batch, seconds):
+    """(steady samples/s, requests per sample) of a DataLoader with 2 workers."""
+    before = proxy_requests(server)
+    peer = DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=2)
+    _, rate, count = timed(peer, seconds, lambda b: len(b[1]))
+    return rate, (proxy_requests(server) - before) / (count + batch)
+
+
+def report(results, name, what, rate, first, requests_per_epoch, peer, ceiling):
+    results.update({f"{name}_gpufeed_samples_per_s": rate, f"{name}_first_batch_s": first,
+                    f"{name}_gpufeed_requests_per_epoch": requests_per_epoch,
+                    f"{name}_ceiling_samples_per_s": ceiling,
+                    f"{name}_gpufeed_vs_boto3": rate / peer,
+                    f"{name}_gpufeed_vs_ceiling": rate / ceiling})
+    print(f"{what}: gpufeed {rate:,.0f}/s (first batch {first:.2f} s, "
+          f"{requests_per_epoch:,.0f} requests per epoch); ceiling {ceiling:,.0f}/s")
+    print(f"{name} gpufeed / boto3 DataLoader: {rate / peer:.1f}x")
+    print(f"{name} gpufeed / ceiling: {rate / ceiling:.2f}")
 
 
 def main():
@@ -200,7 +242,13 @@ def main():
     imgs = os.path.join(args.data, f"remote-images-{args.images}")
     build_hdf5(h5, args.samples)
     build_images(imgs, args.images)
-    ranges, chunks = sample_ranges(h5)
+    ranges, _ = sample_ranges(h5)
+    keys = []
+    for cls in sorted(os.listdir(imgs)):
+        if os.path.isdir(os.path.join(imgs, cls)):
+            label = len({k[1] for k in keys})
+            keys += [(f"images/{cls}/{n}", label)
+                     for n in sorted(os.listdir(os.path.join(imgs, cls)))]
     results = {}
     with S3Server() as server:
         server.create_bucket(BUCKET)
@@ -209,158 +257,93 @@ def main():
         server.upload_tree(imgs, BUCKET, "images")
         os.environ.update(server.env())
         import gpufeed
-        server.set_rules(latency_ms=args.latency_ms)
-        print(f"store: s3rver behind the fault proxy, {args.latency_ms:g} ms added per request")
+        lat = args.latency_ms
+        server.set_rules(latency_ms=lat)
+        print(f"store: s3rver behind the fault proxy, {lat:g} ms added per request; "
+              f"{args.samples:,} HDF5 samples, {args.images:,} JPEGs; 2 workers each side")
 
-        # (a) gpufeed over the HDF5 set.
-        before = proxy_requests(server)
-        loader = gpufeed.Loader(f"s3://{BUCKET}/seed.h5", fields=["mel", "label"],
-                                batch_size=BATCH, workers=2, shuffle=True, seed=0,
-                                device="cpu")
-        first, rate, count = timed(loader, args.seconds, lambda b: len(b["label"]))
-        stats = gpufeed.remote_stats()
-        requests = proxy_requests(server) - before
-        loader.close()
-        in_flight = max(1, int(stats["max_in_flight"]))
-        results["hdf5_gpufeed_samples_per_s"] = rate
-        results["hdf5_gpufeed_first_batch_s"] = first
-        results["hdf5_gpufeed_requests_per_epoch"] = requests / (count + BATCH) * args.samples
-        print(f"hdf5  gpufeed (2 workers):        {rate:12,.0f} samples/s   first batch "
-              f"{first:.2f} s   {results['hdf5_gpufeed_requests_per_epoch']:,.0f} requests/epoch"
-              f"   up to {in_flight} in flight")
+        peer, per_sample = peer_run(server, Boto3Rows(server, "seed.h5", ranges), BATCH,
+                                    args.seconds)
+        results.update(hdf5_boto3_samples_per_s=peer,
+                       hdf5_boto3_requests_per_epoch=per_sample * args.samples)
+        print(f"hdf5 boto3 DataLoader: {peer:,.0f} samples/s, "
+              f"{per_sample * args.samples:,.0f} requests per epoch")
 
-        # (b) the boto3 DataLoader.
-        before = proxy_requests(server)
-        peer = DataLoader(Boto3Rows(server, "seed.h5", ranges), batch_size=BATCH, shuffle=True,
-                          num_workers=2, persistent_workers=False)
-        first, rate_b, count_b = timed(peer, args.seconds, lambda b: len(b[1]))
-        requests_b = proxy_requests(server) - before
-        results["hdf5_boto3_samples_per_s"] = rate_b
-        results["hdf5_boto3_requests_per_epoch"] = requests_b / (count_b + BATCH) * args.samples
-        print(f"hdf5  boto3 DataLoader (2):       {rate_b:12,.0f} samples/s   first batch "
-              f"{first:.2f} s   {results['hdf5_boto3_requests_per_epoch']:,.0f} requests/epoch")
+        for name, what, shuffle in (("hdf5", "hdf5, full shuffle", True),
+                                    ("hdf5_block", "hdf5, block shuffle",
+                                     gpufeed.BlockShuffle())):
+            first, rate, count, sent, in_flight = gpufeed_run(
+                server, lambda: gpufeed.Loader(
+                    f"s3://{BUCKET}/seed.h5", fields=["mel", "label"], batch_size=BATCH,
+                    workers=2, shuffle=shuffle, seed=0, device="cpu"),
+                args.seconds, lat)
+            ceiling = count / replay(server, sent, in_flight)
+            report(results, name, what, rate, first, len(sent) / count * args.samples, peer,
+                   ceiling)
 
-        # (c) the ceiling: the rows' ranges at gpufeed's concurrency.
-        order = np.random.default_rng(1).permutation(args.samples)
-        (mel_at, mel_bytes), (label_at, label_bytes) = ranges
-        pairs = []
-        for i in order[:max(2000, int(rate * 5))]:
-            pairs += [(int(mel_at[i]), mel_bytes), (int(label_at[i]), label_bytes)]
-        ceiling = curl_ceiling(server, "seed.h5", pairs, in_flight, len(pairs)) / 2
-        results["hdf5_ceiling_samples_per_s"] = ceiling
-        print(f"hdf5  ceiling (curl, {in_flight} parallel): {ceiling:12,.0f} samples/s")
-        results["hdf5_gpufeed_vs_boto3"] = rate / rate_b
-        results["hdf5_gpufeed_vs_ceiling"] = rate / ceiling
-        print(f"hdf5  gpufeed / boto3 DataLoader: {rate / rate_b:.1f}x")
-        print(f"hdf5  gpufeed / ceiling: {rate / ceiling:.2f}")
+        peer_i, _ = peer_run(server, Boto3Images(server, keys), 64, args.seconds)
+        results["images_boto3_samples_per_s"] = peer_i
+        print(f"images boto3 DataLoader + PIL: {peer_i:,.0f} images/s")
+        first, rate, count, sent, in_flight = gpufeed_run(
+            server, lambda: gpufeed.Loader(
+                gpufeed.images(f"s3://{BUCKET}/images/", size=224, crop="center"),
+                batch_size=64, workers=2, shuffle=True, seed=0, device="cpu"),
+            args.seconds, lat)
+        ceiling = count / replay(server, sent, in_flight)
+        report(results, "images", "images", rate, first, len(sent) / count * args.images,
+               peer_i, ceiling)
 
-        # (a') block shuffle: whole chunks, one ranged GET per run of adjacent chunks.
-        before = proxy_requests(server)
-        loader = gpufeed.Loader(f"s3://{BUCKET}/seed.h5", fields=["mel", "label"],
-                                batch_size=BATCH, workers=2, seed=0, device="cpu",
-                                shuffle=gpufeed.BlockShuffle())
-        start = time.perf_counter()
-        it = iter(loader)
-        next(it)
-        first_blk = time.perf_counter() - start
-        t0 = time.perf_counter()
-        count_blk = sum(len(b["label"]) for b in it)
-        rate_blk = count_blk / (time.perf_counter() - t0)
-        requests_blk = proxy_requests(server) - before
-        loader.close()
-        ceiling_blk = args.samples / (len(chunks) / curl_ceiling(
-            server, "seed.h5", chunks, in_flight, len(chunks)))
-        results.update(hdf5_block_gpufeed_samples_per_s=rate_blk,
-                       hdf5_block_gpufeed_requests_per_epoch=requests_blk,
-                       hdf5_block_ceiling_samples_per_s=ceiling_blk,
-                       hdf5_block_gpufeed_vs_boto3=rate_blk / rate_b,
-                       hdf5_block_gpufeed_vs_ceiling=rate_blk / ceiling_blk)
-        print(f"hdf5  gpufeed, block shuffle (2 workers): {rate_blk:12,.0f} samples/s   first "
-              f"batch {first_blk:.2f} s   {requests_blk:,} requests/epoch")
-        print(f"hdf5  ceiling, whole chunks (curl, {in_flight} parallel): "
-              f"{ceiling_blk:12,.0f} samples/s")
-        print(f"hdf5  block shuffle: gpufeed / boto3 DataLoader: {rate_blk / rate_b:.1f}x")
-        print(f"hdf5  block shuffle: gpufeed / ceiling: {rate_blk / ceiling_blk:.2f}")
-
-        # (d) images.
-        keys = []
-        for cls in sorted(os.listdir(imgs)):
-            if os.path.isdir(os.path.join(imgs, cls)):
-                label = len({k[1] for k in keys})
-                keys += [(f"images/{cls}/{n}", label)
-                         for n in sorted(os.listdir(os.path.join(imgs, cls)))]
-        source = gpufeed.images(f"s3://{BUCKET}/images/", size=224, crop="center")
-        loader = gpufeed.Loader(source, batch_size=64, workers=2, shuffle=True, seed=0,
-                                device="cpu")
-        first, rate_i, _ = timed(loader, args.seconds, lambda b: len(b["label"]))
-        loader.close()
-        in_flight_i = max(1, int(gpufeed.remote_stats()["max_in_flight"]))
-        peer = DataLoader(Boto3Images(server, keys), batch_size=64, shuffle=True, num_workers=2)
-        _, rate_ib, _ = timed(peer, args.seconds, lambda b: len(b[1]))
-        sizes = [os.path.getsize(os.path.join(imgs, k[len("images/"):])) for k, _ in keys]
-        whole = []
-        for (k, _), size in zip(keys, sizes):
-            whole.append((k, size))
-        ceiling_i = image_ceiling(server, whole, in_flight_i)
-        results.update(images_gpufeed_samples_per_s=rate_i, images_boto3_samples_per_s=rate_ib,
-                       images_ceiling_samples_per_s=ceiling_i,
-                       images_gpufeed_vs_boto3=rate_i / rate_ib,
-                       images_gpufeed_vs_ceiling=rate_i / ceiling_i)
-        print(f"images gpufeed (2 workers):       {rate_i:12,.0f} images/s   first batch "
-              f"{first:.2f} s")
-        print(f"images boto3 DataLoader + PIL:    {rate_ib:12,.0f} images/s")
-        print(f"images ceiling (whole GETs, {in_flight_i} parallel): {ceiling_i:,.0f} images/s")
-        print(f"images gpufeed / boto3 DataLoader: {rate_i / rate_ib:.1f}x")
-
-        # (e) the node-local disk cache: epoch 1 fills it, epoch 2 is timed.
-        cache_dir = tempfile.mkdtemp(prefix="gpufeed-bench-disk-")
-        try:
-            os.environ["GPUFEED_REMOTE_CACHE_DIR"] = cache_dir
-            loader = gpufeed.Loader(f"s3://{BUCKET}/seed.h5", fields=["mel", "label"],
-                                    batch_size=8192, workers=2, shuffle=True, seed=0,
-                                    device="cpu", cache="disk")
-            start = time.perf_counter()
-            for _ in loader:
-                pass
-            fill = time.perf_counter() - start
-            before = proxy_requests(server)
-            _, rate_d, _ = timed(loader, 1e9, lambda b: len(b["label"]))
-            requests_d = proxy_requests(server) - before
-            loader.close()
-            local = gpufeed.Loader(h5, fields=["mel", "label"], batch_size=8192, workers=2,
-                                   shuffle=True, seed=0, device="cpu")
-            for _ in local:
-                pass
-            _, rate_l, _ = timed(local, 1e9, lambda b: len(b["label"]))
-            local.close()
-        finally:
-            shutil.rmtree(cache_dir, ignore_errors=True)
-        results.update(disk_epoch2_samples_per_s=rate_d, local_samples_per_s=rate_l,
-                       disk_vs_local=rate_d / rate_l, disk_fill_s=fill,
-                       disk_epoch2_requests=requests_d)
-        print(f"disk cache: first epoch (fills the cache) {fill:.1f} s; second epoch "
-              f"{rate_d:,.0f} samples/s with {requests_d} requests; local file "
-              f"{rate_l:,.0f} samples/s")
-        print(f"disk cache epoch 2 / local file: {rate_d / rate_l:.2f}")
+        disk_epoch(server, gpufeed, h5, results)
     if args.json:
         print(json.dumps(results))
 
 
-def image_ceiling(server, objects, parallel):
-    """Whole-object GETs of every image by curl's parallel transfers: objects/s."""
-    with tempfile.NamedTemporaryFile("w", suffix=".curl", delete=False) as cfg:
-        cfg.write("next\n".join(f'url = "{server.endpoint}/{BUCKET}/{key}"\n'
-                                 'output = "/dev/null"\n' for key, _ in objects))
-    cmd = ["curl", "-sS", "--fail", "--parallel", "--parallel-max", str(parallel),
-           "--aws-sigv4", f"aws:amz:{server.region}:s3",
-           "--user", f"{server.access_key}:{server.secret_key}",
-           "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-K", cfg.name]
+def epoch_rate(loader):
+    """Samples/s of one whole epoch, after a first that warms the page cache."""
+    start = time.perf_counter()
+    count = sum(len(b["label"]) for b in loader)
+    return count / (time.perf_counter() - start)
+
+
+def disk_epoch(server, gpufeed, h5, results):
+    """cache="disk": the first epoch fills it; the second epoch of the same loader, and an epoch
+    of a loader opened over the filled cache (the next job), against the local file."""
+    cache_dir = tempfile.mkdtemp(prefix="gpufeed-bench-disk-")
+
+    def make(path, **kw):
+        return gpufeed.Loader(path, fields=["mel", "label"], batch_size=8192, workers=2,
+                              shuffle=True, seed=0, device="cpu", **kw)
     try:
+        disk = gpufeed.Cache("disk", disk_dir=cache_dir)
+        loader = make(f"s3://{BUCKET}/seed.h5", cache=disk)
         start = time.perf_counter()
-        subprocess.run(cmd, check=True, timeout=600)
-        return len(objects) / (time.perf_counter() - start)
+        for _ in loader:
+            pass
+        fill = time.perf_counter() - start
+        before = proxy_requests(server)
+        rate_same = epoch_rate(loader)
+        loader.close()
+        reopened = make(f"s3://{BUCKET}/seed.h5", cache=disk)
+        epoch_rate(reopened)
+        rate_next = epoch_rate(reopened)
+        reopened.close()
+        requests_d = proxy_requests(server) - before
+        local = make(h5)
+        epoch_rate(local)
+        rate_l = epoch_rate(local)
+        local.close()
     finally:
-        os.unlink(cfg.name)
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    results.update(disk_fill_s=fill, disk_epoch2_samples_per_s=rate_same,
+                   disk_next_loader_samples_per_s=rate_next, local_samples_per_s=rate_l,
+                   disk_epoch2_vs_local=rate_same / rate_l, disk_next_vs_local=rate_next / rate_l,
+                   disk_requests_after_fill=requests_d)
+    print(f"disk cache: the first epoch (fills it) {fill:.1f} s; then {requests_d} requests")
+    print(f"disk cache, same loader's second epoch: {rate_same:,.0f} samples/s; a loader "
+          f"opened over the filled cache: {rate_next:,.0f} samples/s; the local file (page "
+          f"cache): {rate_l:,.0f} samples/s")
+    print(f"disk cache epoch 2 / local file: {rate_same / rate_l:.2f}")
+    print(f"disk cache, next loader / local file: {rate_next / rate_l:.2f}")
 
 
 if __name__ == "__main__":

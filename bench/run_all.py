@@ -214,6 +214,37 @@ BENCHMARKS = [
         ],
     },
     {
+        "id": "remote-vs-boto3",
+        "remote": True,
+        "what": "s3rver behind the fault proxy with 20 ms added per request; the seed-like HDF5 "
+                "set (100,000 x float32[1,64,32] + int64, chunks of 256) and 3,000 JPEGs; "
+                "2 workers on each side; the ceiling is curl sending the same requests at the "
+                "same concurrency",
+        "command": "PYTHONPATH={build}/python {py} bench/remote_vs_boto3.py --json",
+        "figures": [
+            ("HDF5, full shuffle: gpufeed / boto3 DataLoader", json_key("hdf5_gpufeed_vs_boto3")),
+            ("HDF5, full shuffle: gpufeed / ceiling", json_key("hdf5_gpufeed_vs_ceiling")),
+            ("HDF5, full shuffle: gpufeed samples/s", json_key("hdf5_gpufeed_samples_per_s")),
+            ("HDF5: boto3 DataLoader samples/s", json_key("hdf5_boto3_samples_per_s")),
+            ("HDF5, full shuffle: gpufeed requests per epoch",
+             json_key("hdf5_gpufeed_requests_per_epoch")),
+            ("HDF5: boto3 DataLoader requests per epoch",
+             json_key("hdf5_boto3_requests_per_epoch")),
+            ("HDF5, block shuffle: gpufeed / boto3 DataLoader",
+             json_key("hdf5_block_gpufeed_vs_boto3")),
+            ("HDF5, block shuffle: gpufeed / ceiling", json_key("hdf5_block_gpufeed_vs_ceiling")),
+            ("HDF5, block shuffle: gpufeed requests per epoch",
+             json_key("hdf5_block_gpufeed_requests_per_epoch")),
+            ("images: gpufeed / boto3 DataLoader + PIL", json_key("images_gpufeed_vs_boto3")),
+            ("images: gpufeed / ceiling", json_key("images_gpufeed_vs_ceiling")),
+            ("cache=\"disk\", same loader's second epoch / local file",
+             json_key("disk_epoch2_vs_local")),
+            ("cache=\"disk\", a loader opened over the filled cache / local file",
+             json_key("disk_next_vs_local")),
+            ("one-time: the first epoch filling cache=\"disk\", s", json_key("disk_fill_s")),
+        ],
+    },
+    {
         "id": "python-overhead",
         "what": "Python cost per batch between Next() calls (empty loop, 2 and 8 fields)",
         "command": "PYTHONPATH={build}/python {py} bench/python_overhead.py",
@@ -315,6 +346,7 @@ def measure(bench, args, prepared):
 
 SECTIONS = {
     "host": "## On the host (no GPU needed)",
+    "remote": "## Object storage (an S3 API server on this machine, behind a fault proxy)",
     "gpu": "## On a GPU (`scripts/gpu-check` runs these)",
 }
 INTRO = """# Benchmarks
@@ -329,7 +361,9 @@ are on lines of their own, never folded into a rate.
 
 
 def section_of(bench):
-    return "gpu" if bench.get("gpu") else "host"
+    if bench.get("gpu"):
+        return "gpu"
+    return "remote" if bench.get("remote") else "host"
 
 
 def kept_sections(path):

@@ -81,8 +81,10 @@ std::unique_ptr<File> DiskCacheFileSystem::Open(const std::string& path) const {
   if (file->VersionStamp().empty() && file->ModificationTimeNs() == 0) return file;
   const std::string key = ObjectKey(*file, block_bytes_);
   const int object_fd = store_->OpenObjectDir(key);
-  return std::make_unique<DiskCachedFile>(std::move(file), store_, object_fd,
-                                          store_->dir() + "/" + key, block_bytes_);
+  auto cached = std::make_unique<DiskCachedFile>(std::move(file), store_, object_fd,
+                                                 store_->dir() + "/" + key, block_bytes_);
+  cached->MapIfWhole();
+  return cached;
 }
 
 DiskCacheStats DiskCacheFileSystem::stats() const {

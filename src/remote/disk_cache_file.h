@@ -4,6 +4,8 @@
 // each other as processes do.
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -29,7 +31,11 @@ class DiskCachedFile : public File {
   int64_t ModificationTimeNs() const override { return base_->ModificationTimeNs(); }
   std::string VersionStamp() const override { return base_->VersionStamp(); }
   size_t ReadAt(uint64_t offset, void* buf, size_t n) const override;
-  const std::byte* Map() const override { return nullptr; }
+  // Every block mapped in order, once all are on disk and held (see MapWhole); else null.
+  const std::byte* Map() const override { return whole_.load(std::memory_order_acquire); }
+  // Holds and maps the object's blocks when every one is already on disk, so that a file
+  // opened over a filled cache maps as a local file does from the start.
+  void MapIfWhole() const;
   void ReadMany(std::span<const ReadRange> ranges, const std::string& what) const override;
 
  private:
@@ -56,6 +62,10 @@ class DiskCachedFile : public File {
   // skip the lock file: a block is never rewritten, and one evicted while held still reads
   // its bytes (its disk space comes back when this file closes).
   void Hold(uint64_t index, int fd) const;
+  // Once every block is held: maps them, in order, into one read-only range (`whole_`), so
+  // reads are copies from the page cache as a local file's are. A block evicted meanwhile
+  // keeps its bytes in the mapping; blocks are never rewritten in place.
+  void MapWhole() const;
   // Serves the pieces of held blocks and removes them from `pieces`; true when none is left.
   bool ServeHeld(PiecesByBlock& pieces) const;
   // Writes the fetched bytes to the reserved temporaries and renames them into place.
@@ -69,6 +79,7 @@ class DiskCachedFile : public File {
   const uint64_t size_;
   mutable std::shared_mutex held_mu_;
   mutable std::map<uint64_t, int> held_;  // block index -> descriptor, at most kMaxHeldBlocks
+  mutable std::atomic<const std::byte*> whole_{nullptr};  // every block mapped, in order
 };
 
 }  // namespace gpufeed

@@ -201,6 +201,13 @@ TEST_F(DiskCacheTest, RandomReadsAcrossBlocksMatchTheObjectAndHitOnTheSecondPass
   ReadFully(*again->Open("s3://b/x"), 0, all.data(), all.size(), "all");
   EXPECT_EQ(all, object);
   EXPECT_EQ(again->stats().misses, 0);
+  // Every block on disk: a file opened now, and the first once it has read them all, map the
+  // object whole, as a local file maps.
+  const auto reopened = again->Open("s3://b/x");
+  for (const File* f : {reopened.get(), file.get()}) {
+    ASSERT_NE(f->Map(), nullptr);
+    EXPECT_EQ(0, std::memcmp(f->Map(), object.data(), object.size()));
+  }
 }
 
 TEST_F(DiskCacheTest, ReadManyFetchesEveryMissingBlockInOneBaseReadMany) {

@@ -229,6 +229,10 @@ class S3Server:
     def counts(self):
         return self._control("GET", "counts")
 
+    def recorded(self):
+        """[(path, Range header or None)] of the GETs since set_rules(record=True)."""
+        return [tuple(entry) for entry in self._control("GET", "recorded")]
+
     def reset_proxy(self):
         """Zeroes the proxy's counts and clears its rules."""
         self._control("POST", "reset", {})

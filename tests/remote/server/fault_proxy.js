@@ -30,10 +30,13 @@
 //                        connection left open (a client's read timeout must fire)
 //     stall_count        how many of the next GET responses with a longer body stall
 //     path_contains      only requests whose path contains this string match fail/reset/stall
+//     record             true: keep the path and Range of every GET from now on (at most
+//                        1,000,000), for a benchmark to replay them
 //   An unknown field is refused (400), so a misspelt rule never passes as no fault.
 //   GET  /__proxy/rules   the rules now in force (counts left included)
 //   GET  /__proxy/counts  {"requests", "by_method", "listings", "ranged", "by_status", "bytes"}
-//   POST /__proxy/reset   zeroes the counts and clears the rules
+//   GET  /__proxy/recorded  [[path, range or null], ...] of the GETs recorded
+//   POST /__proxy/reset   zeroes the counts and clears the rules and the record
 //   GET  /__proxy/health  200 "ok"
 
 const http = require('http');
@@ -68,7 +71,7 @@ const LIST_PARAMS = new Set([
 ]);
 const RULE_FIELDS = new Set([
   'latency_ms', 'fail_status', 'fail_count', 'fail_methods', 'retry_after', 'reset_after_bytes',
-  'reset_count', 'stall_after_bytes', 'stall_count', 'path_contains',
+  'reset_count', 'stall_after_bytes', 'stall_count', 'path_contains', 'record',
 ]);
 const ERROR_CODES = {
   400: ['BadRequest', 'Bad request.'],
@@ -117,6 +120,8 @@ function freshCounts() {
 
 let rules = {};
 let counts = freshCounts();
+let recorded = [];
+const kMaxRecorded = 1000000;
 
 function bump(map, key) {
   map[key] = (map[key] || 0) + 1;
@@ -183,9 +188,11 @@ async function control(req, res, url) {
   }
   if (route === 'GET /__proxy/rules') return sendJson(res, 200, rules);
   if (route === 'GET /__proxy/counts') return sendJson(res, 200, counts);
+  if (route === 'GET /__proxy/recorded') return sendJson(res, 200, recorded);
   if (route === 'POST /__proxy/reset') {
     rules = {};
     counts = freshCounts();
+    recorded = [];
     return sendJson(res, 200, {});
   }
   if (route === 'GET /__proxy/health') {
@@ -310,6 +317,9 @@ function handle(args, agent, req, res) {
   bump(counts.by_method, req.method);
   if (isListing(req.method, url)) counts.listings++;
   if (req.headers['range'] !== undefined) counts.ranged++;
+  if (rules.record && req.method === 'GET' && recorded.length < kMaxRecorded) {
+    recorded.push([url.pathname, req.headers['range'] === undefined ? null : req.headers['range']]);
+  }
   const go = () => {
     if (args.secrets.size > 0) {
       const q = req.url.indexOf('?');
