@@ -114,6 +114,21 @@ def test_an_object_changed_during_the_job_is_refused_naming_it(tmp_path, store):
             pass
 
 
+def test_a_sqlite_file_in_the_store_loads_as_the_local_one(tmp_path, store):
+    import sqlite3
+    bucket = _bucket(store, "tables")
+    path = tmp_path / "t.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE t (id INTEGER, x REAL, label INTEGER)")
+        db.executemany("INSERT INTO t VALUES (?, ?, ?)",
+                       [(i, i * 0.5, i % 7) for i in range(500)])
+    store.put(bucket, "db/t.db", path.read_bytes())
+    _same(_epoch(f"sqlite:s3://{bucket}/db/t.db?table=t&key=id"),
+          _epoch(f"sqlite:{path}?table=t&key=id"))
+    with pytest.raises(gpufeed.NotFound, match="absent.db"):
+        gpufeed.open(f"sqlite:s3://{bucket}/db/absent.db?table=t")
+
+
 def test_missing_and_forbidden_data_give_clear_errors(store, monkeypatch):
     bucket = _bucket(store, "errors")
     store.put(bucket, "there.npy", b"x")

@@ -13,7 +13,7 @@
 #include <system_error>
 
 #include "gpufeed/error.h"
-#include "sources/path_names.h"
+#include "core/path_names.h"
 
 namespace gpufeed {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "core/checked_math.h"
 #include "gpufeed/error.h"
-#include "sources/path_names.h"
+#include "core/path_names.h"
 
 namespace gpufeed {
 

@@ -8,7 +8,7 @@
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/sources.h"
-#include "sources/path_names.h"
+#include "core/path_names.h"
 
 namespace gpufeed {
 namespace {

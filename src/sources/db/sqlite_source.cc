@@ -16,6 +16,8 @@
 
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
+#include "gpufeed/remote.h"
+#include "sources/db/local_copy.h"
 #include "sources/db/table.h"
 #include "sources/stack/plan.h"
 
@@ -75,11 +77,16 @@ class SqliteLoader {
                               "read in one pass",
                               path));
     }
-    if (!std::filesystem::exists(path)) {
+    std::string file = path;
+    if (IsRemoteUri(path)) {  // SQLite opens files by path: it reads a local copy
+      copy_ = std::make_unique<LocalCopy>(path);
+      file = copy_->path();
+    }
+    if (!std::filesystem::exists(file)) {
       throw Error(ErrorCode::kNotFound, fmt::format("sqlite {}: no such file", path));
     }
     sqlite3* db = nullptr;
-    const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+    const int rc = sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
     db_.reset(db);
     if (rc != SQLITE_OK) {
       throw Error(ErrorCode::kIo,
@@ -343,6 +350,7 @@ class SqliteLoader {
   }
 
   const std::string path_;
+  std::unique_ptr<LocalCopy> copy_;  // a remote file's local copy, removed after the load
   std::unique_ptr<sqlite3, SqliteCloser> db_;
   std::unique_ptr<sqlite3_stmt, StatementFinalizer> statement_;
   std::string query_;

@@ -17,7 +17,7 @@
 #include "sources/hdf5/library.h"
 #include "sources/hdf5/structure.h"
 #include "sources/hdf5/superblock.h"
-#include "sources/path_names.h"
+#include "core/path_names.h"
 
 namespace gpufeed {
 namespace {

@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "gpufeed/error.h"
-#include "sources/path_names.h"
+#include "core/path_names.h"
 
 namespace gpufeed {
 namespace {

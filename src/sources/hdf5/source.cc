@@ -17,7 +17,7 @@
 #include "sources/hdf5/dataset.h"
 #include "sources/hdf5/dataset_reader.h"
 #include "sources/hdf5/library.h"
-#include "sources/path_names.h"
+#include "core/path_names.h"
 
 namespace gpufeed {
 namespace {

@@ -19,7 +19,7 @@
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "sources/numpy/npy_header.h"
-#include "sources/path_names.h"
+#include "core/path_names.h"
 
 namespace gpufeed {
 namespace {

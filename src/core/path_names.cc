@@ -1,4 +1,4 @@
-#include "sources/path_names.h"
+#include "core/path_names.h"
 
 #include <algorithm>
 #include <cctype>
