@@ -14,20 +14,23 @@ timing (not in any figure):
     samples, uncompressed;
   - --images JPEGs (256x256) in ImageFolder layout, 10 classes.
 Then, in one run, with 2 workers on both sides:
-  (a) gpufeed.Loader("s3://...") over the HDF5 set, full shuffle, batch 256;
-  (b) the peer a user writes today: torch's DataLoader whose Dataset fetches each sample with
+  (a) the peer a user writes today: torch's DataLoader whose Dataset fetches each sample with
       boto3 `get_object(Range=...)` (its mel row and its label: the byte offsets come from the
       file's layout, read once with h5py), shuffled, batch 256;
-  (c) the ceiling: the byte ranges (a) fetched, fetched again by curl's own parallel transfers
-      (`curl --parallel --parallel-max C`, C = the most requests (a) had in flight), signed
-      the same way;
-  (d) the images: gpufeed.images("s3://...") vs a DataLoader whose Dataset fetches each JPEG with
-      boto3 and decodes it with PIL (resize to 224), and the ceiling of whole-object GETs;
-  (e) cache="disk": the HDF5 set's second epoch, served from the node-local disk cache, vs
-      the same loader over the local file.
-Each side runs for --seconds (at least a few batches) after its first batch; the time to the
-first batch (open, listing, worker start) is printed apart. Requests per epoch are counted by
-the proxy and scaled from the samples read.
+  (b) gpufeed.Loader("s3://...") over the HDF5 set, batch 256, full shuffle and block shuffle;
+  (c) the ceiling of each gpufeed run: the proxy records every GET it sent, and curl's own
+      parallel transfers send them again (`curl --parallel --parallel-max C`, C = the most
+      requests the proxy saw in flight during the run), signed the same way; gpufeed / ceiling
+      is curl's time over gpufeed's (from open to close) for the same requests;
+  (d) the images: gpufeed.images("s3://...") (decoded, resized to 224, in the workers) vs a
+      DataLoader whose Dataset fetches each JPEG with boto3 and decodes it with PIL, and the
+      ceiling of gpufeed's requests as in (c);
+  (e) cache="disk": the HDF5 set's first epoch fills it (one-time, printed apart); then the same
+      loader's second epoch and an epoch of a loader opened over the filled cache, against a
+      loader over the local file (page cache warm), batch 8192.
+Each timed side runs for --seconds after its first batch; the time to the first batch (open,
+listing, worker start) is printed apart. Requests per epoch are counted by the proxy and
+scaled from the samples read.
 """
 import argparse
 import io
@@ -192,15 +195,17 @@ def replay(server, requests, parallel):
 def gpufeed_run(server, make_loader, seconds, latency_ms):
     """(time to the first batch, steady samples/s, samples read, the GETs it sent, the most
     requests it had in flight) of a loader made by make_loader(), the proxy recording."""
-    import gpufeed
     server.reset_proxy()
     server.set_rules(latency_ms=latency_ms, record=True)
+    start = time.perf_counter()
     loader = make_loader()
     first, rate, count = timed(loader, seconds, lambda b: len(b["label"]))
     loader.close()
+    wall = time.perf_counter() - start  # every request it sent, from open to close
     sent = server.recorded()
+    in_flight = server.counts()["max_in_flight"]  # the most the proxy saw at once in this run
     server.set_rules(latency_ms=latency_ms)
-    return first, rate, count + loader_batch(loader), sent, gpufeed.remote_stats()["max_in_flight"]
+    return first, rate, count + loader_batch(loader), sent, in_flight, wall
 
 
 def loader_batch(loader):
@@ -215,16 +220,24 @@ def peer_run(server, dataset, batch, seconds):
     return rate, (proxy_requests(server) - before) / (count + batch)
 
 
-def report(results, name, what, rate, first, requests_per_epoch, peer, ceiling):
+def report(server, results, name, what, run, items, peer):
+    """Prints and keeps one gpufeed run against the peer and against curl replaying its requests
+    at the concurrency it had (gpufeed / ceiling: the replay's time over gpufeed's, open to
+    close, for the same requests)."""
+    first, rate, count, sent, in_flight, wall = run
+    replay_s = replay(server, sent, max(1, in_flight))
+    per_epoch = len(sent) / count * items
     results.update({f"{name}_gpufeed_samples_per_s": rate, f"{name}_first_batch_s": first,
-                    f"{name}_gpufeed_requests_per_epoch": requests_per_epoch,
-                    f"{name}_ceiling_samples_per_s": ceiling,
+                    f"{name}_gpufeed_requests_per_epoch": per_epoch,
+                    f"{name}_in_flight": in_flight,
                     f"{name}_gpufeed_vs_boto3": rate / peer,
-                    f"{name}_gpufeed_vs_ceiling": rate / ceiling})
-    print(f"{what}: gpufeed {rate:,.0f}/s (first batch {first:.2f} s, "
-          f"{requests_per_epoch:,.0f} requests per epoch); ceiling {ceiling:,.0f}/s")
+                    f"{name}_gpufeed_vs_ceiling": replay_s / wall})
+    print(f"{what}: gpufeed {rate:,.0f}/s (first batch {first:.2f} s, {per_epoch:,.0f} requests "
+          f"per epoch, up to {in_flight} in flight); its {len(sent):,} requests took "
+          f"{wall:.1f} s, curl's replay {replay_s:.1f} s")
     print(f"{name} gpufeed / boto3 DataLoader: {rate / peer:.1f}x")
-    print(f"{name} gpufeed / ceiling: {rate / ceiling:.2f}")
+    print(f"{name} gpufeed / ceiling: {replay_s / wall:.2f}")
+
 
 
 def main():
@@ -272,26 +285,22 @@ def main():
         for name, what, shuffle in (("hdf5", "hdf5, full shuffle", True),
                                     ("hdf5_block", "hdf5, block shuffle",
                                      gpufeed.BlockShuffle())):
-            first, rate, count, sent, in_flight = gpufeed_run(
+            run = gpufeed_run(
                 server, lambda: gpufeed.Loader(
                     f"s3://{BUCKET}/seed.h5", fields=["mel", "label"], batch_size=BATCH,
                     workers=2, shuffle=shuffle, seed=0, device="cpu"),
                 args.seconds, lat)
-            ceiling = count / replay(server, sent, in_flight)
-            report(results, name, what, rate, first, len(sent) / count * args.samples, peer,
-                   ceiling)
+            report(server, results, name, what, run, args.samples, peer)
 
         peer_i, _ = peer_run(server, Boto3Images(server, keys), 64, args.seconds)
         results["images_boto3_samples_per_s"] = peer_i
         print(f"images boto3 DataLoader + PIL: {peer_i:,.0f} images/s")
-        first, rate, count, sent, in_flight = gpufeed_run(
+        run = gpufeed_run(
             server, lambda: gpufeed.Loader(
                 gpufeed.images(f"s3://{BUCKET}/images/", size=224, crop="center"),
                 batch_size=64, workers=2, shuffle=True, seed=0, device="cpu"),
             args.seconds, lat)
-        ceiling = count / replay(server, sent, in_flight)
-        report(results, "images", "images", rate, first, len(sent) / count * args.images,
-               peer_i, ceiling)
+        report(server, results, "images", "images", run, args.images, peer_i)
 
         disk_epoch(server, gpufeed, h5, results)
     if args.json:

@@ -34,7 +34,8 @@
 //                        1,000,000), for a benchmark to replay them
 //   An unknown field is refused (400), so a misspelt rule never passes as no fault.
 //   GET  /__proxy/rules   the rules now in force (counts left included)
-//   GET  /__proxy/counts  {"requests", "by_method", "listings", "ranged", "by_status", "bytes"}
+//   GET  /__proxy/counts  {"requests", "by_method", "listings", "ranged", "by_status", "bytes",
+//                          "in_flight", "max_in_flight"}
 //   GET  /__proxy/recorded  [[path, range or null], ...] of the GETs recorded
 //   POST /__proxy/reset   zeroes the counts and clears the rules and the record
 //   GET  /__proxy/health  200 "ok"
@@ -115,7 +116,8 @@ function parseArgs(argv) {
 }
 
 function freshCounts() {
-  return {requests: 0, by_method: {}, listings: 0, ranged: 0, by_status: {}, bytes: 0};
+  return {requests: 0, by_method: {}, listings: 0, ranged: 0, by_status: {}, bytes: 0,
+          in_flight: 0, max_in_flight: 0};
 }
 
 let rules = {};
@@ -314,6 +316,11 @@ function handle(args, agent, req, res) {
     return;
   }
   counts.requests++;
+  // Requests between their arrival and the end of their answer: the client's concurrency.
+  const tally = counts;
+  tally.in_flight++;
+  tally.max_in_flight = Math.max(tally.max_in_flight, tally.in_flight);
+  res.once('close', () => tally.in_flight--);
   bump(counts.by_method, req.method);
   if (isListing(req.method, url)) counts.listings++;
   if (req.headers['range'] !== undefined) counts.ranged++;
