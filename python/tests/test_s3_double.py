@@ -205,7 +205,8 @@ def test_control_api_is_never_forwarded_and_reset_zeroes(s3_server):
     assert s3_server.counts()["by_status"] == {"503": 1}
     s3_server.reset_proxy()
     assert s3_server.counts() == {"requests": 0, "by_method": {}, "listings": 0, "ranged": 0,
-                                  "by_status": {}, "bytes": 0}
+                                  "by_status": {}, "bytes": 0, "in_flight": 0,
+                                  "max_in_flight": 0}
     assert json.loads(_raw(s3_server.endpoint, "GET", "/__proxy/rules")[2]) == {}
 
 
@@ -304,6 +305,7 @@ def test_many_concurrent_keep_alive_clients(s3_server, payload):
     counts = s3_server.counts()
     assert counts["by_status"] == {"206": 160}
     assert counts["bytes"] == 160 * 5000
+    assert 1 < counts["max_in_flight"] <= 16 and counts["in_flight"] == 0
 
 
 def test_rules_can_target_one_path(s3_server):
@@ -348,3 +350,14 @@ def test_cli_prints_its_endpoint_serves_commands_and_stops_at_eof(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_recorded_gets_are_the_ones_sent(s3_server):
+    s3_server.create_bucket("recorded")
+    s3_server.put("recorded", "k", b"0123456789")
+    s3_server.set_rules(record=True)
+    _raw(s3_server.endpoint, "GET", "/recorded/k", headers={"Range": "bytes=2-5"})
+    _raw(s3_server.endpoint, "GET", "/recorded/k")
+    assert s3_server.recorded() == [("/recorded/k", "bytes=2-5"), ("/recorded/k", None)]
+    s3_server.reset_proxy()
+    assert s3_server.recorded() == []
