@@ -137,8 +137,8 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
 // Python package take it from a person: the one table of the defaults they share. Fields
 // left alone keep the defaults written here and in LoaderOptions / CacheOptions.
 struct CachedLoaderOptions {
-  // Default: LoaderOptions' own. Its `device` and `transforms` are set from the two fields
-  // below.
+  // Default: LoaderOptions' own. Its `device` and `transforms` stay unset (else
+  // Error(kInvalidArgument)): the two fields below hold them, for the loader and the cache.
   LoaderOptions loader;
   // Default: "auto" = the GPU when there is one (CUDA_VISIBLE_DEVICES / LOCAL_RANK pick
   // which), else the host. gpufeed exists to feed a GPU: a person who has one should not
@@ -146,7 +146,8 @@ struct CachedLoaderOptions {
   std::string device = "auto";
   // Default: none. Host transform specs (ParseTransform): "cast:mel:float16", ...
   std::vector<std::string> transforms = {};
-  // Default: CacheOptions' own (tier none). Its `device` and `transforms` are the loader's.
+  // Default: CacheOptions' own (tier none). Its `device` and `transforms` stay unset, as the
+  // loader's do.
   CacheOptions cache = {};
 };
 

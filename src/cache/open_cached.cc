@@ -207,8 +207,16 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
 
 CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOptions options) {
   LoaderOptions& loader = options.loader;
+  // Each setting has one place: the device and the transforms are CachedLoaderOptions' own,
+  // which the loader and the cache then share.
+  if (loader.device || !loader.transforms.empty() || options.cache.device ||
+      !options.cache.transforms.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "OpenCachedLoader: give the device and the transforms as "
+                "CachedLoaderOptions::device and ::transforms (\"cuda:0\", "
+                "\"cast:mel:float16\"), not in its loader or cache options");
+  }
   loader.device = OpenDevice(options.device);
-  loader.transforms.clear();
   for (const auto& spec : options.transforms) loader.transforms.push_back(ParseTransform(spec));
   CachedLoader out;
   out.cache.reason = "caching is off";
