@@ -294,6 +294,9 @@ def disk_cache(given, cache, source):
     the tier out of `given` (the loader itself keeps no copy) and returns the cache_info to
     report; None for any other tier."""
     tier = cache.tier if isinstance(cache, Cache) else cache
+    if tier is not None and tier not in ("auto", "none", "ram", "shm", "device", "disk"):
+        raise _gpufeed.InvalidArgument(
+            f"cache tier '{tier}' is not one of auto, none, ram, shm, device, disk")
     if tier != "disk":
         return None
     if not _is_remote(source):

@@ -212,3 +212,18 @@ def test_torchrun_lists_once_and_both_ranks_cover_the_set(tmp_path, store):
         seen += [i for b in batches for i in b]
     assert counts[0] == counts[1]
     assert sorted(seen) == list(range(150))
+
+
+def test_inspect_reads_a_remote_file_and_advises_block_shuffle(tmp_path, store):
+    binary = os.environ.get("GPUFEED_BIN")
+    if not binary:
+        pytest.skip("GPUFEED_BIN (the built CLI) is not set")
+    local, remote = _local_and_remote(tmp_path, store, _bucket(store, "inspect"))
+    env = script_env()
+    env.update(store.env())
+    proc = subprocess.run([binary, "inspect",
+                           f"{remote}/plain.h5"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "/mel: float32 [300, 1, 8, 5]" in proc.stdout
+    assert "each random sample is a request to the store" in proc.stdout

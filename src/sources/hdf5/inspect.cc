@@ -12,6 +12,7 @@
 
 #include "core/checked_math.h"
 #include "core/format.h"
+#include "core/path_names.h"
 #include "core/system_memory.h"
 #include "gpufeed/dtype.h"
 #include "gpufeed/error.h"
@@ -329,6 +330,12 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
                              : "the file holds no datasets of its own: " + external_links;
   } else if (readable == 0) {
     out.recommendation = "gpufeed can read none of its datasets (each says why)";
+  } else if (!any_costly && IsUriPath(path)) {
+    // Over a network each sample read at random is a request of its own.
+    out.recommendation =
+        "each random sample is a request to the store: block shuffle "
+        "(shuffle=gpufeed.BlockShuffle()) reads a chunk's rows in one request; a full shuffle "
+        "pays one round trip per sample";
   } else if (!any_costly) {
     out.recommendation = "random access is cheap: read it with a full shuffle";
   } else if (static_cast<double>(out.decoded_set_bytes) <=
