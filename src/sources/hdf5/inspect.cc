@@ -269,6 +269,35 @@ std::string Recommend(const Hdf5DatasetInspection& d, const Hdf5Storage storage,
       head, FormatBytes(decoded_set), FormatBytes(mem_available));
 }
 
+// What the whole file asks of a reader, from its datasets' recommendations.
+std::string OverallRecommendation(const Hdf5Inspection& out, const std::string& path,
+                                  const std::string& external_links, size_t readable,
+                                  bool any_costly) {
+  if (out.datasets.empty()) {
+    return external_links.empty() ? "the file holds no datasets"
+                                  : "the file holds no datasets of its own: " + external_links;
+  }
+  if (readable == 0) return "gpufeed can read none of its datasets (each says why)";
+  if (!any_costly && IsUriPath(path)) {
+    // Over a network each sample read at random is a request of its own.
+    return "each random sample is a request to the store: block shuffle "
+           "(shuffle=gpufeed.BlockShuffle()) reads a chunk's rows in one request; a full "
+           "shuffle pays one round trip per sample";
+  }
+  if (!any_costly) return "random access is cheap: read it with a full shuffle";
+  if (static_cast<double>(out.decoded_set_bytes) <=
+      kRamShare * static_cast<double>(out.mem_available_bytes)) {
+    return fmt::format(
+        "random samples decode whole compressed chunks; the decoded set ({}) fits in RAM: "
+        "cache it after the first epoch, or use block shuffle",
+        FormatBytes(out.decoded_set_bytes));
+  }
+  return fmt::format(
+      "random samples decode whole compressed chunks and the decoded set ({}) does not fit in "
+      "RAM: use block shuffle, or rewrite with small chunks or no compression",
+      FormatBytes(out.decoded_set_bytes));
+}
+
 }  // namespace
 
 Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSystem> fs,
@@ -324,32 +353,7 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
     any_costly = any_costly || Costly(d);
     readable += d.unsupported.empty() ? 1 : 0;
   }
-  if (out.datasets.empty()) {
-    out.recommendation = external_links.empty()
-                             ? "the file holds no datasets"
-                             : "the file holds no datasets of its own: " + external_links;
-  } else if (readable == 0) {
-    out.recommendation = "gpufeed can read none of its datasets (each says why)";
-  } else if (!any_costly && IsUriPath(path)) {
-    // Over a network each sample read at random is a request of its own.
-    out.recommendation =
-        "each random sample is a request to the store: block shuffle "
-        "(shuffle=gpufeed.BlockShuffle()) reads a chunk's rows in one request; a full shuffle "
-        "pays one round trip per sample";
-  } else if (!any_costly) {
-    out.recommendation = "random access is cheap: read it with a full shuffle";
-  } else if (static_cast<double>(out.decoded_set_bytes) <=
-             kRamShare * static_cast<double>(out.mem_available_bytes)) {
-    out.recommendation = fmt::format(
-        "random samples decode whole compressed chunks; the decoded set ({}) fits in RAM: "
-        "cache it after the first epoch, or use block shuffle",
-        FormatBytes(out.decoded_set_bytes));
-  } else {
-    out.recommendation = fmt::format(
-        "random samples decode whole compressed chunks and the decoded set ({}) does not fit in "
-        "RAM: use block shuffle, or rewrite with small chunks or no compression",
-        FormatBytes(out.decoded_set_bytes));
-  }
+  out.recommendation = OverallRecommendation(out, path, external_links, readable, any_costly);
   return out;
 }
 
