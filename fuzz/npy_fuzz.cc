@@ -40,6 +40,13 @@ class MemoryFileSystem final : public gpufeed::FileSystem {
   std::unique_ptr<gpufeed::File> Open(const std::string& path) const override {
     return std::make_unique<MemoryFile>(path, bytes_, map_);
   }
+  // One folder (any path without a name ending in .npy) holding the one file x.npy.
+  gpufeed::PathType Type(const std::string& path) const override {
+    return path.ends_with(".npy") ? gpufeed::PathType::kFile : gpufeed::PathType::kDirectory;
+  }
+  std::vector<gpufeed::DirEntry> List(const std::string&) const override {
+    return {{"x.npy", gpufeed::PathType::kFile, bytes_.size()}};
+  }
 
  private:
   const std::vector<std::byte>& bytes_;
