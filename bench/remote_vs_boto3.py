@@ -92,11 +92,10 @@ def build_images(folder, count):
 
 
 def sample_ranges(path):
-    """([(offsets of each sample's row, row bytes)] for mel and label, [(offset, size)] of
-    every chunk), from the file's chunk layout."""
+    """[(offsets of each sample's row, row bytes)] for mel and label, from the file's chunk
+    layout."""
     with h5py.File(path, "r") as f:
         out = []
-        chunks = []
         for name in ("mel", "label"):
             ds = f[name]
             row = int(np.prod(ds.shape[1:], dtype=np.int64)) * ds.dtype.itemsize
@@ -104,10 +103,9 @@ def sample_ranges(path):
             for k in range(len(starts)):
                 info = ds.id.get_chunk_info(k)
                 starts[info.chunk_offset[0] // CHUNK] = info.byte_offset
-                chunks.append((int(info.byte_offset), int(info.size)))
             rows = np.arange(ds.shape[0])
             out.append((starts[rows // CHUNK] + (rows % CHUNK) * row, row))
-    return out, chunks
+    return out
 
 
 class Boto3Rows(Dataset):
@@ -255,7 +253,7 @@ def main():
     imgs = os.path.join(args.data, f"remote-images-{args.images}")
     build_hdf5(h5, args.samples)
     build_images(imgs, args.images)
-    ranges, _ = sample_ranges(h5)
+    ranges = sample_ranges(h5)
     keys = []
     for cls in sorted(os.listdir(imgs)):
         if os.path.isdir(os.path.join(imgs, cls)):

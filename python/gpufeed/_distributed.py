@@ -7,8 +7,7 @@ collectives: every rank must call them, in the same order.
 """
 
 from gpufeed import _gpufeed
-
-_REMOTE = ("s3://", "http://", "https://")
+from gpufeed._options import is_remote
 
 # URIs whose listing this process already took part in: opening a data set may pass through
 # open() more than once (stacked fields), and each rank does so the same number of times.
@@ -26,10 +25,6 @@ def process_group():
     return None
 
 
-def _is_remote(uri):
-    return isinstance(uri, str) and uri.startswith(_REMOTE)
-
-
 def manifest_for(uri):
     """One listing of remote data for the whole job. With a process group and a remote `uri`
     (s3://, http://, https://), rank 0 lists it (its objects: uri, size, etag) and broadcasts
@@ -40,7 +35,7 @@ def manifest_for(uri):
     Returns the list the ranks share, or None where nothing was shared. A listing that fails
     on rank 0 raises there and, with its message, on every other rank (instead of leaving them
     waiting in the broadcast)."""
-    if not _is_remote(uri) or uri in _listed:
+    if not isinstance(uri, str) or not is_remote(uri) or uri in _listed:
         return None
     dist = process_group()
     # The same build on every rank: all take part in the broadcast, or none does.

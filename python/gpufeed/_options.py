@@ -282,11 +282,10 @@ def refuse_keywords(removed, plain):
                     f"{_spelling(parameter, cls, fields, plain.get(parameter))}")
 
 
-def _is_remote(source):
-    if isinstance(source, (str, bytes, os.PathLike)):
-        path = os.fsdecode(source)
-        return path.startswith(("s3://", "http://", "https://"))
-    return False
+def is_remote(source):
+    """Whether `source` is a path read over the network (s3://, http://, https://)."""
+    return isinstance(source, (str, bytes, os.PathLike)) and _gpufeed.is_remote_uri(
+        os.fsdecode(source))
 
 
 def disk_cache(given, cache, source):
@@ -299,7 +298,7 @@ def disk_cache(given, cache, source):
             f"cache tier '{tier}' is not one of auto, none, ram, shm, device, disk")
     if tier != "disk":
         return None
-    if not _is_remote(source):
+    if not is_remote(source):
         raise _gpufeed.InvalidArgument(
             'cache="disk" keeps remote data (s3://, http(s)://) on this node; a local file is '
             "already on disk: use cache=\"ram\" or \"shm\" to keep it in memory")

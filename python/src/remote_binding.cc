@@ -88,6 +88,8 @@ void BindRemote(py::module_& m) {
         return d;
       },
       "What the process's remote file system has done so far.");
+  m.def("is_remote_uri", &IsRemoteUri, py::arg("path"),
+        "Whether `path` is read over the network: an s3://, http:// or https:// URI.");
   m.def(
       "remote_manifest", [] { return ToTuples(DefaultRemoteFileSystem()->Manifest(), ""); },
       "Every object listed or opened so far, as (uri, size, etag).");

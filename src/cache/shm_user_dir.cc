@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/private_file.h"
 #include "core/text.h"
 #include "gpufeed/error.h"
 
@@ -45,17 +46,11 @@ std::string UntrustedForGroup(const struct stat& st, bool want_dir, gid_t group)
 
 // What is wrong with `st` as a file or folder of ours (or of `group`'s), or empty.
 std::string Untrusted(const struct stat& st, bool want_dir, std::optional<gid_t> group) {
+  if (!group) return NotPrivate(st, want_dir);
   if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
     return want_dir ? "not a directory" : "not a regular file";
   }
-  if (group) return UntrustedForGroup(st, want_dir, *group);
-  if (st.st_uid != geteuid()) {
-    return fmt::format("owned by uid {}, not by this user (uid {})", st.st_uid, geteuid());
-  }
-  if ((st.st_mode & 077) != 0) {
-    return fmt::format("mode {:04o}: open to other users", st.st_mode & 07777);
-  }
-  return {};
+  return UntrustedForGroup(st, want_dir, *group);
 }
 
 }  // namespace

@@ -69,7 +69,8 @@ DiskCachedFile::DiskCachedFile(std::unique_ptr<File> base,
       object_fd_(object_fd),
       object_path_(std::move(object_path)),
       block_bytes_(block_bytes),
-      size_(base_->Size()) {}
+      size_(base_->Size()),
+      blocks_(size_ / block_bytes_ + (size_ % block_bytes_ != 0)) {}
 
 DiskCachedFile::~DiskCachedFile() {
   if (whole_ != nullptr) munmap(const_cast<std::byte*>(whole_.load()), size_);
@@ -90,13 +91,12 @@ void DiskCachedFile::Hold(uint64_t index, int fd) const {
     return;
   }
   held_.emplace(index, copy);
-  if (held_.size() == (size_ + block_bytes_ - 1) / block_bytes_) MapWhole();
+  if (held_.size() == blocks_) MapWhole();
 }
 
 void DiskCachedFile::MapIfWhole() const {
-  const uint64_t blocks = (size_ + block_bytes_ - 1) / block_bytes_;
-  if (blocks == 0 || blocks > static_cast<uint64_t>(kMaxHeldBlocks)) return;
-  for (uint64_t index = 0; index < blocks; ++index) {
+  if (blocks_ == 0 || blocks_ > static_cast<uint64_t>(kMaxHeldBlocks)) return;
+  for (uint64_t index = 0; index < blocks_; ++index) {
     // A block under its final name was written whole and renamed there: no lock is needed to
     // read it, and its length is checked as every read checks it.
     const ScopedFd fd(
@@ -116,17 +116,17 @@ void DiskCachedFile::MapWhole() const {
   if (size_ == 0 || block_bytes_ % page != 0) return;
   // At a 2 MiB boundary, as a local file is mapped (src/core/file.cc), so the page cache's
   // 2 MiB folios map whole.
-  void* reserved = mmap(nullptr, size_ + kHuge, PROT_NONE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* reserved =
+      mmap(nullptr, size_ + kHuge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (reserved == MAP_FAILED) return;
-  auto* base = reinterpret_cast<std::byte*>(
-      (reinterpret_cast<uintptr_t>(reserved) + kHuge - 1) & ~uintptr_t{kHuge - 1});
+  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(reserved) + kHuge - 1) &
+                                            ~uintptr_t{kHuge - 1});
   const auto head = static_cast<size_t>(base - static_cast<std::byte*>(reserved));
   if (head > 0) munmap(reserved, head);
   if (kHuge - head > 0) munmap(base + size_, kHuge - head);
   for (const auto& [index, fd] : held_) {
-    if (mmap(base + index * block_bytes_, BlockLength(index), PROT_READ, MAP_SHARED | MAP_FIXED,
-             fd, 0) == MAP_FAILED) {
+    if (mmap(base + index * block_bytes_, BlockLength(index), PROT_READ, MAP_SHARED | MAP_FIXED, fd,
+             0) == MAP_FAILED) {
       munmap(base, size_);
       return;
     }
@@ -188,16 +188,13 @@ bool DiskCachedFile::ServeFromDisk(uint64_t index, const std::vector<Piece>& pie
 }
 
 void DiskCachedFile::ReadMany(std::span<const ReadRange> ranges, const std::string& what) const {
-  if (const std::byte* whole = whole_.load(std::memory_order_acquire); whole != nullptr) {
-    for (const ReadRange& r : ranges) {
-      if (r.offset > size_ || r.n > size_ - r.offset) break;  // the checks below name it
-      std::memcpy(r.buf, whole + r.offset, r.n);
-    }
-    if (std::all_of(ranges.begin(), ranges.end(), [&](const ReadRange& r) {
-          return r.offset <= size_ && r.n <= size_ - r.offset;
-        })) {
-      return;
-    }
+  const std::byte* whole = whole_.load(std::memory_order_acquire);
+  // A range past the end goes on to the checks below, which name it.
+  if (whole != nullptr && std::all_of(ranges.begin(), ranges.end(), [&](const ReadRange& r) {
+        return r.offset <= size_ && r.n <= size_ - r.offset;
+      })) {
+    for (const ReadRange& r : ranges) std::memcpy(r.buf, whole + r.offset, r.n);
+    return;
   }
   PiecesByBlock pieces;
   for (const ReadRange& r : ranges) {

@@ -77,6 +77,7 @@ class DiskCachedFile : public File {
   const std::string object_path_;
   const uint64_t block_bytes_;
   const uint64_t size_;
+  const uint64_t blocks_;  // blocks of block_bytes_ that cover the object
   mutable std::shared_mutex held_mu_;
   mutable std::map<uint64_t, int> held_;  // block index -> descriptor, at most kMaxHeldBlocks
   mutable std::atomic<const std::byte*> whole_{nullptr};  // every block mapped, in order

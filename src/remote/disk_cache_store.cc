@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 
+#include "core/private_file.h"
 #include "core/text.h"
 #include "gpufeed/error.h"
 
@@ -26,23 +27,10 @@ constexpr char kLockName[] = "lock";
   throw Error(ErrorCode::kIo, fmt::format("disk cache: {} {}: {}", what, path, std::strerror(err)));
 }
 
-// What is wrong with `st` as a file or folder of this user's cache, or empty.
-std::string Untrusted(const struct stat& st, bool want_dir) {
-  if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
-    return want_dir ? "not a directory" : "not a regular file";
-  }
-  if (st.st_uid != geteuid()) {
-    return fmt::format("owned by uid {}, not by this user (uid {})", st.st_uid, geteuid());
-  }
-  if ((st.st_mode & 077) != 0) {
-    return fmt::format("mode {:04o}: open to other users", st.st_mode & 07777);
-  }
-  return {};
-}
-
 void CheckDirFd(int fd, const std::string& path) {
   struct stat st {};
-  const std::string why = fstat(fd, &st) != 0 ? std::strerror(errno) : Untrusted(st, true);
+  const std::string why =
+      fstat(fd, &st) != 0 ? std::strerror(errno) : NotPrivate(st, /*want_dir=*/true);
   if (!why.empty()) {
     close(fd);
     throw Error(ErrorCode::kIo,
@@ -143,7 +131,8 @@ int OpenOwnedFileAt(int dir_fd, const std::string& name, int flags, const std::s
     ThrowIo("cannot open", display, errno);
   }
   struct stat st {};
-  const std::string why = fstat(fd, &st) != 0 ? std::strerror(errno) : Untrusted(st, false);
+  const std::string why =
+      fstat(fd, &st) != 0 ? std::strerror(errno) : NotPrivate(st, /*want_dir=*/false);
   if (!why.empty()) {
     close(fd);
     throw Error(ErrorCode::kIo,
