@@ -18,6 +18,7 @@
 
 #include "cli/bench_ceilings.h"
 #include "cli/sigint_cancel.h"
+#include "cli/simulated_step.h"
 #include "core/host_memory_pool.h"
 #include "core/log.h"
 #include "device/cuda_device.h"
@@ -46,45 +47,6 @@ int64_t StatusBytes(const char* key) {
   }
   return 0;
 }
-
-// The simulated step's kernel on a CUDA stream: a host function the stream runs in its
-// order, sleeping the step's length. The stream is busy for it as for a real kernel, after
-// the batch's copy, so the loader's events time it; a real GPU runs it on a driver thread.
-// It adds the time it actually slept (a loaded machine oversleeps) for the busy figure.
-struct SimulatedStep {
-  double ms = 0;
-  std::atomic<int64_t> slept_ns{0};
-};
-
-void SleepOnTheStream(void* data) {
-  auto* step = static_cast<SimulatedStep*>(data);
-  const auto t0 = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step->ms));
-  step->slept_ns.fetch_add(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count(),
-      std::memory_order_relaxed);
-}
-
-// Enqueues the kernel on the legacy default stream (torch's default) without waiting for it:
-// the next batch's WaitOn orders the next step after it, and the host runs ahead as a
-// training loop does between its synchronizations.
-void EnqueueSimulatedKernel(const cuda::CudaDevice& device, SimulatedStep& step) {
-  const cuda::CudaDriver& driver = device.driver();
-  cuda::CurrentContextScope scope(*device.context());
-  device.context()->Check(driver.LaunchHostFunc(nullptr, &SleepOnTheStream, &step),
-                          "cuLaunchHostFunc");
-}
-
-void SynchronizeDefaultStream(const cuda::CudaDevice& device) {
-  cuda::CurrentContextScope scope(*device.context());
-  device.context()->Check(device.driver().StreamSynchronize(nullptr), "cuStreamSynchronize");
-}
-
-// Steps the bench keeps queued on the GPU before it waits for the oldest, as a loop that
-// reads its loss (loss.item()) every few steps would: the stream does not run dry at each
-// Next(), so the doctor sees a GPU fed by the loader, not one waiting for the host.
-constexpr size_t kStepsInFlight = 2;
 
 // A fresh opening of the data the loader reads, for the same-work ceiling: the source opened
 // again, in front of it the shm cache the loader reads (found published: attached, not
@@ -121,19 +83,6 @@ std::shared_ptr<Source> ReopenForSameWork(const BenchConfig& config, const Cache
   return fresh;
 }
 
-// Queued steps point at the run's SimulatedStep: on every way out (an error in Next()
-// included) the stream finishes them before it goes.
-struct FinishSteps {
-  const cuda::CudaDevice* device = nullptr;
-  ~FinishSteps() {
-    if (device == nullptr) return;
-    try {
-      SynchronizeDefaultStream(*device);
-    } catch (...) {
-    }
-  }
-};
-
 // What RunBench's steps hand each other: the run's monitor and simulated GPU, its clock's
 // marks, and the counters read before the run that the figures after it subtract from.
 // Members are destroyed in reverse order: the stream finishes its steps (finish_steps)
@@ -156,6 +105,7 @@ struct BenchRunState {
   std::chrono::steady_clock::time_point first_epoch_end{};
   int64_t first_epoch_samples = 0;
   std::chrono::steady_clock::time_point end{};
+  FinalBusyWindow final_busy{std::chrono::seconds(5)};  // BenchResult::gpu_busy_fraction_final
 };
 
 // Opens the loader (and its cache) and records what it reads, where, and its set-up time.
@@ -253,6 +203,12 @@ void RunEpochs(Loader& loader, const BenchConfig& config, BenchRunState& run, Be
       result.samples += batch->size();
       SimulateStep(loader, *batch, config, run);
       batch.reset();
+      if (config.step_ms > 0) {
+        const double busy_s = run.cuda_device != nullptr
+                                  ? 1e-9 * static_cast<double>(run.gpu_step.slept_ns.load())
+                                  : run.step_s;
+        run.final_busy.Mark(std::chrono::steady_clock::now(), busy_s);
+      }
       run.peak_anon = std::max(run.peak_anon, StatusBytes("RssAnon"));
       UpdateProgress(loader, config, run, result.samples, progress);
       if (on_progress) on_progress(progress);
@@ -320,15 +276,19 @@ void CollectRunFigures(const Loader& loader, const BenchConfig& config, BenchRun
     }
     if (config.step_ms > 0) result.gpu_busy_fraction_with_startup = run.step_s / result.wall_s;
   }
+  result.gpu_busy_fraction_final = run.final_busy.Fraction();
 }
 
 void DiagnoseRun(const Loader& loader, const BenchConfig& config, Monitor* monitor,
                  BenchResult& result) {
   DoctorInput in = CollectDoctorInput(loader, monitor);
-  // A simulated step keeps a simulated GPU busy: that is the utilization to judge by.
-  // The events on the consumer stream, when they measured, take precedence (Diagnose).
+  // A simulated step keeps a simulated GPU busy: that is the utilization to judge by, over
+  // the run's last seconds as the doctor's batches are the last ones (a remedy taken during
+  // the run shows there). The events on the consumer stream, when they measured, take
+  // precedence (Diagnose).
   if (config.step_ms > 0) {
-    in.gpu_utilization = result.gpu_busy_fraction;
+    in.gpu_utilization = result.gpu_busy_fraction_final >= 0 ? result.gpu_busy_fraction_final
+                                                             : result.gpu_busy_fraction;
     in.gpu_utilization_source = "simulated step";
   }
   const Diagnosis d = Diagnose(in);
@@ -437,6 +397,9 @@ std::string BenchResult::ToJson() const {
       {"step_ms", step_ms},
       {"gpu_busy_fraction", gpu_busy_fraction},
       {"gpu_busy_fraction_with_startup", gpu_busy_fraction_with_startup},
+      {"gpu_busy_fraction_final",
+       gpu_busy_fraction_final >= 0 ? nlohmann::json(gpu_busy_fraction_final) : nlohmann::json()},
+      {"actions", stats.actions},
       {"gpu_busy_fraction_events",
        gpu_busy_fraction_events >= 0 ? nlohmann::json(gpu_busy_fraction_events) : nlohmann::json()},
       {"peak_rss_bytes", peak_rss_bytes},
