@@ -1,8 +1,9 @@
 // Remedies: the doctor's advice that the loader takes itself, because taking it leaves every
 // batch as it would have been (the same samples in the same order).
 //
-//   auto [loader, info] = gpufeed::OpenCachedLoader(source, options);
-//   gpufeed::AttachRemedies(*loader, {.start_cache = StartBackgroundCopy(...)});
+//   auto [loader, info] = gpufeed::OpenCachedLoader(source, {..., .remedies = true});
+//   gpufeed::AttachRemedies(*loader, {.start_cache = [&](std::string* why) {
+//     return gpufeed::StartCacheWhileRunning(loader->source(), why); }});
 //
 // Every `check_every_steps` finished steps the doctor judges the recent batches (Diagnose over
 // CollectDoctorInput, without a monitor). When it finds the loop waiting on reads (input-bound,
@@ -32,9 +33,9 @@ struct RemedyOptions {
   // minimum of batches and seconds before its first verdict).
   int check_every_steps = 16;
   // Default: none = no copy. Starts copying the loader's source in the background; returns
-  // what it started ("a RAM copy of 0.8 GB"), or an empty string with `*why` set when it
-  // cannot ("0.8 GB does not fit the RAM budget 0.5 GB"). Called at most once, on the
-  // consumer thread.
+  // what it started ("a RAM copy (0.8 GB fits the RAM budget 11.2 GB)"), or an empty string with
+  // `*why` set when it cannot ("0.8 GB does not fit the RAM budget 0.5 GB"). Called at most once,
+  // on the consumer thread.
   std::function<std::string(std::string* why)> start_cache;
 };
 

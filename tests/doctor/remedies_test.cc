@@ -9,6 +9,7 @@
 #include <chrono>
 #include <thread>
 
+#include "gpufeed/cache.h"
 #include "loader_test_util.h"
 
 namespace gpufeed {
@@ -99,6 +100,94 @@ TEST(Remedies, StepBoundLoaderIsLeftAlone) {
   }
   EXPECT_EQ(started, 0);
   EXPECT_TRUE(loader.stats().actions.empty());
+}
+
+// The loader's own epochs, as label lists per batch.
+std::vector<std::vector<int64_t>> Epochs(Loader& loader, int epochs) {
+  std::vector<std::vector<int64_t>> out;
+  for (int e = 0; e < epochs; ++e) {
+    for (auto& batch : loader_test::Epoch(loader)) out.push_back(std::move(batch));
+  }
+  return out;
+}
+
+CachedLoaderOptions Healing(int64_t batch, uint64_t ram_budget = 0) {
+  CachedLoaderOptions o;
+  o.loader = Opts(batch, 1);
+  o.device = "cpu";
+  o.remedies = true;
+  o.cache.ram_budget_bytes = ram_budget;
+  o.cache.verbose = false;
+  return o;
+}
+
+// The whole chain: a read-bound loop gets its set copied into RAM mid-epoch, and every epoch
+// gives the batches an untouched loader gives (the same rows, the same order).
+TEST(Remedies, CopyMidEpochKeepsEveryBatch) {
+  Data data(2048);
+  auto slow = std::make_shared<TestSource>(data.Open(), -1, /*delay_ms=*/10);
+  CachedLoader healed = OpenCachedLoader(slow, Healing(8));
+  Loader& loader = *healed.loader;
+  AttachRemedies(loader, {.start_cache = [&loader](std::string* why) {
+                   return StartCacheWhileRunning(loader.source(), why);
+                 }});
+  const auto got = Epochs(loader, 2);
+  Loader plain(data.Open(), Opts(8, 1));
+  EXPECT_EQ(got, Epochs(plain, 2));
+  EXPECT_EQ(loader.source().cache_tier(), CacheTier::kRam);
+  const LoaderStats stats = loader.stats();
+  ASSERT_EQ(stats.actions.size(), 1u);
+  EXPECT_THAT(stats.actions[0], HasSubstr("building a RAM copy (49 KB fits the RAM budget"));
+  // Reads moved to the copy: the second epoch read the slow source far less than once per
+  // batch (the RAM tier fills on first touch, so rows the first epoch did not reach after
+  // the switch are read once more).
+  EXPECT_LT(slow->reads.load(), 2 * 256);
+}
+
+TEST(Remedies, CopyThatDoesNotFitIsRefusedWithTheBudget) {
+  Data data(2048);
+  auto slow = std::make_shared<TestSource>(data.Open(), -1, /*delay_ms=*/10);
+  CachedLoader healed = OpenCachedLoader(slow, Healing(8, /*ram_budget=*/1024));
+  std::string why;
+  EXPECT_EQ(StartCacheWhileRunning(healed.loader->source(), &why), "");
+  EXPECT_THAT(why, HasSubstr("budget"));
+  EXPECT_EQ(StartCacheWhileRunning(healed.loader->source(), &why), "");
+  EXPECT_THAT(why, HasSubstr("started before"));
+  EXPECT_EQ(healed.loader->source().cache_tier(), CacheTier::kNone);
+  Loader plain(data.Open(), Opts(8, 1));
+  EXPECT_EQ(Epochs(*healed.loader, 1), Epochs(plain, 1));
+}
+
+TEST(Remedies, LoaderOpenedWithoutRemediesCannotStartACopy) {
+  Data data(64);
+  CachedLoaderOptions o = Healing(8);
+  o.remedies = false;
+  CachedLoader opened = OpenCachedLoader(data.Open(), o);
+  std::string why;
+  EXPECT_EQ(StartCacheWhileRunning(opened.loader->source(), &why), "");
+  EXPECT_THAT(why, HasSubstr("remedies"));
+}
+
+// A source whose rows differ per read (as an image source's random crops do).
+class DrawingSource final : public TestSource {
+ public:
+  using TestSource::TestSource;
+  bool rows_repeat() const override { return false; }
+};
+
+TEST(Remedies, SourceThatDrawsPerReadIsNeverCopied) {
+  Data data(64);
+  auto drawing = std::make_shared<DrawingSource>(data.Open());
+  CachedLoader opened = OpenCachedLoader(drawing, Healing(8));
+  std::string why;
+  EXPECT_EQ(StartCacheWhileRunning(opened.loader->source(), &why), "");
+  try {
+    OpenCached(drawing, {.tier = CacheTier::kRam, .verbose = false});
+    ADD_FAILURE() << "a copy of rows drawn per read was made";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("freeze one draw"));
+  }
 }
 
 }  // namespace
