@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "cache/deferred_cache.h"
 #include "cli/bench_ceilings.h"
 #include "cli/sigint_cancel.h"
 #include "cli/simulated_step.h"
@@ -23,6 +24,7 @@
 #include "core/log.h"
 #include "device/cuda_device.h"
 #include "gpufeed/doctor.h"
+#include "gpufeed/remedies.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/monitor.h"
 #include "gpufeed/sampler.h"
@@ -46,6 +48,12 @@ int64_t StatusBytes(const char* key) {
     }
   }
   return 0;
+}
+
+// The source under the loader's remedies (CachedLoaderOptions::remedies), or its own.
+const Source& DataSource(const Loader& loader) {
+  const auto* deferred = dynamic_cast<const DeferredCachedSource*>(&loader.source());
+  return deferred != nullptr ? deferred->base() : loader.source();
 }
 
 // A fresh opening of the data the loader reads, for the same-work ceiling: the source opened
@@ -141,7 +149,7 @@ void PrepareRun(const Loader& loader, const BenchConfig& config, BenchRunState& 
   run.cuda_device = dynamic_cast<const cuda::CudaDevice*>(loader.options().device.get());
   run.gpu_step.ms = config.step_ms;
   run.finish_steps.device = config.step_ms > 0 ? run.cuda_device : nullptr;
-  if (IsHdf5Source(loader.source())) run.hdf5_before = Hdf5SourceCounters(loader.source());
+  if (IsHdf5Source(DataSource(loader))) run.hdf5_before = Hdf5SourceCounters(DataSource(loader));
   run.peak_anon = StatusBytes("RssAnon");
   run.pool_before = HostMemoryPool::Instance().counters();
 }
@@ -253,7 +261,7 @@ void CollectRunFigures(const Loader& loader, const BenchConfig& config, BenchRun
   }
   result.stats = loader.stats();
   if (run.hdf5_before) {
-    const Hdf5Counters after = Hdf5SourceCounters(loader.source());
+    const Hdf5Counters after = Hdf5SourceCounters(DataSource(loader));
     result.hdf5_chunks_decoded = after.chunks_decoded - run.hdf5_before->chunks_decoded;
     result.hdf5_chunk_cache_hits = after.chunk_cache_hits - run.hdf5_before->chunk_cache_hits;
     result.hdf5_chunk_cache_bytes = static_cast<int64_t>(after.chunk_cache_bytes);
@@ -347,6 +355,11 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   CachedLoader opened = OpenBenchLoader(std::move(source), config, result);
   Loader& loader = *opened.loader;
   BenchRunState run;
+  if (config.open.remedies) {
+    AttachRemedies(loader, {.start_cache = [&loader](std::string* why) {
+                              return StartCacheWhileRunning(loader.source(), why);
+                            }});
+  }
   PrepareRun(loader, config, run);
   run.start = std::chrono::steady_clock::now();
   RunEpochs(loader, config, run, result, on_progress);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <memory>
 #include <utility>
 
@@ -25,13 +26,21 @@ double ShareOf(const Diagnosis& d, std::string_view stage) {
 
 struct RemedyState {
   RemedyOptions options;
-  int64_t steps = 0;
+  int64_t steps = 0;  // since the last look
+  std::chrono::steady_clock::time_point last_look = std::chrono::steady_clock::now();
   bool cache_tried = false;
 };
 
 void Check(Loader& loader, RemedyState& state) {
-  if (++state.steps % state.options.check_every_steps != 0) return;
   if (state.cache_tried || !state.options.start_cache) return;
+  // A look every few steps, or every few seconds when steps are slow (a starved loader).
+  const auto now = std::chrono::steady_clock::now();
+  if (++state.steps < state.options.check_every_steps &&
+      now - state.last_look < std::chrono::duration<double>(state.options.check_every_s)) {
+    return;
+  }
+  state.steps = 0;
+  state.last_look = now;
   const Diagnosis diagnosis = Diagnose(CollectDoctorInput(loader, nullptr));
   const std::optional<std::string> evidence = CacheRemedyEvidence(diagnosis);
   if (!evidence) return;
