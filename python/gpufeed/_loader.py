@@ -192,12 +192,18 @@ class Loader:
                 trace(path) writes it on request. Or gpufeed.Trace(path=None, batches=None):
                 batches is the batches it keeps (None: those of the last minute; -1: no
                 recording).
-    autotune:   True: tune workers and prefetch online (hill climbing on the measured wait
-                and throughput), starting from `workers` and `prefetch`; each change and its
-                reason is in stats()["tuning_log"]. gpufeed.Autotune(max_workers=None,
-                max_prefetch=None) tunes within those bounds (None: the CPU count or cgroup
-                quota; 4 * max_workers, within 25% of free RAM). Without autotuning,
-                set_parallelism() stays within the starting workers and prefetch.
+    autotune:   on by default: the loader takes the doctor's safe remedies itself, those that
+                leave every batch as it would be (the same samples in the same order). It
+                tunes workers and prefetch online (hill climbing on the measured wait and
+                throughput), starting from `workers` and `prefetch`; each change and its
+                reason is in stats()["tuning_log"]. And when the loop waits on reads and the
+                data set fits the RAM budget, with cache="none", it copies the set into RAM in
+                the background and reads from the copy once it is made; that action and its
+                evidence are in stats()["actions"] and the log. gpufeed.Autotune(
+                max_workers=None, max_prefetch=None) tunes within those bounds (None: the CPU
+                count or cgroup quota; 4 * max_workers, within 25% of free RAM). False keeps
+                exactly the given settings; set_parallelism() then stays within the starting
+                workers and prefetch.
     held:       batches the training loop may still hold when it asks for the next one,
                 planned for up front (max_outstanding; default 3: the one in the loop
                 variable, one kept, say for logging, one spare). Each one costs a batch buffer

@@ -200,7 +200,8 @@ def translate(shuffle, cache, groups, trace, autotune, held):
         _set(given, (("autotune", True, _bool), ("max_workers", autotune.max_workers, integer),
                      ("max_prefetch", autotune.max_prefetch, integer)))
     else:
-        _set(given, (("autotune", autotune, _bool),))
+        # On unless turned off: the loader takes the doctor's safe remedies by default.
+        _set(given, (("autotune", True if autotune is None else autotune, _bool),))
     if isinstance(held, Held):
         _set(given, (("max_outstanding", held.max_outstanding, integer),
                      ("held_budget_bytes", held.budget_bytes, integer)))

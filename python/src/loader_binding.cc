@@ -14,6 +14,7 @@
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
+#include "gpufeed/remedies.h"
 #include "interruptible.h"
 #include "py_loader.h"
 
@@ -59,7 +60,13 @@ void BindLoaderOptions(py::module_& m) {
   LoaderField(c, "workers", &LoaderOptions::workers);
   LoaderField(c, "prefetch", &LoaderOptions::prefetch);
   LoaderField(c, "max_outstanding", &LoaderOptions::max_outstanding);
-  LoaderField(c, "autotune", &LoaderOptions::autotune);
+  // Autotuning is the doctor's remedies as a whole: the autotuner and the background copy.
+  c.def_property(
+      "autotune", [](const CachedLoaderOptions& o) { return o.loader.autotune; },
+      [](CachedLoaderOptions& o, bool on) {
+        o.loader.autotune = on;
+        o.remedies = on;
+      });
   LoaderField(c, "max_workers", &LoaderOptions::max_workers);
   LoaderField(c, "max_prefetch", &LoaderOptions::max_prefetch);
   LoaderField(c, "start_epoch", &LoaderOptions::start_epoch);
@@ -155,6 +162,12 @@ void BindLoader(py::module_& m) {
           // each take a while: other Python threads run meanwhile, and Ctrl-C cancels it.
           CachedLoader opened =
               RunInterruptible([&] { return OpenCachedLoader(std::move(source), options); });
+          if (options.remedies) {
+            Loader& x = *opened.loader;
+            AttachRemedies(x, {.start_cache = [&x](std::string* why) {
+                                 return StartCacheWhileRunning(x.source(), why);
+                               }});
+          }
           auto loader = std::make_unique<PyLoader>(std::move(opened.loader));
           if (options.cache.tier != CacheTier::kNone) {
             loader->cache_json = CacheJson(opened.cache);  // else "caching is off"

@@ -10,7 +10,8 @@ import gpufeed
 
 def test_set_parallelism_and_autotune_options():
     source = gpufeed.synthetic("x:float32[64]", samples=4000)
-    loader = gpufeed.Loader(source, batch_size=50, workers=2, prefetch=4, device="cpu")
+    loader = gpufeed.Loader(source, batch_size=50, workers=2, prefetch=4, device="cpu",
+                            autotune=False)
     assert (loader.workers, loader.prefetch) == (2, 4)
     loader.set_parallelism(1, 3)
     assert (loader.workers, loader.prefetch) == (1, 3)

@@ -238,6 +238,7 @@ CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOption
     CacheOptions copy = options.cache;
     copy.tier = CacheTier::kRam;
     copy.preload = false;
+    copy.verbose = false;  // the remedy logs what it started, with its evidence
     source = std::make_shared<DeferredCachedSource>(std::move(source), std::move(copy));
   }
   out.loader = std::make_unique<Loader>(std::move(source), std::move(loader));

@@ -46,8 +46,6 @@ TEST(CacheRemedyEvidence, OtherBottlenecksGetNoCopy) {
   EXPECT_FALSE(CacheRemedyEvidence(Waiting(Verdict::kMeasuring, Stage::kRead, 0.9, 1)));
   // Waiting little: a copy of the data set is not worth its memory.
   EXPECT_FALSE(CacheRemedyEvidence(Waiting(Verdict::kInputBound, Stage::kRead, 0.05, 1)));
-  // Read named, but most of the wait elsewhere.
-  EXPECT_FALSE(CacheRemedyEvidence(Waiting(Verdict::kInputBound, Stage::kRead, 0.9, 0.3)));
 }
 
 TEST(Remedies, ReadBoundLoaderStartsOneCopyAndRecordsIt) {
