@@ -16,6 +16,7 @@
 #include "core/system_memory.h"
 #include "gpufeed/dtype.h"
 #include "gpufeed/error.h"
+#include "sources/hdf5/compound.h"
 #include "sources/hdf5/dataset.h"
 #include "sources/hdf5/geometry.h"
 #include "sources/hdf5/library.h"
@@ -315,7 +316,14 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
   try {
     Hdf5Lock lock;
     Hdf5Id h5 = OpenHdf5File(file);
-    for (const std::string& name : ListHdf5Datasets(h5.get())) {
+    // A compound dataset is inspected member by member, as the fields that read it.
+    std::vector<std::string> names;
+    for (const std::string& dataset : ListHdf5Datasets(h5.get())) {
+      const auto members = Hdf5CompoundMembers(h5.get(), dataset);
+      if (members.empty()) names.push_back(dataset);
+      for (const std::string& m : members) names.push_back(dataset + "." + m);
+    }
+    for (const std::string& name : names) {
       Hdf5DatasetInspection d;
       d.dataset = name;
       try {
