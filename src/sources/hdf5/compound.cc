@@ -80,6 +80,20 @@ std::string UnreadableKind(hid_t member_type) {
   }
 }
 
+// Throws Error(kUnsupported) when `type` is a compound: its members are read as fields
+// "dataset.member", which the message names.
+void RefuseWholeCompound(hid_t type, const std::string& dataset, const std::string& what) {
+  if (H5Tget_class(type) != H5T_COMPOUND) return;
+  const std::string field = dataset.starts_with('/') ? dataset.substr(1) : dataset;
+  std::vector<std::string> fields;
+  for (const std::string& m : MemberNames(type)) fields.push_back(fmt::format("'{}.{}'", field, m));
+  throw Error(
+      ErrorCode::kUnsupported,
+      fmt::format("{}: dtype compound: a compound (table) dataset is read member by member; "
+                  "name its members as fields: {}",
+                  what, fmt::join(fields, ", ")));
+}
+
 }  // namespace
 
 std::optional<Hdf5MemberName> SplitHdf5MemberName(hid_t file_id, const std::string& name) {
@@ -144,16 +158,25 @@ Hdf5Id Hdf5ArrayBase(hid_t type, std::vector<int64_t>* array_dims) {
   return Hdf5Id(H5Tget_super(type));
 }
 
-void RefuseWholeCompound(hid_t type, const std::string& dataset, const std::string& what) {
-  if (H5Tget_class(type) != H5T_COMPOUND) return;
-  const std::string field = dataset.starts_with('/') ? dataset.substr(1) : dataset;
-  std::vector<std::string> fields;
-  for (const std::string& m : MemberNames(type)) fields.push_back(fmt::format("'{}.{}'", field, m));
-  throw Error(
-      ErrorCode::kUnsupported,
-      fmt::format("{}: dtype compound: a compound (table) dataset is read member by member; "
-                  "name its members as fields: {}",
-                  what, fmt::join(fields, ", ")));
+Hdf5ElementType Hdf5ElementTypeOf(const Hdf5Dataset& ds, hid_t type, const std::string& what) {
+  if (ds.member.empty()) RefuseWholeCompound(type, ds.dataset, what);
+  Hdf5ElementType t;
+  t.element = ds.member.empty() ? Hdf5Id(H5Tcopy(type)) : Hdf5MemberType(type, ds.member, what);
+  t.base = Hdf5ArrayBase(t.element.get(), &t.array_dims);
+  return t;
+}
+
+void AdoptHdf5ElementType(Hdf5Dataset& ds, const Hdf5ElementType& t) {
+  ds.field.shape.insert(ds.field.shape.end(), t.array_dims.begin(), t.array_dims.end());
+  // An enum is never converted by libhdf5 (Hdf5DatasetMemoryType says why), nor a member: its
+  // standard layout is copied and swapped by gpufeed.
+  ds.copy_file_layout =
+      ds.type_conversion.empty() && (!ds.member.empty() || H5Tget_class(t.base.get()) == H5T_ENUM);
+  if (!ds.member.empty()) {
+    // libhdf5 picks the member out of each record.
+    ds.type_conversion = fmt::format("member '{}' of a compound{}{}", ds.member,
+                                     ds.type_conversion.empty() ? "" : ", ", ds.type_conversion);
+  }
 }
 
 Hdf5Id Hdf5DatasetMemoryType(const Hdf5Dataset& ds, hid_t element_type, const std::string& what) {

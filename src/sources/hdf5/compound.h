@@ -44,9 +44,19 @@ Hdf5Id Hdf5MemberType(hid_t type, const std::string& member, const std::string& 
 // to `array_dims`), else a copy of `type`.
 Hdf5Id Hdf5ArrayBase(hid_t type, std::vector<int64_t>* array_dims);
 
-// Throws Error(kUnsupported) when `type` is a compound: its members are read as fields
-// "dataset.member", which the message names.
-void RefuseWholeCompound(hid_t type, const std::string& dataset, const std::string& what);
+// The file type of one element of `ds` (dataset type `type`, or its member ds.member) and
+// the type its dtype comes from (an array member's base, the array's dimensions beside it).
+// A whole compound (ds.member empty) is refused naming the fields that read its members.
+struct Hdf5ElementType {
+  Hdf5Id element;
+  Hdf5Id base;
+  std::vector<int64_t> array_dims;
+};
+Hdf5ElementType Hdf5ElementTypeOf(const Hdf5Dataset& ds, hid_t type, const std::string& what);
+
+// Once ReadTypeAndShape read `t.base` into `ds`: the array's dimensions extend the per-sample
+// shape, ds.copy_file_layout is decided, and a member says so in ds.type_conversion.
+void AdoptHdf5ElementType(Hdf5Dataset& ds, const Hdf5ElementType& t);
 
 // The memory type H5Dread reads `ds`'s elements into, `element_type` being the file type of
 // one element (a member's for a compound member): the file's own type when

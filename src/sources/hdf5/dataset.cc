@@ -134,29 +134,6 @@ void ReadTypeAndShape(Hdf5Dataset& ds, hid_t type, hid_t element_type, hid_t spa
   ds.field.shape.assign(ds.dims.begin() + 1, ds.dims.end());
 }
 
-// The element type (a member's for a compound member, an array member's base) read as
-// ReadTypeAndShape does; an array member's dimensions extend the per-sample shape. Returns
-// the file type of one element (the member's).
-Hdf5Id ReadElementTypeAndShape(Hdf5Dataset& ds, hid_t type, hid_t space, const std::string& what) {
-  if (ds.member.empty()) RefuseWholeCompound(type, ds.dataset, what);
-  Hdf5Id element =
-      ds.member.empty() ? Hdf5Id(H5Tcopy(type)) : Hdf5MemberType(type, ds.member, what);
-  std::vector<int64_t> array_dims;
-  const Hdf5Id base = Hdf5ArrayBase(element.get(), &array_dims);
-  ReadTypeAndShape(ds, type, base.get(), space, what);
-  ds.field.shape.insert(ds.field.shape.end(), array_dims.begin(), array_dims.end());
-  // An enum is never converted by libhdf5 (Hdf5DatasetMemoryType says why), nor a member: its
-  // standard layout is copied and swapped by gpufeed.
-  ds.copy_file_layout =
-      ds.type_conversion.empty() && (!ds.member.empty() || H5Tget_class(base.get()) == H5T_ENUM);
-  if (!ds.member.empty()) {
-    // libhdf5 picks the member out of each record.
-    ds.type_conversion = fmt::format("member '{}' of a compound{}{}", ds.member,
-                                     ds.type_conversion.empty() ? "" : ", ", ds.type_conversion);
-  }
-  return element;
-}
-
 // The fill value in the file's own representation (zeros when none is defined), and the
 // filter pipeline in write order.
 void ReadFillAndFilters(Hdf5Dataset& ds, hid_t type, hid_t dcpl) {
@@ -471,11 +448,13 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
         ErrorCode::kCorruptData,
         fmt::format("{}: cannot read its type, shape or layout: {}", what, Hdf5ErrorMessage()));
   }
-  const Hdf5Id element = ReadElementTypeAndShape(ds, type.get(), space.get(), what);
+  const Hdf5ElementType element = Hdf5ElementTypeOf(ds, type.get(), what);
+  ReadTypeAndShape(ds, type.get(), element.base.get(), space.get(), what);
+  AdoptHdf5ElementType(ds, element);
   ReadFillAndFilters(ds, type.get(), dcpl.get());
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   if (layout == H5D_COMPACT) {
-    OpenCompact(ds, dset.get(), element.get(), file, what);
+    OpenCompact(ds, dset.get(), element.element.get(), file, what);
   } else if (layout == H5D_CONTIGUOUS) {
     OpenContiguous(ds, file_id, dset, dcpl.get(), file, what);
   } else if (layout == H5D_CHUNKED) {
@@ -491,7 +470,7 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
     // Reads go through H5Dread: libhdf5 converts the file's layout (byte order, precision,
     // sign extension) into the dtype's native type as it does for h5py, or copies it
     // (Hdf5DatasetMemoryType says when).
-    Hdf5Id memory_type = Hdf5DatasetMemoryType(ds, element.get(), what);
+    Hdf5Id memory_type = Hdf5DatasetMemoryType(ds, element.element.get(), what);
     if (!ds.copy_file_layout) ds.big_endian = false;
     ds.library_dataset = std::make_shared<Hdf5Id>(std::move(dset));
     ds.library_memory_type = std::make_shared<Hdf5Id>(std::move(memory_type));

@@ -68,6 +68,7 @@ void Describe(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
                                                : 1.0;
   out.index_method = ds.index_method;
   out.index_seconds = ds.index_seconds;
+  out.compound_member = !ds.member.empty();
   if (!ds.chunk_dims.empty()) {
     out.chunks_per_sample = ds.ChunksPerSample();
     out.chunks_stored = static_cast<int64_t>(ds.chunks.stored().size());
@@ -223,6 +224,14 @@ std::string Recommend(const Hdf5DatasetInspection& d, const Hdf5Storage storage,
     case Hdf5Storage::kFill:
       return "nothing to read from disk";
     case Hdf5Storage::kLibrary:
+      if (d.compound_member) {
+        // A member reads through libhdf5 whatever its storage: only a dataset per column
+        // takes libhdf5 off the path.
+        return fmt::format(
+            "{}: every read takes libhdf5's global lock, so workers do not help; for speed, "
+            "store each column as a dataset of its own (h5py: f[name] = table[member])",
+            d.read_path);
+      }
       return fmt::format(
           "{}: every read takes libhdf5's global lock, so workers do not help; "
           "rewrite with gzip or no compression (gpufeed rechunk FILE OUT.h5 --compression "
