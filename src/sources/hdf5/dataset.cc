@@ -294,7 +294,9 @@ void OpenContiguous(Hdf5Dataset& ds, hid_t file_id, Hdf5Id& dset, hid_t dcpl, co
 // exponent bias) are converted by libhdf5: read as they are, a 3-bit -4 would read as 4.
 // Compact data was converted when it was read.
 void UseLibraryConversion(Hdf5Dataset& ds, const std::string& what) {
-  const std::string reason = fmt::format("elements libhdf5 converts: {}", ds.type_conversion);
+  const std::string reason =
+      fmt::format("elements libhdf5 {}: {}",
+                  ds.member.empty() ? "converts" : "picks out of each record", ds.type_conversion);
   if (ds.storage == Hdf5Storage::kInMemory) return;
   if (ds.storage == Hdf5Storage::kLibrary) {
     ds.library_reason += "; " + reason;

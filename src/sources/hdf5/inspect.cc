@@ -56,7 +56,9 @@ uint64_t UnfilteredReadBytes(const Hdf5Dataset& ds) {
 
 void Describe(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
   out.dtype = std::string(DTypeName(ds.field.dtype));
-  out.shape = ds.dims;
+  // The samples and the field's shape: an array member's dimensions follow the dataset's.
+  out.shape = {ds.samples};
+  out.shape.insert(out.shape.end(), ds.field.shape.begin(), ds.field.shape.end());
   out.layout = ds.layout_name;
   out.chunk_shape = ds.chunk_dims;
   out.filters = DescribeHdf5Filters(ds.filters);

@@ -154,6 +154,7 @@ TEST_F(Hdf5CompoundTest, InspectListsTheMembersAsFields) {
   std::vector<std::string> pt;
   for (const auto& d : InspectHdf5(PyTablesPath(), nullptr, uint64_t{1} << 30).datasets) {
     pt.push_back(d.dataset + " " + d.access);
+    if (d.dataset == "/pt.vec") EXPECT_EQ(d.shape, (std::vector<int64_t>{10, 3}));
   }
   EXPECT_EQ(pt, (std::vector<std::string>{"/pt.ok libhdf5", "/pt.vec libhdf5", "/pt.pos refused",
                                           "/pt.n libhdf5"}));
