@@ -1,6 +1,8 @@
 // libFuzzer target: an HDF5 file as gpufeed meets it. Writes the input to a file, inspects it
 // (`gpufeed inspect`: every dataset opened, its chunk index read) and opens every readable
-// dataset as a source and reads its first rows. Any gpufeed::Error is an accepted outcome;
+// dataset as a source and reads its first rows (a compound dataset's members among them, as
+// inspect lists them); then opens the file with no dataset named (every dataset, a compound
+// one as its numeric members). Any gpufeed::Error is an accepted outcome;
 // a crash, a sanitizer report, another exception, a hang or an allocation past libFuzzer's
 // limit is a finding. libhdf5 itself is not instrumented, but it runs under ASan's
 // interceptors and its crashes are crashes: gpufeed's checks must refuse what crashes it.
@@ -78,6 +80,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ReadFirstRows(path, dataset);
     } catch (const gpufeed::Error&) {
     }
+  }
+  try {
+    (void)gpufeed::OpenHdf5({path}, {});
+  } catch (const gpufeed::Error&) {
   }
   return 0;
 }

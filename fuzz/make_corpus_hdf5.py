@@ -2,7 +2,8 @@
 """Seed corpus for hdf5_fuzz: small valid files of every layout gpufeed reads, plus the
 crafted regression files of tests/sources/hdf5/make_hostile_hdf5.py, and the unusual layouts
 of tests/sources/hdf5/make_unusual_hdf5.py (data layout messages of versions 1 and 2, N-bit and
-VAX elements, compact layouts that do not hold their dataset). Run with Debian's
+VAX elements, compact layouts that do not hold their dataset), and compound (table) datasets
+as h5py, pandas and PyTables write them. Run with Debian's
 /usr/bin/python3 (h5py):
 
     make_corpus_hdf5.py OUT_DIR
@@ -10,6 +11,7 @@ VAX elements, compact layouts that do not hold their dataset). Run with Debian's
 import os
 import shutil
 import sys
+import tempfile
 
 import h5py
 import numpy as np
@@ -101,6 +103,27 @@ def latest_seeds(out):
     os.remove(os.path.join(out, 'raw.bin'))  # not an HDF5 seed
 
 
+def compound_seeds(out):
+    """Compound datasets: make_unusual_hdf5.py's (big-endian, bool, string, variable-length,
+    bitfield, array and nested members; contiguous and chunked with gzip), one in a compact
+    layout and one chunked under an extensible array in a libver="latest" file."""
+    with tempfile.TemporaryDirectory() as tmp:
+        make_unusual_hdf5.compound(tmp)
+        for name in ('compound.h5', 'compound_pt.h5'):
+            shutil.copy(os.path.join(tmp, name), os.path.join(out, 'table_' + name))
+    rows = np.zeros(6, dtype=[('a', '>i4'), ('b', '<f2'), ('c', 'u1', (2,))])
+    rows['a'] = np.arange(6) - 3
+    rows['c'] = np.arange(12).reshape(6, 2)
+    with h5py.File(os.path.join(out, 'table_compact.h5'), 'w') as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_layout(h5py.h5d.COMPACT)
+        d = h5py.h5d.create(f.id, b't', h5py.h5t.py_create(rows.dtype),
+                            h5py.h5s.create_simple((6,)), dcpl=dcpl)
+        d.write(h5py.h5s.ALL, h5py.h5s.ALL, rows)
+    with h5py.File(os.path.join(out, 'table_earray.h5'), 'w', libver='latest') as f:
+        f.create_dataset('t', data=rows, chunks=(2,), maxshape=(None,), compression='gzip')
+
+
 def _features(f):
     """What real files hold besides plain numeric datasets: attributes, links of every kind,
     committed and unsupported types, groups with creation order, a resizable dataset."""
@@ -124,6 +147,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     seeds(out)
     latest_seeds(out)
+    compound_seeds(out)
     for name, make in make_hostile_hdf5.CASES.items():
         make(os.path.join(out, 'hostile_' + name + '.h5'))
     for name, make in make_unusual_hdf5.VALID.items():

@@ -49,11 +49,14 @@ struct Hdf5ChunkList {
   // whose unlimited axis is not the first: it lists swizzled coordinates and cannot find
   // chunks by coordinates, though its reads are right), so they cannot cross-check them.
   bool library_chunk_info_reliable = true;
+  // The layout's "do not filter partial bound chunks" flag: a chunk reaching past the current
+  // shape is stored unfiltered, though its filter mask says 0.
+  bool partial_edges_unfiltered = false;
 };
 
 // The chunks of the dataset whose object header is at `where`; nullopt when its layout message
-// is not a chunked one. Every node or block is read once (a block reached twice, a level that does not
-// descend by one, or more chunks than the grid allows is a damaged index), so a crafted index
+// is not a chunked one. Every node or block is read once (a block reached twice, a level that does
+// not descend by one, or more chunks than the grid allows is a damaged index), so a crafted index
 // costs at most its own size. Throws Error(kCorruptData) naming `what` (file and dataset) and
 // the structure when the header or the index is damaged or points past the end of the file;
 // kUnsupported for offsets or lengths wider than 8 bytes. Never lets std::bad_alloc or

@@ -286,6 +286,7 @@ Hdf5ChunkList ReadV4ChunkIndex(Hdf5MetadataReader& r, const Bytes& m, const Hdf5
   size_t pos = 5 + ndims * width;
   const unsigned type = static_cast<unsigned>(m.Uint(pos++, 1));
   Hdf5ChunkList list;
+  list.partial_edges_unfiltered = (flags & 0x01) != 0;
   // A dataset never written has no index yet (its address undefined): every chunk reads as
   // the fill value.
   // (The single-chunk and implicit readers check their own address.)

@@ -222,8 +222,20 @@ void CheckStoredSize(const Hdf5Dataset& ds, const Hdf5RawChunk& c, uint64_t full
 
 // Places every listed chunk at its grid position in ds.chunks: a dense table for a grid the
 // file could index, the stored chunks only for a larger one.
+// Whether the chunk at `coords` reaches past the dataset's current shape (as libhdf5 decides
+// which chunks its "do not filter partial bound chunks" flag leaves unfiltered).
+bool PartialEdgeChunk(const Hdf5Dataset& ds, const std::vector<uint64_t>& coords) {
+  for (size_t d = 0; d < coords.size() && d < ds.dims.size(); ++d) {
+    // coords < shape + chunk, each below 2^63: no overflow.
+    if (coords[d] + static_cast<uint64_t>(ds.chunk_dims[d]) > static_cast<uint64_t>(ds.dims[d])) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void PlaceChunks(Hdf5Dataset& ds, const File& file, const std::vector<Hdf5RawChunk>& raw,
-                 uint64_t grid_total, const std::string& what) {
+                 uint64_t grid_total, const std::string& what, bool partial_edges_unfiltered) {
   const uint64_t full_bytes = ds.ChunkBytes();
   uint64_t stored = 0;
   std::vector<std::pair<uint64_t, size_t>> order;  // (grid position, index in raw)
@@ -244,7 +256,10 @@ void PlaceChunks(Hdf5Dataset& ds, const File& file, const std::vector<Hdf5RawChu
       throw Error(ErrorCode::kCorruptData,
                   fmt::format("{}: the chunk index lists the {} twice", what, ChunkName(c.coords)));
     }
-    entries.emplace_back(order[k].first, Hdf5ChunkEntry{c.address, c.size, c.filter_mask});
+    // Every filter skipped for an unfiltered edge chunk.
+    const uint32_t mask =
+        partial_edges_unfiltered && PartialEdgeChunk(ds, c.coords) ? ~uint32_t{0} : c.filter_mask;
+    entries.emplace_back(order[k].first, Hdf5ChunkEntry{c.address, c.size, mask});
   }
   ds.chunks.Assign(grid_total, std::move(entries), grid_total <= DenseTableCap(file));
   ds.storage_bytes = stored;
@@ -258,11 +273,11 @@ void BuildChunkIndex(Hdf5Dataset& ds, hid_t dset, hid_t space, const File& file,
     // Every check of gpufeed's own (grid, duplicates, sizes, file bounds) before libhdf5
     // walks the index to cross-check it.
     ds.index_method = std::move(own->method);
-    PlaceChunks(ds, file, own->chunks, grid_total, what);
+    PlaceChunks(ds, file, own->chunks, grid_total, what, own->partial_edges_unfiltered);
     CrossCheckWithLibrary(*own, dset, space, userblock, what);
   } else {
     PlaceChunks(ds, file, ListChunksThroughLibrary(ds, dset, space, userblock, grid_total, what),
-                grid_total, what);
+                grid_total, what, false);
   }
   ds.index_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

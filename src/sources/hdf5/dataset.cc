@@ -10,14 +10,15 @@
 #include <span>
 
 #include "core/checked_math.h"
+#include "core/path_names.h"
 #include "gpufeed/error.h"
 #include "sources/hdf5/chunk_table.h"
+#include "sources/hdf5/compound.h"
 #include "sources/hdf5/dtype.h"
 #include "sources/hdf5/file_driver.h"
 #include "sources/hdf5/library.h"
 #include "sources/hdf5/structure.h"
 #include "sources/hdf5/superblock.h"
-#include "core/path_names.h"
 
 namespace gpufeed {
 namespace {
@@ -111,8 +112,10 @@ Hdf5Id OpenOrExplain(hid_t file_id, const Hdf5Dataset& ds, const std::string& wh
 }
 
 // dtype, element size, byte order and shape.
-void ReadTypeAndShape(Hdf5Dataset& ds, hid_t type, hid_t space, const std::string& what) {
-  const Hdf5TypeLayout layout = ReadHdf5TypeLayout(type, what);
+// `element_type` is the compound member's type when reading one member (`type`: the record's).
+void ReadTypeAndShape(Hdf5Dataset& ds, hid_t type, hid_t element_type, hid_t space,
+                      const std::string& what) {
+  const Hdf5TypeLayout layout = ReadHdf5TypeLayout(element_type, what);
   ds.field.dtype = layout.dtype;
   ds.element_size = H5Tget_size(type);
   ds.big_endian = layout.big_endian;
@@ -161,7 +164,8 @@ void ReadFillAndFilters(Hdf5Dataset& ds, hid_t type, hid_t dcpl) {
 // Compact data lives in the object header: read whole now, converted by libhdf5 into the
 // dtype's memory type (the structure walk checked that the message holds exactly the
 // dataset's bytes: libhdf5 1.10.8 copies from a null buffer when it holds none).
-void OpenCompact(Hdf5Dataset& ds, hid_t dset, const File& file, const std::string& what) {
+void OpenCompact(Hdf5Dataset& ds, hid_t dset, hid_t element, const File& file,
+                 const std::string& what) {
   // Both below 2^64 (CheckShape).
   const uint64_t total_bytes = static_cast<uint64_t>(ds.samples) * ds.field.SampleBytes();
   ds.layout_name = "compact";
@@ -169,9 +173,8 @@ void OpenCompact(Hdf5Dataset& ds, hid_t dset, const File& file, const std::strin
   CheckHdf5DataRange(ds, file, 0, total_bytes, "the compact data");
   ds.in_memory.resize(total_bytes);
   ds.storage_bytes = total_bytes;
-  const Hdf5Id memory_type = Hdf5MemoryType(ds.field.dtype, ds.bitfield);
-  CheckHdf5MemoryType(memory_type.get(), ds.field.dtype, what, ds.bitfield);
-  ds.big_endian = false;
+  const Hdf5Id memory_type = Hdf5DatasetMemoryType(ds, element, what);
+  if (!ds.copy_file_layout) ds.big_endian = false;
   if (!ds.in_memory.empty() &&
       H5Dread(dset, memory_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ds.in_memory.data()) < 0) {
     throw Error(ErrorCode::kCorruptData,
@@ -291,7 +294,9 @@ void OpenContiguous(Hdf5Dataset& ds, hid_t file_id, Hdf5Id& dset, hid_t dcpl, co
 // exponent bias) are converted by libhdf5: read as they are, a 3-bit -4 would read as 4.
 // Compact data was converted when it was read.
 void UseLibraryConversion(Hdf5Dataset& ds, const std::string& what) {
-  const std::string reason = fmt::format("elements libhdf5 converts: {}", ds.type_conversion);
+  const std::string reason =
+      fmt::format("elements libhdf5 {}: {}",
+                  ds.member.empty() ? "converts" : "picks out of each record", ds.type_conversion);
   if (ds.storage == Hdf5Storage::kInMemory) return;
   if (ds.storage == Hdf5Storage::kLibrary) {
     ds.library_reason += "; " + reason;
@@ -431,6 +436,10 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
   Hdf5Dataset ds;
   ds.path = file.path();
   ds.dataset = dataset;
+  if (const auto split = SplitHdf5MemberName(file_id, dataset)) {
+    ds.dataset = split->dataset;
+    ds.member = split->member;
+  }
   const std::string what = fmt::format("{}: dataset {}", ds.path, dataset);
   Hdf5Id dset = OpenOrExplain(file_id, ds, what);
   Hdf5Id type(H5Dget_type(dset.get()));
@@ -441,11 +450,13 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
         ErrorCode::kCorruptData,
         fmt::format("{}: cannot read its type, shape or layout: {}", what, Hdf5ErrorMessage()));
   }
-  ReadTypeAndShape(ds, type.get(), space.get(), what);
+  const Hdf5ElementType element = Hdf5ElementTypeOf(ds, type.get(), what);
+  ReadTypeAndShape(ds, type.get(), element.base.get(), space.get(), what);
+  AdoptHdf5ElementType(ds, element);
   ReadFillAndFilters(ds, type.get(), dcpl.get());
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   if (layout == H5D_COMPACT) {
-    OpenCompact(ds, dset.get(), file, what);
+    OpenCompact(ds, dset.get(), element.element.get(), file, what);
   } else if (layout == H5D_CONTIGUOUS) {
     OpenContiguous(ds, file_id, dset, dcpl.get(), file, what);
   } else if (layout == H5D_CHUNKED) {
@@ -458,13 +469,16 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
   }
   if (!ds.type_conversion.empty()) UseLibraryConversion(ds, what);
   if (ds.storage == Hdf5Storage::kLibrary) {
-    // Reads go through H5Dread into the dtype's native type: libhdf5 converts the file's
-    // layout (byte order, precision, sign extension) as it does for h5py.
-    Hdf5Id memory_type = Hdf5MemoryType(ds.field.dtype, ds.bitfield);
-    ds.big_endian = false;
+    // Reads go through H5Dread: libhdf5 converts the file's layout (byte order, precision,
+    // sign extension) into the dtype's native type as it does for h5py, or copies it
+    // (Hdf5DatasetMemoryType says when).
+    Hdf5Id memory_type = Hdf5DatasetMemoryType(ds, element.element.get(), what);
+    if (!ds.copy_file_layout) ds.big_endian = false;
     ds.library_dataset = std::make_shared<Hdf5Id>(std::move(dset));
     ds.library_memory_type = std::make_shared<Hdf5Id>(std::move(memory_type));
   }
+  // The reader swaps a member's values, not records.
+  if (!ds.member.empty()) ds.element_size = DTypeSize(ds.field.dtype);
   return ds;
 }
 

@@ -68,6 +68,12 @@ struct Hdf5Dataset {
   size_t element_size = 0;
   bool big_endian = false;  // elements need a byte swap after reading
   bool bitfield = false;    // a bitfield type (as bool: each byte must be 0 or 1)
+  // Non-empty: the field is this member of compound dataset `dataset`, read through libhdf5
+  // (element_size is the whole record's until the open ends, then the member's dtype's).
+  std::string member;
+  // kLibrary and kInMemory: H5Dread copies the elements in the file's own type, unconverted
+  // (big_endian then still says whether they need a swap); else into the dtype's native type.
+  bool copy_file_layout = false;
   // Why libhdf5 converts the elements ("3-bit precision at bit offset 0"), or "" when their
   // bytes are the dtype's standard layout (hdf5/dtype.h).
   std::string type_conversion;

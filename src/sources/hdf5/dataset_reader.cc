@@ -10,6 +10,7 @@
 #include "core/nvtx.h"
 #include "core/row_gather.h"
 #include "gpufeed/error.h"
+#include "sources/hdf5/compound.h"
 #include "sources/hdf5/dtype.h"
 #include "sources/hdf5/filters.h"
 #include "sources/hdf5/library.h"
@@ -36,8 +37,8 @@ Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint
   }
   if (ds_.storage == Hdf5Storage::kLibrary) {
     Hdf5Lock lock;
-    CheckHdf5MemoryType(ds_.library_memory_type->get(), ds_.field.dtype,
-                        fmt::format("{}: dataset {}", ds_.path, ds_.dataset), ds_.bitfield);
+    const std::string what = fmt::format("{}: dataset {}", ds_.path, ds_.dataset);
+    CheckHdf5DatasetMemoryType(ds_, what);
   }
   // Where the file does not map (a remote object, a test's faulty file), ranges in flight
   // together pay one latency; a local file reads a chunk just before it is decoded.

@@ -189,6 +189,13 @@ Hdf5TypeLayout ReadHdf5TypeLayout(hid_t type, const std::string& what) {
     }
     // An enum reads as its base integers (libhdf5 converts an enum into numbers).
     Hdf5TypeLayout out = IntegerLayout(base.get(), size, what);
+    if (!out.conversion.empty()) {
+      // An enum reads as stored (compound.h: Hdf5DatasetMemoryType), so its base must be too.
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{}: an enum over integers libhdf5 would convert ({}) is not "
+                              "supported",
+                              what, out.conversion));
+    }
     // h5py stores bool as an int8 enum {FALSE: 0, TRUE: 1}.
     if (size == 1 && H5Tget_nmembers(type) == 2) {
       char* a = H5Tget_member_name(type, 0);

@@ -16,6 +16,7 @@
 #include "core/system_memory.h"
 #include "gpufeed/dtype.h"
 #include "gpufeed/error.h"
+#include "sources/hdf5/compound.h"
 #include "sources/hdf5/dataset.h"
 #include "sources/hdf5/geometry.h"
 #include "sources/hdf5/library.h"
@@ -55,7 +56,9 @@ uint64_t UnfilteredReadBytes(const Hdf5Dataset& ds) {
 
 void Describe(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
   out.dtype = std::string(DTypeName(ds.field.dtype));
-  out.shape = ds.dims;
+  // The samples and the field's shape: an array member's dimensions follow the dataset's.
+  out.shape = {ds.samples};
+  out.shape.insert(out.shape.end(), ds.field.shape.begin(), ds.field.shape.end());
   out.layout = ds.layout_name;
   out.chunk_shape = ds.chunk_dims;
   out.filters = DescribeHdf5Filters(ds.filters);
@@ -67,6 +70,7 @@ void Describe(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
                                                : 1.0;
   out.index_method = ds.index_method;
   out.index_seconds = ds.index_seconds;
+  out.compound_member = !ds.member.empty();
   if (!ds.chunk_dims.empty()) {
     out.chunks_per_sample = ds.ChunksPerSample();
     out.chunks_stored = static_cast<int64_t>(ds.chunks.stored().size());
@@ -222,6 +226,14 @@ std::string Recommend(const Hdf5DatasetInspection& d, const Hdf5Storage storage,
     case Hdf5Storage::kFill:
       return "nothing to read from disk";
     case Hdf5Storage::kLibrary:
+      if (d.compound_member) {
+        // A member reads through libhdf5 whatever its storage: only a dataset per column
+        // takes libhdf5 off the path.
+        return fmt::format(
+            "{}: every read takes libhdf5's global lock, so workers do not help; for speed, "
+            "store each column as a dataset of its own (h5py: f[name] = table[member])",
+            d.read_path);
+      }
       return fmt::format(
           "{}: every read takes libhdf5's global lock, so workers do not help; "
           "rewrite with gzip or no compression (gpufeed rechunk FILE OUT.h5 --compression "
@@ -315,7 +327,14 @@ Hdf5Inspection InspectHdf5(const std::string& path, std::shared_ptr<const FileSy
   try {
     Hdf5Lock lock;
     Hdf5Id h5 = OpenHdf5File(file);
-    for (const std::string& name : ListHdf5Datasets(h5.get())) {
+    // A compound dataset is inspected member by member, as the fields that read it.
+    std::vector<std::string> names;
+    for (const std::string& dataset : ListHdf5Datasets(h5.get())) {
+      const auto members = Hdf5CompoundMembers(h5.get(), dataset);
+      if (members.empty()) names.push_back(dataset);
+      for (const std::string& m : members) names.push_back(dataset + "." + m);
+    }
+    for (const std::string& name : names) {
       Hdf5DatasetInspection d;
       d.dataset = name;
       try {

@@ -27,6 +27,7 @@ struct Hdf5DatasetInspection {
   std::vector<int64_t> chunk_shape;  // chunked only
   std::string filters;               // "gzip level 1 + shuffle", "none"
   std::string read_path;             // how gpufeed reads it
+  bool compound_member = false;      // a member of a compound (table) dataset
   int64_t chunks_stored = 0;         // chunks written (chunked)
   int64_t chunks_per_sample = 0;     // chunks one sample spans (chunked)
   std::string index_method;          // how the chunk index was read

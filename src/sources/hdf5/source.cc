@@ -11,13 +11,14 @@
 #include <stdexcept>
 
 #include "core/log.h"
+#include "core/path_names.h"
 #include "core/system_memory.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
+#include "sources/hdf5/compound.h"
 #include "sources/hdf5/dataset.h"
 #include "sources/hdf5/dataset_reader.h"
 #include "sources/hdf5/library.h"
-#include "core/path_names.h"
 
 namespace gpufeed {
 namespace {
@@ -226,7 +227,8 @@ void OpenPart(const std::string& path, std::vector<std::string>& datasets,
   part.file = options.file_system->Open(path);  // kNotFound names the path
   Hdf5Id h5 = OpenHdf5File(part.file);
   if (datasets.empty()) {
-    datasets = ListHdf5Datasets(h5.get());
+    // A compound dataset yields its numeric members as fields "table.x".
+    datasets = Hdf5DefaultFields(h5.get(), ListHdf5Datasets(h5.get()));
     if (datasets.empty()) {
       const std::string links = DescribeHdf5ExternalLinks(h5.get());
       throw Error(ErrorCode::kNotFound,

@@ -10,7 +10,8 @@ into the native type of the dtype named in OUT_DIR/cases.json (h5py's own read w
 read it: N-bit integers, integers at a bit offset, a float with another exponent bias, VAX
 byte order, data layout messages of versions 1 and 2 as HDF5 1.6 and older wrote them, data
 sets never written, bitfields as PyTables writes bool and h5py reads as unsigned integers).
-OUT_DIR/bitfield_b8_not_bool.h5 holds an 8-bit bitfield with a 5 in sample 2. OUT_DIR/mantissa_float.h5 holds a float layout of no gpufeed dtype. Hostile cases: OUT_DIR/hostile_<case>.h5, compact layouts whose data do
+OUT_DIR/bitfield_b8_not_bool.h5 holds an 8-bit bitfield with a 5 in sample 2.
+OUT_DIR/compound.h5 holds compound datasets (compound() says what). OUT_DIR/mantissa_float.h5 holds a float layout of no gpufeed dtype. Hostile cases: OUT_DIR/hostile_<case>.h5, compact layouts whose data do
 not match the dataset (libhdf5 1.10.8 copies from a null pointer for the first one).
 The C++ test (unusual_test.cc) reads them; fuzz/make_corpus_hdf5.py adds them to the corpus.
 """
@@ -345,6 +346,68 @@ def bitfield_b8_not_bool(path):
     bitfield(h5t.STD_B8LE, [[0, 1], [1, 0], [1, 5]], 'uint8')(path)
 
 
+def compound(out):
+    """OUT_DIR/compound.h5: compound datasets as PyTables and pandas format="table" write them
+    (little- and big-endian members, bool, a string and a variable-length member), and
+    OUT_DIR/compound.<dataset>.<member>.bin: each numeric member as h5py reads it."""
+    rng = np.random.default_rng(3)
+    record = np.dtype([('a', '<i8'), ('b', '>f4'), ('c', '>i2'), ('flag', '?'), ('name', 'S4'),
+                       ('v', h5py.vlen_dtype(np.int32))])
+    table = np.empty(10, dtype=record)
+    table['a'] = np.arange(10) * 1000003
+    table['b'] = np.linspace(-3, 4, 10)
+    table['c'] = rng.integers(-30000, 30000, 10)
+    table['flag'] = np.arange(10) % 3 == 0
+    table['name'] = [b'r%d' % i for i in range(10)]
+    table['v'] = [np.arange(i, dtype=np.int32) for i in range(10)]
+    chunked = np.zeros((12, 2), dtype=[('x', '>f8'), ('y', '<u2')])
+    chunked['x'] = rng.standard_normal((12, 2))
+    chunked['y'] = rng.integers(0, 65535, (12, 2))
+    path = os.path.join(out, 'compound.h5')
+    with h5py.File(path, 'w') as f:
+        f['table'] = table
+        f.create_dataset('chunked', data=chunked, chunks=(4, 2), compression='gzip')
+    with h5py.File(path, 'r') as f:
+        for name, members in [('table', 'abc'), ('chunked', 'xy')]:
+            for m in members:
+                mine = f[name][m]
+                mine.astype(mine.dtype.newbyteorder('<')).tofile(
+                    os.path.join(out, f'compound.{name}.{m}.bin'))
+        flags = f['table']['flag']
+        assert flags.dtype == np.bool_
+        flags.tofile(os.path.join(out, 'compound.table.flag.bin'))
+    pytables_table(os.path.join(out, 'compound_pt.h5'), out)
+
+
+def pytables_table(path, out):
+    """A table as PyTables writes one: a bool column as an 8-bit bitfield, an array column
+    (shape (3,), big-endian), a nested compound column, an int column; written with the file
+    type as the memory type, so every byte is as given. OUT_DIR/compound_pt.pt.<member>.bin:
+    the numeric members as h5py reads them."""
+    rows = np.zeros(10, dtype=[('ok', 'u1'), ('vec', '>f4', (3,)),
+                               ('pos', [('x', '<f4'), ('y', '<f4')]), ('n', '<i4')])
+    rows['ok'] = np.arange(10) % 3 == 1
+    rows['vec'] = np.arange(30).reshape(10, 3) * 0.5 - 4
+    rows['pos']['x'] = np.arange(10)
+    rows['n'] = np.arange(10) * -9
+    tid = h5t.create(h5t.COMPOUND, rows.dtype.itemsize)
+    pos = h5t.create(h5t.COMPOUND, 8)
+    pos.insert(b'x', 0, h5t.IEEE_F32LE)
+    pos.insert(b'y', 4, h5t.IEEE_F32LE)
+    for name, file_type in [('ok', h5t.STD_B8LE), ('vec', h5t.array_create(h5t.IEEE_F32BE, (3,))),
+                            ('pos', pos), ('n', h5t.STD_I32LE)]:
+        tid.insert(name.encode(), rows.dtype.fields[name][1], file_type)
+    with h5py.File(path, 'w') as f:
+        space = h5s.create_simple((10,))
+        dset = h5d.create(f.id, b'pt', tid, space)
+        dset.write(h5s.ALL, h5s.ALL, rows, mtype=tid)
+    with h5py.File(path, 'r') as f:
+        for m in ['ok', 'vec', 'n']:
+            mine = f['pt'][m]
+            mine.astype(mine.dtype.newbyteorder('<')).tofile(
+                os.path.join(out, f'compound_pt.pt.{m}.bin'))
+
+
 HOSTILE = {
     'compact_size_zero': compact_size_zero,
     'compact_dataspace_larger': compact_dataspace_larger,
@@ -382,6 +445,7 @@ def main():
         print(name)
     mantissa_float(os.path.join(out, 'mantissa_float.h5'))
     bitfield_b8_not_bool(os.path.join(out, 'bitfield_b8_not_bool.h5'))
+    compound(out)
     for name, make in HOSTILE.items():
         make(os.path.join(out, 'hostile_' + name + '.h5'))
         print('hostile_' + name)

@@ -1,0 +1,98 @@
+"""Chunked layouts h5py writes that the other tests do not: an extensible-array chunk index
+whose unlimited axis is not the first, and partial edge chunks stored unfiltered. gpufeed
+must read each exactly as h5py does, the last partial chunk included."""
+import ctypes
+import os
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+import gpufeed
+
+
+def read_all(path, field, batch_size):
+    loader = gpufeed.Loader(path, fields=[field], batch_size=batch_size, shuffle=False,
+                            device="cpu")
+    return np.concatenate([b[field].numpy() for b in loader])
+
+
+def read_shuffled(path, field, n):
+    # Dataset "i" holds each row's index, so the shuffled rows go back in place.
+    loader = gpufeed.Loader(path, fields=[field, "i"], batch_size=7, shuffle=True, seed=3,
+                            device="cpu")
+    out = {}
+    for batch in loader:
+        for i, row in zip(batch["i"].tolist(), batch[field].numpy()):
+            out[i] = row
+    assert sorted(out) == list(range(n))
+    return np.stack([out[i] for i in range(n)])
+
+
+def test_extensible_array_index_unlimited_along_the_second_axis(tmp_path):
+    path = str(tmp_path / "earray.h5")
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((23, 37)).astype(np.float32)
+    with h5py.File(path, "w", libver="latest") as f:
+        d = f.create_dataset("x", shape=(23, 10), maxshape=(23, None), chunks=(4, 6),
+                             dtype="f4", compression="gzip")
+        d.resize((23, 37))
+        d[...] = data
+        f["i"] = np.arange(23)
+    with h5py.File(path, "r") as f:
+        want = f["x"][...]
+    np.testing.assert_array_equal(want, data)
+    np.testing.assert_array_equal(read_all(path, "x", 5), want)
+    np.testing.assert_array_equal(read_shuffled(path, "x", 23), want)
+    if os.environ.get("GPUFEED_BIN"):
+        out = subprocess.run([os.environ["GPUFEED_BIN"], "inspect", path], capture_output=True,
+                             text=True, timeout=120, check=True).stdout
+        assert "extensible array, read directly" in out
+
+
+DONT_FILTER_PARTIAL_CHUNKS = 0x0002  # H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS
+
+
+def set_chunk_opts(dcpl, opts):
+    # h5py 3.7 (Debian 12) has no set_chunk_opts: call the libhdf5 h5py itself loaded.
+    lib = ctypes.CDLL(h5py.h5.__file__)  # its symbols resolve through libhdf5
+    for name in ("libhdf5_serial.so.103", "libhdf5.so.103"):
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    lib.H5Pset_chunk_opts.argtypes = [ctypes.c_int64, ctypes.c_uint]
+    assert lib.H5Pset_chunk_opts(dcpl.id, opts) >= 0
+
+
+def make_unfiltered_edges(path, data, chunk):
+    with h5py.File(path, "w", libver="latest") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk(chunk)
+        dcpl.set_deflate(6)
+        set_chunk_opts(dcpl, DONT_FILTER_PARTIAL_CHUNKS)
+        space = h5py.h5s.create_simple(data.shape)
+        tid = h5py.h5t.py_create(data.dtype)
+        dsid = h5py.h5d.create(f.id, b"x", tid, space, dcpl=dcpl)
+        dsid.write(h5py.h5s.ALL, h5py.h5s.ALL, data)
+        f["i"] = np.arange(data.shape[0])
+
+
+def test_partial_edge_chunks_stored_unfiltered(tmp_path):
+    path = str(tmp_path / "edges.h5")
+    data = (np.arange(29 * 11, dtype=np.int32).reshape(29, 11) * 7919) % 1000
+    make_unfiltered_edges(path, data, (8, 4))
+    with h5py.File(path, "r") as f:
+        want = f["x"][...]
+        assert f["x"].compression == "gzip"
+        info = [f["x"].id.get_chunk_info(k) for k in range(f["x"].id.get_num_chunks())]
+    sizes = {c.chunk_offset: c.size for c in info}
+    # Full chunks deflated, the edge chunks (last rows, last columns) stored as they are, their
+    # filter mask 0 all the same: only the layout's flag says so.
+    assert sizes[(0, 0)] < 8 * 4 * 4
+    assert sizes[(24, 0)] == sizes[(0, 8)] == 8 * 4 * 4
+    np.testing.assert_array_equal(want, data)
+    np.testing.assert_array_equal(read_all(path, "x", 6), want)
+    np.testing.assert_array_equal(read_shuffled(path, "x", 29), want)
