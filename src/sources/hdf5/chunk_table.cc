@@ -220,8 +220,6 @@ void CheckStoredSize(const Hdf5Dataset& ds, const Hdf5RawChunk& c, uint64_t full
   }
 }
 
-// Places every listed chunk at its grid position in ds.chunks: a dense table for a grid the
-// file could index, the stored chunks only for a larger one.
 // Whether the chunk at `coords` reaches past the dataset's current shape (as libhdf5 decides
 // which chunks its "do not filter partial bound chunks" flag leaves unfiltered).
 bool PartialEdgeChunk(const Hdf5Dataset& ds, const std::vector<uint64_t>& coords) {
@@ -234,6 +232,8 @@ bool PartialEdgeChunk(const Hdf5Dataset& ds, const std::vector<uint64_t>& coords
   return false;
 }
 
+// Places every listed chunk at its grid position in ds.chunks: a dense table for a grid the
+// file could index, the stored chunks only for a larger one.
 void PlaceChunks(Hdf5Dataset& ds, const File& file, const std::vector<Hdf5RawChunk>& raw,
                  uint64_t grid_total, const std::string& what, bool partial_edges_unfiltered) {
   const uint64_t full_bytes = ds.ChunkBytes();
