@@ -44,6 +44,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -88,8 +89,51 @@ struct CacheOptions {
   // gathering from it beats gathering from the source (CacheInfo::measured). False: decide
   // from the budgets alone (tests that need one answer whatever the machine's speed).
   bool measure_gather = true;
-  int threads = 0;      // Default: 0 = hardware threads: preload and shm build parallelism
+  // Default: 0 = hardware threads: preload and shm build parallelism (a background fill uses
+  // half of them, at least one).
+  int threads = 0;
   bool verbose = true;  // Default: true: log the choice, waits and progress (stderr)
+  // Default: true: OpenCached returns at once when the copy is not there yet (an shm cache
+  // not published, a RAM preload): a filler thread at idle priority makes it while the
+  // returned source reads from the source, and the source switches to the copy between two
+  // reads once it is complete (CacheInfo::progress tells how far it is). False: OpenCached
+  // makes the copy before it returns (`gpufeed cache build`, benchmarks of the cached tier).
+  bool background = true;
+};
+
+// A copy being made in the background (CacheInfo::progress): how far it is and what happened.
+// Thread-safety: thread-safe; the filler writes it, anyone reads it.
+class CacheProgress {
+ public:
+  struct Snapshot {
+    CacheTier tier = CacheTier::kNone;  // what serves the samples now
+    double built_fraction = 0;          // share of the copy made: 0 to 1 (1: it serves)
+    bool done = false;                  // the filler has ended (built, failed or stopped)
+    std::string reason = {};            // what happened, in words (CacheInfo::reason's)
+    std::string error = {};  // the build's error, which the source's reads now throw; else empty
+  };
+  explicit CacheProgress(Snapshot start) : now_(std::move(start)) {}
+  Snapshot Get() const {
+    std::lock_guard lock(mu_);
+    return now_;
+  }
+  // The filler's updates.
+  void SetFraction(double fraction) {
+    std::lock_guard lock(mu_);
+    now_.built_fraction = fraction;
+  }
+  void SetReason(std::string reason) {
+    std::lock_guard lock(mu_);
+    now_.reason = std::move(reason);
+  }
+  void Finish(CacheTier tier, double fraction, std::string reason, std::string error = {}) {
+    std::lock_guard lock(mu_);
+    now_ = {tier, fraction, true, std::move(reason), std::move(error)};
+  }
+
+ private:
+  mutable std::mutex mu_;
+  Snapshot now_;
 };
 
 // What OpenCached chose and why.
@@ -115,6 +159,10 @@ struct CacheInfo {
   // GPU's other processes (CUDA IPC)", "imported the copy process 1234 uploaded (CUDA IPC)",
   // "a private copy: <why it is not shared>"); empty for other tiers.
   std::string device_share;
+  // A copy made in the background (CacheOptions::background): how far it is, refreshed as it
+  // fills; null when the copy was complete when OpenCached returned. `tier` above is the tier
+  // being made; the progress says what serves meanwhile (the source: kNone).
+  std::shared_ptr<const CacheProgress> progress;
 
   // "shm (0.8 GB fits the RAM budget 11.2 GB; /dev/shm/gpufeed-0123456789abcdef)"
   std::string ToString() const;

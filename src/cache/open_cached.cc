@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "cache/background_cache.h"
 #include "cache/device_cache.h"
 #include "cache/gather_probe.h"
 #include "cache/ram_cache.h"
@@ -116,7 +117,12 @@ std::shared_ptr<Source> ServeHostTier(const std::shared_ptr<Source>& source,
                                       const CacheOptions& options,
                                       const std::shared_ptr<Source>& published, int threads,
                                       const std::optional<gid_t>& group, CacheInfo& result) {
+  // A background fill takes half the threads: the loader's workers read meanwhile.
+  const int fill_threads = std::max(1, threads / 2);
   if (result.tier == CacheTier::kRam) {
+    if (options.preload && options.background) {
+      return StartRamPreload(source, options, fill_threads, result);
+    }
     auto ram = std::make_shared<RamCachedSource>(source);
     if (options.preload) ram->Preload(threads, options.verbose);
     return ram;
@@ -127,6 +133,7 @@ std::shared_ptr<Source> ServeHostTier(const std::shared_ptr<Source>& source,
     result.path = static_cast<const ShmCachedSource&>(*published).path();
     return published;
   }
+  if (options.background) return StartShmFill(source, options, group, fill_threads, result);
   ShmOpenResult shm = OpenShmCache(
       source,
       {.dir = options.shm_dir, .group = group, .threads = threads, .verbose = options.verbose});
