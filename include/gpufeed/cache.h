@@ -42,6 +42,8 @@
 // thread-safe like every Source. The cache-folder functions are thread-safe.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -102,20 +104,27 @@ struct CacheOptions {
 };
 
 // A copy being made in the background (CacheInfo::progress): how far it is and what happened.
-// Thread-safety: thread-safe; the filler writes it, anyone reads it.
+// Thread-safety: thread-safe; the filler writes it, anyone reads it or waits for it.
 class CacheProgress {
  public:
   struct Snapshot {
     CacheTier tier = CacheTier::kNone;  // what serves the samples now
     double built_fraction = 0;          // share of the copy made: 0 to 1 (1: it serves)
     bool done = false;                  // the filler has ended (built, failed or stopped)
+    bool built = false;                 // shm: this process built the file
     std::string reason = {};            // what happened, in words (CacheInfo::reason's)
-    std::string error = {};  // the build's error, which the source's reads now throw; else empty
+    std::string error = {};  // the fill's error, which the source's reads now throw; else empty
   };
   explicit CacheProgress(Snapshot start) : now_(std::move(start)) {}
   Snapshot Get() const {
     std::lock_guard lock(mu_);
     return now_;
+  }
+  // Waits until the filler has ended or `timeout_s` passed; returns whether it ended.
+  bool WaitUntilDone(double timeout_s) const {
+    std::unique_lock lock(mu_);
+    return done_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                             [&] { return now_.done; });
   }
   // The filler's updates.
   void SetFraction(double fraction) {
@@ -126,14 +135,19 @@ class CacheProgress {
     std::lock_guard lock(mu_);
     now_.reason = std::move(reason);
   }
-  void Finish(CacheTier tier, double fraction, std::string reason, std::string error = {}) {
-    std::lock_guard lock(mu_);
-    now_ = {tier, fraction, true, std::move(reason), std::move(error)};
+  void Finish(Snapshot last) {
+    {
+      std::lock_guard lock(mu_);
+      now_ = std::move(last);
+      now_.done = true;
+    }
+    done_cv_.notify_all();
   }
 
  private:
   mutable std::mutex mu_;
-  Snapshot now_;
+  mutable std::condition_variable done_cv_;
+  Snapshot now_;  // guarded by mu_
 };
 
 // What OpenCached chose and why.

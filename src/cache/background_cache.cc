@@ -43,40 +43,36 @@ void BackgroundCachedSource::Run(const Fill& fill) {
   CancelScope scope(&cancel_);
   try {
     Filled filled = fill(*progress_);
-    if (filled.copy != nullptr) {
+    const bool switched = filled.copy != nullptr;
+    if (switched) {
       copy_owner_ = filled.copy;
       copy_.store(copy_owner_.get(), std::memory_order_release);
     }
-    progress_->Finish(filled.tier, filled.copy != nullptr ? 1.0 : progress_->Get().built_fraction,
-                      std::move(filled.reason));
-    if (filled.copy != nullptr && verbose_) {
+    progress_->Finish({.tier = filled.tier,
+                       .built_fraction = switched ? 1.0 : progress_->Get().built_fraction,
+                       .built = filled.built,
+                       .reason = std::move(filled.reason)});
+    if (switched && verbose_) {
       Log(LogLevel::kInfo, fmt::format("cache: the {} copy is complete; reading from it now",
                                        CacheTierName(filled.tier)));
     }
   } catch (const std::exception& e) {
     const auto* error = dynamic_cast<const Error*>(&e);
     const ErrorCode code = error != nullptr ? error->code() : ErrorCode::kIo;
-    const double fraction = progress_->Get().built_fraction;
+    CacheProgress::Snapshot last{.tier = serving_->cache_tier(),
+                                 .built_fraction = progress_->Get().built_fraction};
     if (code == ErrorCode::kCancelled && cancel_.cancelled()) {
-      progress_->Finish(serving_->cache_tier(), fraction, "stopped: the loader was closed");
+      last.reason = "stopped: the loader was closed";
     } else {
       error_code_ = code;
       error_ = fmt::format("the cache being made in the background failed: {}", e.what());
       failed_.store(true, std::memory_order_release);
-      progress_->Finish(serving_->cache_tier(), fraction, error_, error_);
+      last.reason = last.error = error_;
+      // Never silent, whatever `verbose` says: the next read raises it too.
       Log(LogLevel::kWarning, "cache: ERROR: " + error_);
     }
+    progress_->Finish(std::move(last));
   }
-  {
-    std::lock_guard lock(done_mu_);
-    done_ = true;
-  }
-  done_cv_.notify_all();
-}
-
-bool BackgroundCachedSource::WaitForFill(double timeout_s) const {
-  std::unique_lock lock(done_mu_);
-  return done_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return done_; });
 }
 
 std::unique_ptr<SourceWorkerState> BackgroundCachedSource::NewWorkerState() const {

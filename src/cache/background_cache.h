@@ -20,7 +20,6 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -43,6 +42,7 @@ class BackgroundCachedSource : public Source {
     std::shared_ptr<Source> copy;
     CacheTier tier = CacheTier::kNone;
     std::string reason;
+    bool built = false;  // this process made the copy
   };
   // Runs on the filler thread, under the filler's cancel token; updates the progress's
   // fraction as it goes. Throws what the copy's making throws.
@@ -77,7 +77,7 @@ class BackgroundCachedSource : public Source {
   // Whether the reads come from the finished copy now.
   bool switched() const { return copy_.load(std::memory_order_acquire) != nullptr; }
   // Waits until the filler has ended or `timeout_s` passed; returns whether it ended.
-  bool WaitForFill(double timeout_s) const;
+  bool WaitForFill(double timeout_s) const { return progress_->WaitUntilDone(timeout_s); }
 
  private:
   const Source& Current() const {
@@ -96,9 +96,6 @@ class BackgroundCachedSource : public Source {
   std::atomic<bool> failed_{false};
   ErrorCode error_code_ = ErrorCode::kIo;  // written once, before failed_ is stored
   std::string error_;
-  mutable std::mutex done_mu_;
-  mutable std::condition_variable done_cv_;
-  bool done_ = false;  // guarded by done_mu_
   CancelToken cancel_;
   std::thread filler_;  // last: started once every member above exists
 };

@@ -99,7 +99,8 @@ std::shared_ptr<Source> StartShmFill(std::shared_ptr<Source> base, const CacheOp
     return BackgroundCachedSource::Filled{
         shm.source, CacheTier::kShm,
         fmt::format("{}; {} in the background", chosen,
-                    shm.built ? "built" : "another process built it")};
+                    shm.built ? "built" : "another process built it"),
+        shm.built};
   };
   return std::make_shared<BackgroundCachedSource>(std::move(base), std::move(fill),
                                                   std::move(progress), options.verbose);
@@ -119,7 +120,7 @@ std::shared_ptr<Source> StartRamPreload(std::shared_ptr<Source> base, const Cach
   auto fill = [ram, threads, verbose = options.verbose, chosen](CacheProgress& p) {
     ram->Preload(threads, verbose, [&p](double share) { p.SetFraction(std::min(0.99, share)); });
     return BackgroundCachedSource::Filled{ram, CacheTier::kRam,
-                                          chosen + "; preloaded in the background"};
+                                          chosen + "; preloaded in the background", true};
   };
   return std::make_shared<BackgroundCachedSource>(ram, std::move(fill), std::move(progress),
                                                   options.verbose);
