@@ -11,8 +11,8 @@
 //       {.loader = {.batch_size = 8192}, .device = "cuda", .cache = {.tier = CacheTier::kAuto}});
 //
 // Tiers:
-//   ram    one contiguous array per field in this process, filled on first touch (or
-//          preloaded in parallel); later epochs gather rows from RAM.
+//   ram    one contiguous array per field in this process, filled on first touch, or preloaded
+//          in the background (see below); later epochs gather rows from RAM.
 //   shm    a file under /dev/shm named gpufeed-<key> (key: a hash of the source's Identity()
 //          and the format version) that the first process builds and publishes atomically
 //          (written, then renamed) with a hash per row (rows under 4 KiB: per 4 KiB of rows);
@@ -23,18 +23,34 @@
 //          A build killed half-way is detected and redone; /dev/shm running full falls back
 //          to streaming, never to partial data.
 //   device the whole data set in GPU memory (the loader's CUDA device), uploaded once through
-//          pinned staging; a loader on that device gathers each batch there with a kernel,
-//          no host work per batch. Deterministic transforms (casts, normalization) run once
-//          before the upload; random ones (SpecAugment) cannot run on device-resident rows,
-//          so the device tier is refused for them.
+//          pinned staging before OpenCached returns; a loader on that device gathers each
+//          batch there with a kernel, no host work per batch. Deterministic transforms (casts,
+//          normalization) run once before the upload; random ones (SpecAugment) cannot run on
+//          device-resident rows, so the device tier is refused for them.
 //   none   the source itself.
 //   auto   device when it fits the device budget (CUDA only, no random transforms); else the
 //          source's shm cache when one is already published (nothing measured); else, when
-//          the data set fits the RAM budget, a short probe (CacheInfo::measured) of how fast
-//          rows gather from the source, a RAM copy and an shm copy: shm when it beats the
-//          source and gathers at 80% of RAM's rate or more (or $LOCAL_WORLD_SIZE says several
-//          processes share it), else ram when that beats the source, else none. The reason
-//          gives the figures.
+//          the data set fits the RAM budget, a short probe (CacheInfo::measured: at most 4096
+//          rows and two 16 MB copies, tens of milliseconds) of how fast rows gather from the
+//          source, a RAM copy and an shm copy: shm when it beats the source and gathers at 80%
+//          of RAM's rate or more (or $LOCAL_WORLD_SIZE says several processes share it), else
+//          ram when that beats the source, else none. The reason gives the figures.
+//
+// In the background (CacheOptions::background, the default): a published shm cache is mapped
+// at once. Otherwise OpenCached returns in milliseconds a source that reads from the base
+// source while a filler thread (nice 19, half the threads) builds the shm file -- or, when
+// another process holds the build lock, waits for that process to publish it, never building
+// a second copy -- or preloads the RAM copy. Once the copy is complete (shm: published), the
+// source reads from it, switching between two reads: each read is served wholly by one of the
+// two, which hold the same bytes, so the loader's batches are exactly those it would give
+// without a cache, across the switch too. CacheInfo::progress says how far the copy is and how
+// the fill ended. Destroying the source stops the fill within a few MB and joins the thread;
+// a half-built file is removed, never published. A fill that cannot make the copy for lack
+// of space, or because another process held the lock for more than 30 minutes, logs a
+// warning and leaves the reads on the source; any other error of the fill (the base source's
+// read errors, a refused lock file) is logged and thrown by every read after it, so the
+// loader raises it at its next batch.
+//
 // The choice and its reason are logged once (core/log.h: a "gpufeed: " line on stderr).
 //
 // Thread-safety: OpenCached may be called from any thread, and from many processes at once
@@ -157,7 +173,9 @@ struct CacheInfo {
   std::string path;                   // the shm file; empty for other tiers
   std::string key;                    // the shm key (16 hex digits); empty for other tiers
   uint64_t bytes = 0;                 // the data set's size
-  bool built = false;       // shm: this process built the file (false: it found it published)
+  // shm: this process built the file (false: it found it published, or builds it in the
+  // background: then CacheProgress::Snapshot::built says so once done).
+  bool built = false;
   double open_seconds = 0;  // time OpenCached took (shm: waiting for or building the file)
   // "auto" on the host: the gather rates it decided from (bytes per second of shuffled rows
   // from the source, from a RAM copy, from an shm copy); all 0 when nothing was measured.
@@ -191,7 +209,9 @@ struct CacheInfo {
 // reads it; Error(kCancelled) when the calling thread's CancelToken (gpufeed/cancel.h) is
 // cancelled during a preload, shm build (or the wait for another process's) or upload, after
 // undoing it (no shm file is published). An shm build that fails for lack of space (ENOSPC) or
-// an I/O error logs a warning and returns the uncached source.
+// an I/O error logs a warning and returns the uncached source. In the background
+// (options.background), the build's and preload's errors come later, from the returned
+// source's reads (see "In the background" above); the shm folder is still checked here.
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options = {},
                                    CacheInfo* info = nullptr);
 

@@ -105,6 +105,7 @@ void ConfigureRun(BenchArgs& args, const Source& source) {
   if (args.block_shuffle) o.loader.shuffle_block = -1;  // the source's own block (HDF5 chunk)
   o.cache.tier = ParseCacheTier(args.cache);
   o.cache.verbose = !args.json;
+  o.cache.background = false;  // the figures are the cached tier's, not the streaming before it
   if (args.config.epochs <= 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("--epochs must be positive, got {}", args.config.epochs));

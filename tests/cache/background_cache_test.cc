@@ -204,6 +204,12 @@ TEST(BackgroundCacheTest, DestroyingTheSourceStopsTheBuildAndPublishesNothing) {
   auto cached = OpenCached(held, Background(dir.path()), &info);
   WaitFor([&] { return held->fill_reads.load() > 0; });
   EXPECT_EQ(ReadAll(*cached), ReadAll(*Synthetic()));
+  // `gpufeed cache ls` lists the build in progress: a tmp file whose builder is alive.
+  const std::vector<ShmCacheEntry> listed = ListShmCaches(dir.path());
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_NE(listed[0].path.find(".tmp-"), std::string::npos) << listed[0].path;
+  EXPECT_FALSE(listed[0].half_built);
+  EXPECT_LT(listed[0].built_share, 1.0);
   cached.reset();  // joins the filler
   EXPECT_EQ(held->fill_reads_cancelled.load(), held->fill_reads.load());
   EXPECT_EQ(Names(dir.path()), std::vector<std::string>{"gpufeed-" + info.key + ".lock"});
