@@ -38,8 +38,9 @@ def test_cached_batches_hold_the_source_rows(tmp_path, numpy_dir, arrays, tier):
 
 
 def test_auto_on_the_cpu_decides_from_a_measurement_and_says_why(tmp_path, numpy_dir):
+    # In the constructor (background=False), so cache_info holds the figures at once.
     loader = gpufeed.Loader(numpy_dir, batch_size=16, device="cpu",
-                            cache=gpufeed.Cache("auto", shm_dir=tmp_path))
+                            cache=gpufeed.Cache("auto", shm_dir=tmp_path, background=False))
     info = loader.cache_info
     # A copy only when it gathers faster than the source (a page-cached file's mapping may
     # be as fast): which one depends on the machine, the figures and their use do not.

@@ -97,3 +97,19 @@ def test_closing_the_loader_while_it_waits_for_a_build_returns(tmp_path, numpy_d
         loader.close()  # stops the filler waiting for the lock and joins it
         del loader
     assert not os.path.exists(path)
+
+
+def test_auto_on_a_cold_cache_measures_and_decides_in_the_background(tmp_path, numpy_dir,
+                                                                      arrays):
+    loader = gpufeed.Loader(numpy_dir, batch_size=8, device="cpu",
+                            cache=gpufeed.Cache("auto", shm_dir=tmp_path))
+    assert "measuring in the background" in loader.cache_info["reason"]
+    for indices, fields in collect(loader):
+        np.testing.assert_array_equal(fields["label"], arrays["label"][indices])
+    assert loader.wait_for_cache(timeout=120)
+    info = loader.cache_info
+    assert "measured: source" in info["reason"], info["reason"]
+    assert info["tier"] in ("shm", "ram", "none") and info["tier"] == info["serving"]
+    for indices, fields in collect(loader):
+        np.testing.assert_array_equal(fields["mel"], arrays["mel"][indices])
+    loader.close()

@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "cache/tier_choice.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/cancel.h"
 #include "gpufeed/error.h"
@@ -109,6 +110,13 @@ class BackgroundCachedSource : public Source {
 // returns: a refused folder throws Error(kIo) here, as a foreground build does.
 std::shared_ptr<Source> StartShmFill(std::shared_ptr<Source> base, const CacheOptions& options,
                                      std::optional<gid_t> group, int threads, CacheInfo& info);
+// "auto" on a cold cache: the gather probe (which takes seconds on a slow source) runs on the
+// filler, which then makes the copy ChooseTier(in) picks from it (an shm cache as above, a RAM
+// copy: preloaded when options.preload, else filling on touch from the switch), or none.
+// info.tier is kNone until then (the progress says what was chosen).
+std::shared_ptr<Source> StartAutoFill(std::shared_ptr<Source> base, const CacheOptions& options,
+                                      TierInputs in, std::optional<gid_t> group, int threads,
+                                      CacheInfo& info);
 // A RAM copy of `base` that fills on touch and is preloaded on `threads` threads meanwhile.
 std::shared_ptr<Source> StartRamPreload(std::shared_ptr<Source> base, const CacheOptions& options,
                                         int threads, CacheInfo& info);

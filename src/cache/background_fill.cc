@@ -8,9 +8,11 @@
 #include <filesystem>
 
 #include "cache/background_cache.h"
+#include "cache/gather_probe.h"
 #include "cache/ram_cache.h"
 #include "cache/shm_open.h"
 #include "cache/shm_user_dir.h"
+#include "core/log.h"
 
 namespace gpufeed {
 namespace {
@@ -68,6 +70,38 @@ class WaitReport {
   std::chrono::steady_clock::time_point last_;
 };
 
+// Builds (or waits for and maps) the shm cache of `base`, reporting to `p`.
+BackgroundCachedSource::Filled FillShm(const std::shared_ptr<Source>& base, ShmOpenOptions open,
+                                       const std::string& chosen, const std::string& folder,
+                                       const std::string& key, const std::string& path,
+                                       CacheProgress& p) {
+  WaitReport waiting(p, folder, key, path);
+  open.on_progress = [&p](double share) { p.SetFraction(std::min(0.99, share)); };
+  open.while_waiting = [&waiting] { waiting(); };
+  ShmOpenResult shm = OpenShmCache(base, open);
+  if (shm.source == nullptr) {
+    return {nullptr, CacheTier::kNone,
+            fmt::format("the shared-memory cache could not be built: {}; reading from the "
+                        "source without a cache",
+                        shm.failure)};
+  }
+  return {shm.source, CacheTier::kShm,
+          fmt::format("{}; {} in the background", chosen,
+                      shm.built ? "built" : "another process built it"),
+          shm.built};
+}
+
+// A RAM copy of `base`, preloaded on `threads` threads when `preload` (else it fills on
+// touch from the moment it serves).
+BackgroundCachedSource::Filled FillRam(const std::shared_ptr<Source>& ram_source, bool preload,
+                                       int threads, bool verbose, const std::string& chosen,
+                                       CacheProgress& p) {
+  auto* ram = static_cast<RamCachedSource*>(ram_source.get());
+  if (!preload) return {ram_source, CacheTier::kRam, chosen, true};
+  ram->Preload(threads, verbose, [&p](double share) { p.SetFraction(std::min(0.99, share)); });
+  return {ram_source, CacheTier::kRam, chosen + "; preloaded in the background", true};
+}
+
 }  // namespace
 
 std::shared_ptr<Source> StartShmFill(std::shared_ptr<Source> base, const CacheOptions& options,
@@ -84,23 +118,8 @@ std::shared_ptr<Source> StartShmFill(std::shared_ptr<Source> base, const CacheOp
   ShmOpenOptions open{
       .dir = options.shm_dir, .group = group, .threads = threads, .verbose = options.verbose};
   auto fill = [base, open, chosen, folder_path = folder->path(), key = info.key,
-               path = info.path](CacheProgress& p) mutable {
-    WaitReport waiting(p, folder_path, key, path);
-    open.on_progress = [&p](double share) { p.SetFraction(std::min(0.99, share)); };
-    open.while_waiting = [&waiting] { waiting(); };
-    ShmOpenResult shm = OpenShmCache(base, open);
-    if (shm.source == nullptr) {
-      return BackgroundCachedSource::Filled{
-          nullptr, CacheTier::kNone,
-          fmt::format("the shared-memory cache could not be built: {}; reading from the source "
-                      "without a cache",
-                      shm.failure)};
-    }
-    return BackgroundCachedSource::Filled{
-        shm.source, CacheTier::kShm,
-        fmt::format("{}; {} in the background", chosen,
-                    shm.built ? "built" : "another process built it"),
-        shm.built};
+               path = info.path](CacheProgress& p) {
+    return FillShm(base, open, chosen, folder_path, key, path, p);
   };
   return std::make_shared<BackgroundCachedSource>(std::move(base), std::move(fill),
                                                   std::move(progress), options.verbose);
@@ -118,12 +137,47 @@ std::shared_ptr<Source> StartRamPreload(std::shared_ptr<Source> base, const Cach
       CacheProgress::Snapshot{.tier = CacheTier::kRam, .reason = info.reason});
   info.progress = progress;
   auto fill = [ram, threads, verbose = options.verbose, chosen](CacheProgress& p) {
-    ram->Preload(threads, verbose, [&p](double share) { p.SetFraction(std::min(0.99, share)); });
-    return BackgroundCachedSource::Filled{ram, CacheTier::kRam,
-                                          chosen + "; preloaded in the background", true};
+    return FillRam(ram, /*preload=*/true, threads, verbose, chosen, p);
   };
   return std::make_shared<BackgroundCachedSource>(ram, std::move(fill), std::move(progress),
                                                   options.verbose);
+}
+
+std::shared_ptr<Source> StartAutoFill(std::shared_ptr<Source> base, const CacheOptions& options,
+                                      TierInputs in, std::optional<gid_t> group, int threads,
+                                      CacheInfo& info) {
+  const auto folder = ShmUserDir::Open(options.shm_dir, /*create=*/true, group);
+  info.tier = CacheTier::kNone;  // until the measurement chooses
+  info.reason =
+      "auto: measuring in the background which tier gathers fastest; streaming from "
+      "the source until a copy is complete";
+  auto progress = std::make_shared<CacheProgress>(
+      CacheProgress::Snapshot{.tier = base->cache_tier(), .reason = info.reason});
+  info.progress = progress;
+  ShmOpenOptions open{
+      .dir = options.shm_dir, .group = group, .threads = threads, .verbose = options.verbose};
+  auto fill = [base, open, in, folder_path = folder->path(), preload = options.preload,
+               verbose = options.verbose, threads](CacheProgress& p) mutable {
+    in.measured = ProbeGatherRates(*base);
+    const TierChoice choice = ChooseTier(in);
+    if (verbose)
+      Log(LogLevel::kInfo,
+          fmt::format("cache: auto chose {} ({})", CacheTierName(choice.tier), choice.reason));
+    if (choice.tier == CacheTier::kShm) {
+      const std::string key = CacheKey(*base);
+      const std::string path = folder_path + "/gpufeed-" + key;
+      p.SetReason(fmt::format("{}; {}", choice.reason, kStreaming));
+      return FillShm(base, open, choice.reason, folder_path, key, path, p);
+    }
+    if (choice.tier == CacheTier::kRam) {
+      p.SetReason(fmt::format("{}; {}", choice.reason, kStreaming));
+      return FillRam(std::make_shared<RamCachedSource>(base), preload, threads, verbose,
+                     choice.reason, p);
+    }
+    return BackgroundCachedSource::Filled{nullptr, CacheTier::kNone, choice.reason};
+  };
+  return std::make_shared<BackgroundCachedSource>(std::move(base), std::move(fill),
+                                                  std::move(progress), options.verbose);
 }
 
 }  // namespace gpufeed

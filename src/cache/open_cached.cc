@@ -148,6 +148,28 @@ std::shared_ptr<Source> ServeHostTier(const std::shared_ptr<Source>& source,
   return nullptr;
 }
 
+// Under "auto" with nothing published: whether the filler measures and decides, because the
+// budgets allow a host copy that would have to be measured for.
+bool AutoDecidesInTheBackground(const CacheOptions& options, const TierInputs& in) {
+  if (!options.background || options.tier != CacheTier::kAuto || !options.measure_gather ||
+      in.shm_published) {
+    return false;
+  }
+  const CacheTier unmeasured = ChooseTier(in).tier;
+  return unmeasured == CacheTier::kShm || unmeasured == CacheTier::kRam;
+}
+
+// What OpenCached returns: logs the choice once and hands `result` to the caller.
+std::shared_ptr<Source> Opened(std::shared_ptr<Source> cached, CacheInfo result,
+                               const CacheOptions& options,
+                               std::chrono::steady_clock::time_point start, CacheInfo* info) {
+  result.open_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (options.verbose) Log(LogLevel::kInfo, "cache: " + result.ToString());
+  if (info != nullptr) *info = std::move(result);
+  return cached;
+}
+
 }  // namespace
 
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options,
@@ -176,12 +198,17 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
     }
     return c;
   };
-  TierChoice choice = choose();
-
   CacheInfo result;
   result.bytes = in.bytes;
   result.loader_transforms = options.transforms;
   std::shared_ptr<Source> cached = source;
+  // The probe reads thousands of random rows (seconds from a slow source): in the background,
+  // a host copy the budgets allow is measured for, and made, by the filler.
+  if (AutoDecidesInTheBackground(options, in)) {
+    cached = StartAutoFill(source, options, in, group, std::max(1, threads / 2), result);
+    return Opened(std::move(cached), std::move(result), options, start, info);
+  }
+  TierChoice choice = choose();
   if (choice.tier == CacheTier::kDevice) {
     try {
       cached = UploadToDevice(source, options, in, threads, group, result);
@@ -205,11 +232,7 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   if (auto host = ServeHostTier(source, options, published, threads, group, result)) {
     cached = std::move(host);
   }
-  result.open_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (options.verbose) Log(LogLevel::kInfo, "cache: " + result.ToString());
-  if (info != nullptr) *info = std::move(result);
-  return cached;
+  return Opened(std::move(cached), std::move(result), options, start, info);
 }
 
 CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOptions options) {

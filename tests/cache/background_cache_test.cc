@@ -267,6 +267,24 @@ TEST(BackgroundCacheTest, ARamPreloadFillsInTheBackgroundWhileReadsAreServed) {
   EXPECT_EQ(ReadAll(*cached, 16), ReadAll(*Synthetic()));
 }
 
+TEST(BackgroundCacheTest, AutoOnAColdCacheMeasuresAndDecidesInTheBackground) {
+  ScratchDir dir;
+  CacheInfo info;
+  auto cached = OpenCached(Synthetic(), Background(dir.path(), CacheTier::kAuto), &info);
+  auto* background = dynamic_cast<BackgroundCachedSource*>(cached.get());
+  ASSERT_NE(background, nullptr);
+  EXPECT_EQ(info.tier, CacheTier::kNone);  // nothing chosen yet
+  EXPECT_NE(info.reason.find("measuring in the background"), std::string::npos) << info.reason;
+  EXPECT_EQ(ReadAll(*cached), ReadAll(*Synthetic()));
+  ASSERT_TRUE(background->WaitForFill(120));
+  const CacheProgress::Snapshot done = info.progress->Get();
+  EXPECT_NE(done.reason.find("measured: source"), std::string::npos) << done.reason;
+  EXPECT_TRUE(done.error.empty()) << done.error;
+  EXPECT_EQ(cached->cache_tier(), done.tier);
+  EXPECT_EQ(background->switched(), done.tier != CacheTier::kNone);
+  EXPECT_EQ(ReadAll(*cached), ReadAll(*Synthetic()));
+}
+
 TEST(BackgroundCacheTest, APublishedCacheServesAtOnceWithoutAFiller) {
   ScratchDir dir;
   CacheOptions options = Background(dir.path());
