@@ -285,6 +285,22 @@ TEST(BackgroundCacheTest, AutoOnAColdCacheMeasuresAndDecidesInTheBackground) {
   EXPECT_EQ(ReadAll(*cached), ReadAll(*Synthetic()));
 }
 
+// The probe reads the source in pieces of 512 rows (a fill's reads, held here): closing the
+// loader stops it there.
+TEST(BackgroundCacheTest, DestroyingTheSourceStopsAnAutoProbe) {
+  ScratchDir dir;
+  auto held = std::make_shared<HeldFill>(Synthetic());
+  CacheInfo info;
+  auto cached = OpenCached(held, Background(dir.path(), CacheTier::kAuto), &info);
+  WaitFor([&] { return held->fill_reads.load() > 0; });
+  cached.reset();
+  EXPECT_EQ(held->fill_reads.load(), 1);
+  EXPECT_EQ(held->fill_reads_cancelled.load(), 1);
+  const CacheProgress::Snapshot stopped = info.progress->Get();
+  EXPECT_TRUE(stopped.done);
+  EXPECT_TRUE(stopped.error.empty()) << stopped.error;
+}
+
 TEST(BackgroundCacheTest, APublishedCacheServesAtOnceWithoutAFiller) {
   ScratchDir dir;
   CacheOptions options = Background(dir.path());
