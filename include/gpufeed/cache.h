@@ -231,6 +231,10 @@ struct CachedLoaderOptions {
   // Default: CacheOptions' own (tier none). Its `device` and `transforms` stay unset, as the
   // loader's do.
   CacheOptions cache = {};
+  // Default: false. True, with cache tier none: the loader reads through a source that can
+  // start caching itself while the loader runs (StartCacheWhileRunning), which the
+  // doctor's remedies call when the loop waits on reads (gpufeed/remedies.h).
+  bool remedies = false;
 };
 
 // A loader and what its cache chose.
@@ -244,6 +248,14 @@ struct CachedLoader {
 // runs only CacheInfo::loader_transforms) and builds the loader over the result. Throws what
 // OpenDevice, ParseTransform, OpenCached and the Loader constructor throw.
 CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOptions options);
+
+// With CachedLoaderOptions::remedies (and no cache asked for), the loader's source can start
+// a RAM copy of itself in the background, within the options' RAM budget: this starts it
+// (what the doctor's remedies call, gpufeed/remedies.h) and returns what it started. Returns
+// "" with the reason in `*why` when it cannot: the loader was not opened so, a copy was
+// started before, or the set does not fit the budget. Thread-safe; callable while the
+// loader runs.
+std::string StartCacheWhileRunning(const Source& loader_source, std::string* why);
 
 // The shm key of a source: 16 hex digits of a hash of its Identity() and the format version.
 std::string CacheKey(const Source& source);

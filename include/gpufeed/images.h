@@ -131,6 +131,8 @@ class ImageSource : public Source {
   virtual const std::vector<std::string>& classes() const = 0;
   virtual SkippedImages skipped() const = 0;
   virtual ImageDecodeWarnings decode_warnings() const = 0;
+  // Crops are drawn per epoch: the decoded images are what repeats (ImageOptions::cache).
+  bool rows_repeat() const override { return false; }
 };
 
 // The random crop of sample `index` in `epoch` of a loader seeded `seed`, on an image of

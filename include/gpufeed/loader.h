@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,6 +98,15 @@ class Loader {
   void SetParallelism(int workers, int prefetch);
   int workers() const;
   int prefetch() const;
+
+  // Calls `observer` on the consumer thread inside Next() each time a step finishes (the
+  // previous batch's step is known), before the next batch is handed out; an empty function
+  // removes it. The observer may read stats() and RecentBatches() and call SetParallelism()
+  // and RecordAction(); it must not call Next(). What gpufeed/remedies.h attaches.
+  void SetStepObserver(std::function<void()> observer);
+  // Adds a line to stats().actions: something done to the loader while it runs, with why.
+  // Callable from any thread.
+  void RecordAction(std::string action);
 
  private:
   class Impl;

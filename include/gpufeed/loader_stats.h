@@ -79,6 +79,10 @@ struct LoaderStats {
   int64_t buffer_bytes = 0;   // bytes of one batch buffer
   std::string device;
   std::vector<std::string> tuning_log;  // the autotuner's changes, each with its reason
+  // What was done to the loader's source while it ran, each once with its evidence ("batch
+  // 23: read-bound: the loop waited 94% of its time, 98% of that on reads; building a RAM
+  // copy of 0.8 GB in the background"): gpufeed/remedies.h.
+  std::vector<std::string> actions;
   // Timing events on the consumer's stream (see BatchTiming::gpu_busy_ns), summed over the
   // gpu_steps steps that have both figures; all 0 when the consumer never named a stream.
   int64_t gpu_steps = 0;

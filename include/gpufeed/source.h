@@ -94,6 +94,11 @@ class Source {
   // process's memory, known by their addresses): such a source is never cached in shared
   // memory, where another process would take the key for its own data.
   virtual bool shareable_across_processes() const { return true; }
+  // Default: true. False when a sample's bytes differ from read to read (an image source's
+  // random crop, drawn per epoch through ReadSeeded): a copy of the rows would freeze one
+  // draw, so no cache tier copies such a source (it caches what repeats itself, as the image
+  // sources cache their decoded images).
+  virtual bool rows_repeat() const { return true; }
 
   // Reads samples `indices` into `out`: row i of every field receives sample indices[i].
   // `state` is this worker's state from NewWorkerState() (may be null when that returned

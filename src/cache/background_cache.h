@@ -69,6 +69,7 @@ class BackgroundCachedSource : public Source {
   bool shareable_across_processes() const override {
     return serving_->shareable_across_processes();
   }
+  bool rows_repeat() const override { return serving_->rows_repeat(); }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override;
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "cache/background_cache.h"
+#include "cache/deferred_cache.h"
 #include "cache/device_cache.h"
 #include "cache/gather_probe.h"
 #include "cache/ram_cache.h"
@@ -175,6 +176,14 @@ std::shared_ptr<Source> Opened(std::shared_ptr<Source> cached, CacheInfo result,
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options,
                                    CacheInfo* info) {
   if (source == nullptr) throw Error(ErrorCode::kInvalidArgument, "OpenCached: source is null");
+  if (options.tier != CacheTier::kNone && !source->rows_repeat()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: its samples differ from read to read (random crops drawn per "
+                            "epoch), so a copy of them would freeze one draw; cache what "
+                            "repeats with the source's own cache option (images: the decoded "
+                            "images, ImageOptions::cache)",
+                            source->Describe()));
+  }
   const auto start = std::chrono::steady_clock::now();
   const int threads = options.threads > 0 ? options.threads : UsableCpus();
   // A group named for sharing is checked whatever the tier turns out to be.
@@ -255,9 +264,23 @@ CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOption
     options.cache.transforms = loader.transforms;
     source = OpenCached(std::move(source), options.cache, &out.cache);
     loader.transforms = out.cache.loader_transforms;  // the device tier ran the deterministic ones
+  } else if (options.remedies && source->rows_repeat() && source->device_rows() == nullptr) {
+    CacheOptions copy = options.cache;
+    copy.tier = CacheTier::kRam;
+    copy.preload = false;
+    source = std::make_shared<DeferredCachedSource>(std::move(source), std::move(copy));
   }
   out.loader = std::make_unique<Loader>(std::move(source), std::move(loader));
   return out;
+}
+
+std::string StartCacheWhileRunning(const Source& loader_source, std::string* why) {
+  const auto* deferred = dynamic_cast<const DeferredCachedSource*>(&loader_source);
+  if (deferred == nullptr) {
+    *why = "the loader was not opened to cache while it runs (CachedLoaderOptions::remedies)";
+    return {};
+  }
+  return deferred->Start(why);
 }
 
 }  // namespace gpufeed

@@ -104,6 +104,7 @@ void ConfigureRun(BenchArgs& args, const Source& source) {
   o.loader.shuffle = !args.no_shuffle;
   if (args.block_shuffle) o.loader.shuffle_block = -1;  // the source's own block (HDF5 chunk)
   o.cache.tier = ParseCacheTier(args.cache);
+  o.remedies = o.loader.autotune;
   o.cache.verbose = !args.json;
   o.cache.background = false;  // the figures are the cached tier's, not the streaming before it
   if (args.config.epochs <= 0) {
@@ -224,8 +225,12 @@ void AddRunOptions(CLI::App* cmd, BenchArgs* args) {
   cmd->add_flag("--doctor", args->config.doctor,
                 "Diagnose the run: which stage makes the (simulated) GPU wait, and what to change");
   cmd->add_flag("--autotune", args->config.open.loader.autotune,
-                "Tune workers and prefetch online from the given (or default) start; the changes "
-                "and final values are reported");
+                "Let the loader take the doctor's safe remedies while it runs, as the Python "
+                "Loader does by default: tune workers and prefetch online from the given (or "
+                "default) start, and copy the data set into RAM in the background when the run "
+                "waits on reads and the set fits (same batches, same order); what it did is "
+                "reported (actions, tuning log). Without it the run keeps exactly the given "
+                "settings");
   cmd->add_option("--max-workers", args->config.open.loader.max_workers,
                   "With --autotune: the most workers to try (0: the CPU count, or the cgroup "
                   "quota where lower)");

@@ -16,12 +16,15 @@
 #include <thread>
 #include <vector>
 
+#include "cache/deferred_cache.h"
 #include "cli/bench_ceilings.h"
 #include "cli/sigint_cancel.h"
+#include "cli/simulated_step.h"
 #include "core/host_memory_pool.h"
 #include "core/log.h"
 #include "device/cuda_device.h"
 #include "gpufeed/doctor.h"
+#include "gpufeed/remedies.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/monitor.h"
 #include "gpufeed/sampler.h"
@@ -47,44 +50,11 @@ int64_t StatusBytes(const char* key) {
   return 0;
 }
 
-// The simulated step's kernel on a CUDA stream: a host function the stream runs in its
-// order, sleeping the step's length. The stream is busy for it as for a real kernel, after
-// the batch's copy, so the loader's events time it; a real GPU runs it on a driver thread.
-// It adds the time it actually slept (a loaded machine oversleeps) for the busy figure.
-struct SimulatedStep {
-  double ms = 0;
-  std::atomic<int64_t> slept_ns{0};
-};
-
-void SleepOnTheStream(void* data) {
-  auto* step = static_cast<SimulatedStep*>(data);
-  const auto t0 = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(step->ms));
-  step->slept_ns.fetch_add(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count(),
-      std::memory_order_relaxed);
+// The source under the loader's remedies (CachedLoaderOptions::remedies), or its own.
+const Source& DataSource(const Loader& loader) {
+  const auto* deferred = dynamic_cast<const DeferredCachedSource*>(&loader.source());
+  return deferred != nullptr ? deferred->base() : loader.source();
 }
-
-// Enqueues the kernel on the legacy default stream (torch's default) without waiting for it:
-// the next batch's WaitOn orders the next step after it, and the host runs ahead as a
-// training loop does between its synchronizations.
-void EnqueueSimulatedKernel(const cuda::CudaDevice& device, SimulatedStep& step) {
-  const cuda::CudaDriver& driver = device.driver();
-  cuda::CurrentContextScope scope(*device.context());
-  device.context()->Check(driver.LaunchHostFunc(nullptr, &SleepOnTheStream, &step),
-                          "cuLaunchHostFunc");
-}
-
-void SynchronizeDefaultStream(const cuda::CudaDevice& device) {
-  cuda::CurrentContextScope scope(*device.context());
-  device.context()->Check(device.driver().StreamSynchronize(nullptr), "cuStreamSynchronize");
-}
-
-// Steps the bench keeps queued on the GPU before it waits for the oldest, as a loop that
-// reads its loss (loss.item()) every few steps would: the stream does not run dry at each
-// Next(), so the doctor sees a GPU fed by the loader, not one waiting for the host.
-constexpr size_t kStepsInFlight = 2;
 
 // A fresh opening of the data the loader reads, for the same-work ceiling: the source opened
 // again, in front of it the shm cache the loader reads (found published: attached, not
@@ -121,19 +91,6 @@ std::shared_ptr<Source> ReopenForSameWork(const BenchConfig& config, const Cache
   return fresh;
 }
 
-// Queued steps point at the run's SimulatedStep: on every way out (an error in Next()
-// included) the stream finishes them before it goes.
-struct FinishSteps {
-  const cuda::CudaDevice* device = nullptr;
-  ~FinishSteps() {
-    if (device == nullptr) return;
-    try {
-      SynchronizeDefaultStream(*device);
-    } catch (...) {
-    }
-  }
-};
-
 // What RunBench's steps hand each other: the run's monitor and simulated GPU, its clock's
 // marks, and the counters read before the run that the figures after it subtract from.
 // Members are destroyed in reverse order: the stream finishes its steps (finish_steps)
@@ -156,6 +113,7 @@ struct BenchRunState {
   std::chrono::steady_clock::time_point first_epoch_end{};
   int64_t first_epoch_samples = 0;
   std::chrono::steady_clock::time_point end{};
+  FinalBusyWindow final_busy{std::chrono::seconds(5)};  // BenchResult::gpu_busy_fraction_final
 };
 
 // Opens the loader (and its cache) and records what it reads, where, and its set-up time.
@@ -191,7 +149,7 @@ void PrepareRun(const Loader& loader, const BenchConfig& config, BenchRunState& 
   run.cuda_device = dynamic_cast<const cuda::CudaDevice*>(loader.options().device.get());
   run.gpu_step.ms = config.step_ms;
   run.finish_steps.device = config.step_ms > 0 ? run.cuda_device : nullptr;
-  if (IsHdf5Source(loader.source())) run.hdf5_before = Hdf5SourceCounters(loader.source());
+  if (IsHdf5Source(DataSource(loader))) run.hdf5_before = Hdf5SourceCounters(DataSource(loader));
   run.peak_anon = StatusBytes("RssAnon");
   run.pool_before = HostMemoryPool::Instance().counters();
 }
@@ -253,6 +211,12 @@ void RunEpochs(Loader& loader, const BenchConfig& config, BenchRunState& run, Be
       result.samples += batch->size();
       SimulateStep(loader, *batch, config, run);
       batch.reset();
+      if (config.step_ms > 0) {
+        const double busy_s = run.cuda_device != nullptr
+                                  ? 1e-9 * static_cast<double>(run.gpu_step.slept_ns.load())
+                                  : run.step_s;
+        run.final_busy.Mark(std::chrono::steady_clock::now(), busy_s);
+      }
       run.peak_anon = std::max(run.peak_anon, StatusBytes("RssAnon"));
       UpdateProgress(loader, config, run, result.samples, progress);
       if (on_progress) on_progress(progress);
@@ -297,7 +261,7 @@ void CollectRunFigures(const Loader& loader, const BenchConfig& config, BenchRun
   }
   result.stats = loader.stats();
   if (run.hdf5_before) {
-    const Hdf5Counters after = Hdf5SourceCounters(loader.source());
+    const Hdf5Counters after = Hdf5SourceCounters(DataSource(loader));
     result.hdf5_chunks_decoded = after.chunks_decoded - run.hdf5_before->chunks_decoded;
     result.hdf5_chunk_cache_hits = after.chunk_cache_hits - run.hdf5_before->chunk_cache_hits;
     result.hdf5_chunk_cache_bytes = static_cast<int64_t>(after.chunk_cache_bytes);
@@ -320,15 +284,19 @@ void CollectRunFigures(const Loader& loader, const BenchConfig& config, BenchRun
     }
     if (config.step_ms > 0) result.gpu_busy_fraction_with_startup = run.step_s / result.wall_s;
   }
+  result.gpu_busy_fraction_final = run.final_busy.Fraction();
 }
 
 void DiagnoseRun(const Loader& loader, const BenchConfig& config, Monitor* monitor,
                  BenchResult& result) {
   DoctorInput in = CollectDoctorInput(loader, monitor);
-  // A simulated step keeps a simulated GPU busy: that is the utilization to judge by.
-  // The events on the consumer stream, when they measured, take precedence (Diagnose).
+  // A simulated step keeps a simulated GPU busy: that is the utilization to judge by, over
+  // the run's last seconds as the doctor's batches are the last ones (a remedy taken during
+  // the run shows there). The events on the consumer stream, when they measured, take
+  // precedence (Diagnose).
   if (config.step_ms > 0) {
-    in.gpu_utilization = result.gpu_busy_fraction;
+    in.gpu_utilization = result.gpu_busy_fraction_final >= 0 ? result.gpu_busy_fraction_final
+                                                             : result.gpu_busy_fraction;
     in.gpu_utilization_source = "simulated step";
   }
   const Diagnosis d = Diagnose(in);
@@ -387,6 +355,11 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   CachedLoader opened = OpenBenchLoader(std::move(source), config, result);
   Loader& loader = *opened.loader;
   BenchRunState run;
+  if (config.open.remedies) {
+    AttachRemedies(loader, {.start_cache = [&loader](std::string* why) {
+                              return StartCacheWhileRunning(loader.source(), why);
+                            }});
+  }
   PrepareRun(loader, config, run);
   run.start = std::chrono::steady_clock::now();
   RunEpochs(loader, config, run, result, on_progress);
@@ -437,6 +410,9 @@ std::string BenchResult::ToJson() const {
       {"step_ms", step_ms},
       {"gpu_busy_fraction", gpu_busy_fraction},
       {"gpu_busy_fraction_with_startup", gpu_busy_fraction_with_startup},
+      {"gpu_busy_fraction_final",
+       gpu_busy_fraction_final >= 0 ? nlohmann::json(gpu_busy_fraction_final) : nlohmann::json()},
+      {"actions", stats.actions},
       {"gpu_busy_fraction_events",
        gpu_busy_fraction_events >= 0 ? nlohmann::json(gpu_busy_fraction_events) : nlohmann::json()},
       {"peak_rss_bytes", peak_rss_bytes},

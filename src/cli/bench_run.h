@@ -95,6 +95,9 @@ struct BenchResult {
   double step_ms = 0;
   double gpu_busy_fraction = 0;               // simulated steps over wall time from the first batch
   double gpu_busy_fraction_with_startup = 0;  // ... over wall time from the first Next()
+  // ... over the run's last 5 s (all of it when shorter): after what the loader did during
+  // the run (stats.actions, stats.tuning_log); -1 without a simulated step.
+  double gpu_busy_fraction_final = -1;
   // Measured by events on the consumer stream (LoaderStats::GpuBusyFraction): the GPU's
   // time not spent waiting for batches; -1 when nothing was timed (host device, no step).
   double gpu_busy_fraction_events = -1;

@@ -127,10 +127,15 @@ BenchResult RunGpufeed(const DemoArgs& args, const DemoPlace& place) {
   config.seconds = args.seconds;
   config.step_ms = args.step_ms;
   config.doctor = true;
+  // As the Python Loader runs by default: the autotuner and the doctor's safe remedies on.
+  config.open.loader.autotune = true;
+  config.open.remedies = true;
   if (args.seconds > 0) {
     fmt::print(out,
                "running     {:.0f} s of whole epochs at batch {}, shuffled, with a simulated GPU "
-               "step of {} ms\n\n",
+               "step of {} ms,\n            with the Python Loader's defaults: the loader takes "
+               "the doctor's safe remedies\n            itself (tunes workers and prefetch, "
+               "copies the set into RAM when reads are the bound)\n\n",
                args.seconds, args.batch_size, args.step_ms);
   } else {
     fmt::print(
@@ -171,6 +176,17 @@ void PrintSideBySide(const DemoArgs& args, std::FILE* out, const BenchResult& r,
   }
 }
 
+// What the loader did by itself during the run: the remedies, then the autotuner's changes.
+void PrintActions(std::FILE* out, const LoaderStats& stats) {
+  if (stats.actions.empty() && stats.tuning_log.empty()) {
+    fmt::print(out, "  The loader changed nothing during the run.\n");
+    return;
+  }
+  fmt::print(out, "  What the loader did by itself:\n");
+  for (const auto& action : stats.actions) fmt::print(out, "    - {}\n", action);
+  for (const auto& change : stats.tuning_log) fmt::print(out, "    - {}\n", change);
+}
+
 // The run's summary, the comparison when the baseline ran, the verdict, and what to try next.
 void PrintSummary(const DemoArgs& args, const DemoPlace& place, const BenchResult& r,
                   const BaselineResult& baseline) {
@@ -187,6 +203,11 @@ void PrintSummary(const DemoArgs& args, const DemoPlace& place, const BenchResul
              "  The simulated GPU was busy {:.1f}% of the time after the first batch ({:.2f} s "
              "in); the\n  training loop waited {:.1f}% of its time for data.\n",
              100 * r.gpu_busy_fraction, r.time_to_first_batch_s, 100 * r.consumer_wait_fraction);
+  if (r.gpu_busy_fraction_final >= 0) {
+    fmt::print(out, "  Over the run's last 5 s the simulated GPU was busy {:.1f}%.\n",
+               100 * r.gpu_busy_fraction_final);
+  }
+  PrintActions(out, r.stats);
   if (baseline.ran) PrintSideBySide(args, out, r, baseline);
   if (!r.diagnosis_text.empty()) {
     fmt::print(out, "\n{}", r.diagnosis_text);

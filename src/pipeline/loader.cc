@@ -105,13 +105,19 @@ class Loader::Impl {
   // True in a child process forked after the loader was made.
   bool Forked() const { return getpid() != owner_pid_; }
 
+  void SetStepObserver(std::function<void()> observer) { observer_ = std::move(observer); }
+  void RecordAction(std::string action) { metrics_.LogAction(std::move(action)); }
+
   std::unique_ptr<Batch> Next() {
     CheckProcess();
     const int64_t called = SteadyNowNs();
     metrics_.BeginNext(called);
     // The step ends here: all its GPU work is queued before this call.
     const bool drained = gpu_busy_->EndStep();
-    if (auto finished = metrics_.FinishPending(called, drained)) Tune(*finished);
+    if (auto finished = metrics_.FinishPending(called, drained)) {
+      Tune(*finished);
+      if (observer_) observer_();
+    }
     metrics_.HarvestGpuFigures();
     queue_.RethrowIfFailed();
     if (AtEndOfEpoch()) {
@@ -407,6 +413,7 @@ class Loader::Impl {
   ReorderQueue<BuiltBatch> queue_;
   EpochOrders orders_{sampler_};
   std::unique_ptr<Autotuner> tuner_;      // consumer thread only
+  std::function<void()> observer_;        // consumer thread only
   std::unique_ptr<TraceRecorder> trace_;  // null when recording is off; thread-safe
   const pid_t owner_pid_ = getpid();
   // Consumer thread only: how many held batches the pool has buffers for, the budget it may
@@ -458,5 +465,9 @@ void Loader::WriteTrace(const std::string& path) const { impl_->WriteTrace(path)
 void Loader::SetParallelism(int workers, int prefetch) { impl_->SetParallelism(workers, prefetch); }
 int Loader::workers() const { return impl_->workers(); }
 int Loader::prefetch() const { return impl_->prefetch(); }
+void Loader::SetStepObserver(std::function<void()> observer) {
+  impl_->SetStepObserver(std::move(observer));
+}
+void Loader::RecordAction(std::string action) { impl_->RecordAction(std::move(action)); }
 
 }  // namespace gpufeed

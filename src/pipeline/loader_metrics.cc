@@ -114,6 +114,11 @@ void LoaderMetrics::LogTuning(std::string line) {
   tuning_log_.push_back(std::move(line));
 }
 
+void LoaderMetrics::LogAction(std::string line) {
+  MutexLock lock(&mu_);
+  actions_.push_back(std::move(line));
+}
+
 void LoaderMetrics::HarvestGpuFigures() const {
   gpu_busy_->Harvest([this](const GpuStepFigure& f) {
     MutexLock lock(&mu_);
@@ -160,6 +165,7 @@ LoaderStats LoaderMetrics::Stats() const {
     s.first_batch_ns = first_batch_ns_;
     s.wall_ns = wall_start_ns_ ? last_return_ns_ - wall_start_ns_ : 0;
     s.tuning_log = tuning_log_;
+    s.actions = actions_;
   }
   HarvestGpuFigures();
   const GpuBusyTotals gpu = gpu_busy_->Totals();
@@ -214,6 +220,7 @@ std::string LoaderStats::ToJson() const {
       {"buffers", buffers},
       {"buffers_allocated", buffers_allocated},
       {"tuning_log", tuning_log},
+      {"actions", actions},
       {"buffer_bytes", buffer_bytes},
       {"device", device},
       {"gpu_event_steps", gpu_steps},

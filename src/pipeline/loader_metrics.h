@@ -6,7 +6,7 @@
 // A delivered batch's timing is "pending" until the consumer calls Next() again (its step
 // time is only known then): Delivered() opens it, FinishPending() closes it and keeps it.
 //
-// Thread-safety: AddWorkerTiming, Stats, Recent and LogTuning may be called from any thread.
+// Thread-safety: AddWorkerTiming, Stats, Recent, LogTuning and LogAction may be called from any thread.
 // BeginNext, FinishPending, Delivered, EndOfEpoch and StartRun are for the loader's consumer
 // thread (one at a time): the pending timing is that thread's alone.
 #pragma once
@@ -64,6 +64,8 @@ class LoaderMetrics {
                  int64_t gpu_step, int64_t bytes, int workers, int prefetch) EXCLUDES(mu_);
   // One autotuner change, with its reason.
   void LogTuning(std::string line) EXCLUDES(mu_);
+  // One remedy applied to the loader (LoaderStats::actions).
+  void LogAction(std::string line) EXCLUDES(mu_);
 
   // The figures measured here; the caller fills in the parallelism, buffers and device.
   LoaderStats Stats() const EXCLUDES(mu_);
@@ -108,6 +110,7 @@ class LoaderMetrics {
   // const readers too (harvesting is lazy), hence mutable.
   mutable std::map<int64_t, std::pair<int64_t, int64_t>> gpu_figures_ GUARDED_BY(mu_);
   std::vector<std::string> tuning_log_ GUARDED_BY(mu_);
+  std::vector<std::string> actions_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpufeed

@@ -46,6 +46,7 @@ class StackedSource final : public Source {
   SourceChunking chunking() const override { return inner_->chunking(); }
   CacheTier cache_tier() const override { return inner_->cache_tier(); }
   bool shareable_across_processes() const override { return inner_->shareable_across_processes(); }
+  bool rows_repeat() const override { return inner_->rows_repeat(); }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
     auto state = std::make_unique<StackedWorkerState>();
     state->inner = inner_->NewWorkerState();
