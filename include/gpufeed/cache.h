@@ -11,8 +11,8 @@
 //       {.loader = {.batch_size = 8192}, .device = "cuda", .cache = {.tier = CacheTier::kAuto}});
 //
 // Tiers:
-//   ram    one contiguous array per field in this process, filled on first touch (or
-//          preloaded in parallel); later epochs gather rows from RAM.
+//   ram    one contiguous array per field in this process, filled on first touch, or preloaded
+//          in the background (see below); later epochs gather rows from RAM.
 //   shm    a file under /dev/shm named gpufeed-<key> (key: a hash of the source's Identity()
 //          and the format version) that the first process builds and publishes atomically
 //          (written, then renamed) with a hash per row (rows under 4 KiB: per 4 KiB of rows);
@@ -23,18 +23,34 @@
 //          A build killed half-way is detected and redone; /dev/shm running full falls back
 //          to streaming, never to partial data.
 //   device the whole data set in GPU memory (the loader's CUDA device), uploaded once through
-//          pinned staging; a loader on that device gathers each batch there with a kernel,
-//          no host work per batch. Deterministic transforms (casts, normalization) run once
-//          before the upload; random ones (SpecAugment) cannot run on device-resident rows,
-//          so the device tier is refused for them.
+//          pinned staging before OpenCached returns; a loader on that device gathers each
+//          batch there with a kernel, no host work per batch. Deterministic transforms (casts,
+//          normalization) run once before the upload; random ones (SpecAugment) cannot run on
+//          device-resident rows, so the device tier is refused for them.
 //   none   the source itself.
 //   auto   device when it fits the device budget (CUDA only, no random transforms); else the
 //          source's shm cache when one is already published (nothing measured); else, when
-//          the data set fits the RAM budget, a short probe (CacheInfo::measured) of how fast
-//          rows gather from the source, a RAM copy and an shm copy: shm when it beats the
-//          source and gathers at 80% of RAM's rate or more (or $LOCAL_WORLD_SIZE says several
-//          processes share it), else ram when that beats the source, else none. The reason
-//          gives the figures.
+//          the data set fits the RAM budget, a short probe (CacheInfo::measured: at most 4096
+//          rows and two 16 MB copies, tens of milliseconds) of how fast rows gather from the
+//          source, a RAM copy and an shm copy: shm when it beats the source and gathers at 80%
+//          of RAM's rate or more (or $LOCAL_WORLD_SIZE says several processes share it), else
+//          ram when that beats the source, else none. The reason gives the figures.
+//
+// In the background (CacheOptions::background, the default): a published shm cache is mapped
+// at once. Otherwise OpenCached returns in milliseconds a source that reads from the base
+// source while a filler thread (nice 19, half the threads) builds the shm file -- or, when
+// another process holds the build lock, waits for that process to publish it, never building
+// a second copy -- or preloads the RAM copy. Once the copy is complete (shm: published), the
+// source reads from it, switching between two reads: each read is served wholly by one of the
+// two, which hold the same bytes, so the loader's batches are exactly those it would give
+// without a cache, across the switch too. CacheInfo::progress says how far the copy is and how
+// the fill ended. Destroying the source stops the fill within a few MB and joins the thread;
+// a half-built file is removed, never published. A fill that cannot make the copy for lack
+// of space, or because another process held the lock for more than 30 minutes, logs a
+// warning and leaves the reads on the source; any other error of the fill (the base source's
+// read errors, a refused lock file) is logged and thrown by every read after it, so the
+// loader raises it at its next batch.
+//
 // The choice and its reason are logged once (core/log.h: a "gpufeed: " line on stderr).
 //
 // Thread-safety: OpenCached may be called from any thread, and from many processes at once
@@ -42,8 +58,11 @@
 // thread-safe like every Source. The cache-folder functions are thread-safe.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -88,8 +107,63 @@ struct CacheOptions {
   // gathering from it beats gathering from the source (CacheInfo::measured). False: decide
   // from the budgets alone (tests that need one answer whatever the machine's speed).
   bool measure_gather = true;
-  int threads = 0;      // Default: 0 = hardware threads: preload and shm build parallelism
+  // Default: 0 = hardware threads: preload and shm build parallelism (a background fill uses
+  // half of them, at least one).
+  int threads = 0;
   bool verbose = true;  // Default: true: log the choice, waits and progress (stderr)
+  // Default: true: OpenCached returns at once when the copy is not there yet (an shm cache
+  // not published, a RAM preload): a filler thread at idle priority makes it while the
+  // returned source reads from the source, and the source switches to the copy between two
+  // reads once it is complete (CacheInfo::progress tells how far it is). False: OpenCached
+  // makes the copy before it returns (`gpufeed cache build`, benchmarks of the cached tier).
+  bool background = true;
+};
+
+// A copy being made in the background (CacheInfo::progress): how far it is and what happened.
+// Thread-safety: thread-safe; the filler writes it, anyone reads it or waits for it.
+class CacheProgress {
+ public:
+  struct Snapshot {
+    CacheTier tier = CacheTier::kNone;  // what serves the samples now
+    double built_fraction = 0;          // share of the copy made: 0 to 1 (1: it serves)
+    bool done = false;                  // the filler has ended (built, failed or stopped)
+    bool built = false;                 // shm: this process built the file
+    std::string reason = {};            // what happened, in words (CacheInfo::reason's)
+    std::string error = {};  // the fill's error, which the source's reads now throw; else empty
+  };
+  explicit CacheProgress(Snapshot start) : now_(std::move(start)) {}
+  Snapshot Get() const {
+    std::lock_guard lock(mu_);
+    return now_;
+  }
+  // Waits until the filler has ended or `timeout_s` passed; returns whether it ended.
+  bool WaitUntilDone(double timeout_s) const {
+    std::unique_lock lock(mu_);
+    return done_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                             [&] { return now_.done; });
+  }
+  // The filler's updates.
+  void SetFraction(double fraction) {
+    std::lock_guard lock(mu_);
+    now_.built_fraction = fraction;
+  }
+  void SetReason(std::string reason) {
+    std::lock_guard lock(mu_);
+    now_.reason = std::move(reason);
+  }
+  void Finish(Snapshot last) {
+    {
+      std::lock_guard lock(mu_);
+      now_ = std::move(last);
+      now_.done = true;
+    }
+    done_cv_.notify_all();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable done_cv_;
+  Snapshot now_;  // guarded by mu_
 };
 
 // What OpenCached chose and why.
@@ -99,7 +173,9 @@ struct CacheInfo {
   std::string path;                   // the shm file; empty for other tiers
   std::string key;                    // the shm key (16 hex digits); empty for other tiers
   uint64_t bytes = 0;                 // the data set's size
-  bool built = false;       // shm: this process built the file (false: it found it published)
+  // shm: this process built the file (false: it found it published, or builds it in the
+  // background: then CacheProgress::Snapshot::built says so once done).
+  bool built = false;
   double open_seconds = 0;  // time OpenCached took (shm: waiting for or building the file)
   // "auto" on the host: the gather rates it decided from (bytes per second of shuffled rows
   // from the source, from a RAM copy, from an shm copy); all 0 when nothing was measured.
@@ -115,6 +191,10 @@ struct CacheInfo {
   // GPU's other processes (CUDA IPC)", "imported the copy process 1234 uploaded (CUDA IPC)",
   // "a private copy: <why it is not shared>"); empty for other tiers.
   std::string device_share;
+  // A copy made in the background (CacheOptions::background): how far it is, refreshed as it
+  // fills; null when the copy was complete when OpenCached returned. `tier` above is the tier
+  // being made; the progress says what serves meanwhile (the source: kNone).
+  std::shared_ptr<const CacheProgress> progress;
 
   // "shm (0.8 GB fits the RAM budget 11.2 GB; /dev/shm/gpufeed-0123456789abcdef)"
   std::string ToString() const;
@@ -129,7 +209,9 @@ struct CacheInfo {
 // reads it; Error(kCancelled) when the calling thread's CancelToken (gpufeed/cancel.h) is
 // cancelled during a preload, shm build (or the wait for another process's) or upload, after
 // undoing it (no shm file is published). An shm build that fails for lack of space (ENOSPC) or
-// an I/O error logs a warning and returns the uncached source.
+// an I/O error logs a warning and returns the uncached source. In the background
+// (options.background), the build's and preload's errors come later, from the returned
+// source's reads (see "In the background" above); the shm folder is still checked here.
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options = {},
                                    CacheInfo* info = nullptr);
 

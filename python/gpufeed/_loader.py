@@ -158,10 +158,13 @@ class Loader:
                 the node), "device" (resident in GPU memory, batches gathered there; needs a
                 CUDA device) or "auto" (device if it fits 40% of free GPU memory, else shm if
                 it fits 50% of available RAM, else none). The choice and its reason are
-                printed once and kept in `cache_info`. Or gpufeed.Cache(tier="auto",
-                preload=None, shm_dir=None, shm_group=None, chunk_cache=None):
+                printed once and kept in `cache_info`. A copy not there yet (an shm cache
+                nobody built, a RAM preload) is made in the background at low priority: the
+                loader streams from the source until it is complete, then reads from it;
+                cache_info["built_fraction"] tells how far it is. Or gpufeed.Cache(tier="auto",
+                preload=None, shm_dir=None, shm_group=None, chunk_cache=None, background=None):
                   tier:        one of the names above.
-                  preload:     with tier "ram": read the whole data set now, in parallel.
+                  preload:     with tier "ram": read the whole data set, in parallel.
                   shm_dir:     where tier "shm" keeps its file (default /dev/shm).
                   shm_group:   share tier "shm" files with the members of this group (a name
                                or gid you belong to) instead of keeping them your own;
@@ -171,6 +174,7 @@ class Loader:
                                keep between batches, one cache they share, whatever the tier
                                (0 keeps none; None: the decoded data set's size, within 1/16
                                of the available RAM and 16 MiB to 1 GiB).
+                  background:  False: make the copy in the constructor instead.
     groups:     gpufeed.Groups(group=None, offsets=None, fields=None, pack_window=None):
                 grouped data (the segments of one recording), delivered as packed batches of
                 whole groups. group= names a per-row integer field (rows of a group need not
@@ -281,9 +285,9 @@ class Loader:
             self.group_fields = _groups.group_fields(self._group_table)
         options = _gpufeed._LoaderOptions(**given)
         self._impl = _gpufeed._Loader(self._source, options)
-        self.cache_info = json.loads(self._impl.cache_json)
+        self._cache_info = json.loads(self._impl.cache_json)
         if disk is not None:
-            self.cache_info = disk
+            self._cache_info = disk
         self._batch_size = int(batch_size)
         self.schema = [(name, dtype, tuple(shape)) for name, dtype, shape in self._impl.schema]
         _tensors.check_schema(self.schema)
@@ -296,6 +300,40 @@ class Loader:
             raise _gpufeed.DeviceError(
                 f"gpufeed puts batches on {device}, but this torch ({torch.__version__}) has "
                 f"no CUDA: install a CUDA build of torch, or pass device='cpu'")
+
+    # The cache ---------------------------------------------------------------------------
+
+    @property
+    def cache_info(self):
+        """What the cache chose and why: tier, reason, path, key, bytes, built, measured.
+        While a copy is made in the background (see Cache.background) it also says how far it
+        is, read afresh each time: "built_fraction" (0 to 1; 1 once the batches come from the
+        copy) and "serving" (what the batches come from now: "none" is the source); once the
+        fill has ended, "reason" says how, "built" whether this process built it, and "error"
+        what failed (the loader raises it on its next batch). A copy complete when the loader
+        was made has "built_fraction" 1."""
+        info = dict(self._cache_info)
+        progress = self._impl.cache_progress()
+        if progress is None:
+            if info.get("tier") in ("shm", "device"):
+                info["built_fraction"] = 1.0
+            return info
+        info["built_fraction"] = progress["built_fraction"]
+        info["serving"] = progress["serving"]
+        info["reason"] = progress["reason"]
+        if progress["done"]:
+            info["built"] = progress["built"]
+            info["tier"] = progress["serving"]  # the tier made, or "none" when it failed
+            if progress["error"]:
+                info["error"] = progress["error"]
+        return info
+
+    def wait_for_cache(self, timeout=None):
+        """Waits until the copy being made in the background is complete (or its fill ended
+        otherwise: see cache_info), at most `timeout` seconds (None: no limit). Returns whether
+        it ended. Training need not call it: the loader switches to the copy by itself."""
+        limit = 1e9 if timeout is None else float(timeout)
+        return self._impl.wait_for_cache(limit)
 
     # Iteration ---------------------------------------------------------------------------
 

@@ -24,6 +24,11 @@ class Cache:
                  the process opens reads through it.
     preload:     with tier "ram": read the whole data set when the loader is made, in parallel
                  (default: fill on first touch).
+    background:  True (default): the loader is made at once and streams from the source while
+                 the copy (an shm cache not built yet, a RAM preload) is made at low priority;
+                 it reads from the copy once the copy is complete.
+                 loader.cache_info["built_fraction"] tells how far it is. False: the
+                 constructor makes the copy before it returns.
     shm_dir:     where tier "shm" keeps its file (default /dev/shm).
     shm_group:   share tier "shm" files with the members of this group (a name or gid you
                  belong to) instead of keeping them your own; members trust each other's
@@ -46,6 +51,7 @@ class Cache:
     chunk_cache: Optional[int] = None
     disk_dir: Optional[Union[str, os.PathLike]] = None
     disk_budget: Optional[int] = None
+    background: Optional[bool] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +194,7 @@ def translate(shuffle, cache, groups, trace, autotune, held):
         _set(given, (("shuffle", shuffle, _bool),))
     if isinstance(cache, Cache):
         _set(given, (("cache", cache.tier, _str), ("preload", cache.preload, _bool),
+                     ("background", cache.background, _bool),
                      ("shm_dir", cache.shm_dir, _str), ("shm_group", cache.shm_group, _str)))
         chunk_cache = cache.chunk_cache
     else:

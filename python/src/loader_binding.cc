@@ -97,6 +97,9 @@ void BindLoaderOptions(py::module_& m) {
   c.def_property(
       "shm_group", [](const CachedLoaderOptions& o) { return o.cache.shm_group; },
       [](CachedLoaderOptions& o, const std::string& group) { o.cache.shm_group = group; });
+  c.def_property(
+      "background", [](const CachedLoaderOptions& o) { return o.cache.background; },
+      [](CachedLoaderOptions& o, bool background) { o.cache.background = background; });
 }
 
 std::string CacheJson(const CacheInfo& info) {
@@ -171,11 +174,35 @@ void BindLoader(py::module_& m) {
           auto loader = std::make_unique<PyLoader>(std::move(opened.loader));
           if (options.cache.tier != CacheTier::kNone) {
             loader->cache_json = CacheJson(opened.cache);  // else "caching is off"
+            loader->cache_progress = opened.cache.progress;
           }
           return loader;
         }),
         py::arg("source"), py::arg("options"))
       .def_property_readonly("cache_json", [](const PyLoader& l) { return l.cache_json; })
+      .def(
+          "cache_progress",
+          [](const PyLoader& l) -> py::object {
+            if (!l.cache_progress) return py::none();
+            const CacheProgress::Snapshot now = l.cache_progress->Get();
+            py::dict d;
+            d["serving"] = std::string(CacheTierName(now.tier));
+            d["built_fraction"] = now.built_fraction;
+            d["done"] = now.done;
+            d["built"] = now.built;
+            d["reason"] = now.reason;
+            d["error"] = now.error;
+            return d;
+          },
+          "The copy being made in the background, now: None when none is.")
+      .def(
+          "wait_for_cache",
+          [](const PyLoader& l, double timeout_s) {
+            if (!l.cache_progress) return true;
+            py::gil_scoped_release release;
+            return l.cache_progress->WaitUntilDone(timeout_s);
+          },
+          py::arg("timeout_s"))
       .def("next", &PyLoader::Next,
            "The next BatchHandle of the current epoch, or None once it is over (the call after "
            "that starts the next epoch).")

@@ -16,6 +16,7 @@
 #include <string>
 #include <utility>
 
+#include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
 
@@ -39,6 +40,9 @@ class PyLoader {
   // What OpenCached chose for this loader's source, as JSON (tier, reason, path, key, bytes,
   // built, open_seconds); set once by the constructor's caller, read-only after.
   std::string cache_json = R"({"tier": "none", "reason": "caching is off"})";
+  // The copy being made in the background (CacheInfo::progress); null when none was.
+  // Set once by the constructor's caller, read-only after; the object itself is thread-safe.
+  std::shared_ptr<const CacheProgress> cache_progress;
 
   // Runs `fn(loader)` for a call the C++ loader allows from one thread at a time.
   template <typename Fn>

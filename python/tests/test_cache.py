@@ -28,6 +28,8 @@ def test_cached_batches_hold_the_source_rows(tmp_path, numpy_dir, arrays, tier):
             for name in arrays:
                 np.testing.assert_array_equal(fields[name], arrays[name][indices])
         assert sorted(np.concatenate(seen)) == list(range(len(arrays["label"])))
+    assert loader.wait_for_cache(timeout=120)
+    assert loader.cache_info["built_fraction"] == 1.0
     if tier == "shm":
         assert loader.cache_info["path"].startswith(str(shm_dir))
         assert os.path.exists(loader.cache_info["path"])
@@ -36,8 +38,9 @@ def test_cached_batches_hold_the_source_rows(tmp_path, numpy_dir, arrays, tier):
 
 
 def test_auto_on_the_cpu_decides_from_a_measurement_and_says_why(tmp_path, numpy_dir):
+    # In the constructor (background=False), so cache_info holds the figures at once.
     loader = gpufeed.Loader(numpy_dir, batch_size=16, device="cpu",
-                            cache=gpufeed.Cache("auto", shm_dir=tmp_path))
+                            cache=gpufeed.Cache("auto", shm_dir=tmp_path, background=False))
     info = loader.cache_info
     # A copy only when it gathers faster than the source (a page-cached file's mapping may
     # be as fast): which one depends on the machine, the figures and their use do not.
@@ -73,6 +76,7 @@ def test_shm_group_shares_through_the_groups_folder(tmp_path, numpy_dir, arrays)
     group = os.getegid()  # a group this user is always in
     loader = gpufeed.Loader(numpy_dir, batch_size=16, device="cpu",
                             cache=gpufeed.Cache("shm", shm_dir=tmp_path, shm_group=str(group)))
+    assert loader.wait_for_cache(timeout=120)
     path = loader.cache_info["path"]
     assert os.path.dirname(path) == str(tmp_path / f"gpufeed-group-{group}")
     assert os.stat(path).st_mode & 0o777 == 0o640
@@ -107,6 +111,7 @@ def test_an_hdf5_file_named_by_a_relative_path_is_keyed_by_its_absolute_path(tmp
     loader = gpufeed.Loader("train.h5", fields=["mel", "label"], batch_size=16, device="cpu",
                             cache=gpufeed.Cache("shm", shm_dir=shm_dir))
     next(iter(loader))
+    assert loader.wait_for_cache(timeout=120)
     # `gpufeed cache ls`, run from another folder, finds the file and calls the cache current.
     listed = json.loads(subprocess.run([binary, "cache", "ls", "--json", "--dir", str(shm_dir)],
                                        cwd="/", capture_output=True, text=True,

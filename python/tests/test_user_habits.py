@@ -386,6 +386,7 @@ def test_a_rewrite_that_restores_size_and_mtime_rebuilds_the_shm_cache(tmp_path)
     first = gpufeed.Loader(str(data), batch_size=20, shuffle=False, device="cpu",
                            cache=gpufeed.Cache("shm", shm_dir=str(shm)))
     assert float(next(iter(first))["x"].sum()) == float(arrays["x"].sum())
+    assert first.wait_for_cache(timeout=120)  # built in the background
     old_path = first.cache_info["path"]
     first.close()
     del first
@@ -395,6 +396,7 @@ def test_a_rewrite_that_restores_size_and_mtime_rebuilds_the_shm_cache(tmp_path)
     assert os.stat(data / "x.npy").st_mtime_ns == stat.st_mtime_ns
     second = gpufeed.Loader(str(data), batch_size=20, shuffle=False, device="cpu",
                             cache=gpufeed.Cache("shm", shm_dir=str(shm)))
+    assert second.wait_for_cache(timeout=120)
     assert second.cache_info["built"] and second.cache_info["path"] != old_path
     assert float(next(iter(second))["x"].sum()) == 2 * float(arrays["x"].sum())
     assert not os.path.exists(old_path)  # the older version, mapped by nobody, is gone

@@ -13,6 +13,7 @@
 #include "cache/cached_gather.h"
 #include "core/format.h"
 #include "core/splitmix.h"
+#include "gpufeed/cancel.h"
 
 namespace gpufeed {
 namespace {
@@ -77,8 +78,23 @@ GatherRates ProbeGatherRates(const Source& source) {
       view.fields.push_back(fields.back().data());
     }
     auto state = source.NewWorkerState();
-    rates.source_bytes_per_s =
-        BestOfTwo(static_cast<double>(n) * row, [&] { source.Read(rows, view, state.get()); });
+    // In pieces of a loader batch's size, so that a probe run by a background filler stops
+    // within one piece when its loader is closed (Error(kCancelled)).
+    constexpr int64_t kPiece = 512;
+    rates.source_bytes_per_s = BestOfTwo(static_cast<double>(n) * row, [&] {
+      for (int64_t begin = 0; begin < n; begin += kPiece) {
+        ThrowIfCancelled("measuring how fast the source gathers");
+        const int64_t count = std::min(kPiece, n - begin);
+        BatchView piece;
+        piece.rows = count;
+        for (size_t f = 0; f < view.fields.size(); ++f) {
+          piece.fields.push_back(view.fields[f] +
+                                 static_cast<size_t>(begin) * schema.fields[f].SampleBytes());
+        }
+        source.Read(std::span(rows).subspan(static_cast<size_t>(begin), static_cast<size_t>(count)),
+                    piece, state.get());
+      }
+    });
   }
 
   // The same random rows from a probe-sized copy of each kind, gathered as both tiers gather

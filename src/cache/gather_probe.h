@@ -9,6 +9,8 @@
 // kProbeRows rows from the source and builds two copies of at most 16 MB (already far past
 // the TLB's reach on 4 KB pages), so it costs tens of milliseconds; the figure is a rate over
 // a probe-sized array, not a promise about the whole set.
+// The source is read in pieces of 512 rows; the calling thread's CancelToken is checked
+// between them (Error(kCancelled)).
 // Thread-safety: one call at a time per source is enough; the function keeps no state.
 #pragma once
 
@@ -28,7 +30,8 @@ struct GatherRates {
 
 inline constexpr int64_t kProbeRows = 4096;
 
-// Throws what the source's Read throws (the source cannot be read: no tier helps).
+// Throws what the source's Read throws (the source cannot be read: no tier helps), and
+// Error(kCancelled) when the calling thread's CancelToken is cancelled.
 GatherRates ProbeGatherRates(const Source& source);
 
 }  // namespace gpufeed

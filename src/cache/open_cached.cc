@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "cache/background_cache.h"
 #include "cache/deferred_cache.h"
 #include "cache/device_cache.h"
 #include "cache/gather_probe.h"
@@ -117,7 +118,12 @@ std::shared_ptr<Source> ServeHostTier(const std::shared_ptr<Source>& source,
                                       const CacheOptions& options,
                                       const std::shared_ptr<Source>& published, int threads,
                                       const std::optional<gid_t>& group, CacheInfo& result) {
+  // A background fill takes half the threads: the loader's workers read meanwhile.
+  const int fill_threads = std::max(1, threads / 2);
   if (result.tier == CacheTier::kRam) {
+    if (options.preload && options.background) {
+      return StartRamPreload(source, options, fill_threads, result);
+    }
     auto ram = std::make_shared<RamCachedSource>(source);
     if (options.preload) ram->Preload(threads, options.verbose);
     return ram;
@@ -128,6 +134,7 @@ std::shared_ptr<Source> ServeHostTier(const std::shared_ptr<Source>& source,
     result.path = static_cast<const ShmCachedSource&>(*published).path();
     return published;
   }
+  if (options.background) return StartShmFill(source, options, group, fill_threads, result);
   ShmOpenResult shm = OpenShmCache(
       source,
       {.dir = options.shm_dir, .group = group, .threads = threads, .verbose = options.verbose});
@@ -140,6 +147,28 @@ std::shared_ptr<Source> ServeHostTier(const std::shared_ptr<Source>& source,
   result.tier = CacheTier::kNone;
   result.reason = fmt::format("the shared-memory cache could not be built: {}", shm.failure);
   return nullptr;
+}
+
+// Under "auto" with nothing published: whether the filler measures and decides, because the
+// budgets allow a host copy that would have to be measured for.
+bool AutoDecidesInTheBackground(const CacheOptions& options, const TierInputs& in) {
+  if (!options.background || options.tier != CacheTier::kAuto || !options.measure_gather ||
+      in.shm_published) {
+    return false;
+  }
+  const CacheTier unmeasured = ChooseTier(in).tier;
+  return unmeasured == CacheTier::kShm || unmeasured == CacheTier::kRam;
+}
+
+// What OpenCached returns: logs the choice once and hands `result` to the caller.
+std::shared_ptr<Source> Opened(std::shared_ptr<Source> cached, CacheInfo result,
+                               const CacheOptions& options,
+                               std::chrono::steady_clock::time_point start, CacheInfo* info) {
+  result.open_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (options.verbose) Log(LogLevel::kInfo, "cache: " + result.ToString());
+  if (info != nullptr) *info = std::move(result);
+  return cached;
 }
 
 }  // namespace
@@ -178,12 +207,17 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
     }
     return c;
   };
-  TierChoice choice = choose();
-
   CacheInfo result;
   result.bytes = in.bytes;
   result.loader_transforms = options.transforms;
   std::shared_ptr<Source> cached = source;
+  // The probe reads thousands of random rows (seconds from a slow source): in the background,
+  // a host copy the budgets allow is measured for, and made, by the filler.
+  if (AutoDecidesInTheBackground(options, in)) {
+    cached = StartAutoFill(source, options, in, group, std::max(1, threads / 2), result);
+    return Opened(std::move(cached), std::move(result), options, start, info);
+  }
+  TierChoice choice = choose();
   if (choice.tier == CacheTier::kDevice) {
     try {
       cached = UploadToDevice(source, options, in, threads, group, result);
@@ -207,11 +241,7 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   if (auto host = ServeHostTier(source, options, published, threads, group, result)) {
     cached = std::move(host);
   }
-  result.open_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (options.verbose) Log(LogLevel::kInfo, "cache: " + result.ToString());
-  if (info != nullptr) *info = std::move(result);
-  return cached;
+  return Opened(std::move(cached), std::move(result), options, start, info);
 }
 
 CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOptions options) {

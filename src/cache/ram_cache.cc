@@ -151,7 +151,8 @@ void RamCachedSource::Read(std::span<const int64_t> indices, const BatchView& ou
   GatherCachedRows(const_arrays_, row_bytes_, ws->order, out);
 }
 
-void RamCachedSource::Preload(int threads, bool verbose) {
+void RamCachedSource::Preload(int threads, bool verbose,
+                              const std::function<void(double)>& on_progress) {
   GPUFEED_ASSERT(threads > 0, "threads > 0");
   const int64_t samples = size();
   const size_t sample_bytes = std::max<size_t>(1, schema().SampleBytes());
@@ -165,6 +166,7 @@ void RamCachedSource::Preload(int threads, bool verbose) {
                                                base_->Describe(), percent, s);
                           });
   const std::string what = fmt::format("preloading {} into RAM", base_->Describe());
+  std::mutex progress_mu;
   ThreadPool pool(threads);
   pool.ParallelFor(tasks, [&](int64_t task, int thread) {
     ThrowIfCancelled(what);  // every task: a few MB
@@ -199,6 +201,10 @@ void RamCachedSource::Preload(int threads, bool verbose) {
     }
     flush(end);
     progress.Add(static_cast<uint64_t>(end - begin));
+    if (on_progress && samples > 0) {
+      std::lock_guard lock(progress_mu);
+      on_progress(static_cast<double>(filled_samples()) / static_cast<double>(samples));
+    }
   });
 }
 

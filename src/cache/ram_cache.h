@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,8 +35,9 @@ class RamCachedSource : public CachedSource {
   // Reads every sample not filled yet, on `threads` threads; progress logged when
   // `verbose` and it takes longer than 2 s. Rethrows the base source's first error; throws
   // Error(kCancelled) when the calling thread's CancelToken (gpufeed/cancel.h) is cancelled
-  // (the samples read so far stay filled).
-  void Preload(int threads, bool verbose);
+  // (the samples read so far stay filled). `on_progress`, when given, is called (one call at a
+  // time) with the share of the samples filled after every few MB.
+  void Preload(int threads, bool verbose, const std::function<void(double)>& on_progress = {});
   int64_t filled_samples() const { return filled_.load(std::memory_order_relaxed); }
 
  private:

@@ -71,8 +71,10 @@ ShmBuildResult FailErrno(int err, const std::string& what, const std::string& pa
 
 // Writes every sample; returns 0 or the first write errno. Base-source errors and
 // Error(kCancelled) (checked every task, a few MB; `what` names the build) propagate.
-int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer, int threads,
-                 TenthsProgress& progress, const std::string& what) {
+int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer,
+                 const ShmBuildOptions& options, TenthsProgress& progress,
+                 const std::string& what) {
+  const int threads = options.threads;
   const Schema& schema = base.schema();
   const int64_t chunk = ChunkSamples(schema.SampleBytes());
   const int64_t tasks = (layout.samples + chunk - 1) / chunk;
@@ -84,6 +86,8 @@ int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer
   const std::string identity = base.Identity();
   constexpr uint64_t kDropEvery = uint64_t{64} << 20;
   std::atomic<uint64_t> since_drop{0};
+  std::atomic<uint64_t> written{0};
+  std::mutex progress_mu;  // on_progress is called one at a time
   ThreadPool pool(threads);
   pool.ParallelFor(tasks, [&](int64_t task, int thread) {
     if (first_errno.load(std::memory_order_relaxed) != 0) return;
@@ -112,6 +116,11 @@ int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer
         return;
       }
       progress.Add(n);
+      const uint64_t done = written.fetch_add(n) + n;
+      if (options.on_progress && layout.data_bytes > 0) {
+        std::lock_guard lock(progress_mu);
+        options.on_progress(static_cast<double>(done) / static_cast<double>(layout.data_bytes));
+      }
       if (since_drop.fetch_add(n) + n >= kDropEvery) {
         since_drop.store(0);
         DropMappedSourcePages(identity);
@@ -257,8 +266,7 @@ ShmBuildResult BuildShmFile(const Source& base, const ShmUserDir& dir, const std
   // complete file is ever renamed to its published name.
   const std::string what = fmt::format("building the shared-memory cache {}", final_path);
   try {
-    if (const int err = WriteSamples(base, layout, writer, options.threads, progress, what);
-        err != 0) {
+    if (const int err = WriteSamples(base, layout, writer, options, progress, what); err != 0) {
       discard();
       return FailErrno(err, "cannot write", tmp_path);
     }

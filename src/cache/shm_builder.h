@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "cache/shm_format.h"
@@ -25,6 +26,9 @@ struct ShmBuildOptions {
   int threads = 1;       // Required: > 0
   bool verbose = false;  // Default: false: progress on stderr for builds past 2 s
   ShmBuildFaults faults = {};
+  // Default: none. Else called (from the build's threads, one at a time) with the share of
+  // the samples written so far, after every few MB: a background build's progress.
+  std::function<void(double)> on_progress = {};
 };
 
 enum class ShmBuildStatus {

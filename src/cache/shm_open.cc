@@ -55,7 +55,8 @@ std::string DescribeHolder(int fd) {
 class BuildLock {
  public:
   BuildLock(const ShmUserDir& dir, const std::string& name, bool verbose,
-            const std::string& cache_path, double timeout_s) {
+            const std::string& cache_path, double timeout_s,
+            const std::function<void()>& while_waiting) {
     std::string why;
     fd_ = dir.OpenFile(name, O_RDONLY | O_CREAT, &why);  // flock needs no write access
     if (fd_ < 0) {
@@ -91,6 +92,7 @@ class BuildLock {
         fd_ = -1;
         ThrowIfCancelled(fmt::format("waiting for {} to build {}", holder_, cache_path));
       }
+      if (while_waiting) while_waiting();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
@@ -190,7 +192,8 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
   result.key = CacheKey(*base);
   const std::string name = "gpufeed-" + result.key;
   result.path = dir->PathOf(name);
-  BuildLock lock(*dir, name + ".lock", options.verbose, result.path, options.lock_timeout_s);
+  BuildLock lock(*dir, name + ".lock", options.verbose, result.path, options.lock_timeout_s,
+                 options.while_waiting);
   if (!lock.held()) {
     result.failure = fmt::format("{} held the cache lock {}.lock for more than {} s", lock.holder(),
                                  result.path, options.lock_timeout_s);
@@ -217,8 +220,10 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
   result.removed_leftover = RemoveLeftovers(*dir, result.key, options.verbose) > 0;
 
   const std::string tmp = fmt::format("{}.tmp-{}", name, getpid());
-  ShmBuildOptions build{
-      .threads = options.threads, .verbose = options.verbose, .faults = options.faults};
+  ShmBuildOptions build{.threads = options.threads,
+                        .verbose = options.verbose,
+                        .faults = options.faults,
+                        .on_progress = options.on_progress};
   ShmBuildResult built = BuildShmFile(*base, *dir, tmp, name, build);
   if (built.status != ShmBuildStatus::kPublished) {
     result.failure = built.message;

@@ -17,6 +17,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,11 @@ struct ShmOpenOptions {
   // How long to wait for another process's build; then the source is read uncached.
   double lock_timeout_s = 1800;  // Default: 30 minutes
   ShmBuildFaults faults = {};    // Default: none (tests inject ENOSPC)
+  // Default: none. Else called with the share of the samples written while this call builds
+  // (ShmBuildOptions::on_progress).
+  std::function<void(double)> on_progress = {};
+  // Default: none. Else called every 50 ms while another process holds the build lock.
+  std::function<void()> while_waiting = {};
 };
 
 struct ShmOpenResult {

@@ -106,6 +106,7 @@ void ConfigureRun(BenchArgs& args, const Source& source) {
   o.cache.tier = ParseCacheTier(args.cache);
   o.remedies = o.loader.autotune;
   o.cache.verbose = !args.json;
+  o.cache.background = false;  // the figures are the cached tier's, not the streaming before it
   if (args.config.epochs <= 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("--epochs must be positive, got {}", args.config.epochs));

@@ -239,7 +239,8 @@ int RunBuild(const CacheArgs& a) {
               .shm_dir = a.dir,
               .shm_group = a.group,
               .threads = a.threads,
-              .verbose = true},
+              .verbose = true,
+              .background = false},  // the command's work is the build itself
              &info);
   sigint.ThrowIfInterrupted("building the cache");
   if (info.tier != CacheTier::kShm) return ExitCodeFor(ErrorCode::kIo);

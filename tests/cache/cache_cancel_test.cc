@@ -92,7 +92,8 @@ bool Unlocked(const std::string& path) {
 }
 
 CacheOptions ShmOptions(const std::string& dir) {
-  return {.tier = CacheTier::kShm, .shm_dir = dir, .threads = 2, .verbose = false};
+  return {
+      .tier = CacheTier::kShm, .shm_dir = dir, .threads = 2, .verbose = false, .background = false};
 }
 
 TEST(CacheCancelTest, ACancelledShmBuildLeavesNoFileAndTheNextOpenRebuilds) {
@@ -188,8 +189,11 @@ TEST(CacheCancelTest, ACancelledOpenCachedRamPreloadThrows) {
   CancelWhenStarted canceller(token, held->reads_started);
   CancelScope scope(&token);
   EXPECT_EQ(ErrorCodeOf([&] {
-              OpenCached(
-                  held, {.tier = CacheTier::kRam, .preload = true, .threads = 2, .verbose = false});
+              OpenCached(held, {.tier = CacheTier::kRam,
+                                .preload = true,
+                                .threads = 2,
+                                .verbose = false,
+                                .background = false});
             }),
             ErrorCode::kCancelled);
 }

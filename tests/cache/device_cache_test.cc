@@ -73,6 +73,7 @@ class DeviceCacheTest : public testing::FakeCudaTest {
     o.shm_dir = shm_dir_.path();
     o.threads = 2;
     o.measure_gather = false;  // "auto" here is about the device tier, whatever the speeds
+    o.background = false;
     return o;
   }
 

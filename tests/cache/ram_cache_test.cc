@@ -124,7 +124,9 @@ TEST(RamCacheTest, OutOfRangeIndexIsAnError) {
 TEST(RamCacheTest, OpenCachedRamWithPreloadAndInfo) {
   auto base = std::make_shared<InstrumentedSource>(Synthetic(300));
   CacheInfo info;
-  auto cached = OpenCached(base, {.tier = CacheTier::kRam, .preload = true, .verbose = false}, &info);
+  auto cached = OpenCached(
+      base, {.tier = CacheTier::kRam, .preload = true, .verbose = false, .background = false},
+      &info);
   EXPECT_EQ(info.tier, CacheTier::kRam);
   EXPECT_EQ(info.bytes, uint64_t{300} * cached->schema().SampleBytes());
   EXPECT_EQ(base->samples_read.load(), 300);

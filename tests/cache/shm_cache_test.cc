@@ -184,7 +184,8 @@ TEST(ShmCacheTest, OpenCachedStreamsWhenTheShmFolderIsFull) {
   CacheInfo info;
   std::shared_ptr<Source> cached;
   ::testing::internal::CaptureStderr();
-  EXPECT_NO_THROW(cached = OpenCached(base, {.tier = CacheTier::kShm, .shm_dir = mnt}, &info));
+  EXPECT_NO_THROW(cached = OpenCached(
+                      base, {.tier = CacheTier::kShm, .shm_dir = mnt, .background = false}, &info));
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(cached, base);  // streaming, from the source itself
   EXPECT_EQ(info.tier, CacheTier::kNone);
@@ -305,9 +306,10 @@ TEST(ShmCacheTest, TheSourceChangedOnDiskIsADifferentCache) {
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
   WriteNpy(data.Path("x.npy"), x, 100, values.data());
   CacheInfo old_info;
-  auto old_cached =
-      OpenCached(OpenNumpy(data.path()),
-                 {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &old_info);
+  auto old_cached = OpenCached(
+      OpenNumpy(data.path()),
+      {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false, .background = false},
+      &old_info);
   EXPECT_EQ(old_info.tier, CacheTier::kShm);
   EXPECT_TRUE(old_info.built);
 
@@ -317,9 +319,10 @@ TEST(ShmCacheTest, TheSourceChangedOnDiskIsADifferentCache) {
   const auto t = fs::last_write_time(data.Path("x.npy"));
   fs::last_write_time(data.Path("x.npy"), t + std::chrono::seconds(1));
   CacheInfo new_info;
-  auto new_cached =
-      OpenCached(OpenNumpy(data.path()),
-                 {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &new_info);
+  auto new_cached = OpenCached(
+      OpenNumpy(data.path()),
+      {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false, .background = false},
+      &new_info);
   EXPECT_NE(new_info.key, old_info.key);
   EXPECT_TRUE(new_info.built);
   const auto got = ReadRows(*new_cached, {0, 99});

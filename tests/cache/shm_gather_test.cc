@@ -45,8 +45,9 @@ std::vector<std::vector<std::byte>> Batches(std::shared_ptr<Source> source) {
 TEST(ShmGatherTest, TheShmTierGathersExactlyTheRamTiersBatches) {
   ScratchDir shm;
   CacheInfo ram_info;
-  auto ram = OpenCached(Synthetic(), {.tier = CacheTier::kRam, .preload = true, .verbose = false},
-                        &ram_info);
+  auto ram = OpenCached(
+      Synthetic(),
+      {.tier = CacheTier::kRam, .preload = true, .verbose = false, .background = false}, &ram_info);
   ASSERT_EQ(ram_info.tier, CacheTier::kRam);
   const auto want = Batches(ram);
   ASSERT_EQ(want.size(), 2u * 12);        // 3000 / 256 rounded up, two epochs
@@ -54,7 +55,9 @@ TEST(ShmGatherTest, TheShmTierGathersExactlyTheRamTiersBatches) {
 
   CacheInfo built;
   auto builder = OpenCached(
-      Synthetic(), {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &built);
+      Synthetic(),
+      {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false, .background = false},
+      &built);
   ASSERT_EQ(built.tier, CacheTier::kShm);
   ASSERT_TRUE(built.built);
   ASSERT_NE(dynamic_cast<const ShmCachedSource*>(builder.get()), nullptr);
@@ -62,7 +65,9 @@ TEST(ShmGatherTest, TheShmTierGathersExactlyTheRamTiersBatches) {
 
   CacheInfo found;
   auto reader = OpenCached(
-      Synthetic(), {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &found);
+      Synthetic(),
+      {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false, .background = false},
+      &found);
   ASSERT_EQ(found.tier, CacheTier::kShm);
   EXPECT_FALSE(found.built);
   EXPECT_EQ(Batches(reader), want);
@@ -71,12 +76,16 @@ TEST(ShmGatherTest, TheShmTierGathersExactlyTheRamTiersBatches) {
 TEST(ShmGatherTest, AutoUsesAPublishedCacheWithoutMeasuring) {
   ScratchDir shm;
   CacheInfo built;
-  OpenCached(Synthetic(), {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false},
-             &built);
+  OpenCached(
+      Synthetic(),
+      {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false, .background = false},
+      &built);
   ASSERT_TRUE(built.built);
   CacheInfo info;
   auto cached = OpenCached(
-      Synthetic(), {.tier = CacheTier::kAuto, .shm_dir = shm.path(), .verbose = false}, &info);
+      Synthetic(),
+      {.tier = CacheTier::kAuto, .shm_dir = shm.path(), .verbose = false, .background = false},
+      &info);
   EXPECT_EQ(info.tier, CacheTier::kShm);
   EXPECT_FALSE(info.built);
   EXPECT_EQ(info.path, built.path);
@@ -87,8 +96,10 @@ TEST(ShmGatherTest, AutoUsesAPublishedCacheWithoutMeasuring) {
   EXPECT_NE(dynamic_cast<const ShmCachedSource*>(cached.get()), nullptr);
   // A published cache of another source is not this one's: that one measures.
   CacheInfo other;
-  OpenCached(OpenSynthetic(ParseSchema("x:float32[64]"), 500, 3),
-             {.tier = CacheTier::kAuto, .shm_dir = shm.path(), .verbose = false}, &other);
+  OpenCached(
+      OpenSynthetic(ParseSchema("x:float32[64]"), 500, 3),
+      {.tier = CacheTier::kAuto, .shm_dir = shm.path(), .verbose = false, .background = false},
+      &other);
   EXPECT_GT(other.measured.source_bytes_per_s, 0);
 }
 

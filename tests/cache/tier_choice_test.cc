@@ -223,7 +223,9 @@ TEST(TierChoiceTest, OpenCachedAutoRecordsItsMeasurementInCacheInfo) {
   const std::string shm_dir = name.data();
   auto source = OpenSynthetic(ParseSchema("x:float32[64],label:int64"), 2000, 1);
   CacheInfo info;
-  OpenCached(source, {.tier = CacheTier::kAuto, .shm_dir = shm_dir, .verbose = false}, &info);
+  OpenCached(source,
+             {.tier = CacheTier::kAuto, .shm_dir = shm_dir, .verbose = false, .background = false},
+             &info);
   EXPECT_GT(info.measured.source_bytes_per_s, 0);
   EXPECT_GT(info.measured.ram_bytes_per_s, 0);
   EXPECT_NE(info.reason.find("measured: source "), std::string::npos) << info.reason;
@@ -237,10 +239,13 @@ TEST(TierChoiceTest, OpenCachedAutoRecordsItsMeasurementInCacheInfo) {
   }
   // Without the measurement: the budgets alone, nothing measured.
   CacheInfo plain;
-  OpenCached(
-      source,
-      {.tier = CacheTier::kAuto, .shm_dir = shm_dir, .measure_gather = false, .verbose = false},
-      &plain);
+  OpenCached(source,
+             {.tier = CacheTier::kAuto,
+              .shm_dir = shm_dir,
+              .measure_gather = false,
+              .verbose = false,
+              .background = false},
+             &plain);
   EXPECT_EQ(plain.tier, CacheTier::kShm);
   EXPECT_EQ(plain.measured.source_bytes_per_s, 0);
   std::filesystem::remove_all(shm_dir);

@@ -3,9 +3,9 @@
 usage: interrupt_open.py shm|ram SHM_DIR SAMPLES
   Pins itself to one CPU (the fill then takes about as long on any machine), prints
   "opening", opens gpufeed.Loader over SAMPLES synthetic samples of 64 KiB with cache=shm|ram
-  (preloaded) and prints "opened" should the open ever end. On KeyboardInterrupt it prints
-  "interrupted BASELINE AFTER" (the process's threads before the open and after the
-  interrupt) and re-raises.
+  (preloaded, in the constructor: background=False) and prints "opened" should the open
+  ever end. On KeyboardInterrupt it prints "interrupted BASELINE AFTER" (the process's
+  threads before the open and after the interrupt) and re-raises.
 """
 
 import os
@@ -30,7 +30,8 @@ baseline = threads()
 print("opening", flush=True)
 try:
     loader = gpufeed.Loader(source, batch_size=64, device="cpu",
-                            cache=gpufeed.Cache(tier, preload=True, shm_dir=shm_dir))
+                            cache=gpufeed.Cache(tier, preload=True, shm_dir=shm_dir,
+                                                background=False))
 except KeyboardInterrupt:
     print("interrupted", baseline, threads(), flush=True)
     raise

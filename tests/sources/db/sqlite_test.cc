@@ -96,14 +96,16 @@ TEST_F(SqliteSourceTest, FeedsTheSharedMemoryCacheKeyedOnTheFileAndQuery) {
   const std::string query = "SELECT id, v FROM t ORDER BY id";
   const std::vector<FieldSpec> fields{{"v", DType::kFloat32, {35}}};
   CacheInfo first, second;
-  const auto a =
-      OpenCached(Open(query, fields),
-                 {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &first);
+  const auto a = OpenCached(
+      Open(query, fields),
+      {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false, .background = false},
+      &first);
   // A second load of the same file and query (another process, in practice) maps the copy
   // the first one published instead of building its own.
-  const auto b =
-      OpenCached(Open(query, fields),
-                 {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &second);
+  const auto b = OpenCached(
+      Open(query, fields),
+      {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false, .background = false},
+      &second);
   EXPECT_EQ(first.tier, CacheTier::kShm);
   EXPECT_TRUE(first.built);
   EXPECT_FALSE(second.built);
@@ -121,9 +123,10 @@ TEST_F(SqliteSourceTest, FeedsTheSharedMemoryCacheKeyedOnTheFileAndQuery) {
     EXPECT_EQ(v[i * 35 + 34], Feature(rows[i], 34));
   }
   // Another query is other data: another key.
-  const auto c =
-      OpenCached(Open("SELECT id, v FROM t WHERE id < 100 ORDER BY id", fields),
-                 {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false}, &second);
+  const auto c = OpenCached(
+      Open("SELECT id, v FROM t WHERE id < 100 ORDER BY id", fields),
+      {.tier = CacheTier::kShm, .shm_dir = shm.path(), .verbose = false, .background = false},
+      &second);
   EXPECT_NE(first.key, second.key);
 }
 
