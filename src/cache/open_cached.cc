@@ -267,8 +267,9 @@ CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOption
   } else if (options.remedies && source->rows_repeat() && source->device_rows() == nullptr) {
     CacheOptions copy = options.cache;
     copy.tier = CacheTier::kRam;
-    copy.preload = false;
-    copy.verbose = false;  // the remedy logs what it started, with its evidence
+    copy.preload = true;
+    copy.background = true;  // never blocks the loop that asked
+    copy.verbose = false;    // the remedy logs what it started, with its evidence
     source = std::make_shared<DeferredCachedSource>(std::move(source), std::move(copy));
   }
   out.loader = std::make_unique<Loader>(std::move(source), std::move(loader));
