@@ -118,6 +118,15 @@ std::string FormatTimes(const BenchResult& r) {
         "gpu (sim.)  busy {:.1f}% of wall time from the first batch ({:.1f}% counting start-up), "
         "step {} ms\n",
         100.0 * r.gpu_busy_fraction, 100.0 * r.gpu_busy_fraction_with_startup, r.step_ms);
+    if (r.later_gpu_busy_fraction >= 0) {
+      out += fmt::format("            busy {:.1f}% over epochs 2-{} (the first epoch apart)\n",
+                         100.0 * r.later_gpu_busy_fraction, r.epochs);
+    }
+    // Only a run longer than the window has a "last 5 s" apart from the whole.
+    if (r.gpu_busy_fraction_final >= 0 && r.wall_s > 6) {
+      out += fmt::format("            busy {:.1f}% over the run's last 5 s\n",
+                         100.0 * r.gpu_busy_fraction_final);
+    }
   }
   if (s.gpu_steps > 0) {
     out += fmt::format(

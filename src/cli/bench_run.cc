@@ -112,9 +112,14 @@ struct BenchRunState {
   // after it leaves out the process's first touch of the source and of fresh batch memory.
   std::chrono::steady_clock::time_point first_epoch_end{};
   int64_t first_epoch_samples = 0;
+  double first_epoch_step_s = 0;  // the simulated GPU's work in the first epoch (host step)
   std::chrono::steady_clock::time_point end{};
   FinalBusyWindow final_busy{std::chrono::seconds(5)};  // BenchResult::gpu_busy_fraction_final
+  std::chrono::steady_clock::time_point last_report{};   // the last progress update
 };
+
+// How often the run samples its memory and reports progress.
+constexpr std::chrono::milliseconds kReportEvery{100};
 
 // Opens the loader (and its cache) and records what it reads, where, and its set-up time.
 CachedLoader OpenBenchLoader(std::shared_ptr<Source> source, const BenchConfig& config,
@@ -177,8 +182,8 @@ void SimulateStep(const Loader& loader, Batch& batch, const BenchConfig& config,
 
 // The progress after a batch: rate, wait and, when the monitor shows, its status line.
 void UpdateProgress(const Loader& loader, const BenchConfig& config, const BenchRunState& run,
-                    int64_t samples, BenchProgress& progress) {
-  ++progress.batch;
+                    int64_t batch, int64_t samples, BenchProgress& progress) {
+  progress.batch = batch;
   progress.samples = samples;
   progress.elapsed_s = Seconds(std::chrono::steady_clock::now() - run.start);
   progress.samples_per_s = progress.elapsed_s > 0 ? samples / progress.elapsed_s : 0;
@@ -204,7 +209,9 @@ void RunEpochs(Loader& loader, const BenchConfig& config, BenchRunState& run, Be
     }
     progress.epoch = e;
     progress.batch = 0;
+    int64_t batches = 0;
     while (auto batch = loader.Next()) {
+      ++batches;
       if (run.first_batch == std::chrono::steady_clock::time_point{}) {
         run.first_batch = std::chrono::steady_clock::now();
       }
@@ -217,13 +224,21 @@ void RunEpochs(Loader& loader, const BenchConfig& config, BenchRunState& run, Be
                                   : run.step_s;
         run.final_busy.Mark(std::chrono::steady_clock::now(), busy_s);
       }
-      run.peak_anon = std::max(run.peak_anon, StatusBytes("RssAnon"));
-      UpdateProgress(loader, config, run, result.samples, progress);
-      if (on_progress) on_progress(progress);
+      // The run's own bookkeeping (reading /proc, the loader's stats, the progress line) is
+      // work a training loop does not do: a few times a second, not per batch, so a short
+      // step measures the loader rather than the bench.
+      const auto now = std::chrono::steady_clock::now();
+      if (now - run.last_report >= kReportEvery || batches == progress.batches_per_epoch) {
+        run.last_report = now;
+        run.peak_anon = std::max(run.peak_anon, StatusBytes("RssAnon"));
+        UpdateProgress(loader, config, run, batches, result.samples, progress);
+        if (on_progress) on_progress(progress);
+      }
     }
     if (e == 0) {
       run.first_epoch_end = std::chrono::steady_clock::now();
       run.first_epoch_samples = result.samples;
+      run.first_epoch_step_s = run.step_s;
     }
   }
 }
@@ -249,6 +264,10 @@ void EndRun(BenchRunState& run, BenchResult& result) {
     result.first_epoch_s = Seconds(run.first_epoch_end - run.start);
     result.later_samples_per_s = static_cast<double>(result.samples - run.first_epoch_samples) /
                                  Seconds(run.end - run.first_epoch_end);
+    if (result.step_ms > 0 && run.cuda_device == nullptr) {
+      result.later_gpu_busy_fraction = std::min(
+          1.0, (run.step_s - run.first_epoch_step_s) / Seconds(run.end - run.first_epoch_end));
+    }
   }
 }
 
@@ -404,6 +423,8 @@ std::string BenchResult::ToJson() const {
       {"later_samples_per_s", later_samples_per_s},
       {"later_ratio_to_ceiling", later_ratio_to_ceiling},
       {"later_ratio_to_same_work", later_ratio_to_same_work},
+      {"later_gpu_busy_fraction",
+       later_gpu_busy_fraction >= 0 ? nlohmann::json(later_gpu_busy_fraction) : nlohmann::json()},
       {"fresh_batch_memory_bytes", fresh_batch_memory_bytes},
       {"fresh_batch_memory_s", fresh_batch_memory_s},
       {"consumer_wait_fraction", consumer_wait_fraction},

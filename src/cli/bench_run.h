@@ -86,6 +86,8 @@ struct BenchResult {
   double later_samples_per_s = 0;
   double later_ratio_to_ceiling = 0;
   double later_ratio_to_same_work = 0;
+  // The simulated GPU's busy share over the epochs after the first (host step); -1 otherwise.
+  double later_gpu_busy_fraction = -1;
   // Batch memory the run took fresh from the system (HostMemoryPool: allocated and faulted
   // in, the kernel zeroing every page) and the worker time that cost; 0 when every buffer
   // came back from an earlier loader of the process. The ceilings, measured after, reuse it.
