@@ -47,9 +47,11 @@ std::string DeferredCachedSource::Start(std::string* why) const {
     return {};
   }
   cached_.store(cached_owner_.get(), std::memory_order_release);
-  // "a RAM copy (0.8 GB fits the RAM budget 11.2 GB)"
+  // "a RAM copy (0.8 GB fits the RAM budget 11.2 GB)": the reason's first clause (the rest
+  // says how it fills, which the remedy's own line says).
+  const std::string why_it_fits = info.reason.substr(0, info.reason.find("; "));
   return fmt::format("a {} copy ({})",
-                     info.tier == CacheTier::kRam ? "RAM" : CacheTierName(info.tier), info.reason);
+                     info.tier == CacheTier::kRam ? "RAM" : CacheTierName(info.tier), why_it_fits);
 }
 
 std::unique_ptr<SourceWorkerState> DeferredCachedSource::NewWorkerState() const {
