@@ -59,6 +59,20 @@ struct Hdf5RowTarget {
   std::byte* dst = nullptr;
 };
 
+// One field's unfiltered chunk pieces for a batch, planned before any is read, so that a
+// source sends the pieces of every field of a file with one ReadMany (a remote file then has
+// all of them in flight at once, not one field's after another's).
+struct Hdf5PiecePlan {
+  std::vector<Hdf5RowTarget> rows;
+  std::vector<ReadRange> ranges;
+  std::vector<std::byte> slab;  // pieces of several runs, copied to their rows at the end
+  struct Split {
+    size_t row, col, slab_at;
+  };
+  std::vector<Split> split;
+  uint64_t bytes = 0;
+};
+
 class Hdf5DatasetReader {
  public:
   // `cache_tag` distinguishes this reader's chunks in a shared DecodedChunkCache.
@@ -69,6 +83,16 @@ class Hdf5DatasetReader {
 
   // REQUIRES: rows sorted by `local`, every local in [0, samples).
   void Read(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+
+  // Whether Read's reads are unfiltered chunk pieces of a file that does not map, which
+  // PlanPieces can plan.
+  bool PlansPieces() const { return plans_pieces_; }
+  // Fills plan with the ranges Read would send for `rows` (fill values are written now).
+  // REQUIRES: PlansPieces(), rows as for Read.
+  void PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5PiecePlan& plan) const;
+  // After the plan's ranges were read: the rest of Read (split pieces copied to their rows,
+  // byte order, checks).
+  void FinishPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
 
  private:
   void ReadContiguous(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
@@ -88,6 +112,8 @@ class Hdf5DatasetReader {
   // Unfiltered chunks of a file that does not map: every sample's pieces with one ReadMany.
   // False when it failed (nothing is then known of the rows: read them again).
   bool ReadChunkedPieces(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  // The plan's pieces of several runs copied from its slab to their rows.
+  void CopySplitPieces(const Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
   // Fetches the stored chunks the cache lacks for the chunk rows of rows[k..], with one
   // ReadMany (a remote file has them all in flight at once), up to kMaxFetchBytes; returns
   // the row after the last chunk row fetched. A failed fetch leaves none fetched: each chunk
@@ -96,6 +122,8 @@ class Hdf5DatasetReader {
   // The raw bytes FetchChunks fetched for chunk `linear`, or empty.
   std::span<const std::byte> FetchedChunk(size_t linear, Hdf5ReadScratch& scratch) const;
   void Fill(std::byte* dst, size_t bytes) const;
+  // What Read does to the rows once their bytes are in: byte order, bool checks.
+  void FinishRows(std::span<const Hdf5RowTarget> rows) const;
   // Reads `n` bytes at `offset`, which open checked to lie inside the file. Throws
   // Error(kIo) "changed size while being read" when the file now ends first.
   void ReadBytes(uint64_t offset, void* dst, size_t n, Hdf5ReadScratch& scratch) const;
@@ -108,6 +136,7 @@ class Hdf5DatasetReader {
   Hdf5ChunkGeometry geometry_;
   bool zero_fill_ = true;
   bool fetch_chunks_ = false;  // filtered chunks of a file that does not map: FetchChunks
+  bool plans_pieces_ = false;  // unfiltered chunks of a file that does not map
   // Contiguous data in a mappable file: the mapping and how far it is warm; else null.
   std::unique_ptr<WarmedMapping> warm_;
   // Unfiltered chunked data in a mappable file: the file's mapping (every stored chunk's range

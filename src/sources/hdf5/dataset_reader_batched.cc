@@ -142,19 +142,16 @@ std::span<const std::byte> Hdf5DatasetReader::FetchedChunk(size_t linear,
       .subspan(it->second, ds_.chunks.at(linear).size);
 }
 
-bool Hdf5DatasetReader::ReadChunkedPieces(std::span<const Hdf5RowTarget> rows,
-                                          Hdf5ReadScratch& scratch) const {
+void Hdf5DatasetReader::PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5PiecePlan& plan) const {
   const Hdf5ChunkGeometry& geo = geometry_;
   const int64_t per_chunk = geo.samples_per_chunk();
   const size_t columns = geo.columns();
   const size_t slab = geo.slab_bytes();
+  plan.rows.assign(rows.begin(), rows.end());
+  plan.ranges.clear();
+  plan.split.clear();
   // Each sample's piece of each stored chunk: one range, straight into the row when the piece
   // is one run, else into the slab (then copied run by run).
-  struct Piece {
-    size_t row, col, slab_at;
-  };
-  std::vector<Piece> split;
-  std::vector<ReadRange> ranges;
   std::vector<size_t> split_range;  // the range of each split piece
   size_t slab_bytes = 0;
   for (size_t k = 0; k < rows.size();) {
@@ -175,34 +172,51 @@ bool Hdf5DatasetReader::ReadChunkedPieces(std::span<const Hdf5RowTarget> rows,
         const uint64_t offset =
             e.address + static_cast<uint64_t>(rows[j].local - row_start) * slab + lo;
         if (runs.size() == 1) {
-          ranges.push_back({offset, rows[j].dst + runs[0].dst, runs[0].len});
+          plan.ranges.push_back({offset, rows[j].dst + runs[0].dst, runs[0].len});
         } else {
-          split.push_back({j, col, slab_bytes});
-          split_range.push_back(ranges.size());
-          ranges.push_back({offset, nullptr, hi - lo});
+          plan.split.push_back({j, col, slab_bytes});
+          split_range.push_back(plan.ranges.size());
+          plan.ranges.push_back({offset, nullptr, hi - lo});
           slab_bytes += hi - lo;
         }
       }
     }
     k = end;
   }
-  scratch.slab.resize(slab_bytes);
-  for (size_t i = 0; i < split.size(); ++i) {
-    ranges[split_range[i]].buf = scratch.slab.data() + split[i].slab_at;
+  plan.slab.resize(slab_bytes);
+  for (size_t i = 0; i < plan.split.size(); ++i) {
+    plan.ranges[split_range[i]].buf = plan.slab.data() + plan.split[i].slab_at;
   }
-  uint64_t total = 0;
-  for (const ReadRange& r : ranges) total += r.n;
+  plan.bytes = 0;
+  for (const ReadRange& r : plan.ranges) plan.bytes += r.n;
+}
+
+void Hdf5DatasetReader::CopySplitPieces(const Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
+  scratch.counters.bytes_read += static_cast<int64_t>(plan.bytes);
+  for (const Hdf5PiecePlan::Split& p : plan.split) {
+    const auto& runs = geometry_.runs(p.col);
+    const std::byte* src = plan.slab.data() + p.slab_at - runs.front().src;
+    for (const auto& run : runs) {
+      std::memcpy(plan.rows[p.row].dst + run.dst, src + run.src, run.len);
+    }
+  }
+}
+
+void Hdf5DatasetReader::FinishPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
+  CopySplitPieces(plan, scratch);
+  FinishRows(plan.rows);
+}
+
+bool Hdf5DatasetReader::ReadChunkedPieces(std::span<const Hdf5RowTarget> rows,
+                                          Hdf5ReadScratch& scratch) const {
+  Hdf5PiecePlan plan;
+  PlanPieces(rows, plan);
   try {
-    file_->ReadMany(ranges, "chunk data");
+    file_->ReadMany(plan.ranges, "chunk data");
   } catch (const Error&) {
     return false;
   }
-  scratch.counters.bytes_read += static_cast<int64_t>(total);
-  for (const Piece& p : split) {
-    const auto& runs = geo.runs(p.col);
-    const std::byte* src = scratch.slab.data() + p.slab_at - runs.front().src;
-    for (const auto& run : runs) std::memcpy(rows[p.row].dst + run.dst, src + run.src, run.len);
-  }
+  CopySplitPieces(plan, scratch);  // Read finishes the rows itself
   return true;
 }
 
