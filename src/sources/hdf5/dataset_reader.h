@@ -5,7 +5,9 @@
 // unfiltered chunks are read per sample at the sample's offset inside the chunk, copied from
 // the file's mapping where the file maps (h5py's chunks=True cuts a float32[1,64,32] sample
 // into 256 pieces of 32 bytes: a pread each ran at about 800 samples/s on 2 threads, the
-// mapping's copies at memory speed), by pread elsewhere. Only
+// mapping's copies at memory speed), by pread elsewhere; where the file does not map (an object
+// in a store), a chunk a batch reads most of is fetched whole and kept in the chunk cache, so
+// the next batches drawing from it (block shuffle) do not send its bytes again. Only
 // datasets the file layout puts out of reach (kLibrary) take the libhdf5 lock.
 // Reads are preads through the file seam, except contiguous data, which is copied from the
 // file's mapping (a warm mapping gathers 2-5x faster than a pread per row: README, "Streaming
@@ -70,6 +72,11 @@ struct Hdf5PiecePlan {
     size_t row, col, slab_at;
   };
   std::vector<Split> split;
+  struct Whole {                     // a stored chunk read whole, kept in the chunk cache once read
+    size_t linear, first, end, col;  // rows [first, end) of `rows` read from it
+    std::shared_ptr<ChunkBytes> bytes;
+  };
+  std::vector<Whole> whole;
   uint64_t bytes = 0;
 };
 
@@ -87,9 +94,10 @@ class Hdf5DatasetReader {
   // Whether Read's reads are unfiltered chunk pieces of a file that does not map, which
   // PlanPieces can plan.
   bool PlansPieces() const { return plans_pieces_; }
-  // Fills plan with the ranges Read would send for `rows` (fill values are written now).
-  // REQUIRES: PlansPieces(), rows as for Read.
-  void PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5PiecePlan& plan) const;
+  // Fills plan with the ranges Read would send for `rows` (fill values, and the pieces of
+  // chunks the cache holds, are written now). REQUIRES: PlansPieces(), rows as for Read.
+  void PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5PiecePlan& plan,
+                  Hdf5ReadScratch& scratch) const;
   // After the plan's ranges were read: the rest of Read (split pieces copied to their rows,
   // byte order, checks).
   void FinishPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
@@ -112,8 +120,15 @@ class Hdf5DatasetReader {
   // Unfiltered chunks of a file that does not map: every sample's pieces with one ReadMany.
   // False when it failed (nothing is then known of the rows: read them again).
   bool ReadChunkedPieces(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
-  // The plan's pieces of several runs copied from its slab to their rows.
-  void CopySplitPieces(const Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
+  // The plan's pieces of several runs and of whole chunks copied to their rows; the whole
+  // chunks go to the cache.
+  void PlaceReadPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
+  // Whether the stored chunk `linear`, which `rows` (of one chunk row) read from, is fetched
+  // whole and kept rather than read piece by piece.
+  bool ReadsChunkWhole(std::span<const Hdf5RowTarget> rows, size_t linear,
+                       const Hdf5ReadScratch& scratch) const;
+  // The pieces of `rows` in column `col` copied out of that chunk's bytes.
+  void CopyChunkRows(const std::byte* chunk, std::span<const Hdf5RowTarget> rows, size_t col) const;
   // Fetches the stored chunks the cache lacks for the chunk rows of rows[k..], with one
   // ReadMany (a remote file has them all in flight at once), up to kMaxFetchBytes; returns
   // the row after the last chunk row fetched. A failed fetch leaves none fetched: each chunk

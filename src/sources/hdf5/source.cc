@@ -86,7 +86,10 @@ class Hdf5Source final : public Source {
       for (const Hdf5FilePart& part : parts_) {
         for (const auto& reader : part.readers) {
           const Hdf5Dataset& ds = reader->dataset();
-          if (ds.storage != Hdf5Storage::kChunked || !ds.filtered()) continue;
+          // Unfiltered chunks of a remote file are kept too (dataset_reader.h).
+          if (ds.storage != Hdf5Storage::kChunked || !(ds.filtered() || reader->PlansPieces())) {
+            continue;
+          }
           for (size_t i = 0; i < ds.chunks.stored().size(); ++i) {
             decoded = std::min(ram, decoded + ds.ChunkBytes());
           }
@@ -188,7 +191,7 @@ class Hdf5Source final : public Source {
       std::vector<ReadRange> ranges;
       for (size_t f : planned) {
         targets_of(f, ws.targets);
-        part.readers[f]->PlanPieces(ws.targets, ws.plans[f]);
+        part.readers[f]->PlanPieces(ws.targets, ws.plans[f], ws.scratch);
         ranges.insert(ranges.end(), ws.plans[f].ranges.begin(), ws.plans[f].ranges.end());
       }
       bool read = true;
