@@ -44,6 +44,8 @@ Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint
   fetch_chunks_ = ds_.storage == Hdf5Storage::kChunked && ds_.filtered() && file_->Map() == nullptr;
   plans_pieces_ = ds_.storage == Hdf5Storage::kChunked && !ds_.filtered() && sample_bytes_ > 0 &&
                   chunk_map_ == nullptr;
+  // A file read together with the other objects of its store: a remote one.
+  keeps_chunks_ = plans_pieces_ && file_->BatchKey() != nullptr;
   zero_fill_ = std::all_of(ds_.fill_value.begin(), ds_.fill_value.end(),
                            [](std::byte b) { return b == std::byte{0}; });
   if (ds_.storage == Hdf5Storage::kContiguous && sample_bytes_ > 0) {

@@ -5,18 +5,16 @@
 // unfiltered chunks are read per sample at the sample's offset inside the chunk, copied from
 // the file's mapping where the file maps (h5py's chunks=True cuts a float32[1,64,32] sample
 // into 256 pieces of 32 bytes: a pread each ran at about 800 samples/s on 2 threads, the
-// mapping's copies at memory speed), by pread elsewhere; where the file does not map (an object
-// in a store), a chunk a batch reads most of is fetched whole and kept in the chunk cache, so
-// the next batches drawing from it (block shuffle) do not send its bytes again. Only
-// datasets the file layout puts out of reach (kLibrary) take the libhdf5 lock.
-// Reads are preads through the file seam, except contiguous data, which is copied from the
-// file's mapping (a warm mapping gathers 2-5x faster than a pread per row: README, "Streaming
-// at memory speed"); with GPUFEED_MAPPING_WARMER=1 only where a background warmer has touched
-// it, and by pread elsewhere (core/warmed_mapping.h: a cold mapping is slower than pread on
-// a VM).
-// Either way a file truncated or rewritten while a loader reads it is Error(kIo) "changed
-// size while being read" naming the file (mapping copies run under GuardMappedRead), never
-// a SIGBUS.
+// mapping's copies at memory speed), by pread elsewhere; for an object in a store, a chunk a batch
+// reads most of is fetched whole and kept in the chunk cache, so the next batches drawing from it
+// (block shuffle) do not send its bytes again. Only datasets the file layout puts out of reach
+// (kLibrary) take the libhdf5 lock. Reads are preads through the file seam, except contiguous data,
+// which is copied from the file's mapping (a warm mapping gathers 2-5x faster than a pread per row:
+// README, "Streaming at memory speed"); with GPUFEED_MAPPING_WARMER=1 only where a background
+// warmer has touched it, and by pread elsewhere (core/warmed_mapping.h: a cold mapping is slower
+// than pread on a VM). Either way a file truncated or rewritten while a loader reads it is
+// Error(kIo) "changed size while being read" naming the file (mapping copies run under
+// GuardMappedRead), never a SIGBUS.
 //
 // Thread-safety: Read is const and thread-safe; each calling thread passes its own scratch.
 #pragma once
@@ -94,6 +92,8 @@ class Hdf5DatasetReader {
   // Whether Read's reads are unfiltered chunk pieces of a file that does not map, which
   // PlanPieces can plan.
   bool PlansPieces() const { return plans_pieces_; }
+  // Whether Read keeps unfiltered chunks it read whole in the chunk cache (a remote object).
+  bool KeepsChunks() const { return keeps_chunks_; }
   // Fills plan with the ranges Read would send for `rows` (fill values, and the pieces of
   // chunks the cache holds, are written now). REQUIRES: PlansPieces(), rows as for Read.
   void PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5PiecePlan& plan,
@@ -152,6 +152,10 @@ class Hdf5DatasetReader {
   bool zero_fill_ = true;
   bool fetch_chunks_ = false;  // filtered chunks of a file that does not map: FetchChunks
   bool plans_pieces_ = false;  // unfiltered chunks of a file that does not map
+  // ... of an object in a store, where a request costs a round trip: a chunk a batch reads
+  // most of is read whole and kept. Not a disk-cached copy, where a read costs no round trip
+  // and whole chunks only add bytes to copy (its second epoch ran at half the rate).
+  bool keeps_chunks_ = false;
   // Contiguous data in a mappable file: the mapping and how far it is warm; else null.
   std::unique_ptr<WarmedMapping> warm_;
   // Unfiltered chunked data in a mappable file: the file's mapping (every stored chunk's range

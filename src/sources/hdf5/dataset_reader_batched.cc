@@ -150,8 +150,8 @@ bool Hdf5DatasetReader::ReadsChunkWhole(std::span<const Hdf5RowTarget> rows, siz
   // reads about as much (a few rows far apart are read alone, not with the chunk).
   const auto count = static_cast<int64_t>(rows.size());
   const int64_t span = rows.back().local - rows.front().local + 1;
-  return e.size == ds_.ChunkBytes() && scratch.cache.Fits(e.size) && 8 * count >= per_chunk &&
-         4 * span >= 3 * per_chunk;
+  return keeps_chunks_ && e.size == ds_.ChunkBytes() && scratch.cache.Fits(e.size) &&
+         8 * count >= per_chunk && 4 * span >= 3 * per_chunk;
 }
 
 void Hdf5DatasetReader::CopyChunkRows(const std::byte* chunk, std::span<const Hdf5RowTarget> rows,

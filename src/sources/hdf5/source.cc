@@ -86,8 +86,8 @@ class Hdf5Source final : public Source {
       for (const Hdf5FilePart& part : parts_) {
         for (const auto& reader : part.readers) {
           const Hdf5Dataset& ds = reader->dataset();
-          // Unfiltered chunks of a remote file are kept too (dataset_reader.h).
-          if (ds.storage != Hdf5Storage::kChunked || !(ds.filtered() || reader->PlansPieces())) {
+          // Unfiltered chunks of a remote object are kept too (dataset_reader.h).
+          if (ds.storage != Hdf5Storage::kChunked || !(ds.filtered() || reader->KeepsChunks())) {
             continue;
           }
           for (size_t i = 0; i < ds.chunks.stored().size(); ++i) {
