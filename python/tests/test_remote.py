@@ -80,6 +80,31 @@ def test_every_kind_of_source_reads_from_the_store_as_from_disk(tmp_path, store)
     assert stats["max_in_flight"] > 1  # a batch's reads go out together
 
 
+def test_block_shuffle_fetches_each_unfiltered_chunk_once_not_per_batch(tmp_path, store):
+    # Two batches in a row draw half of the same two chunks: read piece by piece, both batches
+    # fetch both chunks; read whole and kept in the chunk cache, the second batch fetches none.
+    bucket = _bucket(store, "blocks")
+    mel = np.random.default_rng(6).standard_normal((2048, 64)).astype("f4")
+    path = tmp_path / "blocks.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("mel", data=mel, chunks=(64, 64))
+    store.put(bucket, "blocks.h5", path.read_bytes())
+
+    def epoch(source, **kw):
+        return collect(gpufeed.Loader(source, fields=["mel"], batch_size=64, device="cpu",
+                                      seed=3, workers=1, shuffle=gpufeed.BlockShuffle(window=2),
+                                      **kw))
+
+    expected = epoch(str(path))
+    fetched = {}
+    for budget in (None, 0):  # the default chunk cache, and none
+        before = gpufeed.remote_stats()["bytes"]
+        _same(epoch(f"s3://{bucket}/blocks.h5", cache=gpufeed.Cache(chunk_cache=budget)),
+              expected)
+        fetched[budget] = gpufeed.remote_stats()["bytes"] - before
+    assert fetched[None] < 0.7 * fetched[0], fetched
+
+
 def test_a_storm_of_503s_and_cut_bodies_are_survived_and_counted(tmp_path, store):
     local, remote = _local_and_remote(tmp_path, store, _bucket(store, "storm"))
     expected = _epoch(f"{local}/gzip.h5", fields=["mel", "label"])

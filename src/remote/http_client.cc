@@ -74,7 +74,9 @@ ThreadHandles& Handles() {
 
 }  // namespace
 
-// A counting semaphore of requests in flight to one host.
+// A counting semaphore of requests in flight to one host. A thread whose requests wait for a
+// slot while its own are in flight sleeps in curl_multi_poll: a slot another thread frees
+// wakes it (curl_multi_wakeup), so the slot is not left idle until the poll times out.
 class HttpClient::Slots {
  public:
   explicit Slots(int n) : free_(n) {}
@@ -83,16 +85,30 @@ class HttpClient::Slots {
     cv_.wait(lock, [&] { return free_ > 0; });
     --free_;
   }
-  bool TryAcquire() {
+  // Takes a slot, or registers `multi` to be woken when one is freed.
+  bool TryAcquireOrWake(CURLM* multi) {
     std::lock_guard lock(mu_);
-    if (free_ == 0) return false;
-    --free_;
-    return true;
+    if (free_ > 0) {
+      --free_;
+      return true;
+    }
+    if (std::find(waiters_.begin(), waiters_.end(), multi) == waiters_.end()) {
+      waiters_.push_back(multi);
+    }
+    return false;
+  }
+  // Called before `multi` may go away (the end of its Run).
+  void Forget(CURLM* multi) {
+    std::lock_guard lock(mu_);
+    std::erase(waiters_, multi);
   }
   void Release() {
     {
       std::lock_guard lock(mu_);
       ++free_;
+      // Under the lock: a multi handle is never woken after its Run forgot it.
+      for (CURLM* m : waiters_) curl_multi_wakeup(m);
+      waiters_.clear();
     }
     cv_.notify_one();
   }
@@ -101,6 +117,7 @@ class HttpClient::Slots {
   std::mutex mu_;
   std::condition_variable cv_;
   int free_;
+  std::vector<CURLM*> waiters_;
 };
 
 HttpClient::HttpClient(ClientOptions options, std::shared_ptr<StatsRecorder> stats)
@@ -119,6 +136,7 @@ namespace {
 
 struct Running {
   std::unique_ptr<Transfer> transfer;
+  HttpClient::Slots* host = nullptr;   // the request slots of its URL's host
   HttpClient::Slots* slots = nullptr;  // set while in flight
   CURL* easy = nullptr;
   bool done = false;
@@ -135,14 +153,28 @@ class HttpClient::RunLoop {
           std::span<HttpResult> results)
       : client_(client), handles_(Handles()), multi_(handles_.multi()), calls_(requests.size()) {
     const Clock::time_point now = Clock::now();
+    std::string last_host;
+    HttpClient::Slots* last_slots = nullptr;
     for (size_t i = 0; i < requests.size(); ++i) {
       calls_[i].transfer =
           std::make_unique<Transfer>(requests[i], results[i], client.options_, *client.stats_, now);
+      // A batch's requests mostly go to one host: its slots are looked up once.
+      std::string host = UrlHost(requests[i].url);
+      if (last_slots == nullptr || host != last_host) {
+        last_slots = &client.SlotsFor(host);
+        last_host = std::move(host);
+      }
+      calls_[i].host = last_slots;
     }
   }
   ~RunLoop() {
     for (Running& c : calls_) {
       if (c.easy != nullptr) Stop(c);
+    }
+    HttpClient::Slots* forgotten = nullptr;
+    for (Running& c : calls_) {
+      if (c.host != forgotten) c.host->Forget(multi_);
+      forgotten = c.host;
     }
   }
 
@@ -155,10 +187,13 @@ class HttpClient::RunLoop {
       }
       int running = 0;
       curl_multi_perform(multi_, &running);
-      Drain();
+      const bool finished_some = Drain();
       if (done_ == calls_.size()) break;
-      int timeout_ms = waiting_for_slot ? 5 : 1000;
-      if (const Clock::time_point wake = NextWake(); wake != Clock::time_point::max()) {
+      // A finished attempt freed its slot: the next request starts now, not after the poll.
+      if (finished_some && waiting_for_slot) continue;
+      // A slot freed by another thread wakes the poll; the bound is a second line of defence.
+      int timeout_ms = waiting_for_slot ? 50 : 1000;
+      if (const Clock::time_point wake = NextWake(true); wake != Clock::time_point::max()) {
         const auto wait =
             std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
         timeout_ms = static_cast<int>(std::clamp<int64_t>(wait, 0, timeout_ms));
@@ -173,14 +208,17 @@ class HttpClient::RunLoop {
   bool StartDue() {
     const Clock::time_point now = Clock::now();
     bool waiting_for_slot = false;
+    const Slots* full = nullptr;  // a host found without a free slot in this pass
     for (Running& c : calls_) {
       if (c.done || c.easy != nullptr || c.transfer->next_at() > now) continue;
-      Slots& slots = client_.SlotsFor(UrlHost(c.transfer->request().url));
+      Slots& slots = *c.host;
+      if (&slots == full) continue;
       // Block for a slot only while holding none, so two callers never wait on each other.
       if (active_ == 0) {
         slots.Acquire();
-      } else if (!slots.TryAcquire()) {
+      } else if (!slots.TryAcquireOrWake(multi_)) {
         waiting_for_slot = true;
+        full = &slots;
         continue;
       }
       c.slots = &slots;
@@ -194,8 +232,10 @@ class HttpClient::RunLoop {
     return waiting_for_slot;
   }
 
-  // Takes the finished attempts out; each is done or scheduled for its retry.
-  void Drain() {
+  // Takes the finished attempts out; each is done or scheduled for its retry. True when
+  // there was one.
+  bool Drain() {
+    bool any = false;
     int queued = 0;
     while (CURLMsg* msg = curl_multi_info_read(multi_, &queued)) {
       if (msg->msg != CURLMSG_DONE) continue;
@@ -203,17 +243,24 @@ class HttpClient::RunLoop {
       curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &c);
       const CURLcode code = msg->data.result;
       Stop(*c);
+      any = true;
       if (c->transfer->FinishAttempt(code, Clock::now())) {
         c->done = true;
         ++done_;
       }
     }
+    return any;
   }
 
-  Clock::time_point NextWake() const {
+  // When the next request not in flight is due; with `future_only`, the next whose backoff
+  // has not ended (one already due waits for a slot, whose release wakes the poll).
+  Clock::time_point NextWake(bool future_only = false) const {
+    const Clock::time_point now = Clock::now();
     Clock::time_point wake = Clock::time_point::max();
     for (const Running& c : calls_) {
-      if (!c.done && c.easy == nullptr) wake = std::min(wake, c.transfer->next_at());
+      if (c.done || c.easy != nullptr) continue;
+      if (future_only && c.transfer->next_at() <= now) continue;
+      wake = std::min(wake, c.transfer->next_at());
     }
     return wake;
   }

@@ -338,6 +338,40 @@ TEST_F(RemoteS3, ManyThreadsStayWithinTheRequestCap) {
   EXPECT_EQ(stats.bytes, 4 * (7 * 25000 + 20000));
 }
 
+TEST_F(RemoteS3, ThreadsWaitingForSlotsOthersHoldAllFinishWithTheirBytes) {
+  // Ranges too far apart to share a GET: each thread has several requests, more than the cap,
+  // so threads with requests in flight wait for slots the other threads free.
+  RemoteOptions o = Options();
+  o.max_requests = 2;
+  auto fs = RemoteFileSystem::Create(o);
+  auto file = fs->Open("s3://data/train/big.bin");
+  constexpr int kThreads = 4;
+  constexpr int kRanges = 4;
+  constexpr uint64_t kApart = 270000;  // more than the gap ReadMany reads across
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        std::vector<std::string> bufs(kRanges, std::string(1000 + t, '\0'));
+        std::vector<ReadRange> ranges;
+        for (int i = 0; i < kRanges; ++i) {
+          ranges.push_back({i * kApart + uint64_t(t * 7 + round), bufs[i].data(), bufs[i].size()});
+        }
+        file->ReadMany(ranges, "ranges");
+        for (int i = 0; i < kRanges; ++i) {
+          if (bufs[i] != object_.substr(ranges[i].offset, bufs[i].size())) ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong, 0);
+  const RemoteStats stats = fs->stats();
+  EXPECT_LE(stats.max_in_flight, 2);
+  EXPECT_GE(stats.requests, kThreads * kRanges * 3);  // none shared a GET
+}
+
 TEST_F(RemoteS3, HttpUrlsReadWithRangesAndHaveNoFolders) {
   // s3rver serves objects to unsigned GETs: a plain HTTP server that honours Range.
   auto fs = RemoteFileSystem::Create(Options());

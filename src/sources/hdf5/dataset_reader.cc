@@ -43,6 +43,10 @@ Hdf5DatasetReader::Hdf5DatasetReader(Hdf5Dataset dataset, const File* file, uint
   // Where the file does not map (a remote object, a test's faulty file), ranges in flight
   // together pay one latency; a local file reads a chunk just before it is decoded.
   fetch_chunks_ = ds_.storage == Hdf5Storage::kChunked && ds_.filtered() && file_->Map() == nullptr;
+  plans_pieces_ = ds_.storage == Hdf5Storage::kChunked && !ds_.filtered() && sample_bytes_ > 0 &&
+                  chunk_map_ == nullptr;
+  // A file read together with the other objects of its store: a remote one.
+  keeps_chunks_ = plans_pieces_ && file_->BatchKey() != nullptr;
   zero_fill_ = std::all_of(ds_.fill_value.begin(), ds_.fill_value.end(),
                            [](std::byte b) { return b == std::byte{0}; });
   if (ds_.storage == Hdf5Storage::kContiguous && sample_bytes_ > 0) {
@@ -123,6 +127,10 @@ void Hdf5DatasetReader::Read(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratc
       ReadLibrary(rows, scratch);
       break;
   }
+  FinishRows(rows);
+}
+
+void Hdf5DatasetReader::FinishRows(std::span<const Hdf5RowTarget> rows) const {
   if (ds_.big_endian) {
     for (const auto& r : rows) SwapElements(r.dst, sample_bytes_, ds_.element_size);
   }

@@ -5,16 +5,16 @@
 // unfiltered chunks are read per sample at the sample's offset inside the chunk, copied from
 // the file's mapping where the file maps (h5py's chunks=True cuts a float32[1,64,32] sample
 // into 256 pieces of 32 bytes: a pread each ran at about 800 samples/s on 2 threads, the
-// mapping's copies at memory speed), by pread elsewhere. Only
-// datasets the file layout puts out of reach (kLibrary) take the libhdf5 lock.
-// Reads are preads through the file seam, except contiguous data, which is copied from the
-// file's mapping (a warm mapping gathers 2-5x faster than a pread per row: README, "Streaming
-// at memory speed"); with GPUFEED_MAPPING_WARMER=1 only where a background warmer has touched
-// it, and by pread elsewhere (core/warmed_mapping.h: a cold mapping is slower than pread on
-// a VM).
-// Either way a file truncated or rewritten while a loader reads it is Error(kIo) "changed
-// size while being read" naming the file (mapping copies run under GuardMappedRead), never
-// a SIGBUS.
+// mapping's copies at memory speed), by pread elsewhere; for an object in a store, a chunk a batch
+// reads most of is fetched whole and kept in the chunk cache, so the next batches drawing from it
+// (block shuffle) do not send its bytes again. Only datasets the file layout puts out of reach
+// (kLibrary) take the libhdf5 lock. Reads are preads through the file seam, except contiguous data,
+// which is copied from the file's mapping (a warm mapping gathers 2-5x faster than a pread per row:
+// README, "Streaming at memory speed"); with GPUFEED_MAPPING_WARMER=1 only where a background
+// warmer has touched it, and by pread elsewhere (core/warmed_mapping.h: a cold mapping is slower
+// than pread on a VM). Either way a file truncated or rewritten while a loader reads it is
+// Error(kIo) "changed size while being read" naming the file (mapping copies run under
+// GuardMappedRead), never a SIGBUS.
 //
 // Thread-safety: Read is const and thread-safe; each calling thread passes its own scratch.
 #pragma once
@@ -59,6 +59,25 @@ struct Hdf5RowTarget {
   std::byte* dst = nullptr;
 };
 
+// One field's unfiltered chunk pieces for a batch, planned before any is read, so that a
+// source sends the pieces of every field of a file with one ReadMany (a remote file then has
+// all of them in flight at once, not one field's after another's).
+struct Hdf5PiecePlan {
+  std::vector<Hdf5RowTarget> rows;
+  std::vector<ReadRange> ranges;
+  std::vector<std::byte> slab;  // pieces of several runs, copied to their rows at the end
+  struct Split {
+    size_t row, col, slab_at;
+  };
+  std::vector<Split> split;
+  struct Whole {                     // a stored chunk read whole, kept in the chunk cache once read
+    size_t linear, first, end, col;  // rows [first, end) of `rows` read from it
+    std::shared_ptr<ChunkBytes> bytes;
+  };
+  std::vector<Whole> whole;
+  uint64_t bytes = 0;
+};
+
 class Hdf5DatasetReader {
  public:
   // `cache_tag` distinguishes this reader's chunks in a shared DecodedChunkCache.
@@ -69,6 +88,19 @@ class Hdf5DatasetReader {
 
   // REQUIRES: rows sorted by `local`, every local in [0, samples).
   void Read(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+
+  // Whether Read's reads are unfiltered chunk pieces of a file that does not map, which
+  // PlanPieces can plan.
+  bool PlansPieces() const { return plans_pieces_; }
+  // Whether Read keeps unfiltered chunks it read whole in the chunk cache (a remote object).
+  bool KeepsChunks() const { return keeps_chunks_; }
+  // Fills plan with the ranges Read would send for `rows` (fill values, and the pieces of
+  // chunks the cache holds, are written now). REQUIRES: PlansPieces(), rows as for Read.
+  void PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5PiecePlan& plan,
+                  Hdf5ReadScratch& scratch) const;
+  // After the plan's ranges were read: the rest of Read (split pieces copied to their rows,
+  // byte order, checks).
+  void FinishPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
 
  private:
   void ReadContiguous(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
@@ -88,6 +120,15 @@ class Hdf5DatasetReader {
   // Unfiltered chunks of a file that does not map: every sample's pieces with one ReadMany.
   // False when it failed (nothing is then known of the rows: read them again).
   bool ReadChunkedPieces(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
+  // The plan's pieces of several runs and of whole chunks copied to their rows; the whole
+  // chunks go to the cache.
+  void PlaceReadPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
+  // Whether the stored chunk `linear`, which `rows` (of one chunk row) read from, is fetched
+  // whole and kept rather than read piece by piece.
+  bool ReadsChunkWhole(std::span<const Hdf5RowTarget> rows, size_t linear,
+                       const Hdf5ReadScratch& scratch) const;
+  // The pieces of `rows` in column `col` copied out of that chunk's bytes.
+  void CopyChunkRows(const std::byte* chunk, std::span<const Hdf5RowTarget> rows, size_t col) const;
   // Fetches the stored chunks the cache lacks for the chunk rows of rows[k..], with one
   // ReadMany (a remote file has them all in flight at once), up to kMaxFetchBytes; returns
   // the row after the last chunk row fetched. A failed fetch leaves none fetched: each chunk
@@ -96,6 +137,8 @@ class Hdf5DatasetReader {
   // The raw bytes FetchChunks fetched for chunk `linear`, or empty.
   std::span<const std::byte> FetchedChunk(size_t linear, Hdf5ReadScratch& scratch) const;
   void Fill(std::byte* dst, size_t bytes) const;
+  // What Read does to the rows once their bytes are in: byte order, bool checks.
+  void FinishRows(std::span<const Hdf5RowTarget> rows) const;
   // Reads `n` bytes at `offset`, which open checked to lie inside the file. Throws
   // Error(kIo) "changed size while being read" when the file now ends first.
   void ReadBytes(uint64_t offset, void* dst, size_t n, Hdf5ReadScratch& scratch) const;
@@ -108,6 +151,11 @@ class Hdf5DatasetReader {
   Hdf5ChunkGeometry geometry_;
   bool zero_fill_ = true;
   bool fetch_chunks_ = false;  // filtered chunks of a file that does not map: FetchChunks
+  bool plans_pieces_ = false;  // unfiltered chunks of a file that does not map
+  // ... of an object in a store, where a request costs a round trip: a chunk a batch reads
+  // most of is read whole and kept. Not a disk-cached copy, where a read costs no round trip
+  // and whole chunks only add bytes to copy (its second epoch ran at half the rate).
+  bool keeps_chunks_ = false;
   // Contiguous data in a mappable file: the mapping and how far it is warm; else null.
   std::unique_ptr<WarmedMapping> warm_;
   // Unfiltered chunked data in a mappable file: the file's mapping (every stored chunk's range

@@ -142,19 +142,45 @@ std::span<const std::byte> Hdf5DatasetReader::FetchedChunk(size_t linear,
       .subspan(it->second, ds_.chunks.at(linear).size);
 }
 
-bool Hdf5DatasetReader::ReadChunkedPieces(std::span<const Hdf5RowTarget> rows,
-                                          Hdf5ReadScratch& scratch) const {
+bool Hdf5DatasetReader::ReadsChunkWhole(std::span<const Hdf5RowTarget> rows, size_t linear,
+                                        const Hdf5ReadScratch& scratch) const {
+  const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
+  const int64_t per_chunk = geometry_.samples_per_chunk();
+  // At least an 8th of the chunk's rows, spanning 3/4 of it: their pieces' merged request
+  // reads about as much (a few rows far apart are read alone, not with the chunk).
+  const auto count = static_cast<int64_t>(rows.size());
+  const int64_t span = rows.back().local - rows.front().local + 1;
+  return keeps_chunks_ && e.size == ds_.ChunkBytes() && scratch.cache.Fits(e.size) &&
+         8 * count >= per_chunk && 4 * span >= 3 * per_chunk;
+}
+
+void Hdf5DatasetReader::CopyChunkRows(const std::byte* chunk, std::span<const Hdf5RowTarget> rows,
+                                      size_t col) const {
+  const int64_t row_start =
+      rows.front().local / geometry_.samples_per_chunk() * geometry_.samples_per_chunk();
+  const size_t slab = geometry_.slab_bytes();
+  for (const auto& r : rows) {
+    const std::byte* src = chunk + static_cast<size_t>(r.local - row_start) * slab;
+    for (const auto& run : geometry_.runs(col)) {
+      std::memcpy(r.dst + run.dst, src + run.src, run.len);
+    }
+  }
+}
+
+void Hdf5DatasetReader::PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5PiecePlan& plan,
+                                   Hdf5ReadScratch& scratch) const {
   const Hdf5ChunkGeometry& geo = geometry_;
   const int64_t per_chunk = geo.samples_per_chunk();
   const size_t columns = geo.columns();
   const size_t slab = geo.slab_bytes();
+  plan.rows.assign(rows.begin(), rows.end());
+  plan.ranges.clear();
+  plan.split.clear();
+  plan.whole.clear();
   // Each sample's piece of each stored chunk: one range, straight into the row when the piece
-  // is one run, else into the slab (then copied run by run).
-  struct Piece {
-    size_t row, col, slab_at;
-  };
-  std::vector<Piece> split;
-  std::vector<ReadRange> ranges;
+  // is one run, else into the slab (then copied run by run). A chunk the batch reads most of
+  // is read whole and kept in the chunk cache: the next batches drawing from it (block
+  // shuffle) copy from there instead of sending its bytes again.
   std::vector<size_t> split_range;  // the range of each split piece
   size_t slab_bytes = 0;
   for (size_t k = 0; k < rows.size();) {
@@ -162,9 +188,24 @@ bool Hdf5DatasetReader::ReadChunkedPieces(std::span<const Hdf5RowTarget> rows,
     size_t end = k + 1;
     while (end < rows.size() && rows[end].local / per_chunk == chunk_row) ++end;
     const int64_t row_start = chunk_row * per_chunk;
+    const auto group = rows.subspan(k, end - k);
     for (size_t col = 0; col < columns; ++col) {
-      const Hdf5ChunkEntry& e = ds_.chunks.at(static_cast<size_t>(chunk_row) * columns + col);
+      const size_t linear = static_cast<size_t>(chunk_row) * columns + col;
+      const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
       const auto& runs = geo.runs(col);
+      if (e.size != 0) {
+        if (const auto held = scratch.cache.Find((uint64_t{cache_tag_} << 40) | linear)) {
+          ++scratch.counters.chunk_cache_hits;
+          CopyChunkRows(held->data(), group, col);
+          continue;
+        }
+        if (ReadsChunkWhole(group, linear, scratch)) {
+          auto bytes = scratch.cache.NewBuffer(e.size);
+          plan.ranges.push_back({e.address, bytes->data(), static_cast<size_t>(e.size)});
+          plan.whole.push_back({linear, k, end, col, std::move(bytes)});
+          continue;
+        }
+      }
       for (size_t j = k; j < end; ++j) {
         if (e.size == 0) {  // never written: the fill value
           for (const auto& run : runs) Fill(rows[j].dst + run.dst, run.len);
@@ -175,34 +216,56 @@ bool Hdf5DatasetReader::ReadChunkedPieces(std::span<const Hdf5RowTarget> rows,
         const uint64_t offset =
             e.address + static_cast<uint64_t>(rows[j].local - row_start) * slab + lo;
         if (runs.size() == 1) {
-          ranges.push_back({offset, rows[j].dst + runs[0].dst, runs[0].len});
+          plan.ranges.push_back({offset, rows[j].dst + runs[0].dst, runs[0].len});
         } else {
-          split.push_back({j, col, slab_bytes});
-          split_range.push_back(ranges.size());
-          ranges.push_back({offset, nullptr, hi - lo});
+          plan.split.push_back({j, col, slab_bytes});
+          split_range.push_back(plan.ranges.size());
+          plan.ranges.push_back({offset, nullptr, hi - lo});
           slab_bytes += hi - lo;
         }
       }
     }
     k = end;
   }
-  scratch.slab.resize(slab_bytes);
-  for (size_t i = 0; i < split.size(); ++i) {
-    ranges[split_range[i]].buf = scratch.slab.data() + split[i].slab_at;
+  plan.slab.resize(slab_bytes);
+  for (size_t i = 0; i < plan.split.size(); ++i) {
+    plan.ranges[split_range[i]].buf = plan.slab.data() + plan.split[i].slab_at;
   }
-  uint64_t total = 0;
-  for (const ReadRange& r : ranges) total += r.n;
+  plan.bytes = 0;
+  for (const ReadRange& r : plan.ranges) plan.bytes += r.n;
+}
+
+void Hdf5DatasetReader::PlaceReadPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
+  scratch.counters.bytes_read += static_cast<int64_t>(plan.bytes);
+  for (const Hdf5PiecePlan::Split& p : plan.split) {
+    const auto& runs = geometry_.runs(p.col);
+    const std::byte* src = plan.slab.data() + p.slab_at - runs.front().src;
+    for (const auto& run : runs) {
+      std::memcpy(plan.rows[p.row].dst + run.dst, src + run.src, run.len);
+    }
+  }
+  for (Hdf5PiecePlan::Whole& w : plan.whole) {
+    CopyChunkRows(w.bytes->data(), std::span(plan.rows).subspan(w.first, w.end - w.first), w.col);
+    scratch.cache.Insert((uint64_t{cache_tag_} << 40) | w.linear, std::move(w.bytes));
+  }
+  plan.whole.clear();
+}
+
+void Hdf5DatasetReader::FinishPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
+  PlaceReadPieces(plan, scratch);
+  FinishRows(plan.rows);
+}
+
+bool Hdf5DatasetReader::ReadChunkedPieces(std::span<const Hdf5RowTarget> rows,
+                                          Hdf5ReadScratch& scratch) const {
+  Hdf5PiecePlan plan;
+  PlanPieces(rows, plan, scratch);
   try {
-    file_->ReadMany(ranges, "chunk data");
+    file_->ReadMany(plan.ranges, "chunk data");
   } catch (const Error&) {
     return false;
   }
-  scratch.counters.bytes_read += static_cast<int64_t>(total);
-  for (const Piece& p : split) {
-    const auto& runs = geo.runs(p.col);
-    const std::byte* src = scratch.slab.data() + p.slab_at - runs.front().src;
-    for (const auto& run : runs) std::memcpy(rows[p.row].dst + run.dst, src + run.src, run.len);
-  }
+  PlaceReadPieces(plan, scratch);  // Read finishes the rows itself
   return true;
 }
 

@@ -30,6 +30,7 @@ class Hdf5WorkerState final : public SourceWorkerState {
   Hdf5ReadScratch scratch;
   std::vector<std::pair<int64_t, int64_t>> order;  // (sample, batch row), sorted
   std::vector<Hdf5RowTarget> targets;
+  std::vector<Hdf5PiecePlan> plans;  // by field
 };
 
 // One file: its handle for the hot path and a reader per field.
@@ -86,7 +87,10 @@ class Hdf5Source final : public Source {
       for (const Hdf5FilePart& part : parts_) {
         for (const auto& reader : part.readers) {
           const Hdf5Dataset& ds = reader->dataset();
-          if (ds.storage != Hdf5Storage::kChunked || !ds.filtered()) continue;
+          // Unfiltered chunks of a remote object are kept too (dataset_reader.h).
+          if (ds.storage != Hdf5Storage::kChunked || !(ds.filtered() || reader->KeepsChunks())) {
+            continue;
+          }
           for (size_t i = 0; i < ds.chunks.stored().size(); ++i) {
             decoded = std::min(ram, decoded + ds.ChunkBytes());
           }
@@ -154,16 +158,7 @@ class Hdf5Source final : public Source {
         while (end < ws->order.size() && ws->order[end].first < part.first_sample + part.samples) {
           ++end;
         }
-        for (size_t f = 0; f < part.readers.size(); ++f) {
-          const size_t bytes = schema_.fields[f].SampleBytes();
-          ws->targets.clear();
-          for (size_t j = k; j < end; ++j) {
-            ws->targets.push_back(
-                {ws->order[j].first - part.first_sample, ws->order[j].first,
-                 out.fields[f] + static_cast<size_t>(ws->order[j].second) * bytes});
-          }
-          part.readers[f]->Read(ws->targets, ws->scratch);
-        }
+        ReadPart(part, k, end, out, *ws);
         k = end;
       }
     } catch (...) {
@@ -173,6 +168,52 @@ class Hdf5Source final : public Source {
     }
     ws->scratch.cache.EndBatch();
     Collect(ws->scratch.counters);
+  }
+
+  // Reads rows [k, end) of the worker's order, all in `part`, into every field of `out`.
+  void ReadPart(const Hdf5FilePart& part, size_t k, size_t end, const BatchView& out,
+                Hdf5WorkerState& ws) const {
+    auto targets_of = [&](size_t f, std::vector<Hdf5RowTarget>& targets) {
+      const size_t bytes = schema_.fields[f].SampleBytes();
+      targets.clear();
+      for (size_t j = k; j < end; ++j) {
+        targets.push_back({ws.order[j].first - part.first_sample, ws.order[j].first,
+                           out.fields[f] + static_cast<size_t>(ws.order[j].second) * bytes});
+      }
+    };
+    // The fields whose reads can be planned go to the file with one ReadMany: a remote file
+    // has every field's requests in flight at once, instead of one field's after another's.
+    ws.plans.resize(part.readers.size());
+    std::vector<size_t> planned;
+    for (size_t f = 0; f < part.readers.size(); ++f) {
+      if (part.readers[f]->PlansPieces()) planned.push_back(f);
+    }
+    if (planned.size() > 1) {
+      std::vector<ReadRange> ranges;
+      for (size_t f : planned) {
+        targets_of(f, ws.targets);
+        part.readers[f]->PlanPieces(ws.targets, ws.plans[f], ws.scratch);
+        ranges.insert(ranges.end(), ws.plans[f].ranges.begin(), ws.plans[f].ranges.end());
+      }
+      bool read = true;
+      try {
+        part.file->ReadMany(ranges, "chunk data");
+      } catch (const Error&) {
+        read = false;  // each field reads again below, its error naming the chunk and sample
+      }
+      if (read) {
+        for (size_t f : planned) part.readers[f]->FinishPieces(ws.plans[f], ws.scratch);
+      } else {
+        planned.clear();
+      }
+    } else {
+      planned.clear();
+    }
+    for (size_t f = 0; f < part.readers.size(); ++f) {
+      if (std::find(planned.begin(), planned.end(), f) != planned.end()) continue;
+      targets_of(f, ws.targets);
+      part.readers[f]->Read(ws.targets, ws.scratch);
+    }
   }
 
   Hdf5Counters counters() const {
