@@ -33,7 +33,8 @@ class Cache:
     shm_group:   share tier "shm" files with the members of this group (a name or gid you
                  belong to) instead of keeping them your own; members trust each other's
                  caches, nobody else can read or plant them.
-    chunk_cache: HDF5 files given by path: bytes of decoded chunks the workers keep between
+    chunk_cache: HDF5 files given by path: bytes of decoded chunks (and, for a file in an
+                 object store, whole unfiltered chunks) the workers keep between
                  batches, one cache they share, whatever the tier (0 keeps none; default: the
                  decoded data set's size, within 1/16 of the available RAM and 16 MiB to
                  1 GiB). Cache(chunk_cache=...) sets only this budget. For an
