@@ -94,8 +94,38 @@ BENCHMARKS = [
         "prepare": ["{gpufeed} demo --format npy --no-baseline --seconds 0 --epochs 1"],
         "figures": [
             ("simulated GPU busy share, epochs after the first",
-             json_key("gpu_busy_fraction")),
+             json_key("later_gpu_busy_fraction")),
+            ("simulated GPU busy share, from the first batch", json_key("gpu_busy_fraction")),
             ("simulated GPU busy share, whole run", json_key("gpu_busy_fraction_with_startup")),
+            ("one-time: the first epoch, s (fresh batch memory, first touch)",
+             json_key("first_epoch_s")),
+        ],
+    },
+    {
+        "id": "demo-remedies",
+        "what": "`gpufeed demo` as a new user runs it (the h5py-layout HDF5 file, the Python "
+                "Loader's defaults: the loader takes the doctor's safe remedies), 15 s with a "
+                "simulated 10 ms GPU step at batch 8192",
+        "command": "{gpufeed} demo --no-baseline --json",
+        "figures": [
+            ("simulated GPU busy share, the run's last 5 s", json_key("gpu_busy_fraction_final")),
+            ("simulated GPU busy share, from the first batch", json_key("gpu_busy_fraction")),
+            ("remedies applied (a RAM copy built in the background)",
+             lambda out: float(len(parse_json(out).get("stats", {}).get("actions", [])))),
+        ],
+    },
+    {
+        "id": "cache-cold-start",
+        "what": "Loader(demo HDF5 file, cache=\"shm\") on a cold cache (fresh shm folder) vs "
+                "the same loader without a cache, same run",
+        "command": "PYTHONPATH={build}/python {py} bench/cache_cold_start.py --json",
+        "prepare": ["{gpufeed} demo --no-baseline --seconds 0 --epochs 1"],
+        "figures": [
+            ("constructor, s", json_key("constructor_s")),
+            ("constructor to the first batch, s", json_key("first_batch_s")),
+            ("first batch: cold shm / uncached", json_key("first_batch_vs_uncached")),
+            ("constructor to the complete shm copy (built in the background), s",
+             json_key("copy_complete_s")),
         ],
     },
     {
