@@ -190,7 +190,7 @@ def worker(setup, path, storage, study_name, samples):
             epochs_of = lambda: loader  # noqa: E731
         else:
             loader = gpufeed.Loader(path, fields=["mel", "label"], batch_size=BATCH,
-                                    shuffle=True, cache=setup, device=device)
+                                    shuffle=True, cache=setup, device=device, autotune=False)
             tracker = gopt.track(trial, loader, started=start)
             epochs_of = lambda: tracker  # noqa: E731
         loss = None

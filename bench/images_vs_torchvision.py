@@ -113,7 +113,7 @@ def run_gpufeed(batches, cache):
     import gpufeed
     source = gpufeed.images(ROOT, size=224, cache=cache, verbose=False)
     loader = gpufeed.Loader(source, batch_size=BATCH, shuffle=True, seed=1, workers=2,
-                            device="cpu")
+                            device="cpu", autotune=False)
     fill_seconds = None
     if cache != "none":
         start = time.perf_counter()

@@ -19,7 +19,8 @@ import gpufeed
 
 def measure(schema, batches, batch_size, workers):
     source = gpufeed.synthetic(schema, samples=batch_size * 1000)
-    with gpufeed.Loader(source, batch_size=batch_size, workers=workers, device="cpu") as loader:
+    with gpufeed.Loader(source, batch_size=batch_size, workers=workers, device="cpu",
+                        autotune=False) as loader:
         it = iter(loader)
         for _ in range(100):  # warm up: pool buffers, first batches
             next(it)
@@ -40,7 +41,8 @@ def measure(schema, batches, batch_size, workers):
     python_s = stats["consumer_step_s"] - base["consumer_step_s"]
 
     source = gpufeed.synthetic(schema, samples=batch_size * 1000)
-    with gpufeed.Loader(source, batch_size=batch_size, workers=workers, device="cpu") as loader:
+    with gpufeed.Loader(source, batch_size=batch_size, workers=workers, device="cpu",
+                        autotune=False) as loader:
         loader._impl.drain(100)
         cpp_s, cpp_n = loader._impl.drain(batches)
     return wall / n, next_s / n, python_s / n, cpp_s / cpp_n

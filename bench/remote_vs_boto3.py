@@ -286,7 +286,7 @@ def main():
             run = gpufeed_run(
                 server, lambda: gpufeed.Loader(
                     f"s3://{BUCKET}/seed.h5", fields=["mel", "label"], batch_size=BATCH,
-                    workers=2, shuffle=shuffle, seed=0, device="cpu"),
+                    workers=2, shuffle=shuffle, seed=0, device="cpu", autotune=False),
                 args.seconds, lat)
             report(server, results, name, what, run, args.samples, peer)
 
@@ -296,7 +296,7 @@ def main():
         run = gpufeed_run(
             server, lambda: gpufeed.Loader(
                 gpufeed.images(f"s3://{BUCKET}/images/", size=224, crop="center"),
-                batch_size=64, workers=2, shuffle=True, seed=0, device="cpu"),
+                batch_size=64, workers=2, shuffle=True, seed=0, device="cpu", autotune=False),
             args.seconds, lat)
         report(server, results, "images", "images", run, args.images, peer_i)
 
@@ -319,7 +319,7 @@ def disk_epoch(server, gpufeed, h5, results):
 
     def make(path, **kw):
         return gpufeed.Loader(path, fields=["mel", "label"], batch_size=8192, workers=2,
-                              shuffle=True, seed=0, device="cpu", **kw)
+                              shuffle=True, seed=0, device="cpu", autotune=False, **kw)
     try:
         disk = gpufeed.Cache("disk", disk_dir=cache_dir)
         loader = make(f"s3://{BUCKET}/seed.h5", cache=disk)

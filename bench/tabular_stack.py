@@ -82,11 +82,11 @@ def stacked_epoch(loader):
 def measure(name, uri, declare, args):
     fields = "".join(f"{',' if k else ''}f{k}:float32[]" for k in range(K)) if declare else ""
     per_column = gpufeed.Loader(uri + (f"&fields={fields}" if declare else ""), batch_size=args.batch,
-                                shuffle=True, device="cpu", workers=args.workers)
+                                shuffle=True, device="cpu", workers=args.workers, autotune=False)
     assert len(per_column.schema) == K + 1  # f0..f34 and label: the key is no field
     stacked = gpufeed.Loader(uri, fields={"x": "f*", "y": "label"}, dtype={"x": "float32"},
                              batch_size=args.batch, shuffle=True, device="cpu",
-                             workers=args.workers)
+                             workers=args.workers, autotune=False)
     assert stacked.schema[0] == ("x", "float32", (K,))
     rates = {"35 fields + torch.stack": [], "stacked x: float32[B, 35]": []}
     for _ in range(args.rounds):

@@ -67,4 +67,16 @@ Hdf5Counters Hdf5SourceCounters(const Source& source);
 // Whether `source` is one OpenHdf5 returned (a cache or transform in front of it is not).
 bool IsHdf5Source(const Source& source);
 
+// An HDF5 source's decoded-chunk cache: its budget in force, and the bytes of every chunk it
+// could keep, decoded (the data set's filtered chunks; a remote object's unfiltered ones too).
+struct Hdf5ChunkCacheSize {
+  size_t budget = 0;
+  uint64_t decoded_bytes = 0;  // saturates at 2^62
+};
+// Throw Error(kInvalidArgument) when `source` is not an HDF5 source (IsHdf5Source).
+Hdf5ChunkCacheSize Hdf5ChunkCacheOf(const Source& source);
+// Raises the decoded-chunk budget to `bytes` (never lowers it) while the source is read; what
+// the doctor's remedies do (gpufeed/remedies.h). Returns the budget in force. Thread-safe.
+size_t GrowHdf5ChunkCache(const Source& source, size_t bytes);
+
 }  // namespace gpufeed

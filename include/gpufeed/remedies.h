@@ -2,14 +2,15 @@
 // batch as it would have been (the same samples in the same order).
 //
 //   auto [loader, info] = gpufeed::OpenCachedLoader(source, {..., .remedies = true});
-//   gpufeed::AttachRemedies(*loader, {.start_cache = [&](std::string* why) {
-//     return gpufeed::StartCacheWhileRunning(loader->source(), why); }});
+//   gpufeed::AttachRemedies(*loader, gpufeed::DefaultRemedies(*loader));
 //
 // Every `check_every_steps` finished steps (or `check_every_s`) the doctor judges the recent
 // batches (Diagnose over CollectDoctorInput, without a monitor). When it finds the loop waiting on
 // reads (input-bound, or CPU-starved, with the wait in the read or remote-fetch stage), the data
 // set is copied into memory in the background (`start_cache`); the source switches to the copy
-// between reads once it is complete. Each remedy is applied once and recorded, with its evidence,
+// between reads once it is complete. When no copy can be made (the set does not fit the RAM
+// budget), a compressed HDF5 source's decoded-chunk cache is raised instead
+// (`grow_chunk_cache`). Each remedy is applied once and recorded, with its evidence,
 // in LoaderStats::actions and logged ("gpufeed: batch 23: read-bound: ..."). The autotuner
 // (LoaderOptions::autotune) is the other remedy: it tunes workers and prefetch on its own.
 // Advice that changes the order (block shuffle) or needs a new file (gpufeed rechunk) stays
@@ -39,7 +40,17 @@ struct RemedyOptions {
   // `*why` set when it cannot ("0.8 GB does not fit the RAM budget 0.5 GB"). Called at most once,
   // on the consumer thread.
   std::function<std::string(std::string* why)> start_cache;
+  // Default: none. When no copy is made (none asked for, or it does not fit), raises the
+  // decoded-chunk cache of a compressed HDF5 source toward the decoded data set; returns what
+  // it did, or "" with `*why` set. Called at most once, on the consumer thread.
+  std::function<std::string(std::string* why)> grow_chunk_cache;
 };
+
+// The remedies for a loader opened by OpenCachedLoader with CachedLoaderOptions::remedies:
+// start_cache is StartCacheWhileRunning on its source; grow_chunk_cache raises an HDF5
+// source's chunk cache to the decoded data set, within a quarter of the available RAM.
+// REQUIRES: `loader` outlives the options' use (AttachRemedies keeps them in the loader).
+RemedyOptions DefaultRemedies(Loader& loader);
 
 // The reason to copy the data set into memory, from one diagnosis: "read-bound: the loop
 // waited 94% of its time, 98% of the wait on reads"; nullopt when the reads are not what the

@@ -435,10 +435,19 @@ class Loader:
         """The doctor's verdict over the last `window` batches: which stage makes the loop
         wait and what to change, with the numbers behind it. A running gpufeed.Monitor adds
         CPU, RAM and GPU figures. Returns a dict (verdict, stage, headline, evidence,
-        advice, ...) whose "text" is the report a person reads."""
+        advice, ...) whose "text" is the report a person reads; "actions" lists what the
+        loader did by itself (the doctor's safe remedies, see `autotune`) and "tuning_log"
+        the autotuner's changes, and the text ends with both."""
         report, text = _gpufeed.diagnose(self._impl, None if monitor is None else monitor._impl,
                                          int(window))
         result = json.loads(report)
+        stats = self.stats()
+        result["actions"] = stats["actions"]
+        result["tuning_log"] = stats["tuning_log"]
+        done = stats["actions"] + stats["tuning_log"]
+        if done:
+            text = text.rstrip("\n") + "\nWhat the loader did by itself:\n" + "".join(
+                f"  - {line}\n" for line in done)
         result["text"] = text
         return result
 

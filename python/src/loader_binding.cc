@@ -165,12 +165,7 @@ void BindLoader(py::module_& m) {
           // each take a while: other Python threads run meanwhile, and Ctrl-C cancels it.
           CachedLoader opened =
               RunInterruptible([&] { return OpenCachedLoader(std::move(source), options); });
-          if (options.remedies) {
-            Loader& x = *opened.loader;
-            AttachRemedies(x, {.start_cache = [&x](std::string* why) {
-                                 return StartCacheWhileRunning(x.source(), why);
-                               }});
-          }
+          if (options.remedies) AttachRemedies(*opened.loader, DefaultRemedies(*opened.loader));
           auto loader = std::make_unique<PyLoader>(std::move(opened.loader));
           if (options.cache.tier != CacheTier::kNone) {
             loader->cache_json = CacheJson(opened.cache);  // else "caching is off"

@@ -24,9 +24,9 @@
 #include "core/log.h"
 #include "device/cuda_device.h"
 #include "gpufeed/doctor.h"
-#include "gpufeed/remedies.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/monitor.h"
+#include "gpufeed/remedies.h"
 #include "gpufeed/sampler.h"
 #include "pipeline/loader_checks.h"
 
@@ -115,7 +115,7 @@ struct BenchRunState {
   double first_epoch_step_s = 0;  // the simulated GPU's work in the first epoch (host step)
   std::chrono::steady_clock::time_point end{};
   FinalBusyWindow final_busy{std::chrono::seconds(5)};  // BenchResult::gpu_busy_fraction_final
-  std::chrono::steady_clock::time_point last_report{};   // the last progress update
+  std::chrono::steady_clock::time_point last_report{};  // the last progress update
 };
 
 // How often the run samples its memory and reports progress.
@@ -374,11 +374,7 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   CachedLoader opened = OpenBenchLoader(std::move(source), config, result);
   Loader& loader = *opened.loader;
   BenchRunState run;
-  if (config.open.remedies) {
-    AttachRemedies(loader, {.start_cache = [&loader](std::string* why) {
-                              return StartCacheWhileRunning(loader.source(), why);
-                            }});
-  }
+  if (config.open.remedies) AttachRemedies(loader, DefaultRemedies(loader));
   PrepareRun(loader, config, run);
   run.start = std::chrono::steady_clock::now();
   RunEpochs(loader, config, run, result, on_progress);

@@ -3,11 +3,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <utility>
 
+#include "cache/deferred_cache.h"
+#include "core/format.h"
 #include "core/log.h"
+#include "core/system_memory.h"
+#include "gpufeed/cache.h"
+#include "gpufeed/hdf5.h"
 
 namespace gpufeed {
 namespace {
@@ -26,11 +32,38 @@ struct RemedyState {
   RemedyOptions options;
   int64_t steps = 0;  // since the last look
   std::chrono::steady_clock::time_point last_look = std::chrono::steady_clock::now();
-  bool cache_tried = false;
+  bool tried = false;  // the remedies were applied (or refused): once per loader
 };
 
+// Applies the first remedy that takes: a copy of the set, else a larger chunk cache. Each is
+// tried once; a refusal is logged once, with its reason.
+void Apply(Loader& loader, const RemedyOptions& options, const std::string& evidence) {
+  const int64_t batch = loader.stats().batches;
+  std::string why;
+  if (options.start_cache) {
+    const std::string started = options.start_cache(&why);
+    if (!started.empty()) {
+      std::string action =
+          fmt::format("batch {}: {}; building {} in the background", batch, evidence, started);
+      Log(LogLevel::kInfo, action);
+      loader.RecordAction(std::move(action));
+      return;
+    }
+    Log(LogLevel::kInfo,
+        fmt::format("batch {}: {}; not copying the data set: {}", batch, evidence, why));
+  }
+  if (options.grow_chunk_cache) {
+    const std::string grown = options.grow_chunk_cache(&why);
+    if (!grown.empty()) {
+      std::string action = fmt::format("batch {}: {}; {}", batch, evidence, grown);
+      Log(LogLevel::kInfo, action);
+      loader.RecordAction(std::move(action));
+    }
+  }
+}
+
 void Check(Loader& loader, RemedyState& state) {
-  if (state.cache_tried || !state.options.start_cache) return;
+  if (state.tried || (!state.options.start_cache && !state.options.grow_chunk_cache)) return;
   // A look every few steps, or every few seconds when steps are slow (a starved loader).
   const auto now = std::chrono::steady_clock::now();
   if (++state.steps < state.options.check_every_steps &&
@@ -40,21 +73,37 @@ void Check(Loader& loader, RemedyState& state) {
   state.steps = 0;
   state.last_look = now;
   const Diagnosis diagnosis = Diagnose(CollectDoctorInput(loader, nullptr));
-  const std::optional<std::string> evidence = CacheRemedyEvidence(diagnosis);
-  if (!evidence) return;
-  state.cache_tried = true;
-  const int64_t batch = loader.stats().batches;
-  std::string why;
-  const std::string started = state.options.start_cache(&why);
-  if (started.empty()) {
-    Log(LogLevel::kInfo,
-        fmt::format("batch {}: {}; not copying the data set: {}", batch, *evidence, why));
-    return;
+  if (const std::optional<std::string> evidence = CacheRemedyEvidence(diagnosis)) {
+    state.tried = true;
+    Apply(loader, state.options, *evidence);
   }
-  std::string action =
-      fmt::format("batch {}: {}; building {} in the background", batch, *evidence, started);
-  Log(LogLevel::kInfo, action);
-  loader.RecordAction(std::move(action));
+}
+
+// The source under the remedies' deferred copy, or the loader's own.
+const Source& DataSource(const Loader& loader) {
+  const auto* deferred = dynamic_cast<const DeferredCachedSource*>(&loader.source());
+  return deferred != nullptr ? deferred->base() : loader.source();
+}
+
+std::string GrowChunkCache(const Loader& loader, std::string* why) {
+  const Source& source = DataSource(loader);
+  if (!IsHdf5Source(source) || !source.chunking().compressed) {
+    *why = "no compressed HDF5 chunks to keep decoded";
+    return {};
+  }
+  const Hdf5ChunkCacheSize size = Hdf5ChunkCacheOf(source);
+  const uint64_t target = std::min<uint64_t>(size.decoded_bytes, AvailableRamBytes() / 4);
+  if (target <= size.budget) {
+    *why = fmt::format("the chunk cache ({}) already holds what fits",
+                       FormatBytes(static_cast<double>(size.budget)));
+    return {};
+  }
+  const size_t now = GrowHdf5ChunkCache(source, static_cast<size_t>(target));
+  return fmt::format(
+      "raised the decoded-chunk cache from {} to {} (the decoded chunks take {}; at most a "
+      "quarter of the available RAM)",
+      FormatBytes(static_cast<double>(size.budget)), FormatBytes(static_cast<double>(now)),
+      FormatBytes(static_cast<double>(size.decoded_bytes)));
 }
 
 }  // namespace
@@ -72,6 +121,15 @@ std::optional<std::string> CacheRemedyEvidence(const Diagnosis& d) {
   if (!d.wait_path.empty()) text += fmt::format(", {:.0f}% of the wait on reads", 100 * read);
   if (d.stage == Stage::kRemote) text += " from an object store";
   return text;
+}
+
+RemedyOptions DefaultRemedies(Loader& loader) {
+  RemedyOptions options;
+  options.start_cache = [&loader](std::string* why) {
+    return StartCacheWhileRunning(loader.source(), why);
+  };
+  options.grow_chunk_cache = [&loader](std::string* why) { return GrowChunkCache(loader, why); };
+  return options;
 }
 
 void AttachRemedies(Loader& loader, RemedyOptions options) {

@@ -48,6 +48,12 @@ void FreeChunkMemory(void* p, size_t bytes) noexcept {
 SharedChunkCache::SharedChunkCache(size_t capacity_bytes)
     : capacity_(capacity_bytes), spares_(std::make_shared<Spares>()) {}
 
+void SharedChunkCache::Grow(size_t bytes) {
+  size_t now = capacity_.load(std::memory_order_relaxed);
+  while (now < bytes && !capacity_.compare_exchange_weak(now, bytes, std::memory_order_relaxed)) {
+  }
+}
+
 size_t SharedChunkCache::bytes() const {
   std::lock_guard lock(mu_);
   return bytes_;
@@ -109,8 +115,9 @@ void SharedChunkCache::Insert(int view, uint64_t key, Buffer chunk) {
     return;
   }
   const size_t n = chunk->size();
-  if (n > capacity_) return;
-  while (bytes_ + n > capacity_ && !lru_.empty()) {
+  const size_t capacity = capacity_.load(std::memory_order_relaxed);
+  if (n > capacity) return;
+  while (bytes_ + n > capacity && !lru_.empty()) {
     // The least recently used chunk no batch in flight uses, among the last few (a bounded
     // look: under a full shuffle nearly all are in use, and a cache may hold many chunks).
     auto victim = lru_.end();
@@ -150,18 +157,17 @@ std::shared_ptr<ChunkBytes> SharedChunkCache::NewBuffer(size_t bytes) {
   if (!buffer) buffer = std::make_unique<ChunkBytes>(bytes);
   // The last holder gives it back (or frees it when enough are spare). Taking the spares'
   // mutex there orders every read of the buffer before the next decode into it.
-  return std::shared_ptr<ChunkBytes>(
-      buffer.release(), [spares = spares_](ChunkBytes* p) {
-        std::unique_ptr<ChunkBytes> own(p);
-        {
-          std::lock_guard lock(spares->mu);
-          if (spares->free.size() < kMaxSpares) {
-            spares->free.push_back(std::move(own));
-            return;
-          }
-        }
-        // Enough spares: `own` frees it here, outside the lock.
-      });
+  return std::shared_ptr<ChunkBytes>(buffer.release(), [spares = spares_](ChunkBytes* p) {
+    std::unique_ptr<ChunkBytes> own(p);
+    {
+      std::lock_guard lock(spares->mu);
+      if (spares->free.size() < kMaxSpares) {
+        spares->free.push_back(std::move(own));
+        return;
+      }
+    }
+    // Enough spares: `own` frees it here, outside the lock.
+  });
 }
 
 }  // namespace gpufeed

@@ -21,6 +21,7 @@
 // used by one thread at a time (it lives in a worker's SourceWorkerState).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -61,7 +62,9 @@ class SharedChunkCache {
   SharedChunkCache(const SharedChunkCache&) = delete;
   SharedChunkCache& operator=(const SharedChunkCache&) = delete;
 
-  size_t capacity() const { return capacity_; }
+  size_t capacity() const { return capacity_.load(std::memory_order_relaxed); }
+  // Raises the capacity to `bytes` (never lowers it) while the workers use the cache.
+  void Grow(size_t bytes);
   size_t bytes() const;
   size_t size() const;
 
@@ -87,7 +90,7 @@ class SharedChunkCache {
   // Whether the batch that used `e` last is still in flight. REQUIRES: mu_ held.
   bool InFlightLocked(const Entry& e) const;
 
-  const size_t capacity_;
+  std::atomic<size_t> capacity_;
   const std::shared_ptr<Spares> spares_;  // outlives the cache while buffers are out
   mutable std::mutex mu_;
   uint64_t batches_begun_ = 0;

@@ -79,6 +79,20 @@ class Hdf5Source final : public Source {
     // keeping; a last chunk only part-filled still decodes whole, so the samples' bytes alone
     // fell short of holding every chunk and an epoch kept evicting), within a 16th of the RAM
     // available now and [16 MiB, 1 GiB].
+    // Every chunk the cache could keep, decoded (what growing it can reach), saturating.
+    for (const Hdf5FilePart& part : parts_) {
+      for (const auto& reader : part.readers) {
+        const Hdf5Dataset& ds = reader->dataset();
+        if (ds.storage != Hdf5Storage::kChunked || !(ds.filtered() || reader->KeepsChunks())) {
+          continue;
+        }
+        const uint64_t stored = ds.chunks.stored().size();
+        const uint64_t each = ds.ChunkBytes();
+        decoded_chunks_bytes_ = each != 0 && stored > (kNoMore - decoded_chunks_bytes_) / each
+                                    ? kNoMore
+                                    : decoded_chunks_bytes_ + stored * each;
+      }
+    }
     size_t budget = options_.chunk_cache_bytes;
     if (budget == kAutoChunkCache) {
       const uint64_t ram =
@@ -102,7 +116,18 @@ class Hdf5Source final : public Source {
     chunking_.cache_bytes = static_cast<int64_t>(budget);
   }
 
-  SourceChunking chunking() const override { return chunking_; }
+  SourceChunking chunking() const override {
+    SourceChunking c = chunking_;
+    c.cache_bytes = static_cast<int64_t>(chunk_cache_->capacity());  // it may have grown
+    return c;
+  }
+  Hdf5ChunkCacheSize chunk_cache_size() const {
+    return {chunk_cache_->capacity(), decoded_chunks_bytes_};
+  }
+  size_t GrowChunkCache(size_t bytes) const {
+    chunk_cache_->Grow(bytes);
+    return chunk_cache_->capacity();
+  }
 
   const Schema& schema() const override { return schema_; }
   int64_t size() const override { return samples_; }
@@ -251,6 +276,8 @@ class Hdf5Source final : public Source {
   int64_t block_ = 1;
   SourceChunking chunking_;
   std::shared_ptr<SharedChunkCache> chunk_cache_;  // decoded chunks, shared by the workers
+  static constexpr uint64_t kNoMore = uint64_t{1} << 62;
+  uint64_t decoded_chunks_bytes_ = 0;  // at most kNoMore
   mutable std::atomic<int64_t> chunks_decoded_{0};
   mutable std::atomic<int64_t> chunk_cache_hits_{0};
   mutable std::atomic<int64_t> bytes_read_{0};
@@ -353,13 +380,27 @@ bool IsHdf5Source(const Source& source) {
   return dynamic_cast<const Hdf5Source*>(&source) != nullptr;
 }
 
-Hdf5Counters Hdf5SourceCounters(const Source& source) {
+namespace {
+
+const Hdf5Source& AsHdf5(const Source& source) {
   const auto* hdf5 = dynamic_cast<const Hdf5Source*>(&source);
   if (hdf5 == nullptr) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{} is not an HDF5 source", source.Describe()));
   }
-  return hdf5->counters();
+  return *hdf5;
 }
+
+}  // namespace
+
+Hdf5ChunkCacheSize Hdf5ChunkCacheOf(const Source& source) {
+  return AsHdf5(source).chunk_cache_size();
+}
+
+size_t GrowHdf5ChunkCache(const Source& source, size_t bytes) {
+  return AsHdf5(source).GrowChunkCache(bytes);
+}
+
+Hdf5Counters Hdf5SourceCounters(const Source& source) { return AsHdf5(source).counters(); }
 
 }  // namespace gpufeed
