@@ -60,6 +60,42 @@ std::string GatherRates::ToString() const {
   return text;
 }
 
+namespace {
+
+// Bytes per second of `rows` read from the source, as a loader's worker reads them.
+double SourceGatherRate(const Source& source, const std::vector<int64_t>& rows) {
+  const Schema& schema = source.schema();
+  const size_t row = schema.SampleBytes();
+  const auto n = static_cast<int64_t>(rows.size());
+  std::vector<std::vector<std::byte>> fields;
+  BatchView view;
+  view.rows = n;
+  for (const auto& f : schema.fields) {
+    fields.emplace_back(f.SampleBytes() * static_cast<size_t>(n));
+    view.fields.push_back(fields.back().data());
+  }
+  auto state = source.NewWorkerState();
+  // In pieces of a loader batch's size, so that a probe run by a background filler stops
+  // within one piece when its loader is closed (Error(kCancelled)).
+  constexpr int64_t kPiece = 512;
+  return BestOfTwo(static_cast<double>(n) * row, [&] {
+    for (int64_t begin = 0; begin < n; begin += kPiece) {
+      ThrowIfCancelled("measuring how fast the source gathers");
+      const int64_t count = std::min(kPiece, n - begin);
+      BatchView piece;
+      piece.rows = count;
+      for (size_t f = 0; f < view.fields.size(); ++f) {
+        piece.fields.push_back(view.fields[f] +
+                               static_cast<size_t>(begin) * schema.fields[f].SampleBytes());
+      }
+      source.Read(std::span(rows).subspan(static_cast<size_t>(begin), static_cast<size_t>(count)),
+                  piece, state.get());
+    }
+  });
+}
+
+}  // namespace
+
 GatherRates ProbeGatherRates(const Source& source) {
   GatherRates rates;
   const Schema& schema = source.schema();
@@ -68,34 +104,7 @@ GatherRates ProbeGatherRates(const Source& source) {
   if (row == 0 || n == 0) return rates;
   const std::vector<int64_t> rows = RandomRows(source.size(), n, 0x9e3779b97f4a7c15ULL);
 
-  // The source, as a loader's worker reads it.
-  {
-    std::vector<std::vector<std::byte>> fields;
-    BatchView view;
-    view.rows = n;
-    for (const auto& f : schema.fields) {
-      fields.emplace_back(f.SampleBytes() * static_cast<size_t>(n));
-      view.fields.push_back(fields.back().data());
-    }
-    auto state = source.NewWorkerState();
-    // In pieces of a loader batch's size, so that a probe run by a background filler stops
-    // within one piece when its loader is closed (Error(kCancelled)).
-    constexpr int64_t kPiece = 512;
-    rates.source_bytes_per_s = BestOfTwo(static_cast<double>(n) * row, [&] {
-      for (int64_t begin = 0; begin < n; begin += kPiece) {
-        ThrowIfCancelled("measuring how fast the source gathers");
-        const int64_t count = std::min(kPiece, n - begin);
-        BatchView piece;
-        piece.rows = count;
-        for (size_t f = 0; f < view.fields.size(); ++f) {
-          piece.fields.push_back(view.fields[f] +
-                                 static_cast<size_t>(begin) * schema.fields[f].SampleBytes());
-        }
-        source.Read(std::span(rows).subspan(static_cast<size_t>(begin), static_cast<size_t>(count)),
-                    piece, state.get());
-      }
-    });
-  }
+  rates.source_bytes_per_s = SourceGatherRate(source, rows);
 
   // The same random rows from a probe-sized copy of each kind, gathered as both tiers gather
   // (GatherCachedRows, in sample order).
