@@ -3,7 +3,8 @@ the package.
 
 Each ```python fenced block is one test. It runs in a fresh namespace, in a folder holding
 small data sets under the names the examples use (train.h5, a.h5/b.h5, compressed.h5,
-eval.h5, the NumPy folder train/, train.db, tabular.db, images/train and images/val; see
+eval.h5, data.h5 (a compound table), the NumPy folder train/, train.db, tabular.db,
+images/train and images/val; see
 `_make_fixture_data`), with stand-ins for what an example leaves to the reader: `model`,
 `epochs`, `mean`, `std`. Examples say device="auto", which is the CPU on a machine without a
 GPU, and stay small enough to run in seconds.
@@ -111,6 +112,13 @@ def _make_fixture_data(folder):
         f["file_offsets"] = offsets
         f["file_id"] = np.repeat(np.arange(40), lengths).astype(np.int64)
         f["label"] = rng.integers(0, 10, size=40, dtype=np.int64)
+
+    # data.h5: a table as PyTables and pandas write one, a compound dataset.
+    table = np.zeros(500, dtype=[("Longitude", "<f8"), ("Latitude", "<f8"), ("name", "S8")])
+    table["Longitude"] = rng.uniform(-180, 180, size=500)
+    table["Latitude"] = rng.uniform(-90, 90, size=500)
+    with h5py.File(os.path.join(folder, "data.h5"), "w") as f:
+        f["table"] = table
 
     db = sqlite3.connect(os.path.join(folder, "train.db"))
     db.execute("CREATE TABLE samples (id INTEGER PRIMARY KEY, x BLOB, label INTEGER)")
