@@ -4,12 +4,12 @@
 //   auto [loader, info] = gpufeed::OpenCachedLoader(source, {..., .remedies = true});
 //   gpufeed::AttachRemedies(*loader, gpufeed::DefaultRemedies(*loader));
 //
-// Every `check_every_steps` finished steps (or `check_every_s`) the doctor judges the recent
-// batches (Diagnose over CollectDoctorInput, without a monitor). When it finds the loop waiting on
-// reads (input-bound, or CPU-starved, with the wait in the read or remote-fetch stage), the data
-// set is copied into memory in the background (`start_cache`); the source switches to the copy
-// between reads once it is complete. When no copy can be made (the set does not fit the RAM
-// budget), a compressed HDF5 source's decoded-chunk cache is raised instead
+// Every `check_every_steps` finished steps (at most four times a second), or `check_every_s`, the
+// doctor judges the recent batches (Diagnose over CollectDoctorInput, without a monitor). When it
+// finds the loop waiting on reads (input-bound, or CPU-starved, with the wait in the read or
+// remote-fetch stage), the data set is copied into memory in the background (`start_cache`); the
+// source switches to the copy between reads once it is complete. When no copy can be made (the set
+// does not fit the RAM budget), a compressed HDF5 source's decoded-chunk cache is raised instead
 // (`grow_chunk_cache`). Each remedy is applied once and recorded, with its evidence,
 // in LoaderStats::actions and logged ("gpufeed: batch 23: read-bound: ..."). The autotuner
 // (LoaderOptions::autotune) is the other remedy: it tunes workers and prefetch on its own.

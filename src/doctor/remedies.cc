@@ -20,6 +20,8 @@ namespace {
 
 // Below this share of its time waiting, the loop is not worth a copy of the data set.
 constexpr double kMinWait = 0.10;
+// The shortest time between two looks at the loader.
+constexpr std::chrono::milliseconds kMinLookGap{250};
 
 double ShareOf(const Diagnosis& d, std::string_view stage) {
   for (const auto& [name, share] : d.wait_path) {
@@ -64,12 +66,13 @@ void Apply(Loader& loader, const RemedyOptions& options, const std::string& evid
 
 void Check(Loader& loader, RemedyState& state) {
   if (state.tried || (!state.options.start_cache && !state.options.grow_chunk_cache)) return;
-  // A look every few steps, or every few seconds when steps are slow (a starved loader).
+  // A look every few steps, or every few seconds when steps are slow (a starved loader); at
+  // most four a second, so that small, fast batches do not pay for the doctor.
   const auto now = std::chrono::steady_clock::now();
-  if (++state.steps < state.options.check_every_steps &&
-      now - state.last_look < std::chrono::duration<double>(state.options.check_every_s)) {
-    return;
-  }
+  const auto since = now - state.last_look;
+  const bool due = (++state.steps >= state.options.check_every_steps && since >= kMinLookGap) ||
+                   since >= std::chrono::duration<double>(state.options.check_every_s);
+  if (!due) return;
   state.steps = 0;
   state.last_look = now;
   const Diagnosis diagnosis = Diagnose(CollectDoctorInput(loader, nullptr));
