@@ -119,7 +119,8 @@ def stacked(path, model, device):
 def with_gpufeed(path, model, device, workers, prefetch, rows, batch):
     loader = gpufeed.Loader(path, fields=["mel"], batch_size=batch,
                             groups=gpufeed.Groups(offsets="file_offsets", fields=["label"]),
-                            shuffle=False, device=device, workers=workers, prefetch=prefetch)
+                            shuffle=False, device=device, workers=workers, prefetch=prefetch,
+                            autotune=False)
     reducer = gpufeed.GroupReducer(loader.num_groups, how="vote", device=loader.device,
                                    num_classes=CLASSES)
     for batch in loader:
