@@ -48,7 +48,8 @@ struct RemedyOptions {
 
 // The remedies for a loader opened by OpenCachedLoader with CachedLoaderOptions::remedies:
 // start_cache is StartCacheWhileRunning on its source; grow_chunk_cache raises an HDF5
-// source's chunk cache to the decoded data set, within a quarter of the available RAM.
+// source's chunk cache to the decoded data set, within a quarter of the available RAM. A loader
+// opened otherwise (a cache asked for, or remedies off) gets neither: its source stays as given.
 // REQUIRES: `loader` outlives the options' use (AttachRemedies keeps them in the loader).
 RemedyOptions DefaultRemedies(Loader& loader);
 

@@ -128,6 +128,8 @@ std::optional<std::string> CacheRemedyEvidence(const Diagnosis& d) {
 
 RemedyOptions DefaultRemedies(Loader& loader) {
   RemedyOptions options;
+  // A loader with a cache asked for (or opened without remedies) keeps the source it was given.
+  if (dynamic_cast<const DeferredCachedSource*>(&loader.source()) == nullptr) return options;
   options.start_cache = [&loader](std::string* why) {
     return StartCacheWhileRunning(loader.source(), why);
   };

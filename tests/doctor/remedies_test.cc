@@ -182,6 +182,14 @@ TEST(Remedies, LoaderOpenedWithoutRemediesCannotStartACopy) {
   std::string why;
   EXPECT_EQ(StartCacheWhileRunning(opened.loader->source(), &why), "");
   EXPECT_THAT(why, HasSubstr("remedies"));
+  // Nor does a loader whose user asked for a cache: its source stays as given.
+  const RemedyOptions none = DefaultRemedies(*opened.loader);
+  EXPECT_FALSE(none.start_cache);
+  EXPECT_FALSE(none.grow_chunk_cache);
+  o.remedies = true;
+  o.cache.tier = CacheTier::kRam;
+  CachedLoader cached = OpenCachedLoader(data.Open(), o);
+  EXPECT_FALSE(DefaultRemedies(*cached.loader).start_cache);
 }
 
 // A source whose rows differ per read (as an image source's random crops do).
