@@ -91,9 +91,11 @@ def test_block_shuffle_fetches_each_unfiltered_chunk_once_not_per_batch(tmp_path
     store.put(bucket, "blocks.h5", path.read_bytes())
 
     def epoch(source, **kw):
+        # One worker, as given (autotune=False): no second worker fetching the same chunk, no
+        # copy of the set in RAM; only the chunk cache differs between the two runs.
         return collect(gpufeed.Loader(source, fields=["mel"], batch_size=64, device="cpu",
                                       seed=3, workers=1, shuffle=gpufeed.BlockShuffle(window=2),
-                                      **kw))
+                                      autotune=False, **kw))
 
     expected = epoch(str(path))
     fetched = {}
