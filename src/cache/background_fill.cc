@@ -102,6 +102,19 @@ BackgroundCachedSource::Filled FillRam(const std::shared_ptr<Source>& ram_source
   return {ram_source, CacheTier::kRam, chosen + "; preloaded in the background", true};
 }
 
+// The progress of a fill that starts now, serving `serving`, with `info.reason`; kept in `info`.
+std::shared_ptr<CacheProgress> NewProgress(CacheTier serving, CacheInfo& info) {
+  auto progress = std::make_shared<CacheProgress>(
+      CacheProgress::Snapshot{.tier = serving, .reason = info.reason});
+  info.progress = progress;
+  return progress;
+}
+
+// How a fill opens (or waits for) the shm cache in `options.shm_dir`.
+ShmOpenOptions ShmOpenOf(const CacheOptions& options, std::optional<gid_t> group, int threads) {
+  return {.dir = options.shm_dir, .group = group, .threads = threads, .verbose = options.verbose};
+}
+
 }  // namespace
 
 std::shared_ptr<Source> StartShmFill(std::shared_ptr<Source> base, const CacheOptions& options,
@@ -112,11 +125,8 @@ std::shared_ptr<Source> StartShmFill(std::shared_ptr<Source> base, const CacheOp
   info.path = folder->PathOf("gpufeed-" + info.key);
   const std::string chosen = info.reason;
   info.reason = fmt::format("{}; {}", chosen, kStreaming);
-  auto progress = std::make_shared<CacheProgress>(
-      CacheProgress::Snapshot{.tier = base->cache_tier(), .reason = info.reason});
-  info.progress = progress;
-  ShmOpenOptions open{
-      .dir = options.shm_dir, .group = group, .threads = threads, .verbose = options.verbose};
+  auto progress = NewProgress(base->cache_tier(), info);
+  const ShmOpenOptions open = ShmOpenOf(options, group, threads);
   auto fill = [base, open, chosen, folder_path = folder->path(), key = info.key,
                path = info.path](CacheProgress& p) {
     return FillShm(base, open, chosen, folder_path, key, path, p);
@@ -133,9 +143,7 @@ std::shared_ptr<Source> StartRamPreload(std::shared_ptr<Source> base, const Cach
       "{}; preloading in the background; rows not loaded yet are read "
       "from the source",
       chosen);
-  auto progress = std::make_shared<CacheProgress>(
-      CacheProgress::Snapshot{.tier = CacheTier::kRam, .reason = info.reason});
-  info.progress = progress;
+  auto progress = NewProgress(CacheTier::kRam, info);
   auto fill = [ram, threads, verbose = options.verbose, chosen](CacheProgress& p) {
     return FillRam(ram, /*preload=*/true, threads, verbose, chosen, p);
   };
@@ -151,11 +159,8 @@ std::shared_ptr<Source> StartAutoFill(std::shared_ptr<Source> base, const CacheO
   info.reason =
       "auto: measuring in the background which tier gathers fastest; streaming from "
       "the source until a copy is complete";
-  auto progress = std::make_shared<CacheProgress>(
-      CacheProgress::Snapshot{.tier = base->cache_tier(), .reason = info.reason});
-  info.progress = progress;
-  ShmOpenOptions open{
-      .dir = options.shm_dir, .group = group, .threads = threads, .verbose = options.verbose};
+  auto progress = NewProgress(base->cache_tier(), info);
+  const ShmOpenOptions open = ShmOpenOf(options, group, threads);
   auto fill = [base, open, in, folder_path = folder->path(), preload = options.preload,
                verbose = options.verbose, threads](CacheProgress& p) mutable {
     in.measured = ProbeGatherRates(*base);

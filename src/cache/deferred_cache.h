@@ -42,6 +42,16 @@ class DeferredCachedSource final : public Source {
 
   const Source& base() const { return *base_; }
 
+  // `source` as a DeferredCachedSource, or null when it is another source.
+  static const DeferredCachedSource* Of(const Source& source) {
+    return dynamic_cast<const DeferredCachedSource*>(&source);
+  }
+  // The source a DeferredCachedSource reads (its base), or `source` itself.
+  static const Source& Unwrapped(const Source& source) {
+    const DeferredCachedSource* deferred = Of(source);
+    return deferred != nullptr ? deferred->base() : source;
+  }
+
  private:
   const Source& Current() const {
     const Source* cached = cached_.load(std::memory_order_acquire);

@@ -277,7 +277,7 @@ CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOption
 }
 
 std::string StartCacheWhileRunning(const Source& loader_source, std::string* why) {
-  const auto* deferred = dynamic_cast<const DeferredCachedSource*>(&loader_source);
+  const DeferredCachedSource* deferred = DeferredCachedSource::Of(loader_source);
   if (deferred == nullptr) {
     *why = "the loader was not opened to cache while it runs (CachedLoaderOptions::remedies)";
     return {};

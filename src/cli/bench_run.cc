@@ -50,12 +50,6 @@ int64_t StatusBytes(const char* key) {
   return 0;
 }
 
-// The source under the loader's remedies (CachedLoaderOptions::remedies), or its own.
-const Source& DataSource(const Loader& loader) {
-  const auto* deferred = dynamic_cast<const DeferredCachedSource*>(&loader.source());
-  return deferred != nullptr ? deferred->base() : loader.source();
-}
-
 // A fresh opening of the data the loader reads, for the same-work ceiling: the source opened
 // again, in front of it the shm cache the loader reads (found published: attached, not
 // built). nullptr when there is no opener, or the loader reads something a new opening would
@@ -154,7 +148,9 @@ void PrepareRun(const Loader& loader, const BenchConfig& config, BenchRunState& 
   run.cuda_device = dynamic_cast<const cuda::CudaDevice*>(loader.options().device.get());
   run.gpu_step.ms = config.step_ms;
   run.finish_steps.device = config.step_ms > 0 ? run.cuda_device : nullptr;
-  if (IsHdf5Source(DataSource(loader))) run.hdf5_before = Hdf5SourceCounters(DataSource(loader));
+  // The file under the remedies' deferred copy (CachedLoaderOptions::remedies), if any.
+  const Source& data = DeferredCachedSource::Unwrapped(loader.source());
+  if (IsHdf5Source(data)) run.hdf5_before = Hdf5SourceCounters(data);
   run.peak_anon = StatusBytes("RssAnon");
   run.pool_before = HostMemoryPool::Instance().counters();
 }
@@ -280,7 +276,7 @@ void CollectRunFigures(const Loader& loader, const BenchConfig& config, BenchRun
   }
   result.stats = loader.stats();
   if (run.hdf5_before) {
-    const Hdf5Counters after = Hdf5SourceCounters(DataSource(loader));
+    const Hdf5Counters after = Hdf5SourceCounters(DeferredCachedSource::Unwrapped(loader.source()));
     result.hdf5_chunks_decoded = after.chunks_decoded - run.hdf5_before->chunks_decoded;
     result.hdf5_chunk_cache_hits = after.chunk_cache_hits - run.hdf5_before->chunk_cache_hits;
     result.hdf5_chunk_cache_bytes = static_cast<int64_t>(after.chunk_cache_bytes);

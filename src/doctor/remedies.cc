@@ -82,14 +82,8 @@ void Check(Loader& loader, RemedyState& state) {
   }
 }
 
-// The source under the remedies' deferred copy, or the loader's own.
-const Source& DataSource(const Loader& loader) {
-  const auto* deferred = dynamic_cast<const DeferredCachedSource*>(&loader.source());
-  return deferred != nullptr ? deferred->base() : loader.source();
-}
-
 std::string GrowChunkCache(const Loader& loader, std::string* why) {
-  const Source& source = DataSource(loader);
+  const Source& source = DeferredCachedSource::Unwrapped(loader.source());
   if (!IsHdf5Source(source) || !source.chunking().compressed) {
     *why = "no compressed HDF5 chunks to keep decoded";
     return {};
@@ -129,7 +123,7 @@ std::optional<std::string> CacheRemedyEvidence(const Diagnosis& d) {
 RemedyOptions DefaultRemedies(Loader& loader) {
   RemedyOptions options;
   // A loader with a cache asked for (or opened without remedies) keeps the source it was given.
-  if (dynamic_cast<const DeferredCachedSource*>(&loader.source()) == nullptr) return options;
+  if (DeferredCachedSource::Of(loader.source()) == nullptr) return options;
   options.start_cache = [&loader](std::string* why) {
     return StartCacheWhileRunning(loader.source(), why);
   };

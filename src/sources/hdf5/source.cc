@@ -75,11 +75,8 @@ class Hdf5Source final : public Source {
         chunking_.pieces_chunk_shape = reader.dataset().chunk_dims;
       }
     }
-    // The default budget: the decoded data set, as whole chunks (nothing more is ever worth
-    // keeping; a last chunk only part-filled still decodes whole, so the samples' bytes alone
-    // fell short of holding every chunk and an epoch kept evicting), within a 16th of the RAM
-    // available now and [16 MiB, 1 GiB].
     // Every chunk the cache could keep, decoded (what growing it can reach), saturating.
+    // Unfiltered chunks of a remote object are kept too (dataset_reader.h).
     for (const Hdf5FilePart& part : parts_) {
       for (const auto& reader : part.readers) {
         const Hdf5Dataset& ds = reader->dataset();
@@ -93,27 +90,17 @@ class Hdf5Source final : public Source {
                                     : decoded_chunks_bytes_ + stored * each;
       }
     }
+    // The default budget: the decoded data set, as whole chunks (nothing more is ever worth
+    // keeping; a last chunk only part-filled still decodes whole, so the samples' bytes alone
+    // fell short of holding every chunk and an epoch kept evicting), within a 16th of the RAM
+    // available now and [16 MiB, 1 GiB].
     size_t budget = options_.chunk_cache_bytes;
     if (budget == kAutoChunkCache) {
       const uint64_t ram =
           std::clamp<uint64_t>(AvailableRamBytes() / 16, uint64_t{16} << 20, uint64_t{1} << 30);
-      uint64_t decoded = 0;  // saturates at `ram`: only the comparison with it matters
-      for (const Hdf5FilePart& part : parts_) {
-        for (const auto& reader : part.readers) {
-          const Hdf5Dataset& ds = reader->dataset();
-          // Unfiltered chunks of a remote object are kept too (dataset_reader.h).
-          if (ds.storage != Hdf5Storage::kChunked || !(ds.filtered() || reader->KeepsChunks())) {
-            continue;
-          }
-          for (size_t i = 0; i < ds.chunks.stored().size(); ++i) {
-            decoded = std::min(ram, decoded + ds.ChunkBytes());
-          }
-        }
-      }
-      budget = static_cast<size_t>(std::min(ram, std::max<uint64_t>(decoded, 1)));
+      budget = static_cast<size_t>(std::min(ram, std::max<uint64_t>(decoded_chunks_bytes_, 1)));
     }
     chunk_cache_ = std::make_shared<SharedChunkCache>(budget);
-    chunking_.cache_bytes = static_cast<int64_t>(budget);
   }
 
   SourceChunking chunking() const override {

@@ -11,6 +11,7 @@
 #include "gpufeed/hdf5.h"
 #include "sources/hdf5/fixture.h"
 #include "sources/hdf5/inspect.h"
+#include "sources/hdf5/unusual_fixture.h"
 
 namespace gpufeed {
 namespace {
@@ -19,18 +20,10 @@ using ::testing::AllOf;
 using testing::ErrorCodeOf;
 using ::testing::HasSubstr;
 
-class Hdf5CompoundTest : public ::testing::Test {
+class Hdf5CompoundTest : public testing::UnusualHdf5Files {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = testing::SharedScriptOutput("hdf5_unusual", GPUFEED_UNUSUAL_HDF5_SCRIPT, &error_);
-    have_h5py_ = !dir_.empty() || testing::HaveH5py();
-  }
-  void SetUp() override {
-    if (!have_h5py_) GTEST_SKIP() << "Debian's h5py (/usr/bin/python3) is unavailable";
-    ASSERT_FALSE(dir_.empty()) << error_;
-  }
-  static std::string Path() { return dir_ + "/compound.h5"; }
-  static std::string PyTablesPath() { return dir_ + "/compound_pt.h5"; }
+  static std::string Path() { return UnusualHdf5Files::Path("compound"); }
+  static std::string PyTablesPath() { return UnusualHdf5Files::Path("compound_pt"); }
 
   // Every sample of the fields, in reverse order (a plan, not a scan), as gpufeed reads them;
   // returned in sample order.
@@ -61,15 +54,7 @@ class Hdf5CompoundTest : public ::testing::Test {
     }
     return out;
   }
-
-  static std::string dir_;
-  static std::string error_;
-  static bool have_h5py_;
 };
-
-std::string Hdf5CompoundTest::dir_;
-std::string Hdf5CompoundTest::error_;
-bool Hdf5CompoundTest::have_h5py_ = false;
 
 TEST_F(Hdf5CompoundTest, EveryNumericMemberReadsAsH5pyReadsIt) {
   struct Case {

@@ -15,6 +15,7 @@
 #include "gpufeed/hdf5.h"
 #include "sources/hdf5/fixture.h"
 #include "sources/hdf5/inspect.h"
+#include "sources/hdf5/unusual_fixture.h"
 
 namespace gpufeed {
 namespace {
@@ -23,18 +24,8 @@ using ::testing::AllOf;
 using testing::ErrorCodeOf;
 using ::testing::HasSubstr;
 
-class Hdf5UnusualTest : public ::testing::Test {
+class Hdf5UnusualTest : public testing::UnusualHdf5Files {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = testing::SharedScriptOutput("hdf5_unusual", GPUFEED_UNUSUAL_HDF5_SCRIPT, &error_);
-    have_h5py_ = !dir_.empty() || testing::HaveH5py();
-  }
-  void SetUp() override {
-    if (!have_h5py_) GTEST_SKIP() << "Debian's h5py (/usr/bin/python3) is unavailable";
-    ASSERT_FALSE(dir_.empty()) << error_;
-  }
-  static std::string Path(const std::string& name) { return dir_ + "/" + name + ".h5"; }
-
   // Every sample of dataset 'x' of case `name`, as gpufeed reads them, in plan order.
   static std::string ReadAll(const std::string& name, DType* dtype) {
     const auto source = OpenHdf5({Path(name)}, {"x"});
@@ -50,15 +41,7 @@ class Hdf5UnusualTest : public ::testing::Test {
     source->Read(idx, view, state.get());
     return out;
   }
-
-  static std::string dir_;
-  static std::string error_;
-  static bool have_h5py_;
 };
-
-std::string Hdf5UnusualTest::dir_;
-std::string Hdf5UnusualTest::error_;
-bool Hdf5UnusualTest::have_h5py_ = false;
 
 TEST_F(Hdf5UnusualTest, EveryCaseReadsAsLibhdf5ConvertsIt) {
   const auto cases = nlohmann::json::parse(testing::ReadWholeFile(dir_ + "/cases.json"));
