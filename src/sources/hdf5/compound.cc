@@ -131,7 +131,33 @@ std::vector<std::string> Hdf5DefaultFields(hid_t file_id,
   return out;
 }
 
+namespace {
+
+// libhdf5 picks members out of records at the offsets the file states and trusts them: a
+// crafted member lying past its record makes it copy from beyond the buffer it converts in.
+// Every member must lie within the record (a file libhdf5 wrote always does).
+void CheckMembersWithinRecord(hid_t type, const std::string& what) {
+  const size_t record = H5Tget_size(type);
+  const int n = H5Tget_nmembers(type);
+  for (int i = 0; i < n; ++i) {
+    const auto index = static_cast<unsigned>(i);
+    Hdf5Id member_type(H5Tget_member_type(type, index));
+    const size_t offset = H5Tget_member_offset(type, index);
+    const size_t size = member_type.get() < 0 ? 0 : H5Tget_size(member_type.get());
+    if (size == 0 || offset > record || size > record - offset) {
+      H5Eclear2(H5E_DEFAULT);
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("{}: compound member '{}' lies outside its record: {} bytes at "
+                              "offset {} of a {}-byte record",
+                              what, MemberName(type, index), size, offset, record));
+    }
+  }
+}
+
+}  // namespace
+
 Hdf5Id Hdf5MemberType(hid_t type, const std::string& member, const std::string& what) {
+  CheckMembersWithinRecord(type, what);
   const int index = H5Tget_member_index(type, member.c_str());
   if (index < 0) {
     H5Eclear2(H5E_DEFAULT);
