@@ -13,10 +13,12 @@ same small CNN (CPU here; CUDA when torch has it), in one run:
   (a) the per-file loop: read one file's segments with h5py, one forward, vote in Python;
   (b) 16 files per forward, stacked by hand (one h5py read of 16 consecutive files), the
       logits split back per file and voted in Python;
-  (c) gpufeed: Loader(groups=Groups(offsets="file_offsets")) batches of 8,192 rows of
-      whole files, scored and voted on the device by gpufeed.GroupReducer(how="vote").
+  (c) gpufeed: Loader(groups=Groups(offsets="file_offsets")) batches of whole files, as
+      many rows as gpufeed.forward_rows measures the model fastest per row at (as the
+      evaluation guide writes it), scored and voted on the device by
+      gpufeed.GroupReducer(how="vote").
 and prints files/s, the ratios, the batch fill, the model-only ceiling (the same forward
-passes over segments already in memory, batches of 8,192) and whether the per-file
+passes over segments already in memory, batches of that size) and whether the per-file
 predictions of the three are identical (same model, same votes: each file's majority class
 over its segments' argmax, ties to the lowest class).
 """
@@ -34,8 +36,10 @@ import gpufeed
 FILES = 7913
 SHAPE = (1, 64, 32)
 CLASSES = 10
-BATCH = 8192
 STACK = 16
+# The batch sizes gpufeed.forward_rows tries: a CPU is fastest per row at a few hundred, a
+# GPU at thousands.
+CANDIDATES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 def build_file(path, files, segments=(8, 64), seed=0):
@@ -79,10 +83,8 @@ def make_model(device, kind="cnn"):
 
 
 def forward(model, x, rows):
-    """The model over `x` in slices of `rows` (all at once for rows <= 0). On a CPU a
-    forward over 8,192 segments is several times slower per segment than over 64 (its
-    activations leave the caches: 20 us vs 120-690 us per segment measured here), so the
-    packed batch is scored in slices there; on a GPU in one pass."""
+    """The model over `x` in slices of `rows` (all at once for rows <= 0, the default: the
+    packed batch is sized for one forward pass)."""
     if rows <= 0 or len(x) <= rows:
         return model(x)
     return torch.cat([model(part) for part in x.split(rows)])
@@ -131,13 +133,13 @@ def with_gpufeed(path, model, device, workers, prefetch, rows, batch):
     return preds, fill, batches
 
 
-def model_ceiling(path, model, device, rows):
+def model_ceiling(path, model, device, rows, batch):
     """The same forward passes over segments already in memory: what the model costs."""
     with h5py.File(path, "r") as f:
         mel = torch.from_numpy(f["mel"][:])
     start = time.perf_counter()
-    for s in range(0, len(mel), BATCH):
-        forward(model, mel[s:s + BATCH].to(device), rows)
+    for s in range(0, len(mel), batch):
+        forward(model, mel[s:s + batch].to(device), rows)
     if device.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - start
@@ -172,11 +174,11 @@ def main():
     p.add_argument("--segments", default="8-64",
                    help="segments per file, LO-HI (uniform; the file is built once per range)")
     p.add_argument("--batch", type=int, default=None,
-                   help="rows per packed gpufeed batch (default: 8192 on CUDA; 512 on the CPU, "
-                        "where a forward over many rows leaves the caches)")
-    p.add_argument("--forward-rows", type=int, default=None,
-                   help="segments per forward pass within a packed batch (default: the whole "
-                        "batch on CUDA, 64 on the CPU)")
+                   help="rows per packed gpufeed batch (default: what gpufeed.forward_rows "
+                        f"measures fastest per row among {', '.join(map(str, CANDIDATES))})")
+    p.add_argument("--forward-rows", type=int, default=0,
+                   help="segments per forward pass within a packed batch (default 0: the "
+                        "whole batch in one pass)")
     args = p.parse_args()
     os.makedirs(args.cache_dir, exist_ok=True)
     lo, _, hi = args.segments.partition("-")
@@ -187,11 +189,15 @@ def main():
     path = os.path.join(args.cache_dir, f"file_level_{args.files}{suffix}.h5")
     build_file(path, args.files, segments)
     device = torch.device(args.device)
-    batch = args.batch or (BATCH if device.type == "cuda" else 512)
     rows_per_forward = args.forward_rows
-    if rows_per_forward is None:
-        rows_per_forward = 0 if device.type == "cuda" else 64
     model = make_model(device, args.model)
+    batch = args.batch
+    if batch is None:
+        with torch.no_grad():
+            batch = gpufeed.forward_rows(model, torch.zeros(SHAPE, device=device),
+                                         candidates=CANDIDATES)
+        rates = ", ".join(f"{rows}: {rate:,.0f}" for rows, rate in gpufeed.forward_rows.last.items())
+        print(f"gpufeed.forward_rows: batches of {batch} rows (rows/s by batch size: {rates})")
     with h5py.File(path, "r") as f:
         rows, files = f["mel"].shape[0], f["label"].shape[0]
         labels = f["label"][:]
@@ -207,17 +213,18 @@ def main():
             lambda: with_gpufeed(path, model, str(device), args.workers, args.prefetch,
                                  rows_per_forward, batch),
             device)
-        ceiling = model_ceiling(path, model, device, rows_per_forward)
+        ceiling = model_ceiling(path, model, device, rows_per_forward, batch)
     rate = {name: files / t for name, t in
             (("loop", t_loop), ("stack", t_stack), ("gpufeed", t_packed))}
-    print(f"model only (segments in memory, batches of {BATCH}): {files / ceiling:9.0f} files/s "
+    print(f"model only (segments in memory, batches of {batch}): {files / ceiling:9.0f} files/s "
           f"({ceiling:.2f} s)")
     print(f"(a) per-file loop, h5py:              {rate['loop']:9.0f} files/s ({t_loop:.2f} s)")
     print(f"(b) {STACK} files per forward, by hand:    {rate['stack']:9.0f} files/s "
           f"({t_stack:.2f} s)")
     print(f"(c) gpufeed packed + GroupReducer:     {rate['gpufeed']:9.0f} files/s "
           f"({t_packed:.2f} s, {batches} batches of up to {batch}, fill {fill:.4f})")
-    print(f"gpufeed / per-file loop: {rate['gpufeed'] / rate['loop']:.2f}x (target 2.7x); "
+    print(f"gpufeed / per-file loop: {rate['gpufeed'] / rate['loop']:.2f}x "
+          f"(target {'2.7' if device.type == 'cuda' else '1.5'}x); "
           f"gpufeed / stacking: {rate['gpufeed'] / rate['stack']:.2f}x (target 1.2x); "
           f"fill {fill:.4f} (target 0.98)")
     same = loop == stack == packed
