@@ -7,11 +7,13 @@
 
 #include <cstring>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "error_code_of.h"
 #include "gpufeed/error.h"
 #include "gpufeed/images.h"
+#include "gpufeed/loader.h"
 #include "images/test_util.h"
 #include "sources/scratch_dir.h"
 
@@ -184,6 +186,27 @@ TEST_P(ImageOverlapTest, BadFilesAreRaisedOrSkippedAsInALocalRead) {
     EXPECT_EQ(fetched->skipped().count, 1);
     EXPECT_EQ(local->skipped().count, 1);
   }
+}
+
+TEST_P(ImageOverlapTest, AnEpochOfTwoWorkersEqualsTheLocalEpoch) {
+  ScratchDir dir;
+  MakeFolder(dir);
+  ImageOptions o = Options();
+  const auto local = OpenImages(dir.path(), o);
+  o.file_system = std::make_shared<OneByOneFileSystem>();
+  const auto fetched = OpenImages(dir.path(), o);
+  const auto epoch = [](std::shared_ptr<Source> source) {
+    Loader loader(source, {.batch_size = 4, .shuffle = true, .seed = 3, .workers = 2});
+    std::vector<std::byte> images;
+    std::vector<int64_t> indices;
+    while (auto batch = loader.Next()) {
+      const auto image = batch->field("image");
+      images.insert(images.end(), image.as<std::byte>(), image.as<std::byte>() + image.bytes());
+      indices.insert(indices.end(), batch->indices().begin(), batch->indices().end());
+    }
+    return std::make_pair(images, indices);
+  };
+  EXPECT_TRUE(epoch(fetched) == epoch(local));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, ImageOverlapTest,
