@@ -5,13 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
-#include <functional>
-#include <map>
-#include <mutex>
 #include <random>
 #include <thread>
 
@@ -416,94 +411,6 @@ TEST_F(RemoteS3, ServerIgnoringRangeIsAnErrorUnlessTheWholeFileIsAsked) {
   EXPECT_EQ(c.code, ErrorCode::kUnsupported);
   EXPECT_NE(c.message.find(url + " bytes 70000-169999"), std::string::npos) << c.message;
   EXPECT_NE(c.message.find("ignores Range"), std::string::npos) << c.message;
-}
-
-// A server that answers GETs of `bodies` with 200 and the whole object (as to a ranged GET of
-// all of it), HEADs with its size, and GETs of forbidden.bin with 403; `hold(path)` runs
-// before a GET is answered.
-testing::HttpTestServer::Handler ObjectServer(const std::map<std::string, std::string>& bodies,
-                                              std::function<void(const std::string&)> hold) {
-  return [&bodies, hold](const std::string& request) {
-    const size_t begin = request.find(' ') + 1;
-    const std::string path = request.substr(begin, request.find(' ', begin) - begin);
-    const std::string& body = bodies.at(path);
-    const bool get = request.starts_with("GET");
-    if (get) hold(path);
-    if (get && path == "/forbidden.bin") {
-      return std::string(
-          "HTTP/1.1 403 Forbidden\r\nConnection: close\r\n"
-          "Content-Length: 0\r\n\r\n");
-    }
-    return "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nConnection: close\r\nContent-Length: " +
-           std::to_string(body.size()) + "\r\n\r\n" + (get ? body : "");
-  };
-}
-
-TEST(RemoteReadFiles, EachObjectIsHandedOverWhileTheOthersAreStillInFlight) {
-  // late.bin's answer is held back until early.bin has been handed over: a batch read that
-  // handed its objects over only once all had arrived would hand early.bin over last.
-  const std::map<std::string, std::string> bodies = {{"/late.bin", RandomBytes(6000, 8)},
-                                                     {"/early.bin", RandomBytes(5000, 7)}};
-  std::mutex mu;
-  std::condition_variable cv;
-  bool early_handed = false;
-  bool late_held_until_then = false;
-  testing::HttpTestServer server(ObjectServer(bodies, [&](const std::string& path) {
-    if (path != "/late.bin") return;
-    std::unique_lock lock(mu);
-    // The bound only ends a failing run; a passing one waits for early.bin alone.
-    late_held_until_then =
-        cv.wait_for(lock, std::chrono::seconds(20), [&] { return early_handed; });
-  }));
-  RemoteOptions o;
-  o.read_timeout_s = 60;
-  auto fs = RemoteFileSystem::Create(o);
-  const auto late = fs->Open(server.endpoint() + "/late.bin");
-  const auto early = fs->Open(server.endpoint() + "/early.bin");
-  std::vector<std::string> got = {std::string(late->Size(), '\0'),
-                                  std::string(early->Size(), '\0')};
-  const std::vector<FileRead> reads = {{late.get(), 0, got[0].data(), got[0].size()},
-                                       {early.get(), 0, got[1].data(), got[1].size()}};
-  std::vector<size_t> handed;
-  ReadFiles(reads, "object", [&](size_t i) {
-    handed.push_back(i);
-    EXPECT_EQ(got[i], bodies.at(i == 0 ? "/late.bin" : "/early.bin"));
-    if (i == 1) {
-      std::lock_guard lock(mu);
-      early_handed = true;
-      cv.notify_all();
-    }
-  });
-  EXPECT_EQ(handed, (std::vector<size_t>{1, 0}));
-  EXPECT_TRUE(late_held_until_then);
-}
-
-TEST(RemoteReadFiles, AFailedObjectIsRaisedNamingItAfterTheOthersWereHandedOver) {
-  const std::map<std::string, std::string> bodies = {
-      {"/a.bin", RandomBytes(3000, 9)}, {"/forbidden.bin", "x"}, {"/b.bin", RandomBytes(4000, 10)}};
-  testing::HttpTestServer server(ObjectServer(bodies, [](const std::string&) {}));
-  RemoteOptions o;
-  o.max_attempts = 2;
-  auto fs = RemoteFileSystem::Create(o);
-  std::vector<std::unique_ptr<File>> files;
-  std::vector<std::string> got;
-  for (const char* name : {"/a.bin", "/forbidden.bin", "/b.bin"}) {
-    files.push_back(fs->Open(server.endpoint() + name));
-    got.emplace_back(files.back()->Size(), '\0');
-  }
-  std::vector<FileRead> reads;
-  for (size_t i = 0; i < files.size(); ++i) {
-    reads.push_back({files[i].get(), 0, got[i].data(), got[i].size()});
-  }
-  std::vector<size_t> handed;
-  const Caught c =
-      Catch([&] { ReadFiles(reads, "object", [&](size_t i) { handed.push_back(i); }); });
-  EXPECT_EQ(c.code, ErrorCode::kPermissionDenied);
-  EXPECT_NE(c.message.find(server.endpoint() + "/forbidden.bin"), std::string::npos) << c.message;
-  std::sort(handed.begin(), handed.end());
-  EXPECT_EQ(handed, (std::vector<size_t>{0, 2}));
-  EXPECT_EQ(got[0], bodies.at("/a.bin"));
-  EXPECT_EQ(got[2], bodies.at("/b.bin"));
 }
 
 TEST_F(RemoteS3, DefaultFileSystemSendsUrisToTheRemoteOne) {
