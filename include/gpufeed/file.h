@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -65,8 +66,11 @@ class File {
   // group of such reads with ReadBatch; a file that returns null (the default) is read on
   // its own.
   virtual const void* BatchKey() const { return nullptr; }
+  // ReadFiles' contract for one group (`on_done` gets indices into `reads`); the default
+  // reads them one after another.
   // REQUIRES: every read's file has this file's non-null BatchKey().
-  virtual void ReadBatch(std::span<const struct FileRead> reads, const std::string& what) const;
+  virtual void ReadBatch(std::span<const struct FileRead> reads, const std::string& what,
+                         const std::function<void(size_t)>& on_done) const;
 };
 
 // One read of ReadFiles: `n` bytes at `offset` of `file` into `buf`.
@@ -80,7 +84,16 @@ struct FileRead {
 // Reads every range whole (ReadFully's contract; errors name the file): ranges of remote files
 // of one client all in flight at once (a batch of images fetched together), the others one
 // after another.
-void ReadFiles(std::span<const FileRead> reads, const std::string& what);
+//
+// `on_done(i)`, where given, is called on the calling thread as soon as reads[i]'s bytes are
+// all in its buffer, once per read that succeeds, in the order they complete (not the order
+// of `reads`), while the reads not yet complete stay in flight: a caller that decodes each
+// file in on_done overlaps its decoding with the transfers of the others. A read that fails
+// gets no call; the first failure (in the order of `reads`) is thrown once every read of its
+// group has ended, the others having had their calls. An exception from on_done stops the
+// reads still in flight and is thrown as it is.
+void ReadFiles(std::span<const FileRead> reads, const std::string& what,
+               const std::function<void(size_t)>& on_done = nullptr);
 
 enum class PathType { kMissing, kFile, kDirectory };
 

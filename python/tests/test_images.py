@@ -78,6 +78,21 @@ def test_center_crop_equals_torchvision(folder):
     assert errors.float().mean() < 0.01
 
 
+def test_center_crop_of_images_stored_at_the_resize_size_equals_torchvision(tmp_path):
+    """Images whose shorter side is already the resize size (data sets pre-resized to 256):
+    PIL's resize is then a copy, and so is gpufeed's, pixel for pixel."""
+    root = tmp_path / "sized"
+    for i, (w, h) in enumerate([(40, 40), (40, 57), (63, 40)]):
+        (root / "c").mkdir(parents=True, exist_ok=True)
+        image = Image.fromarray(_pattern(w, h, i + 1))
+        image.save(root / "c" / (f"{i}.png" if i == 1 else f"{i}.jpg"), quality=90)
+    images, _ = _loader_images(gpufeed.images(root, crop="center", size=32, resize=40))
+    for i, (path, _) in enumerate(datasets.ImageFolder(str(root)).samples):
+        with Image.open(path) as im:
+            expected = F.pil_to_tensor(F.center_crop(F.resize(im.convert("RGB"), 40), 32))
+        assert torch.equal(images[i], expected), path
+
+
 def test_random_crop_equals_torchvision_on_the_same_crop(folder):
     seed, epoch = 5, 3
     source = gpufeed.images(folder, size=24, dct_scaling=False)

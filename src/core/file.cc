@@ -327,28 +327,47 @@ void File::ReadMany(std::span<const ReadRange> ranges, const std::string& what) 
   for (const ReadRange& r : ranges) ReadFully(*this, r.offset, r.buf, r.n, what);
 }
 
-void File::ReadBatch(std::span<const FileRead> reads, const std::string& what) const {
-  for (const FileRead& r : reads) ReadFully(*r.file, r.offset, r.buf, r.n, what);
+void File::ReadBatch(std::span<const FileRead> reads, const std::string& what,
+                     const std::function<void(size_t)>& on_done) const {
+  std::optional<Error> first_failure;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const FileRead& r = reads[i];
+    try {
+      ReadFully(*r.file, r.offset, r.buf, r.n, what);
+    } catch (const Error& e) {
+      if (!first_failure) first_failure = e;
+      continue;
+    }
+    if (on_done) on_done(i);
+  }
+  if (first_failure) throw *first_failure;
 }
 
-void ReadFiles(std::span<const FileRead> reads, const std::string& what) {
+void ReadFiles(std::span<const FileRead> reads, const std::string& what,
+               const std::function<void(size_t)>& on_done) {
   std::vector<FileRead> group;
+  std::vector<size_t> group_index;  // group position -> index in `reads`
   std::vector<bool> done(reads.size(), false);
   for (size_t i = 0; i < reads.size(); ++i) {
     if (done[i]) continue;
     const void* key = reads[i].file->BatchKey();
     if (key == nullptr) {
       ReadFully(*reads[i].file, reads[i].offset, reads[i].buf, reads[i].n, what);
+      if (on_done) on_done(i);
       continue;
     }
     group.clear();
+    group_index.clear();
     for (size_t j = i; j < reads.size(); ++j) {
       if (!done[j] && reads[j].file->BatchKey() == key) {
         group.push_back(reads[j]);
+        group_index.push_back(j);
         done[j] = true;
       }
     }
-    reads[i].file->ReadBatch(group, what);
+    std::function<void(size_t)> group_done;
+    if (on_done) group_done = [&](size_t k) { on_done(group_index[k]); };
+    reads[i].file->ReadBatch(group, what, group_done);
   }
 }
 

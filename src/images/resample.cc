@@ -160,6 +160,36 @@ HorizontalRowFn PickHorizontalRow() {
 
 const HorizontalRowFn kHorizontalRow = PickHorizontalRow();
 
+// An integer region as large as the full output on both axes: PIL's resize at the same size
+// is a copy (and the filter's one tap of weight 1 gives the same bytes), so the window is
+// copied out channels first. Images stored at the size a center crop resizes to (data sets
+// pre-resized to 256) take this path on every read.
+bool IsSameSize(const ResampleRegion& region, const ResampleOutput& output) {
+  return region.x0 == std::floor(region.x0) && region.y0 == std::floor(region.y0) &&
+         region.x1 - region.x0 == output.full_width && region.y1 - region.y0 == output.full_height;
+}
+
+void CopyWindow(const RgbView& in, const ResampleRegion& region, const ResampleOutput& output,
+                bool flip, uint8_t* chw) {
+  const int w = output.width;
+  const size_t plane = static_cast<size_t>(w) * output.height;
+  const auto x0 = static_cast<size_t>(region.x0) + static_cast<size_t>(output.left);
+  const auto y0 = static_cast<size_t>(region.y0) + static_cast<size_t>(output.top);
+  const size_t stride = static_cast<size_t>(in.width) * 3;
+  for (int y = 0; y < output.height; ++y) {
+    const uint8_t* src = in.pixels + (y0 + static_cast<size_t>(y)) * stride + x0 * 3;
+    uint8_t* r = chw + static_cast<size_t>(y) * w;
+    uint8_t* g = r + plane;
+    uint8_t* b = g + plane;
+    for (int x = 0; x < w; ++x) {
+      const int at = flip ? w - 1 - x : x;
+      r[at] = src[x * 3];
+      g[at] = src[x * 3 + 1];
+      b[at] = src[x * 3 + 2];
+    }
+  }
+}
+
 // Resamples into `chw` (channels first, the output window's size, mirrored when `flip`). PIL's
 // order and rounding: the horizontal pass over the input rows the vertical pass needs,
 // rounded to 8 bits, then the vertical pass.
@@ -176,6 +206,12 @@ void Resample(const RgbView& in, const ResampleRegion& region, const ResampleOut
   const int wx1 = std::min(in.width, static_cast<int>(std::ceil(region.x1)));
   const int wy1 = std::min(in.height, static_cast<int>(std::ceil(region.y1)));
   GPUFEED_ASSERT(wx1 > wx0 && wy1 > wy0, "resample region outside the image");
+  if (IsSameSize(region, output)) {
+    GPUFEED_ASSERT(region.x1 <= in.width && region.y1 <= in.height,
+                   "resample region outside the image");
+    CopyWindow(in, region, output, flip, chw);
+    return;
+  }
 
   // Vertical coefficients first: they say which input rows the horizontal pass needs.
   const int vk =

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "core/checked_math.h"
-#include "gpufeed/error.h"
 #include "core/path_names.h"
+#include "gpufeed/error.h"
 
 namespace gpufeed {
 
@@ -64,27 +67,47 @@ class StreamingImageSource final : public ImageSetSource {
     CheckReadRequest(*this, indices, out);
     ImageWorker local;
     auto* worker = state != nullptr ? static_cast<ImageWorker*>(state) : &local;
-    const size_t image_bytes = schema_.fields[0].SampleBytes();
     if (!set_->uint8_output()) worker->chw.resize(ImageSetSource::ChwBytes());
-    worker->Prefetch(*set_, indices);
+    // Each file is decoded as it arrives, while the rest of the batch is still in flight. A
+    // row whose decode fails there is left to the pass below, which reads it again and raises
+    // or skips exactly as a read one by one does.
+    std::vector<bool> row_done(indices.size(), false);
+    std::unordered_multimap<std::string_view, size_t> rows_of;
+    for (size_t row = 0; row < indices.size(); ++row) rows_of.emplace(path(indices[row]), row);
+    worker->Prefetch(*set_, indices, [&](const std::string& fetched_path) {
+      const auto [first, last] = rows_of.equal_range(fetched_path);
+      for (auto it = first; it != last; ++it) {
+        const size_t row = it->second;
+        try {
+          ProduceRow(row, indices[row], indices[row], out, seed, *worker);
+          row_done[row] = true;
+        } catch (const Error&) {  // the pass below reports it
+        }
+      }
+    });
     for (size_t row = 0; row < indices.size(); ++row) {
+      if (row_done[row]) continue;
       const int64_t index = indices[row];
-      std::byte* target = out.fields[0] + row * image_bytes;
-      uint8_t* image =
-          set_->uint8_output() ? reinterpret_cast<uint8_t*>(target) : worker->chw.data();
-      // The sample's own generator: a replacement (on_error="skip") crops with it too.
-      const int64_t produced = set_->ProduceOrSkip(index, [&](int64_t sample) {
-        Pcg32 rng(MixSeed(seed, static_cast<uint64_t>(index)));
-        Produce(sample, rng, *worker, image);
-      });
-      if (!set_->uint8_output()) set_->ConvertImage(image, target);
-      const int64_t label = set_->list().labels[static_cast<size_t>(produced)];
-      std::memcpy(out.fields[1] + row * sizeof(int64_t), &label, sizeof(label));
+      set_->ProduceOrSkip(
+          index, [&](int64_t sample) { ProduceRow(row, index, sample, out, seed, *worker); });
     }
     worker->fetched.clear();
   }
 
  private:
+  // Writes sample `sample`'s image and label into row `row` of `out`. The crop is drawn from
+  // the generator of the row's own `index`: a replacement (on_error="skip") crops with it too.
+  void ProduceRow(size_t row, int64_t index, int64_t sample, const BatchView& out, uint64_t seed,
+                  ImageWorker& worker) const {
+    std::byte* target = out.fields[0] + row * schema_.fields[0].SampleBytes();
+    uint8_t* image = set_->uint8_output() ? reinterpret_cast<uint8_t*>(target) : worker.chw.data();
+    Pcg32 rng(MixSeed(seed, static_cast<uint64_t>(index)));
+    Produce(sample, rng, worker, image);
+    if (!set_->uint8_output()) set_->ConvertImage(image, target);
+    const int64_t label = set_->list().labels[static_cast<size_t>(sample)];
+    std::memcpy(out.fields[1] + row * sizeof(int64_t), &label, sizeof(label));
+  }
+
   void Produce(int64_t sample, Pcg32& rng, ImageWorker& worker, uint8_t* image) const {
     const ImageOptions& o = set_->options();
     const int size = o.size;
@@ -271,90 +294,6 @@ std::string ImageSet::FilesIdentity() const {
     id += fmt::format("|{}:{}:{}", IdentityPath(p), bytes, mtime_ns);
   }
   return id;
-}
-
-namespace {
-
-// No image format packs more than a few bytes per pixel: a bigger file is refused before it
-// is read whole (max_pixels guards the decoded size the same way).
-uint64_t MaxImageFileBytes(const ImageOptions& options) {
-  return AddOrThrow(MulOrThrow(options.max_pixels, 8, "max_pixels"), 64 << 20, "max_pixels");
-}
-
-}  // namespace
-
-void ImageWorker::ReadFile(const ImageSet& set, const std::string& path) {
-  if (const auto it = fetched.find(path); it != fetched.end()) {
-    bytes = it->second;  // a copy: a padded batch may hold the sample twice
-    return;
-  }
-  const auto file = set.file_system().Open(path);
-  const uint64_t size = file->Size();
-  if (size > MaxImageFileBytes(set.options())) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{}: {} bytes, more than an image of max_pixels = {} can take; "
-                            "raise max_pixels to read it",
-                            path, size, set.options().max_pixels));
-  }
-  bytes.resize(size);
-  ReadFully(*file, 0, bytes.data(), bytes.size(), path);
-}
-
-void ImageWorker::Prefetch(const ImageSet& set, std::span<const int64_t> indices) {
-  fetched.clear();
-  if (indices.size() < 2) return;
-  const uint64_t limit = MaxImageFileBytes(set.options());
-  try {
-    std::vector<std::unique_ptr<File>> files;
-    std::vector<FileRead> reads;
-    for (const int64_t index : indices) {
-      const std::string& path = set.list().paths[static_cast<size_t>(index)];
-      if (fetched.contains(path)) continue;
-      auto file = set.file_system().Open(path);
-      if (file->BatchKey() == nullptr) {  // local files: read one by one, as they decode
-        fetched.clear();
-        return;
-      }
-      if (file->Size() > limit) continue;            // ReadFile refuses it, naming it
-      std::vector<uint8_t>& buffer = fetched[path];  // stays put as the map grows
-      buffer.resize(file->Size());
-      reads.push_back({file.get(), 0, buffer.data(), buffer.size()});
-      files.push_back(std::move(file));
-    }
-    ReadFiles(reads, "image");
-  } catch (const Error&) {
-    fetched.clear();
-  }
-}
-
-double DecodeOriented(const ImageSet& set, int64_t index, ImageWorker& worker,
-                      const std::function<DctScale(int, int)>& need, const CropRect* window,
-                      int* origin_x, int* origin_y) {
-  const std::string& path = set.list().paths[static_cast<size_t>(index)];
-  worker.ReadFile(set, path);
-  const ImageHeader header =
-      worker.decoder.ReadHeader(worker.bytes, path, set.options().max_pixels);
-  const int orientation = set.options().exif_orientation ? header.orientation : 1;
-  const bool swap = SwapsAxes(orientation);
-  DctScale scale = need(swap ? header.height : header.width, swap ? header.width : header.height);
-  if (header.format != ImageFormat::kJpeg || !set.options().dct_scaling) scale = {1, 1};
-  const double divisor = static_cast<double>(scale.denom) / scale.num;
-  if (origin_x != nullptr) *origin_x = 0;
-  if (origin_y != nullptr) *origin_y = 0;
-  if (window != nullptr && orientation == 1 && header.format == ImageFormat::kJpeg) {
-    // The resampler's taps stay in [floor(x0 / d), ceil(x1 / d)): that is the window.
-    worker.decoder.DecodeWindow(worker.bytes, header, scale,
-                                static_cast<int>(std::floor(window->x / divisor)),
-                                static_cast<int>(std::floor(window->y / divisor)),
-                                static_cast<int>(std::ceil((window->x + window->width) / divisor)),
-                                static_cast<int>(std::ceil((window->y + window->height) / divisor)),
-                                path, worker.decoded, *origin_x, *origin_y);
-  } else {
-    worker.decoder.Decode(worker.bytes, header, scale, path, worker.decoded);
-    ApplyOrientation(orientation, worker.decoded, worker.scratch);
-  }
-  if (!worker.decoder.warning().empty()) set.NoteDecodeWarning(path, worker.decoder.warning());
-  return divisor;
 }
 
 ImageCrop DrawCrop(int width, int height, const ImageOptions& options, Pcg32& rng) {

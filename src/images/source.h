@@ -78,7 +78,12 @@ class ImageWorker : public SourceWorkerState {
   // by one request's latency per image); ReadFile then takes their bytes from `fetched`. Local
   // files are left to ReadFile, and so is everything after a failure, so that the error names
   // its file and on_error applies to that sample alone.
-  void Prefetch(const ImageSet& set, std::span<const int64_t> indices);
+  // `on_fetched(path)`, where given, is called as each file's bytes are in `fetched`, while the
+  // batch's other files are still arriving, so that the caller decodes one as the others
+  // come in. Once Prefetch returns, `fetched` holds only files read whole (a failed read
+  // leaves the rest to ReadFile).
+  void Prefetch(const ImageSet& set, std::span<const int64_t> indices,
+                const std::function<void(const std::string&)>& on_fetched = nullptr);
   std::unordered_map<std::string, std::vector<uint8_t>> fetched;
 
   ImageDecoder decoder;

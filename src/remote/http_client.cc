@@ -150,8 +150,13 @@ struct Running {
 class HttpClient::RunLoop {
  public:
   RunLoop(const HttpClient& client, std::span<const HttpRequest> requests,
-          std::span<HttpResult> results)
-      : client_(client), handles_(Handles()), multi_(handles_.multi()), calls_(requests.size()) {
+          std::span<HttpResult> results, const std::function<void(size_t)>& on_done)
+      : client_(client),
+        handles_(Handles()),
+        multi_(handles_.multi()),
+        calls_(requests.size()),
+        on_done_(on_done) {
+    if (on_done_) ready_.reserve(requests.size());
     const Clock::time_point now = Clock::now();
     std::string last_host;
     HttpClient::Slots* last_slots = nullptr;
@@ -179,16 +184,25 @@ class HttpClient::RunLoop {
   }
 
   void Run() {
-    while (done_ < calls_.size()) {
+    while (done_ < calls_.size() || handed_ < ready_.size()) {
       const bool waiting_for_slot = StartDue();
+      bool finished_some = false;
+      if (active_ > 0) {
+        int running = 0;
+        curl_multi_perform(multi_, &running);
+        finished_some = Drain();
+      }
+      // One answer handed over per pass: the transfers move on between two (what arrived
+      // meanwhile is taken in, a freed slot starts the next request).
+      if (handed_ < ready_.size()) {
+        on_done_(ready_[handed_++]);
+        continue;
+      }
+      if (done_ == calls_.size()) break;
       if (active_ == 0) {
         std::this_thread::sleep_until(NextWake());
         continue;
       }
-      int running = 0;
-      curl_multi_perform(multi_, &running);
-      const bool finished_some = Drain();
-      if (done_ == calls_.size()) break;
       // A finished attempt freed its slot: the next request starts now, not after the poll.
       if (finished_some && waiting_for_slot) continue;
       // A slot freed by another thread wakes the poll; the bound is a second line of defence.
@@ -247,6 +261,7 @@ class HttpClient::RunLoop {
       if (c->transfer->FinishAttempt(code, Clock::now())) {
         c->done = true;
         ++done_;
+        if (on_done_) ready_.push_back(static_cast<size_t>(c - calls_.data()));
       }
     }
     return any;
@@ -281,10 +296,14 @@ class HttpClient::RunLoop {
   std::vector<Running> calls_;
   size_t active_ = 0;
   size_t done_ = 0;
+  const std::function<void(size_t)>& on_done_;
+  std::vector<size_t> ready_;  // done requests in the order they finished, for on_done_
+  size_t handed_ = 0;          // how many of ready_ on_done_ has had
 };
 
-void HttpClient::Run(std::span<const HttpRequest> requests, std::span<HttpResult> results) const {
-  RunLoop(*this, requests, results).Run();
+void HttpClient::Run(std::span<const HttpRequest> requests, std::span<HttpResult> results,
+                     const std::function<void(size_t)>& on_done) const {
+  RunLoop(*this, requests, results, on_done).Run();
 }
 
 }  // namespace gpufeed::remote

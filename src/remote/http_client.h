@@ -13,6 +13,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -86,7 +87,15 @@ class HttpClient {
   // Runs every request to its end, retries included, all in flight at once within the
   // per-host cap; results[i] is requests[i]'s. Errors are reported in the results, never
   // thrown (bad_alloc aside).
-  void Run(std::span<const HttpRequest> requests, std::span<HttpResult> results) const;
+  //
+  // `on_done(i)`, where given, is called on this thread as soon as request i is done (its
+  // result set, kOk or not), once per request, in the order they finish, before Run returns.
+  // The other requests stay in flight meanwhile (their bodies wait in the sockets), and
+  // between two calls Run sends what is due, so a caller that works on each answer (decodes
+  // an image) overlaps that work with the rest of the transfers. An exception from on_done
+  // stops every request still in flight and leaves Run.
+  void Run(std::span<const HttpRequest> requests, std::span<HttpResult> results,
+           const std::function<void(size_t)>& on_done = nullptr) const;
 
   const ClientOptions& options() const { return options_; }
   StatsRecorder& stats() const { return *stats_; }

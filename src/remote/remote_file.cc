@@ -99,25 +99,42 @@ void RemoteFile::Fetch(std::span<const Piece> pieces) const {
   }
 }
 
-void RemoteFile::ReadBatch(std::span<const FileRead> reads, const std::string& what) const {
+void RemoteFile::ReadBatch(std::span<const FileRead> reads, const std::string& what,
+                           const std::function<void(size_t)>& on_done) const {
   std::vector<HttpRequest> requests;
-  std::vector<const RemoteFile*> files;
+  std::vector<size_t> read_of;  // request -> index in `reads`
+  std::vector<size_t> empty;    // reads of no bytes: complete before any request
   requests.reserve(reads.size());
-  for (const FileRead& read : reads) {
+  read_of.reserve(reads.size());
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const FileRead& read = reads[i];
     const auto* file = static_cast<const RemoteFile*>(read.file);
     // Reads past the end are ReadFully's error: named the same way as for a local file.
     if (read.offset > file->Size() || read.n > file->Size() - read.offset) {
       ReadFully(*file, read.offset, read.buf, read.n, what);
     }
-    if (read.n == 0) continue;
+    if (read.n == 0) {
+      empty.push_back(i);
+      continue;
+    }
     requests.push_back(file->RangeRequest(read.offset, read.n, static_cast<char*>(read.buf)));
-    files.push_back(file);
+    read_of.push_back(i);
+  }
+  if (on_done) {
+    for (const size_t i : empty) on_done(i);
   }
   std::vector<HttpResult> results(requests.size());
-  store_->client().Run(requests, results);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (results[i].outcome != Outcome::kOk) {
-      files[i]->RaiseFailed(requests[i].begin, requests[i].length, results[i]);
+  std::function<void(size_t)> request_done;
+  if (on_done) {
+    request_done = [&](size_t r) {
+      if (results[r].outcome == Outcome::kOk) on_done(read_of[r]);
+    };
+  }
+  store_->client().Run(requests, results, request_done);
+  for (size_t r = 0; r < requests.size(); ++r) {
+    if (results[r].outcome != Outcome::kOk) {
+      static_cast<const RemoteFile*>(reads[read_of[r]].file)
+          ->RaiseFailed(requests[r].begin, requests[r].length, results[r]);
     }
   }
 }

@@ -46,9 +46,11 @@ class RemoteFile final : public File {
   size_t ReadAt(uint64_t offset, void* buf, size_t n) const override;
   const std::byte* Map() const override { return nullptr; }
   void ReadMany(std::span<const ReadRange> ranges, const std::string& what) const override;
-  // The files of one store are read together: every read of a batch in flight at once.
+  // The files of one store are read together: every read of a batch in flight at once, each
+  // handed to `on_done` as its answer is complete.
   const void* BatchKey() const override { return store_.get(); }
-  void ReadBatch(std::span<const FileRead> reads, const std::string& what) const override;
+  void ReadBatch(std::span<const FileRead> reads, const std::string& what,
+                 const std::function<void(size_t)>& on_done) const override;
 
  private:
   // Reads every [offset, offset + length) into its buffer, all in flight at once.

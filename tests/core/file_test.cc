@@ -179,6 +179,68 @@ TEST_F(FileTest, ReadFullyReadsExactlyOrSaysWhereTheFileEnds) {
   EXPECT_THAT(message, HasSubstr("offset 40"));
 }
 
+// A local file that says it can be read together with the other GroupedFiles (BatchKey), so
+// that ReadFiles hands them to File's default ReadBatch.
+class GroupedFile final : public File {
+ public:
+  explicit GroupedFile(std::unique_ptr<File> local) : local_(std::move(local)) {}
+  const std::string& path() const override { return local_->path(); }
+  uint64_t Size() const override { return local_->Size(); }
+  size_t ReadAt(uint64_t offset, void* buf, size_t n) const override {
+    return local_->ReadAt(offset, buf, n);
+  }
+  const std::byte* Map() const override { return nullptr; }
+  const void* BatchKey() const override {
+    static const int key = 0;
+    return &key;
+  }
+
+ private:
+  std::unique_ptr<File> local_;
+};
+
+TEST_F(FileTest, ReadFilesHandsOverEachReadAsItCompletesAndRaisesTheFirstFailureAfter) {
+  const std::string a = Pattern(100), b = Pattern(300), c = Pattern(50), d = Pattern(200);
+  const auto fs = PosixFileSystem();
+  GroupedFile fa(fs->Open(Write("a", a)));
+  const auto fb = fs->Open(Write("b", b));  // not grouped: read on its own
+  GroupedFile fc(fs->Open(Write("c", c)));
+  GroupedFile fd(fs->Open(Write("d", d)));
+  std::vector<std::string> got(4);
+  got[0].resize(a.size());
+  got[1].resize(b.size());
+  got[2].resize(c.size() + 1);  // past its end: fails
+  got[3].resize(d.size());
+  const std::vector<FileRead> reads = {{&fa, 0, got[0].data(), got[0].size()},
+                                       {fb.get(), 0, got[1].data(), got[1].size()},
+                                       {&fc, 0, got[2].data(), got[2].size()},
+                                       {&fd, 0, got[3].data(), got[3].size()}};
+  std::vector<size_t> handed;
+  std::string message;
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  ReadFiles(reads, "part", [&](size_t i) {
+                    handed.push_back(i);
+                    EXPECT_EQ(got[i], (std::vector<std::string>{a, b, c, d}[i]));
+                  });
+                },
+                &message),
+            ErrorCode::kCorruptData);
+  EXPECT_THAT(message, HasSubstr(dir_ + "/c: part"));
+  // The group {a, c, d} is read first; d is read and handed over although c failed; b, in a
+  // group after the failed one, is not read.
+  EXPECT_EQ(handed, (std::vector<size_t>{0, 3}));
+
+  handed.clear();
+  got[2].resize(c.size());
+  const std::vector<FileRead> good = {{&fa, 0, got[0].data(), got[0].size()},
+                                      {fb.get(), 0, got[1].data(), got[1].size()},
+                                      {&fc, 0, got[2].data(), got[2].size()}};
+  ReadFiles(good, "part", [&](size_t i) { handed.push_back(i); });
+  EXPECT_EQ(handed, (std::vector<size_t>{0, 2, 1}));
+  EXPECT_EQ(got[2], c);
+}
+
 TEST_F(FileTest, FaultFileNeverMaps) {
   FaultInjectingFileSystem fs(PosixFileSystem());
   const auto file = fs.Open(Write("f.bin", Pattern(10)));

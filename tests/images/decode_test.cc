@@ -314,6 +314,30 @@ TEST(ImageResampleTest, SameSizeIsTheIdentityAndSolidStaysSolid) {
   for (uint8_t v : out.pixels) ASSERT_EQ(v, 77);
 }
 
+TEST(ImageResampleTest, SameSizeWindowOfAnOffsetRegionIsItsPixelsChannelsFirst) {
+  // A center crop of an image already at the resize size: the region (an integer offset into
+  // the image) is as large as the full output, so each output pixel is its input pixel.
+  RgbImage in{30, 20, Pattern(30, 20, 3)};
+  ResampleScratch scratch;
+  const int w = 9, h = 7, left = 4, top = 3, rx = 5, ry = 2;
+  for (const bool flip : {false, true}) {
+    std::vector<uint8_t> chw(static_cast<size_t>(3 * w * h));
+    ResampleToChw(View(in), {rx, ry, rx + 20.0, ry + 15.0}, {20, 15, left, top, w, h}, flip,
+                  chw.data(), scratch);
+    for (int c = 0; c < 3; ++c) {
+      for (int y = 0; y < h; ++y) {
+        for (int x = 0; x < w; ++x) {
+          const int sx = rx + left + (flip ? w - 1 - x : x);
+          const int sy = ry + top + y;
+          ASSERT_EQ(chw[static_cast<size_t>((c * h + y) * w + x)],
+                    in.pixels[static_cast<size_t>((sy * 30 + sx) * 3 + c)])
+              << "flip " << flip << " c " << c << " y " << y << " x " << x;
+        }
+      }
+    }
+  }
+}
+
 TEST(ImageResampleTest, HalvingAveragesPairsAndCropKeepsTapsInside) {
   // Columns alternate 0 and 200: halving averages them (antialiasing), where a filter
   // without support scaling would pick 0 or 200.

@@ -1,7 +1,9 @@
 // An HTTP/1.1 server on 127.0.0.1 for remote tests: each connection carries one request,
-// whose head the handler turns into the whole reply (Connection: close). It records every
-// request head. The destructor stops it and joins its thread.
-// Thread-safety: requests() may be called from any thread.
+// whose head the handler turns into the whole reply (Connection: close). Each connection is
+// served on a thread of its own, so a handler may hold one reply back while others are
+// answered. It records every request head. The destructor stops it and joins its threads.
+// Thread-safety: requests() may be called from any thread; the handler is called from many
+// threads at once.
 #pragma once
 
 #include <netinet/in.h>
@@ -50,29 +52,35 @@ class HttpTestServer {
   void Serve() {
     for (;;) {
       const int fd = ::accept(listen_, nullptr, nullptr);
-      if (fd < 0) return;
-      std::string request;
-      char buf[4096];
-      while (request.find("\r\n\r\n") == std::string::npos) {
-        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-        if (n <= 0) break;
-        request.append(buf, static_cast<size_t>(n));
-      }
-      request = request.substr(0, request.find("\r\n\r\n") + 2);
-      {
-        std::lock_guard lock(mu_);
-        requests_.push_back(request);
-      }
-      const std::string reply = handler_(request);
-      ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
-      ::close(fd);
+      if (fd < 0) break;
+      connections_.emplace_back([this, fd] { Answer(fd); });
     }
+    for (std::thread& t : connections_) t.join();
+  }
+
+  void Answer(int fd) {
+    std::string request;
+    char buf[4096];
+    while (request.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      request.append(buf, static_cast<size_t>(n));
+    }
+    request = request.substr(0, request.find("\r\n\r\n") + 2);
+    {
+      std::lock_guard lock(mu_);
+      requests_.push_back(request);
+    }
+    const std::string reply = handler_(request);
+    ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+    ::close(fd);
   }
 
   Handler handler_;
   int listen_ = -1;
   int port_ = 0;
   std::thread thread_;
+  std::vector<std::thread> connections_;  // only the serving thread touches it
   mutable std::mutex mu_;
   std::vector<std::string> requests_;
 };
