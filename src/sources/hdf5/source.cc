@@ -201,23 +201,7 @@ class Hdf5Source final : public Source {
       if (part.readers[f]->PlansPieces()) planned.push_back(f);
     }
     if (planned.size() > 1) {
-      std::vector<ReadRange> ranges;
-      for (size_t f : planned) {
-        targets_of(f, ws.targets);
-        part.readers[f]->PlanPieces(ws.targets, ws.plans[f], ws.scratch);
-        ranges.insert(ranges.end(), ws.plans[f].ranges.begin(), ws.plans[f].ranges.end());
-      }
-      bool read = true;
-      try {
-        part.file->ReadMany(ranges, "chunk data");
-      } catch (const Error&) {
-        read = false;  // each field reads again below, its error naming the chunk and sample
-      }
-      if (read) {
-        for (size_t f : planned) part.readers[f]->FinishPieces(ws.plans[f], ws.scratch);
-      } else {
-        planned.clear();
-      }
+      if (!ReadPlanned(part, planned, targets_of, ws)) planned.clear();
     } else {
       planned.clear();
     }
@@ -228,6 +212,39 @@ class Hdf5Source final : public Source {
     }
   }
 
+  // The planned fields' pieces with one ReadMany. False when it failed: every claim of the
+  // plans is then abandoned, and each field reads again, its error naming the chunk and sample.
+  template <class TargetsOf>
+  bool ReadPlanned(const Hdf5FilePart& part, const std::vector<size_t>& planned,
+                   const TargetsOf& targets_of, Hdf5WorkerState& ws) const {
+    bool read = false;
+    try {
+      std::vector<ReadRange> ranges;
+      for (size_t f : planned) {
+        targets_of(f, ws.targets);
+        part.readers[f]->PlanPieces(ws.targets, ws.plans[f], ws.scratch);
+        ranges.insert(ranges.end(), ws.plans[f].ranges.begin(), ws.plans[f].ranges.end());
+      }
+      try {
+        part.file->ReadMany(ranges, "chunk data");
+        read = true;
+      } catch (const Error&) {
+      }
+      if (read) {
+        // Every field's own fetches end before any field waits for another worker's.
+        for (size_t f : planned) part.readers[f]->PlacePieces(ws.plans[f], ws.scratch);
+        for (size_t f : planned) part.readers[f]->FinishPieces(ws.plans[f], ws.scratch);
+      }
+    } catch (...) {
+      for (size_t f : planned) Hdf5DatasetReader::DropPieces(ws.plans[f]);
+      throw;
+    }
+    if (!read) {
+      for (size_t f : planned) Hdf5DatasetReader::DropPieces(ws.plans[f]);
+    }
+    return read;
+  }
+
   Hdf5Counters counters() const {
     Hdf5Counters c;
     c.chunks_decoded = chunks_decoded_.load(std::memory_order_relaxed);
@@ -235,6 +252,7 @@ class Hdf5Source final : public Source {
     c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
     c.library_reads = library_reads_.load(std::memory_order_relaxed);
     c.chunk_cache_bytes = chunk_cache_->capacity();
+    c.chunk_fetch_waits = chunk_cache_->fetch_waits();
     return c;
   }
 
