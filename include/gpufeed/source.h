@@ -115,6 +115,14 @@ class Source {
                           SourceWorkerState* state, uint64_t /*seed*/) const {
     Read(indices, out, state);
   }
+
+  // Samples a later batch will read, told before the next Read with `state`: a source whose
+  // reads cost a round trip may fetch what they will need along with that Read's own requests
+  // (the HDF5 source fetches the whole chunks of a remote object they read most of), so that
+  // requests stay in flight while batches that need none are built. A hint: what any Read
+  // returns never depends on it. Default: ignored.
+  virtual void ReadAhead(std::span<const int64_t> /*indices*/, SourceWorkerState* /*state*/) const {
+  }
 };
 
 // The checks every Source::Read makes first: one row per index, one pointer per field

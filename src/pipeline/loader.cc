@@ -373,8 +373,8 @@ class Loader::Impl {
         const auto [epoch, batch] = Position(*seq);
         const auto order = orders_.Of(epoch);
         const int64_t runqueue_before = ThreadRunqueueNs();
-        BuiltBatch built =
-            builder_.Build(epoch, batch, sampler_.BatchOf(*order, batch), worker, stopping);
+        BuiltBatch built = builder_.Build(epoch, batch, sampler_.BatchOf(*order, batch), worker,
+                                          stopping, Ahead(*seq, epoch, *order));
         if (!built.buffer) return;  // stopped while waiting for a buffer
         const auto groups = sampler_.GroupsOf(*order, batch);
         built.groups.assign(groups.begin(), groups.end());
@@ -391,6 +391,19 @@ class Loader::Impl {
         return;
       }
     }
+  }
+
+  // The samples of a later batch, for the source to start fetching now (Source::ReadAhead):
+  // under block shuffle the first batch of a window needs its chunks and the next ones none,
+  // and fetched only when their batch started, requests went out in bursts. The batch claimed
+  // now may lie workers + prefetch batches ahead of the consumer; the hint lies as far again
+  // beyond it, so that its fetch has the time the loader takes to build that many batches.
+  // Empty past the epoch of `seq` (its plan may not be made yet).
+  std::vector<int64_t> Ahead(int64_t seq, int64_t epoch, const EpochPlan& order) const {
+    const int64_t span = queue_.workers() + queue_.prefetch();
+    const auto [ahead_epoch, ahead_batch] = Position(seq + 2 * span);
+    if (ahead_epoch != epoch) return {};
+    return sampler_.BatchOf(order, ahead_batch);
   }
 
   // The epoch and batch that run sequence number `seq` stands for. The run's first epoch may be

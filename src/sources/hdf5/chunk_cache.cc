@@ -165,12 +165,23 @@ ChunkLookup SharedChunkCache::Lookup(int view, uint64_t key, bool claim) {
     found.pending = it->second;
     return found;
   }
-  if (!claim) return found;
-  found.fetch.cache_ = shared_from_this();
-  found.fetch.view_ = view;
-  found.fetch.key_ = key;
-  pending_.emplace(key, found.fetch.promise_.get_future().share());
+  if (claim) found.fetch = ClaimLocked(view, key);
   return found;
+}
+
+ChunkFetch SharedChunkCache::Claim(int view, uint64_t key) {
+  std::lock_guard lock(mu_);
+  if (index_.count(key) != 0 || pending_.count(key) != 0) return {};
+  return ClaimLocked(view, key);
+}
+
+ChunkFetch SharedChunkCache::ClaimLocked(int view, uint64_t key) {
+  ChunkFetch fetch;
+  fetch.cache_ = shared_from_this();
+  fetch.view_ = view;
+  fetch.key_ = key;
+  pending_.emplace(key, fetch.promise_.get_future().share());
+  return fetch;
 }
 
 void SharedChunkCache::EndFetch(int view, uint64_t key, Buffer chunk) {

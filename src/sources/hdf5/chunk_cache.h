@@ -134,6 +134,9 @@ class SharedChunkCache : public std::enable_shared_from_this<SharedChunkCache> {
   Buffer Find(int view, uint64_t key);
   void Insert(int view, uint64_t key, Buffer chunk);
   ChunkLookup Lookup(int view, uint64_t key, bool claim);
+  ChunkFetch Claim(int view, uint64_t key);
+  // A claim of `key` for `view`. REQUIRES: mu_ held, `key` neither held nor pending.
+  ChunkFetch ClaimLocked(int view, uint64_t key);
   // Ends a claimed fetch: `chunk` kept (as Insert), or none (null). The chunk is held, or no
   // longer pending, in one step, so that no lookup finds neither and fetches it again.
   void EndFetch(int view, uint64_t key, Buffer chunk);
@@ -190,6 +193,9 @@ class DecodedChunkCache {
   // chunk and then finishes or abandons the claim. The caller waits for a pending fetch only
   // once it holds no unfinished claim (see above).
   ChunkLookup Lookup(uint64_t key, bool claim) { return shared_->Lookup(view_, key, claim); }
+  // The fetch of `key` claimed for the caller when the chunk is neither held nor being
+  // fetched; else none (a read ahead passes such a chunk by).
+  ChunkFetch Claim(uint64_t key) { return shared_->Claim(view_, key); }
   // Whether a chunk of `bytes` would be kept.
   bool Fits(size_t bytes) const { return bytes <= capacity(); }
   size_t capacity() const { return shared_->capacity(); }

@@ -84,6 +84,16 @@ struct Hdf5PiecePlan {
   uint64_t bytes = 0;
 };
 
+// Whole chunks a later batch will read, claimed for one ReadMany (Hdf5DatasetReader::ClaimAhead):
+// once read, each goes to the chunk cache and to the workers waiting for it; dropped unread,
+// its claims are abandoned.
+struct Hdf5ReadAhead {
+  std::vector<ReadRange> ranges;
+  std::vector<std::shared_ptr<ChunkBytes>> buffers;  // by range
+  std::vector<ChunkFetch> fetches;                   // by range
+  uint64_t bytes = 0;
+};
+
 class Hdf5DatasetReader {
  public:
   // `cache_tag` distinguishes this reader's chunks in a shared DecodedChunkCache.
@@ -112,6 +122,11 @@ class Hdf5DatasetReader {
   // After PlacePieces: the rows of chunks other workers fetched copied once they arrive (read
   // here when their fetch failed), then the rest of Read (byte order, checks).
   void FinishPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
+  // Claims the whole chunks `rows` (a later batch's; dst unused) will read that no worker holds
+  // or fetches, into `ahead`, while its bytes stay within `max_bytes`.
+  // REQUIRES: KeepsChunks(), rows sorted by `local`.
+  void ClaimAhead(std::span<const Hdf5RowTarget> rows, DecodedChunkCache& cache, uint64_t max_bytes,
+                  Hdf5ReadAhead& ahead) const;
   // When the plan's ranges were not read: its claims abandoned (the workers waiting for them
   // read the chunks themselves) and its waits dropped.
   static void DropPieces(Hdf5PiecePlan& plan);
@@ -140,7 +155,7 @@ class Hdf5DatasetReader {
   // Whether the stored chunk `linear`, which `rows` (of one chunk row) read from, is fetched
   // whole and kept rather than read piece by piece.
   bool ReadsChunkWhole(std::span<const Hdf5RowTarget> rows, size_t linear,
-                       const Hdf5ReadScratch& scratch) const;
+                       const DecodedChunkCache& cache) const;
   // The pieces of `rows` in column `col` copied out of that chunk's bytes.
   void CopyChunkRows(const std::byte* chunk, std::span<const Hdf5RowTarget> rows, size_t col) const;
   // Each of `rows`' pieces of stored chunk `linear` (column `col`) read alone, an error naming

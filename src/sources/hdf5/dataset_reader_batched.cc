@@ -144,14 +144,14 @@ std::span<const std::byte> Hdf5DatasetReader::FetchedChunk(size_t linear,
 }
 
 bool Hdf5DatasetReader::ReadsChunkWhole(std::span<const Hdf5RowTarget> rows, size_t linear,
-                                        const Hdf5ReadScratch& scratch) const {
+                                        const DecodedChunkCache& cache) const {
   const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
   const int64_t per_chunk = geometry_.samples_per_chunk();
   // At least an 8th of the chunk's rows, spanning 3/4 of it: their pieces' merged request
   // reads about as much (a few rows far apart are read alone, not with the chunk).
   const auto count = static_cast<int64_t>(rows.size());
   const int64_t span = rows.back().local - rows.front().local + 1;
-  return keeps_chunks_ && e.size == ds_.ChunkBytes() && scratch.cache.Fits(e.size) &&
+  return keeps_chunks_ && e.size == ds_.ChunkBytes() && cache.Fits(e.size) &&
          8 * count >= per_chunk && 4 * span >= 3 * per_chunk;
 }
 
@@ -198,7 +198,7 @@ void Hdf5DatasetReader::PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5Piec
         // A chunk another worker is fetching is waited for, even by a batch reading a few of
         // its rows: its bytes are on their way, and asking again only adds requests.
         ChunkLookup look = scratch.cache.Lookup((uint64_t{cache_tag_} << 40) | linear,
-                                                ReadsChunkWhole(group, linear, scratch));
+                                                ReadsChunkWhole(group, linear, scratch.cache));
         if (look.held) {
           ++scratch.counters.chunk_cache_hits;
           CopyChunkRows(look.held->data(), group, col);
@@ -254,10 +254,38 @@ void Hdf5DatasetReader::PlaceReadPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& sc
     }
   }
   for (Hdf5PiecePlan::Whole& w : plan.whole) {
-    CopyChunkRows(w.bytes->data(), std::span(plan.rows).subspan(w.first, w.end - w.first), w.col);
+    if (w.end > w.first) {  // else read ahead for a later batch
+      CopyChunkRows(w.bytes->data(), std::span(plan.rows).subspan(w.first, w.end - w.first), w.col);
+    }
     w.fetch.Finish(std::move(w.bytes));  // kept, and handed to the workers waiting for it
   }
   plan.whole.clear();
+}
+
+void Hdf5DatasetReader::ClaimAhead(std::span<const Hdf5RowTarget> rows, DecodedChunkCache& cache,
+                                   uint64_t max_bytes, Hdf5ReadAhead& ahead) const {
+  const int64_t per_chunk = geometry_.samples_per_chunk();
+  const size_t columns = geometry_.columns();
+  for (size_t k = 0; k < rows.size();) {
+    const int64_t chunk_row = rows[k].local / per_chunk;
+    size_t end = k + 1;
+    while (end < rows.size() && rows[end].local / per_chunk == chunk_row) ++end;
+    const auto group = rows.subspan(k, end - k);
+    k = end;
+    for (size_t col = 0; col < columns; ++col) {
+      const size_t linear = static_cast<size_t>(chunk_row) * columns + col;
+      const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
+      if (e.size == 0 || !ReadsChunkWhole(group, linear, cache)) continue;
+      if (ahead.bytes + e.size > max_bytes) return;
+      ChunkFetch fetch = cache.Claim((uint64_t{cache_tag_} << 40) | linear);
+      if (!fetch) continue;  // held, or being fetched
+      ahead.bytes += e.size;
+      ahead.buffers.push_back(cache.NewBuffer(e.size));
+      ahead.ranges.push_back(
+          {e.address, ahead.buffers.back()->data(), static_cast<size_t>(e.size)});
+      ahead.fetches.push_back(std::move(fetch));
+    }
+  }
 }
 
 void Hdf5DatasetReader::AwaitPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {

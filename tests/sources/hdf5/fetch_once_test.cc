@@ -11,6 +11,7 @@
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <span>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -199,7 +200,8 @@ TEST(Hdf5FetchOnceTest, TwoWorkersUnderBlockShuffleReadNoRangeTwice) {
   auto fs = std::make_shared<GatedFiles>();
   auto source = OpenHdf5({files->File("userblock")}, {"c"}, {.file_system = fs});
   const std::string expected = files->Expected("userblock", "c");
-  // Two workers taking an epoch's batches in turn, as a loader's do, in a block-shuffled
+  // Two workers taking an epoch's batches in turn, as a loader's do (each told a batch three
+  // ahead, to fetch its chunks on the source's prefetch threads), in a block-shuffled
   // order (blocks of a chunk's 8 rows shuffled, then rows shuffled within windows of 4
   // blocks): batches of 16, so two batches at once often share chunks.
   std::vector<int64_t> blocks((source->size() + 7) / 8);
@@ -227,6 +229,9 @@ TEST(Hdf5FetchOnceTest, TwoWorkersUnderBlockShuffleReadNoRangeTwice) {
           order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), b * 16 + 16)));
       got[b].resize(idx.size() * kRowBytes);
       BatchView view{{got[b].data()}, static_cast<int64_t>(idx.size())};
+      if (b + 3 < got.size()) {  // as a loader tells it: a later batch's samples
+        source->ReadAhead(std::span(order).subspan((b + 3) * 16, 16), state.get());
+      }
       source->Read(idx, view, state.get());
     }
   };
@@ -243,6 +248,50 @@ TEST(Hdf5FetchOnceTest, TwoWorkersUnderBlockShuffleReadNoRangeTwice) {
   for (const auto& [range, times] : fs->state().ranges) {
     EXPECT_EQ(times, 1) << "offset " << range.first << ", " << range.second << " bytes";
   }
+}
+
+// The chunks a later batch reads whole are fetched on the source's threads once told
+// (ReadAhead), and that batch, whether their fetch has ended or not, sends no request of its
+// own for them.
+TEST(Hdf5FetchOnceTest, ALaterBatchsChunksAreFetchedOnceWhenToldAhead) {
+  GPUFEED_REQUIRE_HDF5_FILES(files);
+  auto fs = std::make_shared<GatedFiles>();
+  auto source = OpenHdf5({files->File("userblock")}, {"c"}, {.file_system = fs});
+  const std::string expected = files->Expected("userblock", "c");
+  const std::vector<int64_t> now = {3, 0, 1, 2, 7, 4, 5, 6};          // chunk 0
+  const std::vector<int64_t> later = {15, 9, 10, 11, 12, 13, 14, 8};  // chunk 1
+  auto state = source->NewWorkerState();
+  source->ReadAhead(later, state.get());
+  std::vector<std::byte> rows(now.size() * kRowBytes);
+  BatchView view{{rows.data()}, static_cast<int64_t>(now.size())};
+  source->Read(now, view, state.get());
+  EXPECT_EQ(rows, Expected(expected, now));
+  EXPECT_EQ(ReadRows(*source, later), Expected(expected, later));
+  std::lock_guard lock(fs->state().mu);
+  ASSERT_EQ(fs->state().ranges.size(), 2u);  // chunks 0 and 1, whole, once each
+  for (const auto& [range, times] : fs->state().ranges) {
+    EXPECT_EQ(range.second, 8u * kRowBytes);
+    EXPECT_EQ(times, 1);
+  }
+}
+
+// A fetch told ahead that fails hands nothing on: the batch reads its rows itself.
+TEST(Hdf5FetchOnceTest, AFailedFetchAheadLeavesTheBatchToReadItsRows) {
+  GPUFEED_REQUIRE_HDF5_FILES(files);
+  const std::string expected = files->Expected("userblock", "c");
+  const std::vector<int64_t> later = {15, 9, 10, 11, 12, 13, 14, 8};  // chunk 1
+  uint64_t chunk_at = 0;
+  {
+    auto probe = std::make_shared<GatedFiles>();
+    ReadRows(*OpenHdf5({files->File("userblock")}, {"c"}, {.file_system = probe}), later);
+    ASSERT_EQ(probe->state().ranges.size(), 1u);
+    chunk_at = probe->state().ranges.begin()->first.first;
+  }
+  auto fs = std::make_shared<GatedFiles>();
+  auto source = OpenHdf5({files->File("userblock")}, {"c"}, {.file_system = fs});
+  fs->state().fail_at = chunk_at;  // fails once: the fetch told ahead
+  source->ReadAhead(later, source->NewWorkerState().get());
+  EXPECT_EQ(ReadRows(*source, later), Expected(expected, later));
 }
 
 }  // namespace
