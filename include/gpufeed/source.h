@@ -123,6 +123,9 @@ class Source {
   // returns never depends on it. Default: ignored.
   virtual void ReadAhead(std::span<const int64_t> /*indices*/, SourceWorkerState* /*state*/) const {
   }
+  // Whether ReadAhead does anything, so a loader plans later batches' samples only for a source
+  // that uses them. Default: false.
+  virtual bool ReadsAhead() const { return false; }
 };
 
 // The checks every Source::Read makes first: one row per index, one pointer per field

@@ -41,6 +41,7 @@ class DeferredCachedSource final : public Source {
             SourceWorkerState* state) const override;
   // To the base while it serves the reads.
   void ReadAhead(std::span<const int64_t> indices, SourceWorkerState* state) const override;
+  bool ReadsAhead() const override { return base_->ReadsAhead(); }
 
   const Source& base() const { return *base_; }
 

@@ -398,8 +398,10 @@ class Loader::Impl {
   // and fetched only when their batch started, requests went out in bursts. The batch claimed
   // now may lie workers + prefetch batches ahead of the consumer; the hint lies as far again
   // beyond it, so that its fetch has the time the loader takes to build that many batches.
-  // Empty past the epoch of `seq` (its plan may not be made yet).
+  // Empty past the epoch of `seq` (its plan may not be made yet), and for a source that does
+  // not read ahead.
   std::vector<int64_t> Ahead(int64_t seq, int64_t epoch, const EpochPlan& order) const {
+    if (!reads_ahead_) return {};
     const int64_t span = queue_.workers() + queue_.prefetch();
     const auto [ahead_epoch, ahead_batch] = Position(seq + 2 * span);
     if (ahead_epoch != epoch) return {};
@@ -416,6 +418,7 @@ class Loader::Impl {
   }
 
   const std::shared_ptr<Source> source_;
+  const bool reads_ahead_ = source_ != nullptr && source_->ReadsAhead();
   const bool prefetch_defaulted_;  // LoaderOptions::prefetch was 0: DefaultPrefetch decides
   LoaderOptions options_;          // resolved in the constructor, then only read
   const Sampler sampler_;

@@ -157,6 +157,7 @@ class Hdf5Source final : public Source {
   // windows' fetches out, mostly one). Bounded: the chunks claimed ahead and not yet read
   // stay within half the chunk cache, so that a chunk fetched ahead is still held when its
   // batch comes; at most kPrefetchThreads fetches run at once.
+  bool ReadsAhead() const override { return keeps_chunks_; }
   void ReadAhead(std::span<const int64_t> indices, SourceWorkerState* state) const override {
     auto* ws = dynamic_cast<Hdf5WorkerState*>(state);
     if (ws == nullptr || !keeps_chunks_ || indices.empty()) return;
