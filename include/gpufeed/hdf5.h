@@ -48,6 +48,9 @@ struct Hdf5Counters {
   int64_t bytes_read = 0;        // bytes read from the files on the hot path
   int64_t library_reads = 0;     // samples read through H5Dread (unsupported filters)
   size_t chunk_cache_bytes = 0;  // the decoded-chunk budget in force (options resolved)
+  // Chunk uses that found the chunk being fetched by another worker and waited for that fetch
+  // instead of fetching it again (a remote object's whole chunks; counted as they happen).
+  int64_t chunk_fetch_waits = 0;
 };
 
 // Opens `datasets` (paths inside the file, with groups: "mel", "/train/mel") of every file in

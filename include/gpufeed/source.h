@@ -115,6 +115,17 @@ class Source {
                           SourceWorkerState* state, uint64_t /*seed*/) const {
     Read(indices, out, state);
   }
+
+  // Samples a later batch will read, told before the next Read with `state`: a source whose
+  // reads cost a round trip may fetch what they will need along with that Read's own requests
+  // (the HDF5 source fetches the whole chunks of a remote object they read most of), so that
+  // requests stay in flight while batches that need none are built. A hint: what any Read
+  // returns never depends on it. Default: ignored.
+  virtual void ReadAhead(std::span<const int64_t> /*indices*/, SourceWorkerState* /*state*/) const {
+  }
+  // Whether ReadAhead does anything, so a loader plans later batches' samples only for a source
+  // that uses them. Default: false.
+  virtual bool ReadsAhead() const { return false; }
 };
 
 // The checks every Source::Read makes first: one row per index, one pointer per field

@@ -60,6 +60,14 @@ std::unique_ptr<SourceWorkerState> DeferredCachedSource::NewWorkerState() const 
   return state;
 }
 
+void DeferredCachedSource::ReadAhead(std::span<const int64_t> indices,
+                                     SourceWorkerState* state) const {
+  auto* worker = static_cast<DeferredWorker*>(state);
+  if (worker != nullptr && cached_.load(std::memory_order_acquire) == nullptr) {
+    base_->ReadAhead(indices, worker->base.get());
+  }
+}
+
 void DeferredCachedSource::Read(std::span<const int64_t> indices, const BatchView& out,
                                 SourceWorkerState* state) const {
   auto* worker = static_cast<DeferredWorker*>(state);

@@ -39,6 +39,9 @@ class DeferredCachedSource final : public Source {
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override;
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override;
+  // To the base while it serves the reads.
+  void ReadAhead(std::span<const int64_t> indices, SourceWorkerState* state) const override;
+  bool ReadsAhead() const override { return base_->ReadsAhead(); }
 
   const Source& base() const { return *base_; }
 

@@ -113,7 +113,8 @@ void BatchBuilder::CheckBufferFitsInRam() const {
 }
 
 BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int64_t> indices,
-                               int worker, const std::function<bool()>& stopping) {
+                               int worker, const std::function<bool()>& stopping,
+                               std::span<const int64_t> ahead) {
   BuiltBatch built;
   built.epoch = epoch;
   built.batch = batch;
@@ -139,7 +140,7 @@ BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int
   // Staging buffers are held only from read to copy completion, so waiting for one is
   // waiting for earlier copies: it counts as copy time (slow copies show up here).
   (staging_pool_ ? built.timing.copy_ns : built.timing.buffer_wait_ns) = SteadyNowNs() - t0;
-  ReadAndTransform(built, host.data(), worker);
+  ReadAndTransform(built, host.data(), worker, ahead);
   if (staging_pool_) {
     CopyToDevice(built, std::move(host), stopping);
     if (!built.buffer) return built;
@@ -150,13 +151,16 @@ BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int
   return built;
 }
 
-void BatchBuilder::ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker) {
+void BatchBuilder::ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker,
+                                    std::span<const int64_t> ahead) {
   const DecodeTally before = ThreadDecodeTally();
   const int64_t t1 = SteadyNowNs();
   BatchView view = layout_.View(buffer, built.timing.rows);
   {
     NvtxRange range("gpufeed.read");
-    source_->ReadSeeded(built.indices, view, worker_states_[static_cast<size_t>(worker)].get(),
+    SourceWorkerState* state = worker_states_[static_cast<size_t>(worker)].get();
+    if (!ahead.empty()) source_->ReadAhead(ahead, state);
+    source_->ReadSeeded(built.indices, view, state,
                         MixSeed(seed_, static_cast<uint64_t>(built.epoch)));
   }
   const int64_t t2 = SteadyNowNs();

@@ -21,8 +21,8 @@
 #include <span>
 #include <vector>
 
-#include "device/buffer_pool.h"
 #include "core/thread_annotations.h"
+#include "device/buffer_pool.h"
 #include "gpufeed/batch.h"
 #include "gpufeed/loader_stats.h"
 #include "gpufeed/source.h"
@@ -69,11 +69,12 @@ class BatchBuilder {
   // what allocation throws.
   void Prepare(const Capacity& capacity);
 
-  // Builds batch `batch` of `epoch` from samples `indices` on worker `worker`. Returns a
-  // BuiltBatch without a buffer when `stopping()` turned true while it waited for one.
+  // Builds batch `batch` of `epoch` from samples `indices` on worker `worker`; `ahead`, the
+  // samples of a later batch, is the source's hint (Source::ReadAhead). Returns a BuiltBatch
+  // without a buffer when `stopping()` turned true while it waited for one.
   // REQUIRES: Prepare was called.
   BuiltBatch Build(int64_t epoch, int64_t batch, std::span<const int64_t> indices, int worker,
-                   const std::function<bool()>& stopping);
+                   const std::function<bool()>& stopping, std::span<const int64_t> ahead = {});
   // The consumer's handle on `built`, counted in `held` while it lives; `gpu_step` is its
   // step on `gpu_busy`.
   std::unique_ptr<Batch> MakeBatch(BuiltBatch built, std::shared_ptr<std::atomic<int>> held,
@@ -97,7 +98,8 @@ class BatchBuilder {
 
  private:
   void CheckBufferFitsInRam() const;
-  void ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker);
+  void ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker,
+                        std::span<const int64_t> ahead);
   void CopyToDevice(BuiltBatch& built, BufferPool::Handle staging,
                     const std::function<bool()>& stopping);
   void Gather(BuiltBatch& built, const std::function<bool()>& stopping);

@@ -30,6 +30,10 @@ class GroupIdSource final : public Source {
   CacheTier cache_tier() const override { return inner_->cache_tier(); }
   bool shareable_across_processes() const override { return inner_->shareable_across_processes(); }
   bool rows_repeat() const override { return inner_->rows_repeat(); }
+  bool ReadsAhead() const override { return inner_->ReadsAhead(); }
+  void ReadAhead(std::span<const int64_t> indices, SourceWorkerState* state) const override {
+    inner_->ReadAhead(indices, state);
+  }
 
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override {

@@ -373,8 +373,8 @@ class Loader::Impl {
         const auto [epoch, batch] = Position(*seq);
         const auto order = orders_.Of(epoch);
         const int64_t runqueue_before = ThreadRunqueueNs();
-        BuiltBatch built =
-            builder_.Build(epoch, batch, sampler_.BatchOf(*order, batch), worker, stopping);
+        BuiltBatch built = builder_.Build(epoch, batch, sampler_.BatchOf(*order, batch), worker,
+                                          stopping, Ahead(*seq, epoch, *order));
         if (!built.buffer) return;  // stopped while waiting for a buffer
         const auto groups = sampler_.GroupsOf(*order, batch);
         built.groups.assign(groups.begin(), groups.end());
@@ -393,6 +393,21 @@ class Loader::Impl {
     }
   }
 
+  // The samples of a later batch, for the source to start fetching now (Source::ReadAhead):
+  // under block shuffle the first batch of a window needs its chunks and the next ones none,
+  // and fetched only when their batch started, requests went out in bursts. The batch claimed
+  // now may lie workers + prefetch batches ahead of the consumer; the hint lies as far again
+  // beyond it, so that its fetch has the time the loader takes to build that many batches.
+  // Empty past the epoch of `seq` (its plan may not be made yet), and for a source that does
+  // not read ahead.
+  std::vector<int64_t> Ahead(int64_t seq, int64_t epoch, const EpochPlan& order) const {
+    if (!reads_ahead_) return {};
+    const int64_t span = queue_.workers() + queue_.prefetch();
+    const auto [ahead_epoch, ahead_batch] = Position(seq + 2 * span);
+    if (ahead_epoch != epoch) return {};
+    return sampler_.BatchOf(order, ahead_batch);
+  }
+
   // The epoch and batch that run sequence number `seq` stands for. The run's first epoch may be
   // the rest of one resumed at another world size, shorter than the ones after it.
   std::pair<int64_t, int64_t> Position(int64_t seq) const {
@@ -403,6 +418,7 @@ class Loader::Impl {
   }
 
   const std::shared_ptr<Source> source_;
+  const bool reads_ahead_ = source_ != nullptr && source_->ReadsAhead();
   const bool prefetch_defaulted_;  // LoaderOptions::prefetch was 0: DefaultPrefetch decides
   LoaderOptions options_;          // resolved in the constructor, then only read
   const Sampler sampler_;

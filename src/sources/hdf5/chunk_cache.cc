@@ -108,6 +108,11 @@ SharedChunkCache::Buffer SharedChunkCache::Find(int view, uint64_t key) {
 void SharedChunkCache::Insert(int view, uint64_t key, Buffer chunk) {
   std::vector<Buffer> evicted;  // dropped after the lock: freeing may unmap megabytes
   std::lock_guard lock(mu_);
+  InsertLocked(view, key, std::move(chunk), evicted);
+}
+
+void SharedChunkCache::InsertLocked(int view, uint64_t key, Buffer chunk,
+                                    std::vector<Buffer>& evicted) {
   const auto found = index_.find(key);
   if (found != index_.end()) {  // another worker decoded it meanwhile: keep that copy
     lru_.splice(lru_.begin(), lru_, found->second);
@@ -139,6 +144,80 @@ void SharedChunkCache::Insert(int view, uint64_t key, Buffer chunk) {
   TouchLocked(lru_.front(), view);
   index_[key] = lru_.begin();
   bytes_ += n;
+}
+
+int64_t SharedChunkCache::fetch_waits() const {
+  std::lock_guard lock(mu_);
+  return fetch_waits_;
+}
+
+ChunkLookup SharedChunkCache::Lookup(int view, uint64_t key, bool claim) {
+  ChunkLookup found;
+  std::lock_guard lock(mu_);
+  if (const auto it = index_.find(key); it != index_.end()) {
+    lru_.splice(lru_.begin(), lru_, it->second);
+    TouchLocked(*it->second, view);
+    found.held = it->second->chunk;
+    return found;
+  }
+  if (const auto it = pending_.find(key); it != pending_.end()) {
+    ++fetch_waits_;
+    found.pending = it->second;
+    return found;
+  }
+  if (claim) found.fetch = ClaimLocked(view, key);
+  return found;
+}
+
+ChunkFetch SharedChunkCache::Claim(int view, uint64_t key) {
+  std::lock_guard lock(mu_);
+  if (index_.count(key) != 0 || pending_.count(key) != 0) return {};
+  return ClaimLocked(view, key);
+}
+
+ChunkFetch SharedChunkCache::ClaimLocked(int view, uint64_t key) {
+  ChunkFetch fetch;
+  fetch.cache_ = shared_from_this();
+  fetch.view_ = view;
+  fetch.key_ = key;
+  pending_.emplace(key, fetch.promise_.get_future().share());
+  return fetch;
+}
+
+void SharedChunkCache::EndFetch(int view, uint64_t key, Buffer chunk) {
+  std::vector<Buffer> evicted;  // dropped after the lock
+  std::lock_guard lock(mu_);
+  pending_.erase(key);
+  if (chunk != nullptr) InsertLocked(view, key, std::move(chunk), evicted);
+}
+
+ChunkFetch& ChunkFetch::operator=(ChunkFetch&& other) noexcept {
+  if (this != &other) {
+    Abandon();
+    cache_ = std::move(other.cache_);
+    view_ = other.view_;
+    key_ = other.key_;
+    promise_ = std::move(other.promise_);
+  }
+  return *this;
+}
+
+void ChunkFetch::Finish(Buffer chunk) {
+  const auto cache = std::move(cache_);
+  cache->EndFetch(view_, key_, chunk);
+  // After EndFetch: a waiter woken now finds the chunk held or gone, never still pending.
+  promise_.set_value(std::move(chunk));
+}
+
+void ChunkFetch::Abandon() noexcept {
+  if (cache_ == nullptr) return;
+  const auto cache = std::move(cache_);
+  try {
+    cache->EndFetch(view_, key_, nullptr);
+    promise_.set_value(nullptr);
+  } catch (...) {
+    // std::mutex::lock failing: the waiters then see a broken promise, which reads as null.
+  }
 }
 
 std::shared_ptr<ChunkBytes> SharedChunkCache::NewBuffer(size_t bytes) {

@@ -17,13 +17,22 @@
 // memory already faulted in (first touch of fresh memory is slow on VMs) and never into
 // memory another thread still reads.
 //
+// A chunk being fetched is fetched once: the worker that finds it neither held nor in flight
+// claims its fetch (a ChunkFetch), and the others wanting it meanwhile wait for that fetch
+// instead of sending the same request again (under block shuffle two workers start batches of
+// one window at once, and each fetched the window's chunks: half again as many requests as
+// chunks). A worker waits only once it holds no unfinished claim of its own (the HDF5 reader
+// finishes its fetches before it waits), so no two workers ever wait on each other.
+//
 // Thread-safety: SharedChunkCache is thread-safe. A DecodedChunkCache (a worker's view) is
-// used by one thread at a time (it lives in a worker's SourceWorkerState).
+// used by one thread at a time (it lives in a worker's SourceWorkerState), and so is a
+// ChunkFetch (its owner's).
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <future>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -54,7 +63,44 @@ struct ChunkAllocator {
 };
 using ChunkBytes = std::vector<std::byte, ChunkAllocator<std::byte>>;
 
-class SharedChunkCache {
+class SharedChunkCache;
+
+// The one fetch in flight of a chunk, claimed by DecodedChunkCache::Lookup. Finish hands the
+// chunk to the workers waiting for it and keeps it in the cache (as Insert); dropped or
+// abandoned unfinished (a failed read), it hands them null, and each reads what it needs
+// itself (its error then names its own sample). Move-only.
+class ChunkFetch {
+ public:
+  using Buffer = std::shared_ptr<const ChunkBytes>;
+
+  ChunkFetch() = default;
+  ChunkFetch(ChunkFetch&& other) noexcept = default;
+  ChunkFetch& operator=(ChunkFetch&& other) noexcept;
+  ~ChunkFetch() { Abandon(); }
+
+  // Whether this is a claim not yet finished or abandoned.
+  explicit operator bool() const { return cache_ != nullptr; }
+  // REQUIRES: *this.
+  void Finish(Buffer chunk);
+  void Abandon() noexcept;
+
+ private:
+  friend class SharedChunkCache;
+  std::shared_ptr<SharedChunkCache> cache_;
+  int view_ = 0;
+  uint64_t key_ = 0;
+  std::promise<Buffer> promise_;
+};
+
+// What DecodedChunkCache::Lookup found: the chunk held, a fetch of it in flight (its result:
+// null when that fetch failed), a fetch claimed by the caller, or nothing (none set).
+struct ChunkLookup {
+  std::shared_ptr<const ChunkBytes> held;
+  std::shared_future<std::shared_ptr<const ChunkBytes>> pending;
+  ChunkFetch fetch;
+};
+
+class SharedChunkCache : public std::enable_shared_from_this<SharedChunkCache> {
  public:
   using Buffer = std::shared_ptr<const ChunkBytes>;
 
@@ -67,9 +113,12 @@ class SharedChunkCache {
   void Grow(size_t bytes);
   size_t bytes() const;
   size_t size() const;
+  // Lookups that found their chunk being fetched by another worker, and waited for it.
+  int64_t fetch_waits() const;
 
  private:
   friend class DecodedChunkCache;
+  friend class ChunkFetch;
   struct Entry {
     uint64_t key;
     Buffer chunk;
@@ -84,6 +133,15 @@ class SharedChunkCache {
   void EndBatch(int view);
   Buffer Find(int view, uint64_t key);
   void Insert(int view, uint64_t key, Buffer chunk);
+  ChunkLookup Lookup(int view, uint64_t key, bool claim);
+  ChunkFetch Claim(int view, uint64_t key);
+  // A claim of `key` for `view`. REQUIRES: mu_ held, `key` neither held nor pending.
+  ChunkFetch ClaimLocked(int view, uint64_t key);
+  // Ends a claimed fetch: `chunk` kept (as Insert), or none (null). The chunk is held, or no
+  // longer pending, in one step, so that no lookup finds neither and fetches it again.
+  void EndFetch(int view, uint64_t key, Buffer chunk);
+  // Insert's work. REQUIRES: mu_ held. Evicted chunks go to `evicted`, freed after the lock.
+  void InsertLocked(int view, uint64_t key, Buffer chunk, std::vector<Buffer>& evicted);
   std::shared_ptr<ChunkBytes> NewBuffer(size_t bytes);
   // Marks `e` used now by `view`'s batch. REQUIRES: mu_ held.
   void TouchLocked(Entry& e, int view);
@@ -99,6 +157,8 @@ class SharedChunkCache {
   size_t bytes_ = 0;
   std::list<Entry> lru_;  // most recently used first
   std::unordered_map<uint64_t, std::list<Entry>::iterator> index_;
+  std::unordered_map<uint64_t, std::shared_future<Buffer>> pending_;  // fetches in flight
+  int64_t fetch_waits_ = 0;
 };
 
 // A worker's view of a SharedChunkCache.
@@ -128,6 +188,14 @@ class DecodedChunkCache {
   // kept). A chunk larger than the capacity is not kept either. When another worker kept the
   // same key meanwhile, its copy stays.
   void Insert(uint64_t key, Buffer chunk) { shared_->Insert(view_, key, std::move(chunk)); }
+  // The chunk `key` names when held (marked used, as Find); else the fetch of it another
+  // worker has in flight; else, when `claim`, the fetch claimed for the caller, who reads the
+  // chunk and then finishes or abandons the claim. The caller waits for a pending fetch only
+  // once it holds no unfinished claim (see above).
+  ChunkLookup Lookup(uint64_t key, bool claim) { return shared_->Lookup(view_, key, claim); }
+  // The fetch of `key` claimed for the caller when the chunk is neither held nor being
+  // fetched; else none (a read ahead passes such a chunk by).
+  ChunkFetch Claim(uint64_t key) { return shared_->Claim(view_, key); }
   // Whether a chunk of `bytes` would be kept.
   bool Fits(size_t bytes) const { return bytes <= capacity(); }
   size_t capacity() const { return shared_->capacity(); }

@@ -299,26 +299,7 @@ void Hdf5DatasetReader::ReadChunked(std::span<const Hdf5RowTarget> rows,
         continue;
       }
       // Unfiltered: read each sample's piece at its offset inside the chunk.
-      const size_t lo = runs.front().src;
-      const size_t hi = runs.back().src + runs.back().len;
-      for (const auto& r : group) {
-        const uint64_t offset = e.address + static_cast<uint64_t>(r.local - row_start) * slab;
-        try {
-          if (runs.size() == 1) {
-            ReadBytes(offset + lo, r.dst + runs[0].dst, runs[0].len, scratch);
-          } else {
-            scratch.slab.resize(hi - lo);
-            ReadBytes(offset + lo, scratch.slab.data(), hi - lo, scratch);
-            for (const auto& run : runs) {
-              std::memcpy(r.dst + run.dst, scratch.slab.data() + (run.src - lo), run.len);
-            }
-          }
-        } catch (const Error& err) {
-          throw Error(err.code(),
-                      fmt::format("{}: dataset {}: {}: cannot read sample {}: {}", ds_.path,
-                                  ds_.dataset, ChunkName(linear), r.global, err.what()));
-        }
-      }
+      ReadPiecesAlone(group, linear, col, scratch);
     }
     k = end;
   }

@@ -73,8 +73,24 @@ struct Hdf5PiecePlan {
   struct Whole {                     // a stored chunk read whole, kept in the chunk cache once read
     size_t linear, first, end, col;  // rows [first, end) of `rows` read from it
     std::shared_ptr<ChunkBytes> bytes;
+    ChunkFetch fetch;  // this worker's claim: the others wanting the chunk wait for it
   };
   std::vector<Whole> whole;
+  struct Awaited {  // a stored chunk another worker is fetching: copied from once it arrives
+    size_t linear, first, end, col;
+    std::shared_future<std::shared_ptr<const ChunkBytes>> chunk;  // null: that fetch failed
+  };
+  std::vector<Awaited> awaited;
+  uint64_t bytes = 0;
+};
+
+// Whole chunks a later batch will read, claimed for one ReadMany (Hdf5DatasetReader::ClaimAhead):
+// once read, each goes to the chunk cache and to the workers waiting for it; dropped unread,
+// its claims are abandoned.
+struct Hdf5ReadAhead {
+  std::vector<ReadRange> ranges;
+  std::vector<std::shared_ptr<ChunkBytes>> buffers;  // by range
+  std::vector<ChunkFetch> fetches;                   // by range
   uint64_t bytes = 0;
 };
 
@@ -98,9 +114,22 @@ class Hdf5DatasetReader {
   // chunks the cache holds, are written now). REQUIRES: PlansPieces(), rows as for Read.
   void PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5PiecePlan& plan,
                   Hdf5ReadScratch& scratch) const;
-  // After the plan's ranges were read: the rest of Read (split pieces copied to their rows,
-  // byte order, checks).
+  // After the plan's ranges were read: the pieces copied to their rows, and the chunks this
+  // worker fetched whole handed to the cache and to the workers waiting for them. A source
+  // places every plan of a batch before it finishes any, since FinishPieces may wait for
+  // other workers' fetches (chunk_cache.h: a worker waits only once its own are finished).
+  void PlacePieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
+  // After PlacePieces: the rows of chunks other workers fetched copied once they arrive (read
+  // here when their fetch failed), then the rest of Read (byte order, checks).
   void FinishPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
+  // Claims the whole chunks `rows` (a later batch's; dst unused) will read that no worker holds
+  // or fetches, into `ahead`, while its bytes stay within `max_bytes`.
+  // REQUIRES: KeepsChunks(), rows sorted by `local`.
+  void ClaimAhead(std::span<const Hdf5RowTarget> rows, DecodedChunkCache& cache, uint64_t max_bytes,
+                  Hdf5ReadAhead& ahead) const;
+  // When the plan's ranges were not read: its claims abandoned (the workers waiting for them
+  // read the chunks themselves) and its waits dropped.
+  static void DropPieces(Hdf5PiecePlan& plan);
 
  private:
   void ReadContiguous(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
@@ -126,9 +155,15 @@ class Hdf5DatasetReader {
   // Whether the stored chunk `linear`, which `rows` (of one chunk row) read from, is fetched
   // whole and kept rather than read piece by piece.
   bool ReadsChunkWhole(std::span<const Hdf5RowTarget> rows, size_t linear,
-                       const Hdf5ReadScratch& scratch) const;
+                       const DecodedChunkCache& cache) const;
   // The pieces of `rows` in column `col` copied out of that chunk's bytes.
   void CopyChunkRows(const std::byte* chunk, std::span<const Hdf5RowTarget> rows, size_t col) const;
+  // Each of `rows`' pieces of stored chunk `linear` (column `col`) read alone, an error naming
+  // the chunk and the sample.
+  void ReadPiecesAlone(std::span<const Hdf5RowTarget> rows, size_t linear, size_t col,
+                       Hdf5ReadScratch& scratch) const;
+  // The plan's awaited chunks copied to their rows once their fetches end.
+  void AwaitPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
   // Fetches the stored chunks the cache lacks for the chunk rows of rows[k..], with one
   // ReadMany (a remote file has them all in flight at once), up to kMaxFetchBytes; returns
   // the row after the last chunk row fetched. A failed fetch leaves none fetched: each chunk

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <utility>
 #include <vector>
 
@@ -143,14 +144,14 @@ std::span<const std::byte> Hdf5DatasetReader::FetchedChunk(size_t linear,
 }
 
 bool Hdf5DatasetReader::ReadsChunkWhole(std::span<const Hdf5RowTarget> rows, size_t linear,
-                                        const Hdf5ReadScratch& scratch) const {
+                                        const DecodedChunkCache& cache) const {
   const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
   const int64_t per_chunk = geometry_.samples_per_chunk();
   // At least an 8th of the chunk's rows, spanning 3/4 of it: their pieces' merged request
   // reads about as much (a few rows far apart are read alone, not with the chunk).
   const auto count = static_cast<int64_t>(rows.size());
   const int64_t span = rows.back().local - rows.front().local + 1;
-  return keeps_chunks_ && e.size == ds_.ChunkBytes() && scratch.cache.Fits(e.size) &&
+  return keeps_chunks_ && e.size == ds_.ChunkBytes() && cache.Fits(e.size) &&
          8 * count >= per_chunk && 4 * span >= 3 * per_chunk;
 }
 
@@ -176,7 +177,7 @@ void Hdf5DatasetReader::PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5Piec
   plan.rows.assign(rows.begin(), rows.end());
   plan.ranges.clear();
   plan.split.clear();
-  plan.whole.clear();
+  DropPieces(plan);
   // Each sample's piece of each stored chunk: one range, straight into the row when the piece
   // is one run, else into the slab (then copied run by run). A chunk the batch reads most of
   // is read whole and kept in the chunk cache: the next batches drawing from it (block
@@ -194,15 +195,23 @@ void Hdf5DatasetReader::PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5Piec
       const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
       const auto& runs = geo.runs(col);
       if (e.size != 0) {
-        if (const auto held = scratch.cache.Find((uint64_t{cache_tag_} << 40) | linear)) {
+        // A chunk another worker is fetching is waited for, even by a batch reading a few of
+        // its rows: its bytes are on their way, and asking again only adds requests.
+        ChunkLookup look = scratch.cache.Lookup((uint64_t{cache_tag_} << 40) | linear,
+                                                ReadsChunkWhole(group, linear, scratch.cache));
+        if (look.held) {
           ++scratch.counters.chunk_cache_hits;
-          CopyChunkRows(held->data(), group, col);
+          CopyChunkRows(look.held->data(), group, col);
           continue;
         }
-        if (ReadsChunkWhole(group, linear, scratch)) {
+        if (look.pending.valid()) {
+          plan.awaited.push_back({linear, k, end, col, std::move(look.pending)});
+          continue;
+        }
+        if (look.fetch) {
           auto bytes = scratch.cache.NewBuffer(e.size);
           plan.ranges.push_back({e.address, bytes->data(), static_cast<size_t>(e.size)});
-          plan.whole.push_back({linear, k, end, col, std::move(bytes)});
+          plan.whole.push_back({linear, k, end, col, std::move(bytes), std::move(look.fetch)});
           continue;
         }
       }
@@ -245,15 +254,99 @@ void Hdf5DatasetReader::PlaceReadPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& sc
     }
   }
   for (Hdf5PiecePlan::Whole& w : plan.whole) {
-    CopyChunkRows(w.bytes->data(), std::span(plan.rows).subspan(w.first, w.end - w.first), w.col);
-    scratch.cache.Insert((uint64_t{cache_tag_} << 40) | w.linear, std::move(w.bytes));
+    if (w.end > w.first) {  // else read ahead for a later batch
+      CopyChunkRows(w.bytes->data(), std::span(plan.rows).subspan(w.first, w.end - w.first), w.col);
+    }
+    w.fetch.Finish(std::move(w.bytes));  // kept, and handed to the workers waiting for it
   }
   plan.whole.clear();
 }
 
-void Hdf5DatasetReader::FinishPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
+void Hdf5DatasetReader::ClaimAhead(std::span<const Hdf5RowTarget> rows, DecodedChunkCache& cache,
+                                   uint64_t max_bytes, Hdf5ReadAhead& ahead) const {
+  const int64_t per_chunk = geometry_.samples_per_chunk();
+  const size_t columns = geometry_.columns();
+  for (size_t k = 0; k < rows.size();) {
+    const int64_t chunk_row = rows[k].local / per_chunk;
+    size_t end = k + 1;
+    while (end < rows.size() && rows[end].local / per_chunk == chunk_row) ++end;
+    const auto group = rows.subspan(k, end - k);
+    k = end;
+    for (size_t col = 0; col < columns; ++col) {
+      const size_t linear = static_cast<size_t>(chunk_row) * columns + col;
+      const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
+      if (e.size == 0 || !ReadsChunkWhole(group, linear, cache)) continue;
+      if (ahead.bytes + e.size > max_bytes) return;
+      ChunkFetch fetch = cache.Claim((uint64_t{cache_tag_} << 40) | linear);
+      if (!fetch) continue;  // held, or being fetched
+      ahead.bytes += e.size;
+      ahead.buffers.push_back(cache.NewBuffer(e.size));
+      ahead.ranges.push_back(
+          {e.address, ahead.buffers.back()->data(), static_cast<size_t>(e.size)});
+      ahead.fetches.push_back(std::move(fetch));
+    }
+  }
+}
+
+void Hdf5DatasetReader::AwaitPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
+  for (Hdf5PiecePlan::Awaited& a : plan.awaited) {
+    const auto rows = std::span<const Hdf5RowTarget>(plan.rows).subspan(a.first, a.end - a.first);
+    std::shared_ptr<const ChunkBytes> chunk;
+    try {
+      chunk = a.chunk.get();
+    } catch (const std::future_error&) {
+      // The fetching worker could not even end its claim: as a failed fetch.
+    }
+    if (chunk != nullptr) {
+      ++scratch.counters.chunk_cache_hits;
+      CopyChunkRows(chunk->data(), rows, a.col);
+    } else {
+      ReadPiecesAlone(rows, a.linear, a.col, scratch);
+    }
+  }
+  plan.awaited.clear();
+}
+
+void Hdf5DatasetReader::PlacePieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
   PlaceReadPieces(plan, scratch);
+}
+
+void Hdf5DatasetReader::FinishPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
+  AwaitPieces(plan, scratch);
   FinishRows(plan.rows);
+}
+
+void Hdf5DatasetReader::DropPieces(Hdf5PiecePlan& plan) {
+  plan.whole.clear();  // each claim abandoned
+  plan.awaited.clear();
+}
+
+void Hdf5DatasetReader::ReadPiecesAlone(std::span<const Hdf5RowTarget> rows, size_t linear,
+                                        size_t col, Hdf5ReadScratch& scratch) const {
+  const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
+  const auto& runs = geometry_.runs(col);
+  const int64_t row_start =
+      rows.front().local / geometry_.samples_per_chunk() * geometry_.samples_per_chunk();
+  const size_t lo = runs.front().src;
+  const size_t hi = runs.back().src + runs.back().len;
+  for (const auto& r : rows) {
+    const uint64_t offset =
+        e.address + static_cast<uint64_t>(r.local - row_start) * geometry_.slab_bytes();
+    try {
+      if (runs.size() == 1) {
+        ReadBytes(offset + lo, r.dst + runs[0].dst, runs[0].len, scratch);
+      } else {
+        scratch.slab.resize(hi - lo);
+        ReadBytes(offset + lo, scratch.slab.data(), hi - lo, scratch);
+        for (const auto& run : runs) {
+          std::memcpy(r.dst + run.dst, scratch.slab.data() + (run.src - lo), run.len);
+        }
+      }
+    } catch (const Error& err) {
+      throw Error(err.code(), fmt::format("{}: dataset {}: {}: cannot read sample {}: {}", ds_.path,
+                                          ds_.dataset, ChunkName(linear), r.global, err.what()));
+    }
+  }
 }
 
 bool Hdf5DatasetReader::ReadChunkedPieces(std::span<const Hdf5RowTarget> rows,
@@ -263,9 +356,11 @@ bool Hdf5DatasetReader::ReadChunkedPieces(std::span<const Hdf5RowTarget> rows,
   try {
     file_->ReadMany(plan.ranges, "chunk data");
   } catch (const Error&) {
+    DropPieces(plan);
     return false;
   }
-  PlaceReadPieces(plan, scratch);  // Read finishes the rows itself
+  PlaceReadPieces(plan, scratch);
+  AwaitPieces(plan, scratch);  // Read finishes the rows itself
   return true;
 }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <memory>
+#include <mutex>
 #include <new>
 #include <numeric>
 #include <set>
@@ -13,6 +15,7 @@
 #include "core/log.h"
 #include "core/path_names.h"
 #include "core/system_memory.h"
+#include "core/thread_pool.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "sources/hdf5/compound.h"
@@ -31,6 +34,7 @@ class Hdf5WorkerState final : public SourceWorkerState {
   std::vector<std::pair<int64_t, int64_t>> order;  // (sample, batch row), sorted
   std::vector<Hdf5RowTarget> targets;
   std::vector<Hdf5PiecePlan> plans;  // by field
+  std::vector<int64_t> ahead;        // ReadAhead's samples, sorted
 };
 
 // One file: its handle for the hot path and a reader per field.
@@ -101,6 +105,7 @@ class Hdf5Source final : public Source {
       budget = static_cast<size_t>(std::min(ram, std::max<uint64_t>(decoded_chunks_bytes_, 1)));
     }
     chunk_cache_ = std::make_shared<SharedChunkCache>(budget);
+    for (const auto& reader : parts_.front().readers) keeps_chunks_ |= reader->KeepsChunks();
   }
 
   SourceChunking chunking() const override {
@@ -146,6 +151,50 @@ class Hdf5Source final : public Source {
     return std::make_unique<Hdf5WorkerState>(chunk_cache_);
   }
 
+  // The whole chunks of a remote object the later batch will read, claimed now and fetched on
+  // the source's prefetch threads, so that requests stay in flight while workers build
+  // batches that need none (a worker's ReadMany blocks it: two workers alone had at most two
+  // windows' fetches out, mostly one). Bounded: the chunks claimed ahead and not yet read
+  // stay within half the chunk cache, so that a chunk fetched ahead is still held when its
+  // batch comes; at most kPrefetchThreads fetches run at once.
+  bool ReadsAhead() const override { return keeps_chunks_; }
+  void ReadAhead(std::span<const int64_t> indices, SourceWorkerState* state) const override {
+    auto* ws = dynamic_cast<Hdf5WorkerState*>(state);
+    if (ws == nullptr || !keeps_chunks_ || indices.empty()) return;
+    ws->ahead.assign(indices.begin(), indices.end());
+    std::sort(ws->ahead.begin(), ws->ahead.end());
+    for (const Hdf5FilePart& part : parts_) {
+      const auto first = std::lower_bound(ws->ahead.begin(), ws->ahead.end(), part.first_sample);
+      const auto last = std::lower_bound(first, ws->ahead.end(), part.first_sample + part.samples);
+      if (first == last) continue;
+      const uint64_t budget = chunk_cache_->capacity() / 2;
+      const uint64_t out = prefetch_bytes_.load(std::memory_order_relaxed);
+      if (out >= budget) return;
+      auto ahead = std::make_shared<Hdf5ReadAhead>();
+      try {
+        ws->targets.clear();
+        for (auto it = first; it != last; ++it) {
+          ws->targets.push_back({*it - part.first_sample, *it, nullptr});
+        }
+        for (const auto& reader : part.readers) {
+          if (reader->KeepsChunks()) {
+            reader->ClaimAhead(ws->targets, ws->scratch.cache, budget - out, *ahead);
+          }
+        }
+        if (ahead->ranges.empty()) continue;
+        prefetch_bytes_.fetch_add(ahead->bytes, std::memory_order_relaxed);
+        try {
+          Prefetcher().Submit([this, file = part.file, ahead](int) { Prefetch(*file, *ahead); });
+        } catch (...) {
+          prefetch_bytes_.fetch_sub(ahead->bytes, std::memory_order_relaxed);
+          throw;
+        }
+      } catch (...) {
+        // A hint: each batch fetches what it needs itself. (Dropped, the claims are abandoned.)
+      }
+    }
+  }
+
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override {
     std::unique_ptr<Hdf5WorkerState> local;
@@ -174,12 +223,15 @@ class Hdf5Source final : public Source {
         k = end;
       }
     } catch (...) {
-      ws->scratch.cache.EndBatch();
-      Collect(ws->scratch.counters);
+      EndRead(*ws);
       throw;
     }
-    ws->scratch.cache.EndBatch();
-    Collect(ws->scratch.counters);
+    EndRead(*ws);
+  }
+
+  void EndRead(Hdf5WorkerState& ws) const {
+    ws.scratch.cache.EndBatch();
+    Collect(ws.scratch.counters);
   }
 
   // Reads rows [k, end) of the worker's order, all in `part`, into every field of `out`.
@@ -201,23 +253,7 @@ class Hdf5Source final : public Source {
       if (part.readers[f]->PlansPieces()) planned.push_back(f);
     }
     if (planned.size() > 1) {
-      std::vector<ReadRange> ranges;
-      for (size_t f : planned) {
-        targets_of(f, ws.targets);
-        part.readers[f]->PlanPieces(ws.targets, ws.plans[f], ws.scratch);
-        ranges.insert(ranges.end(), ws.plans[f].ranges.begin(), ws.plans[f].ranges.end());
-      }
-      bool read = true;
-      try {
-        part.file->ReadMany(ranges, "chunk data");
-      } catch (const Error&) {
-        read = false;  // each field reads again below, its error naming the chunk and sample
-      }
-      if (read) {
-        for (size_t f : planned) part.readers[f]->FinishPieces(ws.plans[f], ws.scratch);
-      } else {
-        planned.clear();
-      }
+      if (!ReadPlanned(part, planned, targets_of, ws)) planned.clear();
     } else {
       planned.clear();
     }
@@ -228,6 +264,39 @@ class Hdf5Source final : public Source {
     }
   }
 
+  // The planned fields' pieces with one ReadMany. False when it failed: every claim of the
+  // plans is then abandoned, and each field reads again, its error naming the chunk and sample.
+  template <class TargetsOf>
+  bool ReadPlanned(const Hdf5FilePart& part, const std::vector<size_t>& planned,
+                   const TargetsOf& targets_of, Hdf5WorkerState& ws) const {
+    bool read = false;
+    try {
+      std::vector<ReadRange> ranges;
+      for (size_t f : planned) {
+        targets_of(f, ws.targets);
+        part.readers[f]->PlanPieces(ws.targets, ws.plans[f], ws.scratch);
+        ranges.insert(ranges.end(), ws.plans[f].ranges.begin(), ws.plans[f].ranges.end());
+      }
+      try {
+        part.file->ReadMany(ranges, "chunk data");
+        read = true;
+      } catch (const Error&) {
+      }
+      if (read) {
+        // Every field's own fetches end before any field waits for another worker's.
+        for (size_t f : planned) part.readers[f]->PlacePieces(ws.plans[f], ws.scratch);
+        for (size_t f : planned) part.readers[f]->FinishPieces(ws.plans[f], ws.scratch);
+      }
+    } catch (...) {
+      for (size_t f : planned) Hdf5DatasetReader::DropPieces(ws.plans[f]);
+      throw;
+    }
+    if (!read) {
+      for (size_t f : planned) Hdf5DatasetReader::DropPieces(ws.plans[f]);
+    }
+    return read;
+  }
+
   Hdf5Counters counters() const {
     Hdf5Counters c;
     c.chunks_decoded = chunks_decoded_.load(std::memory_order_relaxed);
@@ -235,6 +304,7 @@ class Hdf5Source final : public Source {
     c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
     c.library_reads = library_reads_.load(std::memory_order_relaxed);
     c.chunk_cache_bytes = chunk_cache_->capacity();
+    c.chunk_fetch_waits = chunk_cache_->fetch_waits();
     return c;
   }
 
@@ -244,6 +314,28 @@ class Hdf5Source final : public Source {
         std::upper_bound(parts_.begin(), parts_.end(), sample,
                          [](int64_t s, const Hdf5FilePart& p) { return s < p.first_sample; });
     return static_cast<size_t>(it - parts_.begin()) - 1;
+  }
+
+  ThreadPool& Prefetcher() const {
+    std::call_once(prefetcher_once_,
+                   [this] { prefetcher_ = std::make_unique<ThreadPool>(kPrefetchThreads); });
+    return *prefetcher_;
+  }
+
+  // One ReadAhead's fetch: each chunk kept and handed to the workers waiting for it; on a
+  // failure every claim is abandoned, and each batch then reads what it needs itself (its
+  // error naming its sample).
+  void Prefetch(const File& file, Hdf5ReadAhead& ahead) const {
+    try {
+      file.ReadMany(ahead.ranges, "chunk data");
+      bytes_read_.fetch_add(static_cast<int64_t>(ahead.bytes), std::memory_order_relaxed);
+      for (size_t i = 0; i < ahead.fetches.size(); ++i) {
+        ahead.fetches[i].Finish(std::move(ahead.buffers[i]));
+      }
+    } catch (...) {
+    }
+    ahead.fetches.clear();
+    prefetch_bytes_.fetch_sub(ahead.bytes, std::memory_order_relaxed);
   }
 
   // Adds a worker's counts to the source's once per batch, not once per chunk.
@@ -269,6 +361,12 @@ class Hdf5Source final : public Source {
   mutable std::atomic<int64_t> chunk_cache_hits_{0};
   mutable std::atomic<int64_t> bytes_read_{0};
   mutable std::atomic<int64_t> library_reads_{0};
+  bool keeps_chunks_ = false;  // some reader keeps whole chunks of a remote object
+  static constexpr int kPrefetchThreads = 8;
+  mutable std::atomic<uint64_t> prefetch_bytes_{0};  // claimed ahead, not yet read
+  mutable std::once_flag prefetcher_once_;
+  // Last: destroyed first, its threads finishing their fetches while the files still live.
+  mutable std::unique_ptr<ThreadPool> prefetcher_;
 };
 
 std::string FieldName(const std::string& dataset) {

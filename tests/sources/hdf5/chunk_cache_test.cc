@@ -71,6 +71,58 @@ TEST(DecodedChunkCacheTest, WorkersShareOneCache) {
   EXPECT_EQ((*first.Find(7))[0], std::byte{7});
 }
 
+// A chunk one worker fetches is not fetched again by another meanwhile: the second lookup
+// gets the first's fetch to wait for, and the chunk it hands over.
+TEST(DecodedChunkCacheTest, ALookupWaitsForAFetchInFlight) {
+  auto shared = std::make_shared<SharedChunkCache>(400);
+  DecodedChunkCache first(shared);
+  DecodedChunkCache second(shared);
+  ChunkLookup claimed = first.Lookup(1, /*claim=*/true);
+  ASSERT_TRUE(claimed.fetch);
+  EXPECT_EQ(claimed.held, nullptr);
+  EXPECT_FALSE(claimed.pending.valid());
+  ChunkLookup waiting = second.Lookup(1, /*claim=*/true);
+  EXPECT_FALSE(waiting.fetch);
+  ASSERT_TRUE(waiting.pending.valid());
+  EXPECT_EQ(shared->fetch_waits(), 1);
+  // Without a claim, a chunk neither held nor fetched is nothing.
+  ChunkLookup none = second.Lookup(2, /*claim=*/false);
+  EXPECT_FALSE(none.fetch || none.held || none.pending.valid());
+  std::shared_ptr<const ChunkBytes> chunk = Chunk(100, 5);
+  claimed.fetch.Finish(chunk);
+  EXPECT_FALSE(claimed.fetch);
+  EXPECT_EQ(waiting.pending.get(), chunk);
+  // Then it is held.
+  ChunkLookup later = second.Lookup(1, /*claim=*/true);
+  EXPECT_EQ(later.held, chunk);
+  EXPECT_FALSE(later.fetch);
+}
+
+// A fetch dropped unfinished (its read failed) hands its waiters null, and the next lookup
+// may claim the chunk again.
+TEST(DecodedChunkCacheTest, AnAbandonedFetchHandsItsWaitersNothing) {
+  auto shared = std::make_shared<SharedChunkCache>(400);
+  DecodedChunkCache first(shared);
+  DecodedChunkCache second(shared);
+  std::shared_future<std::shared_ptr<const ChunkBytes>> pending;
+  {
+    ChunkLookup claimed = first.Lookup(3, /*claim=*/true);
+    ASSERT_TRUE(claimed.fetch);
+    pending = second.Lookup(3, /*claim=*/true).pending;
+    ASSERT_TRUE(pending.valid());
+  }  // dropped unfinished
+  EXPECT_EQ(pending.get(), nullptr);
+  EXPECT_EQ(shared->size(), 0U);
+  ChunkLookup again = second.Lookup(3, /*claim=*/true);
+  EXPECT_TRUE(again.fetch);
+  // A claim moved into another is abandoned once, by its last owner.
+  ChunkFetch moved = std::move(again.fetch);
+  EXPECT_FALSE(again.fetch);
+  auto waiter = first.Lookup(3, /*claim=*/true).pending;
+  moved.Abandon();
+  EXPECT_EQ(waiter.get(), nullptr);
+}
+
 // A chunk a batch in flight on another worker used is not evicted for a new one.
 TEST(DecodedChunkCacheTest, ChunksOfAnotherWorkersBatchInFlightAreKept) {
   auto shared = std::make_shared<SharedChunkCache>(200);
