@@ -122,7 +122,9 @@ def with_gpufeed(path, model, device, workers, prefetch, rows, batch):
     loader = gpufeed.Loader(path, fields=["mel"], batch_size=batch,
                             groups=gpufeed.Groups(offsets="file_offsets", fields=["label"]),
                             shuffle=False, device=device, workers=workers, prefetch=prefetch,
-                            autotune=False)
+                            # As the guide writes it: gpufeed's defaults, unless a setting is
+                            # pinned on the command line.
+                            autotune=False if workers or prefetch else None)
     reducer = gpufeed.GroupReducer(loader.num_groups, how="vote", device=loader.device,
                                    num_classes=CLASSES)
     for batch in loader:
@@ -164,9 +166,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/gpufeed-bench"))
     p.add_argument("--files", type=int, default=FILES)
-    p.add_argument("--workers", type=int, default=2, help="gpufeed reader threads")
-    p.add_argument("--prefetch", type=int, default=2,
-                   help="gpufeed batches kept ready (the model is the slower side here)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="gpufeed reader threads (default: gpufeed's, tuned while it runs; "
+                        "setting it or --prefetch turns the tuning off)")
+    p.add_argument("--prefetch", type=int, default=None,
+                   help="gpufeed batches kept ready (default: gpufeed's)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--model", choices=("cnn", "linear"), default="cnn",
                    help="cnn: the small CNN (default); linear: one linear layer, a stand-in "
