@@ -22,12 +22,14 @@ def _synchronize(device):
 
 
 def forward_rows(forward, sample, candidates=DEFAULT_CANDIDATES, repeats=3, tolerance=0.05,
-                 timer=time.perf_counter):
+                 timer=time.perf_counter, min_seconds=0.02):
     """Measures `forward` (a model, or any callable taking a batch tensor) over batches of
     each candidate row count, built from `sample` (one row, a tensor on the device the model
     runs on), and returns the smallest count whose rows/s is within `tolerance` of the best:
-    the batch size for a packed loader. Each count is run once to warm up, then `repeats`
-    times; the figures are in `forward_rows.last` ({rows: rows per second}).
+    the batch size for a packed loader. Each count is run once to warm up; then, `repeats`
+    rounds over all the counts, each count runs for at least `min_seconds` per round, and its
+    rate is its best round's, so that a moment the machine was busy elsewhere does not decide
+    the size. The figures are in `forward_rows.last` ({rows: rows per second}).
 
         rows = gpufeed.forward_rows(model, torch.zeros(1, 64, 32))
         loader = gpufeed.Loader("eval.h5", fields=["mel"], batch_size=rows, shuffle=False,
@@ -40,20 +42,29 @@ def forward_rows(forward, sample, candidates=DEFAULT_CANDIDATES, repeats=3, tole
     if not counts or counts[0] < 1:
         raise InvalidArgument(f"forward_rows: candidates must be row counts >= 1, not "
                               f"{list(candidates)}")
-    if repeats < 1 or not 0 <= tolerance < 1:
-        raise InvalidArgument("forward_rows: repeats must be >= 1 and tolerance in [0, 1)")
-    rates = {}
+    if repeats < 1 or not 0 <= tolerance < 1 or min_seconds < 0:
+        raise InvalidArgument("forward_rows: repeats must be >= 1, tolerance in [0, 1) and "
+                              "min_seconds >= 0")
+    rates = dict.fromkeys(counts, 0.0)
     with torch.no_grad():
-        for rows in counts:
-            batch = sample.unsqueeze(0).expand(rows, *sample.shape).contiguous()
+        batches = {rows: sample.unsqueeze(0).expand(rows, *sample.shape).contiguous()
+                   for rows in counts}
+        for batch in batches.values():
             forward(batch)  # warm-up: allocations, kernels, caches
-            _synchronize(batch.device)
-            start = timer()
-            for _ in range(repeats):
-                forward(batch)
-            _synchronize(batch.device)
-            elapsed = max(timer() - start, 1e-12)
-            rates[rows] = rows * repeats / elapsed
+        _synchronize(sample.device)
+        # Rounds over every count, so that a slow moment costs one round of one count, not
+        # the whole of a count's measurement.
+        for _ in range(repeats):
+            for rows, batch in batches.items():
+                calls, start = 0, timer()
+                while True:
+                    forward(batch)
+                    _synchronize(batch.device)
+                    calls += 1
+                    elapsed = timer() - start
+                    if elapsed >= min_seconds:
+                        break
+                rates[rows] = max(rates[rows], rows * calls / max(elapsed, 1e-12))
     forward_rows.last = rates
     best = max(rates.values())
     return next(rows for rows in counts if rates[rows] >= (1 - tolerance) * best)

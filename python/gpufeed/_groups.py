@@ -139,6 +139,7 @@ class GroupReducer:
         self._acc = None
         self._bad = None  # vote: a device flag, set when a class index was out of range
         self._counts = torch.zeros(num_groups, dtype=torch.int64, device=self.device)
+        self._ones_buffer = None
 
     def _group_ids(self, group):
         if isinstance(group, Mapping):
@@ -161,7 +162,7 @@ class GroupReducer:
                 f"outputs have {tuple(outputs.shape)[:1]} rows, the group ids "
                 f"{tuple(ids.shape)}: one id per row")
         outputs = outputs.detach()
-        self._counts.index_add_(0, ids, torch.ones_like(ids))
+        self._counts.index_add_(0, ids, self._ones(ids))
         if self.how == "vote":
             self._vote(outputs, ids)
         elif self.how in ("sum", "mean"):
@@ -205,13 +206,24 @@ class GroupReducer:
         if self._acc is None:
             self._acc = torch.zeros(self.num_groups * self.num_classes, dtype=torch.int64,
                                     device=self.device)
-        # One histogram of (group, class) pairs: a flat index_add_ per batch. A class
+        # One histogram of (group, class) pairs: a flat index_add_ per batch. A given class
         # index outside [0, num_classes) would land in another group's histogram: clamp so
-        # it cannot, and reject it when the result is read (no host sync here).
-        bad = ((predicted < 0) | (predicted >= self.num_classes)).any()
-        self._bad = bad if self._bad is None else (self._bad | bad)
-        flat = ids * self.num_classes + predicted.clamp(0, self.num_classes - 1)
-        self._acc.index_add_(0, flat, torch.ones_like(flat))
+        # it cannot, and reject it when the result is read (no host sync here). An argmax
+        # over num_classes scores is always in range.
+        if not outputs.is_floating_point():
+            bad = ((predicted < 0) | (predicted >= self.num_classes)).any()
+            self._bad = bad if self._bad is None else (self._bad | bad)
+            predicted = predicted.clamp(0, self.num_classes - 1)
+        flat = ids * self.num_classes
+        flat += predicted
+        self._acc.index_add_(0, flat, self._ones(flat))
+
+    def _ones(self, like):
+        """int64 ones of `like`'s length, kept between batches."""
+        if self._ones_buffer is None or len(self._ones_buffer) < len(like):
+            self._ones_buffer = torch.ones(max(len(like), 1), dtype=torch.int64,
+                                           device=self.device)
+        return self._ones_buffer[:len(like)]
 
     def counts(self):
         """Rows each group received, int64 [num_groups] on the device."""

@@ -325,6 +325,27 @@ def test_forward_rows_picks_the_smallest_count_near_the_best_rate():
         gpufeed.forward_rows(forward, torch.zeros(4), candidates=(0, 8))
 
 
+def test_forward_rows_is_not_decided_by_one_slow_moment():
+    clock = {"now": 0.0, "calls": 0}
+
+    def forward(batch):
+        rows = batch.shape[0]
+        clock["calls"] += 1
+        # 128 rows is the fastest per row; one call of it stalls (the machine was busy
+        # elsewhere), as a single measurement of each size would have seen it.
+        clock["now"] += rows * 1e-6 * (1 + abs(math.log2(rows) - 7))
+        if rows == 128 and clock["calls"] == 8:
+            clock["now"] += 1.0
+        return batch
+
+    rows = gpufeed.forward_rows(forward, torch.zeros(4), candidates=(64, 128, 256),
+                                timer=lambda: clock["now"], min_seconds=0)
+    assert rows == 128
+    assert gpufeed.forward_rows.last[128] > gpufeed.forward_rows.last[64]
+    with pytest.raises(gpufeed.InvalidArgument):
+        gpufeed.forward_rows(forward, torch.zeros(4), min_seconds=-1)
+
+
 @pytest.mark.parametrize("segments", [(1, 24), (8, 64)])
 def test_packed_batches_of_a_forward_pass_size_fill_past_0_98(segments):
     rng = np.random.default_rng(0)
