@@ -13,12 +13,12 @@ same small CNN (CPU here; CUDA when torch has it), in one run:
   (a) the per-file loop: read one file's segments with h5py, one forward, vote in Python;
   (b) 16 files per forward, stacked by hand (one h5py read of 16 consecutive files), the
       logits split back per file and voted in Python;
-  (c) gpufeed: Loader(groups=Groups(offsets="file_offsets")) batches of whole files, as
-      many rows as gpufeed.forward_rows measures the model fastest per row at (as the
-      evaluation guide writes it), scored and voted on the device by
-      gpufeed.GroupReducer(how="vote").
+  (c) gpufeed, as the evaluation guide writes it: forward passes of the size
+      gpufeed.forward_rows measures fastest per row, Loader(groups=Groups(offsets=
+      "file_offsets")) batches of whole files of at least 512 rows scored in passes of that
+      size, and voted on the device by gpufeed.GroupReducer(how="vote").
 and prints files/s, the ratios, the batch fill, the model-only ceiling (the same forward
-passes over segments already in memory, batches of that size) and whether the per-file
+passes over segments already in memory) and whether the per-file
 predictions of the three are identical (same model, same votes: each file's majority class
 over its segments' argmax, ties to the lowest class).
 """
@@ -37,9 +37,6 @@ FILES = 7913
 SHAPE = (1, 64, 32)
 CLASSES = 10
 STACK = 16
-# The batch sizes gpufeed.forward_rows tries: a CPU is fastest per row at a few hundred, a
-# GPU at thousands.
-CANDIDATES = (64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 
 def build_file(path, files, segments=(8, 64), seed=0):
@@ -83,8 +80,10 @@ def make_model(device, kind="cnn"):
 
 
 def forward(model, x, rows):
-    """The model over `x` in slices of `rows` (all at once for rows <= 0, the default: the
-    packed batch is sized for one forward pass)."""
+    """The model over `x` in passes of `rows` (all at once for rows <= 0). On a CPU a pass
+    over thousands of segments is several times slower per segment than one over a hundred
+    (its activations leave the caches), so a packed batch is scored in passes there; on a
+    GPU usually in one."""
     if rows <= 0 or len(x) <= rows:
         return model(x)
     return torch.cat([model(part) for part in x.split(rows)])
@@ -178,11 +177,11 @@ def main():
     p.add_argument("--segments", default="8-64",
                    help="segments per file, LO-HI (uniform; the file is built once per range)")
     p.add_argument("--batch", type=int, default=None,
-                   help="rows per packed gpufeed batch (default: what gpufeed.forward_rows "
-                        f"measures fastest per row among {', '.join(map(str, CANDIDATES))})")
-    p.add_argument("--forward-rows", type=int, default=0,
-                   help="segments per forward pass within a packed batch (default 0: the "
-                        "whole batch in one pass)")
+                   help="rows per packed gpufeed batch (default: the forward pass's rows, "
+                        "at least 512)")
+    p.add_argument("--forward-rows", type=int, default=None,
+                   help="segments per forward pass within a packed batch (default: what "
+                        "gpufeed.forward_rows measures)")
     args = p.parse_args()
     os.makedirs(args.cache_dir, exist_ok=True)
     lo, _, hi = args.segments.partition("-")
@@ -193,15 +192,14 @@ def main():
     path = os.path.join(args.cache_dir, f"file_level_{args.files}{suffix}.h5")
     build_file(path, args.files, segments)
     device = torch.device(args.device)
-    rows_per_forward = args.forward_rows
     model = make_model(device, args.model)
-    batch = args.batch
-    if batch is None:
+    rows_per_forward = args.forward_rows
+    if rows_per_forward is None:
         with torch.no_grad():
-            batch = gpufeed.forward_rows(model, torch.zeros(SHAPE, device=device),
-                                         candidates=CANDIDATES)
-        rates = ", ".join(f"{rows}: {rate:,.0f}" for rows, rate in gpufeed.forward_rows.last.items())
-        print(f"gpufeed.forward_rows: batches of {batch} rows (rows/s by batch size: {rates})")
+            rows_per_forward = gpufeed.forward_rows(model, torch.zeros(SHAPE, device=device))
+        rates = ", ".join(f"{n}: {r:,.0f}" for n, r in gpufeed.forward_rows.last.items())
+        print(f"gpufeed.forward_rows: {rows_per_forward} rows per pass (rows/s: {rates})")
+    batch = args.batch or max(rows_per_forward, 512)
     with h5py.File(path, "r") as f:
         rows, files = f["mel"].shape[0], f["label"].shape[0]
         labels = f["label"][:]
@@ -220,7 +218,8 @@ def main():
         ceiling = model_ceiling(path, model, device, rows_per_forward, batch)
     rate = {name: files / t for name, t in
             (("loop", t_loop), ("stack", t_stack), ("gpufeed", t_packed))}
-    print(f"model only (segments in memory, batches of {batch}): {files / ceiling:9.0f} files/s "
+    print(f"model only (segments in memory, passes of {rows_per_forward}): "
+          f"{files / ceiling:9.0f} files/s "
           f"({ceiling:.2f} s)")
     print(f"(a) per-file loop, h5py:              {rate['loop']:9.0f} files/s ({t_loop:.2f} s)")
     print(f"(b) {STACK} files per forward, by hand:    {rate['stack']:9.0f} files/s "

@@ -22,11 +22,14 @@ def _synchronize(device):
 
 
 def forward_rows(forward, sample, candidates=DEFAULT_CANDIDATES, repeats=3, tolerance=0.05,
-                 timer=time.perf_counter, min_seconds=0.02):
+                 timer=time.perf_counter, min_seconds=0.02, min_rows=1):
     """Measures `forward` (a model, or any callable taking a batch tensor) over batches of
     each candidate row count, built from `sample` (one row, a tensor on the device the model
     runs on), and returns the smallest count whose rows/s is within `tolerance` of the best:
-    the batch size for a packed loader. Each count is run once to warm up; then, `repeats`
+    the batch size for a packed loader. Counts below `min_rows` are not tried: give twice
+    the longest group's rows, so that whole groups pack densely (a batch barely longer than
+    a group leaves the rest of it empty whenever the next group does not fit). Each count is
+    run once to warm up; then, `repeats`
     rounds over all the counts, each count runs for at least `min_seconds` per round, and its
     rate is its best round's, so that a moment the machine was busy elsewhere does not decide
     the size. The figures are in `forward_rows.last` ({rows: rows per second}).
@@ -42,6 +45,10 @@ def forward_rows(forward, sample, candidates=DEFAULT_CANDIDATES, repeats=3, tole
     if not counts or counts[0] < 1:
         raise InvalidArgument(f"forward_rows: candidates must be row counts >= 1, not "
                               f"{list(candidates)}")
+    if counts[-1] < min_rows:
+        raise InvalidArgument(f"forward_rows: no candidate holds min_rows = {min_rows} rows "
+                              f"(the largest is {counts[-1]})")
+    counts = [c for c in counts if c >= min_rows]
     if repeats < 1 or not 0 <= tolerance < 1 or min_seconds < 0:
         raise InvalidArgument("forward_rows: repeats must be >= 1, tolerance in [0, 1) and "
                               "min_seconds >= 0")

@@ -344,6 +344,12 @@ def test_forward_rows_is_not_decided_by_one_slow_moment():
     assert gpufeed.forward_rows.last[128] > gpufeed.forward_rows.last[64]
     with pytest.raises(gpufeed.InvalidArgument):
         gpufeed.forward_rows(forward, torch.zeros(4), min_seconds=-1)
+    # Below min_rows (twice the longest group) nothing is tried, however fast it runs.
+    assert gpufeed.forward_rows(forward, torch.zeros(4), candidates=(64, 128, 256),
+                                timer=lambda: clock["now"], min_rows=129) == 256
+    assert set(gpufeed.forward_rows.last) == {256}
+    with pytest.raises(gpufeed.InvalidArgument, match="min_rows"):
+        gpufeed.forward_rows(forward, torch.zeros(4), candidates=(64,), min_rows=65)
 
 
 @pytest.mark.parametrize("segments", [(1, 24), (8, 64)])
