@@ -12,11 +12,20 @@
 
 #include <functional>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 namespace gpufeed::testing {
+
+// `n` bytes drawn from `seed`: a body whose every byte a test can check.
+inline std::string RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
 
 class HttpTestServer {
  public:

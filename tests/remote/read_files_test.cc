@@ -23,13 +23,7 @@ namespace gpufeed {
 namespace {
 
 using testing::ErrorCodeOf;
-
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
+using testing::RandomBytes;
 
 // A server that answers GETs of `bodies` with 200 and the whole object (as to a ranged GET of
 // all of it), HEADs with its size, and GETs of forbidden.bin with 403; `hold(path)` runs

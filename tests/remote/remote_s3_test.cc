@@ -19,14 +19,8 @@
 namespace gpufeed {
 namespace {
 
+using testing::RandomBytes;
 using testing::S3Fixture;
-
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
 
 struct Caught {
   ErrorCode code = ErrorCode::kCancelled;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -135,6 +136,27 @@ void WaitForWaiterOrSecondFetch(const Source& source, const GatedFiles& fs) {
   }
 }
 
+// Reads `first` on one thread, whose fetch the gate holds; runs `while_held`; then reads
+// `second` on another, until it waits for the first's fetch (or fetched itself), and opens the
+// gate. Both reads must give their rows, and exactly one of them must have waited.
+void ReadTwoOverOneFetch(const Source& source, GatedFiles& fs, const std::string& expected,
+                         const std::vector<int64_t>& first, const std::vector<int64_t>& second,
+                         const std::function<void()>& while_held = {}) {
+  std::vector<std::byte> got_first;
+  std::vector<std::byte> got_second;
+  std::thread a([&] { got_first = ReadRows(source, first); });
+  fs.WaitGated();
+  if (while_held) while_held();
+  std::thread b([&] { got_second = ReadRows(source, second); });
+  WaitForWaiterOrSecondFetch(source, fs);
+  fs.Open();
+  a.join();
+  b.join();
+  EXPECT_EQ(got_first, Expected(expected, first));
+  EXPECT_EQ(got_second, Expected(expected, second));
+  EXPECT_EQ(Hdf5SourceCounters(source).chunk_fetch_waits, 1);
+}
+
 TEST(Hdf5FetchOnceTest, AWorkerWantingAChunkBeingFetchedWaitsForThatFetch) {
   GPUFEED_REQUIRE_HDF5_FILES(files);
   auto fs = std::make_shared<GatedFiles>();
@@ -143,19 +165,8 @@ TEST(Hdf5FetchOnceTest, AWorkerWantingAChunkBeingFetchedWaitsForThatFetch) {
   fs->state().armed = true;
   const std::vector<int64_t> first = {7, 0, 1, 2, 3, 4, 5, 6};  // chunk 0 whole
   const std::vector<int64_t> second = {6, 1, 3, 5, 0};          // most of chunk 0
-  std::vector<std::byte> got_first;
-  std::vector<std::byte> got_second;
-  std::thread a([&] { got_first = ReadRows(*source, first); });
-  fs->WaitGated();  // `a` fetches chunk 0
-  std::thread b([&] { got_second = ReadRows(*source, second); });
-  WaitForWaiterOrSecondFetch(*source, *fs);
-  fs->Open();
-  a.join();
-  b.join();
-  EXPECT_EQ(got_first, Expected(expected, first));
-  EXPECT_EQ(got_second, Expected(expected, second));
-  EXPECT_EQ(Hdf5SourceCounters(*source).chunk_fetch_waits, 1);
-  ASSERT_EQ(fs->state().ranges.size(), 1u);  // chunk 0, once
+  ReadTwoOverOneFetch(*source, *fs, expected, first, second);   // the first fetches chunk 0
+  ASSERT_EQ(fs->state().ranges.size(), 1u);                     // chunk 0, once
   EXPECT_EQ(fs->state().ranges.begin()->second, 1);
   EXPECT_EQ(fs->state().ranges.begin()->first.second, 8u * kRowBytes);
   // The chunk is kept: a later batch reads nothing.
@@ -177,22 +188,10 @@ TEST(Hdf5FetchOnceTest, WhenTheFetchFailsTheWaiterReadsItsRowsItself) {
     std::lock_guard lock(fs->state().mu);
     fs->state().armed = true;
   }
-  std::vector<std::byte> got_first;
-  std::vector<std::byte> got_second;
-  std::thread a([&] { got_first = ReadRows(*source, first); });
-  fs->WaitGated();
-  {
+  ReadTwoOverOneFetch(*source, *fs, expected, first, second, [&] {
     std::lock_guard lock(fs->state().mu);
     fs->state().fail_at = fs->state().ranges.begin()->first.first;  // the gated fetch's range
-  }
-  std::thread b([&] { got_second = ReadRows(*source, second); });
-  WaitForWaiterOrSecondFetch(*source, *fs);
-  fs->Open();
-  a.join();
-  b.join();
-  EXPECT_EQ(got_first, Expected(expected, first));
-  EXPECT_EQ(got_second, Expected(expected, second));
-  EXPECT_EQ(Hdf5SourceCounters(*source).chunk_fetch_waits, 1);
+  });
 }
 
 TEST(Hdf5FetchOnceTest, TwoWorkersUnderBlockShuffleReadNoRangeTwice) {
