@@ -349,10 +349,11 @@ def disk_epoch(server, gpufeed, h5, results):
         first_l, rate_l = first_and_steady(make(h5))
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
-    results.update(disk_fill_s=fill, disk_epoch2_samples_per_s=rate_same,
+    results.update(disk_fill_s=fill, disk_same_loader_samples_per_s=rate_same,
                    disk_next_loader_samples_per_s=rate_next, local_samples_per_s=rate_l,
-                   disk_epoch2_vs_local=rate_same / rate_l, disk_next_vs_local=rate_next / rate_l,
-                   disk_first_epoch2_vs_local=first_same / first_l,
+                   disk_same_loader_vs_local=rate_same / rate_l,
+                   disk_next_vs_local=rate_next / rate_l,
+                   disk_first_same_loader_vs_local=first_same / first_l,
                    disk_first_next_vs_local=first_next / first_l,
                    disk_requests_after_fill=requests_d)
     print(f"disk cache: the first epoch (fills it) {fill:.1f} s; then {requests_d} requests")

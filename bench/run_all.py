@@ -268,11 +268,11 @@ BENCHMARKS = [
             ("images: gpufeed / boto3 DataLoader + PIL", json_key("images_gpufeed_vs_boto3")),
             ("images: gpufeed / ceiling", json_key("images_gpufeed_vs_ceiling")),
             ("cache=\"disk\", the same loader's epochs after the fill / local file (median "
-             "of 7 epochs each)", json_key("disk_epoch2_vs_local")),
+             "of 7 epochs each)", json_key("disk_same_loader_vs_local")),
             ("cache=\"disk\", a loader opened over the filled cache / local file (median of "
              "7 epochs each)", json_key("disk_next_vs_local")),
             ("one-time: the first epoch after the fill / the local file's first",
-             json_key("disk_first_epoch2_vs_local")),
+             json_key("disk_first_same_loader_vs_local")),
             ("one-time: a reopened loader's first epoch / the local file's first",
              json_key("disk_first_next_vs_local")),
             ("one-time: the first epoch filling cache=\"disk\", s", json_key("disk_fill_s")),

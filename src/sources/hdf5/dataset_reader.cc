@@ -130,6 +130,14 @@ void Hdf5DatasetReader::Read(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratc
   FinishRows(rows);
 }
 
+size_t Hdf5DatasetReader::ChunkRowEnd(std::span<const Hdf5RowTarget> rows, size_t k) const {
+  const int64_t per_chunk = geometry_.samples_per_chunk();
+  const int64_t chunk_row = rows[k].local / per_chunk;
+  size_t end = k + 1;
+  while (end < rows.size() && rows[end].local / per_chunk == chunk_row) ++end;
+  return end;
+}
+
 void Hdf5DatasetReader::FinishRows(std::span<const Hdf5RowTarget> rows) const {
   if (ds_.big_endian) {
     for (const auto& r : rows) SwapElements(r.dst, sample_bytes_, ds_.element_size);
@@ -177,7 +185,7 @@ void Hdf5DatasetReader::ReadContiguous(std::span<const Hdf5RowTarget> rows,
 const std::byte* Hdf5DatasetReader::DecodedChunk(size_t linear, const Hdf5RowTarget& first,
                                                  Hdf5ReadScratch& scratch,
                                                  DecodedChunkCache::Buffer& hold) const {
-  const uint64_t key = (uint64_t{cache_tag_} << 40) | linear;
+  const uint64_t key = CacheKey(linear);
   if ((hold = scratch.cache.Find(key)) != nullptr) {
     ++scratch.counters.chunk_cache_hits;
     return hold->data();
@@ -230,8 +238,7 @@ void Hdf5DatasetReader::ReadChunkedMapped(std::span<const Hdf5RowTarget> rows,
       // The rows of one chunk row, then column by column: each chunk's pieces for all of
       // them while the chunk's pages are in the TLB.
       const int64_t chunk_row = rows[k].local / per_chunk;
-      size_t end = k + 1;
-      while (end < rows.size() && rows[end].local / per_chunk == chunk_row) ++end;
+      const size_t end = ChunkRowEnd(rows, k);
       const int64_t row_start = chunk_row * per_chunk;
       for (size_t col = 0; col < columns; ++col) {
         const Hdf5ChunkEntry& e = ds_.chunks.at(static_cast<size_t>(chunk_row) * columns + col);
@@ -275,8 +282,7 @@ void Hdf5DatasetReader::ReadChunked(std::span<const Hdf5RowTarget> rows,
     if (fetch_chunks_ && k >= fetched_to) fetched_to = FetchChunks(rows, k, scratch);
     // The rows of one chunk row (same chunk position along axis 0).
     const int64_t chunk_row = rows[k].local / per_chunk;
-    size_t end = k + 1;
-    while (end < rows.size() && rows[end].local / per_chunk == chunk_row) ++end;
+    const size_t end = ChunkRowEnd(rows, k);
     const auto group = rows.subspan(k, end - k);
     const int64_t row_start = chunk_row * per_chunk;
     for (size_t col = 0; col < columns; ++col) {

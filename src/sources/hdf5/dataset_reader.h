@@ -149,9 +149,6 @@ class Hdf5DatasetReader {
   // Unfiltered chunks of a file that does not map: every sample's pieces with one ReadMany.
   // False when it failed (nothing is then known of the rows: read them again).
   bool ReadChunkedPieces(std::span<const Hdf5RowTarget> rows, Hdf5ReadScratch& scratch) const;
-  // The plan's pieces of several runs and of whole chunks copied to their rows; the whole
-  // chunks go to the cache.
-  void PlaceReadPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const;
   // Whether the stored chunk `linear`, which `rows` (of one chunk row) read from, is fetched
   // whole and kept rather than read piece by piece.
   bool ReadsChunkWhole(std::span<const Hdf5RowTarget> rows, size_t linear,
@@ -172,6 +169,10 @@ class Hdf5DatasetReader {
   // The raw bytes FetchChunks fetched for chunk `linear`, or empty.
   std::span<const std::byte> FetchedChunk(size_t linear, Hdf5ReadScratch& scratch) const;
   void Fill(std::byte* dst, size_t bytes) const;
+  // The key of stored chunk `linear` in the shared chunk cache: the reader's tag above it.
+  uint64_t CacheKey(size_t linear) const { return (uint64_t{cache_tag_} << 40) | linear; }
+  // The end of the rows from `k` on in rows[k]'s chunk row (rows sorted by `local`).
+  size_t ChunkRowEnd(std::span<const Hdf5RowTarget> rows, size_t k) const;
   // What Read does to the rows once their bytes are in: byte order, bool checks.
   void FinishRows(std::span<const Hdf5RowTarget> rows) const;
   // Reads `n` bytes at `offset`, which open checked to lie inside the file. Throws

@@ -97,8 +97,7 @@ size_t Hdf5DatasetReader::FetchChunks(std::span<const Hdf5RowTarget> rows, size_
   size_t bytes = 0;
   while (k < rows.size()) {
     const int64_t chunk_row = rows[k].local / per_chunk;
-    size_t end = k + 1;
-    while (end < rows.size() && rows[end].local / per_chunk == chunk_row) ++end;
+    const size_t end = ChunkRowEnd(rows, k);
     size_t row_bytes = 0;
     const size_t first_new = scratch.fetched_chunks.size();
     for (size_t col = 0; col < columns; ++col) {
@@ -106,7 +105,7 @@ size_t Hdf5DatasetReader::FetchChunks(std::span<const Hdf5RowTarget> rows, size_
       const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
       // A chunk the cache holds is marked used by this batch, which keeps it until the batch
       // ends: it is decoded from there, not fetched.
-      if (e.size == 0 || scratch.cache.Find((uint64_t{cache_tag_} << 40) | linear)) continue;
+      if (e.size == 0 || scratch.cache.Find(CacheKey(linear))) continue;
       scratch.fetched_chunks.emplace_back(linear, bytes + row_bytes);
       ranges.push_back({e.address, nullptr, static_cast<size_t>(e.size)});
       row_bytes += e.size;
@@ -186,8 +185,7 @@ void Hdf5DatasetReader::PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5Piec
   size_t slab_bytes = 0;
   for (size_t k = 0; k < rows.size();) {
     const int64_t chunk_row = rows[k].local / per_chunk;
-    size_t end = k + 1;
-    while (end < rows.size() && rows[end].local / per_chunk == chunk_row) ++end;
+    const size_t end = ChunkRowEnd(rows, k);
     const int64_t row_start = chunk_row * per_chunk;
     const auto group = rows.subspan(k, end - k);
     for (size_t col = 0; col < columns; ++col) {
@@ -197,8 +195,8 @@ void Hdf5DatasetReader::PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5Piec
       if (e.size != 0) {
         // A chunk another worker is fetching is waited for, even by a batch reading a few of
         // its rows: its bytes are on their way, and asking again only adds requests.
-        ChunkLookup look = scratch.cache.Lookup((uint64_t{cache_tag_} << 40) | linear,
-                                                ReadsChunkWhole(group, linear, scratch.cache));
+        ChunkLookup look =
+            scratch.cache.Lookup(CacheKey(linear), ReadsChunkWhole(group, linear, scratch.cache));
         if (look.held) {
           ++scratch.counters.chunk_cache_hits;
           CopyChunkRows(look.held->data(), group, col);
@@ -244,7 +242,7 @@ void Hdf5DatasetReader::PlanPieces(std::span<const Hdf5RowTarget> rows, Hdf5Piec
   for (const ReadRange& r : plan.ranges) plan.bytes += r.n;
 }
 
-void Hdf5DatasetReader::PlaceReadPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
+void Hdf5DatasetReader::PlacePieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
   scratch.counters.bytes_read += static_cast<int64_t>(plan.bytes);
   for (const Hdf5PiecePlan::Split& p : plan.split) {
     const auto& runs = geometry_.runs(p.col);
@@ -268,8 +266,7 @@ void Hdf5DatasetReader::ClaimAhead(std::span<const Hdf5RowTarget> rows, DecodedC
   const size_t columns = geometry_.columns();
   for (size_t k = 0; k < rows.size();) {
     const int64_t chunk_row = rows[k].local / per_chunk;
-    size_t end = k + 1;
-    while (end < rows.size() && rows[end].local / per_chunk == chunk_row) ++end;
+    const size_t end = ChunkRowEnd(rows, k);
     const auto group = rows.subspan(k, end - k);
     k = end;
     for (size_t col = 0; col < columns; ++col) {
@@ -277,7 +274,7 @@ void Hdf5DatasetReader::ClaimAhead(std::span<const Hdf5RowTarget> rows, DecodedC
       const Hdf5ChunkEntry& e = ds_.chunks.at(linear);
       if (e.size == 0 || !ReadsChunkWhole(group, linear, cache)) continue;
       if (ahead.bytes + e.size > max_bytes) return;
-      ChunkFetch fetch = cache.Claim((uint64_t{cache_tag_} << 40) | linear);
+      ChunkFetch fetch = cache.Claim(CacheKey(linear));
       if (!fetch) continue;  // held, or being fetched
       ahead.bytes += e.size;
       ahead.buffers.push_back(cache.NewBuffer(e.size));
@@ -305,10 +302,6 @@ void Hdf5DatasetReader::AwaitPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratc
     }
   }
   plan.awaited.clear();
-}
-
-void Hdf5DatasetReader::PlacePieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
-  PlaceReadPieces(plan, scratch);
 }
 
 void Hdf5DatasetReader::FinishPieces(Hdf5PiecePlan& plan, Hdf5ReadScratch& scratch) const {
@@ -359,7 +352,7 @@ bool Hdf5DatasetReader::ReadChunkedPieces(std::span<const Hdf5RowTarget> rows,
     DropPieces(plan);
     return false;
   }
-  PlaceReadPieces(plan, scratch);
+  PlacePieces(plan, scratch);
   AwaitPieces(plan, scratch);  // Read finishes the rows itself
   return true;
 }

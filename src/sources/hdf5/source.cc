@@ -269,7 +269,9 @@ class Hdf5Source final : public Source {
   template <class TargetsOf>
   bool ReadPlanned(const Hdf5FilePart& part, const std::vector<size_t>& planned,
                    const TargetsOf& targets_of, Hdf5WorkerState& ws) const {
-    bool read = false;
+    const auto drop = [&] {
+      for (size_t f : planned) Hdf5DatasetReader::DropPieces(ws.plans[f]);
+    };
     try {
       std::vector<ReadRange> ranges;
       for (size_t f : planned) {
@@ -279,22 +281,18 @@ class Hdf5Source final : public Source {
       }
       try {
         part.file->ReadMany(ranges, "chunk data");
-        read = true;
       } catch (const Error&) {
+        drop();
+        return false;
       }
-      if (read) {
-        // Every field's own fetches end before any field waits for another worker's.
-        for (size_t f : planned) part.readers[f]->PlacePieces(ws.plans[f], ws.scratch);
-        for (size_t f : planned) part.readers[f]->FinishPieces(ws.plans[f], ws.scratch);
-      }
+      // Every field's own fetches end before any field waits for another worker's.
+      for (size_t f : planned) part.readers[f]->PlacePieces(ws.plans[f], ws.scratch);
+      for (size_t f : planned) part.readers[f]->FinishPieces(ws.plans[f], ws.scratch);
     } catch (...) {
-      for (size_t f : planned) Hdf5DatasetReader::DropPieces(ws.plans[f]);
+      drop();
       throw;
     }
-    if (!read) {
-      for (size_t f : planned) Hdf5DatasetReader::DropPieces(ws.plans[f]);
-    }
-    return read;
+    return true;
   }
 
   Hdf5Counters counters() const {
