@@ -164,8 +164,22 @@ void ReadFillAndFilters(Hdf5Dataset& ds, hid_t type, hid_t dcpl) {
 // Compact data lives in the object header: read whole now, converted by libhdf5 into the
 // dtype's memory type (the structure walk checked that the message holds exactly the
 // dataset's bytes: libhdf5 1.10.8 copies from a null buffer when it holds none).
-void OpenCompact(Hdf5Dataset& ds, hid_t dset, hid_t element, const File& file,
-                 const std::string& what) {
+void OpenCompact(Hdf5Dataset& ds, hid_t dset, hid_t type, hid_t space, hid_t element,
+                 const File& file, const std::string& what) {
+  // libhdf5 copies each element at the size it reads the datatype as, which can exceed what
+  // the message says (a version 1 compound's array member past the record widens it).
+  const hssize_t points = H5Sget_simple_extent_npoints(space);
+  const size_t type_bytes = H5Tget_size(type);
+  const hsize_t stored = H5Dget_storage_size(dset);
+  uint64_t needed = 0;
+  if (points < 0 || type_bytes == 0 ||
+      __builtin_mul_overflow(static_cast<uint64_t>(points), type_bytes, &needed) ||
+      needed != stored) {
+    throw Error(ErrorCode::kCorruptData,
+                fmt::format("{}: the compact layout holds {} bytes, but libhdf5 reads its "
+                            "datatype as {} bytes for each of {} elements",
+                            what, stored, type_bytes, points));
+  }
   // Both below 2^64 (CheckShape).
   const uint64_t total_bytes = static_cast<uint64_t>(ds.samples) * ds.field.SampleBytes();
   ds.layout_name = "compact";
@@ -456,7 +470,7 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
   ReadFillAndFilters(ds, type.get(), dcpl.get());
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   if (layout == H5D_COMPACT) {
-    OpenCompact(ds, dset.get(), element.element.get(), file, what);
+    OpenCompact(ds, dset.get(), type.get(), space.get(), element.element.get(), file, what);
   } else if (layout == H5D_CONTIGUOUS) {
     OpenContiguous(ds, file_id, dset, dcpl.get(), file, what);
   } else if (layout == H5D_CHUNKED) {
