@@ -27,7 +27,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PY = "/usr/bin/python3"
+PY = sys.executable  # the interpreter that runs this script (the docs use /usr/bin/python3)
 DEMO_NPY = "~/.cache/gpufeed/demo-mel"
 DEMO_H5 = "~/.cache/gpufeed/demo-mel.h5"
 

@@ -1,0 +1,124 @@
+"""The package on a real GPU: batches on cuda equal the host's, value by value.
+
+Runs where torch has CUDA and a driver is present (skipped elsewhere, and under the fake
+driver of the test tree, whose tests are in test_dlpack.py).
+"""
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import gpufeed
+from conftest import write_numpy_dir
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or "fake" in os.environ.get("GPUFEED_CUDA_LIBRARY", ""),
+    reason="needs a real GPU and a torch with CUDA")
+
+
+def _arrays(samples=5000):
+    rng = np.random.default_rng(17)
+    return {
+        "mel": rng.standard_normal((samples, 1, 16, 8), dtype=np.float32),
+        "label": rng.integers(0, 1000, size=samples, dtype=np.int64),
+        "weight": rng.random(samples).astype(np.float16),
+    }
+
+
+def _epochs(loader, epochs):
+    """Every batch of `epochs` epochs, copied to host memory right away."""
+    out = []
+    for _ in range(epochs):
+        for batch in loader:
+            out.append((batch.indices.cpu().numpy().copy(),
+                        {k: v for k, v in batch.items()}))
+            for name, tensor in out[-1][1].items():
+                out[-1][1][name] = (tensor.device.type, tensor.cpu().numpy().copy())
+    return out
+
+
+def _check_against(arrays, batches, device_type):
+    seen = 0
+    for indices, fields in batches:
+        seen += len(indices)
+        for name, (where, values) in fields.items():
+            assert where == device_type, f"{name} arrived on {where}"
+            np.testing.assert_array_equal(values, arrays[name][indices], err_msg=name)
+    return seen
+
+
+@pytest.mark.parametrize("cache", [None, "ram", "device"])
+def test_cuda_batches_equal_the_arrays(tmp_path, cache):
+    arrays = _arrays()
+    folder = write_numpy_dir(tmp_path / "set", arrays)
+    loader = gpufeed.Loader(folder, batch_size=256, shuffle=True, seed=5, workers=3,
+                            device="cuda", cache=cache)
+    seen = _check_against(arrays, _epochs(loader, 3), "cuda")
+    assert seen == 3 * len(arrays["label"])
+
+
+def test_hdf5_gzip_chunks_to_cuda_equal_h5py(tmp_path):
+    arrays = _arrays(3000)
+    path = str(tmp_path / "set.h5")
+    with h5py.File(path, "w") as f:
+        for name, values in arrays.items():
+            f.create_dataset(name, data=values, chunks=True, compression="gzip", shuffle=True)
+    with h5py.File(path, "r") as f:
+        reference = {name: f[name][()] for name in arrays}
+    loader = gpufeed.Loader(path, batch_size=128, shuffle=True, seed=9, device="cuda")
+    assert _check_against(reference, _epochs(loader, 2), "cuda") == 2 * 3000
+
+
+def test_a_batch_is_ready_for_work_on_the_current_stream():
+    # Many small batches, each consumed at once by a kernel on a side stream: a batch whose
+    # copy were not ordered before the consumer would show as a wrong sum now and then.
+    source = gpufeed.synthetic("x:float32[4096],i:int64[]", samples=20000, seed=3)
+    host = {int(b["i"][0]): b["x"].sum(1).double() for b in
+            gpufeed.Loader(source, batch_size=100, shuffle=False, device="cpu")}
+    stream = torch.cuda.Stream()
+    loader = gpufeed.Loader(source, batch_size=100, shuffle=False, device="cuda", prefetch=8)
+    with torch.cuda.stream(stream):
+        sums = [(b["i"][0], b["x"].sum(1).double()) for b in loader]
+    torch.cuda.synchronize()
+    assert len(sums) == 200
+    for first, total in sums:
+        torch.testing.assert_close(total.cpu(), host[int(first)])
+
+
+def test_group_reducer_votes_on_cuda(tmp_path):
+    rng = np.random.default_rng(4)
+    counts = rng.integers(1, 25, size=300)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    rows = int(offsets[-1])
+    data = {"x": rng.standard_normal((rows, 8), dtype=np.float32),
+            "row": np.arange(rows, dtype=np.int64), "file_offsets": offsets}
+    path = str(tmp_path / "groups.h5")
+    with h5py.File(path, "w") as f:
+        for name, values in data.items():
+            f.create_dataset(name, data=values)
+    labels = torch.from_numpy(rng.integers(0, 5, size=rows)).cuda()
+    loader = gpufeed.Loader(path, batch_size=96, device="cuda", shuffle=True, seed=2,
+                            groups=gpufeed.Groups(offsets="file_offsets"))
+    votes = gpufeed.GroupReducer(loader.num_groups, how="vote", num_classes=5, device="cuda")
+    for batch in loader:
+        assert batch["x"].is_cuda
+        votes.update(labels[batch["row"]], batch)
+    result = votes.result().cpu()
+    host = labels.cpu()
+    expected = torch.stack([torch.bincount(host[offsets[g]:offsets[g + 1]], minlength=5).argmax()
+                            for g in range(len(counts))])
+    assert torch.equal(result, expected)
+
+
+def test_events_measure_the_gpu_busy_share():
+    source = gpufeed.synthetic("x:float32[1024]", samples=8192, seed=1)
+    loader = gpufeed.Loader(source, batch_size=256, device="cuda")
+    for _ in range(3):
+        for batch in loader:
+            (batch["x"] @ batch["x"].T).sum().item()
+    found = loader.diagnose()
+    assert found["gpu_measure"], found
+    assert found["gpu_busy_fraction"] is not None and 0 < found["gpu_busy_fraction"] <= 1, found
