@@ -180,7 +180,11 @@ BENCHMARKS = [
         "figures": [
             ("plain pinned copy, GB/s", regex(r"^plain pinned copy:\s+([0-9.]+) GB/s")),
             ("loader path, GB/s", regex(r"^loader path:\s+([0-9.]+) GB/s")),
+            ("host gather alone (4 threads into pinned memory), GB/s",
+             regex(r"^host gather:\s+([0-9.]+) GB/s")),
             ("loader / plain", regex(r"^ratio loader/plain:\s+([0-9.]+)")),
+            ("loader / the lower of plain copy and host gather",
+             regex(r"^ratio loader/ceiling:\s+([0-9.]+)")),
         ],
     },
     {
@@ -216,6 +220,19 @@ BENCHMARKS = [
         "what": "GPU: whole-file evaluation, 7,913 files x 8..64 segments, small CNN on cuda: "
                 "gpufeed packed batches + GroupReducer vs a per-file h5py loop",
         "command": "PYTHONPATH={build}/python {py} bench/file_level_eval.py --device cuda",
+        "figures": [
+            ("gpufeed / per-file loop", regex(r"gpufeed / per-file loop: ([0-9.]+)x")),
+            ("batch fill", regex(r"fill ([0-9.]+) \(target")),
+        ],
+    },
+    {
+        "id": "gpu-file-eval-small",
+        "gpu": True,
+        "torch_cuda": True,
+        "what": "GPU: whole-file evaluation, 7,913 files x 1..24 segments, small CNN on cuda: "
+                "gpufeed packed batches + GroupReducer vs a per-file h5py loop",
+        "command": "PYTHONPATH={build}/python {py} bench/file_level_eval.py --device cuda "
+                   "--segments 1-24",
         "figures": [
             ("gpufeed / per-file loop", regex(r"gpufeed / per-file loop: ([0-9.]+)x")),
             ("batch fill", regex(r"fill ([0-9.]+) \(target")),
@@ -371,6 +388,10 @@ def measure(bench, args, prepared):
     for i in range(args.runs):
         print(f"  run {i + 1}/{args.runs}: {command}", flush=True)
         stdout = run(command, args.timeout)
+        if args.logs:
+            os.makedirs(args.logs, exist_ok=True)
+            with open(os.path.join(args.logs, f"{bench['id']}-{i + 1}.txt"), "w") as f:
+                f.write(f"$ {command}\n{stdout}")
         for label, extract in bench["figures"]:
             value = extract(stdout)
             if value is not None:
@@ -467,6 +488,8 @@ def main():
     p.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per command")
     p.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
+    p.add_argument("--logs", default=None,
+                   help="a folder to keep each run's full output in (ID-RUN.txt)")
     args = p.parse_args()
     if args.runs < 1:
         p.error("--runs must be at least 1")
@@ -481,7 +504,7 @@ def main():
         p.error(f"unknown benchmark ids: {', '.join(sorted(unknown))} (see --list)")
     if not os.access(args.gpufeed, os.X_OK):
         p.error(f"{args.gpufeed} is not built: run `make build` first")
-    started = datetime.datetime.utcnow()
+    started = datetime.datetime.now(datetime.timezone.utc)
     load_before = os.getloadavg()[0]
     results, prepared = [], set()
     no_gpu = gpu_missing(args) if any(b.get("gpu") for b in chosen) else ""
