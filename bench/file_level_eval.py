@@ -224,12 +224,17 @@ def main():
     print(f"(a) per-file loop, h5py:              {rate['loop']:9.0f} files/s ({t_loop:.2f} s)")
     print(f"(b) {STACK} files per forward, by hand:    {rate['stack']:9.0f} files/s "
           f"({t_stack:.2f} s)")
+    # No packing beats the fewest batches that hold the rows: their fill is the best there is
+    # (below 1 where the rows are not a multiple of the batch: the epoch's last batch is short).
+    fewest = -(-rows // batch)
+    best = rows / (fewest * batch)
     print(f"(c) gpufeed packed + GroupReducer:     {rate['gpufeed']:9.0f} files/s "
-          f"({t_packed:.2f} s, {batches} batches of up to {batch}, fill {fill:.4f})")
+          f"({t_packed:.2f} s, {batches} batches of up to {batch}, fill {fill:.4f}; "
+          f"the fewest batches that hold {rows} rows are {fewest}, fill {best:.4f})")
     print(f"gpufeed / per-file loop: {rate['gpufeed'] / rate['loop']:.2f}x "
           f"(target {'2.7' if device.type == 'cuda' else '1.5'}x); "
           f"gpufeed / stacking: {rate['gpufeed'] / rate['stack']:.2f}x (target 1.2x); "
-          f"fill {fill:.4f} (target 0.98)")
+          f"fill {fill:.4f} (target 0.98); fill / best possible fill {fill / best:.4f}")
     same = loop == stack == packed
     differ = sum(a != b or a != c for a, b, c in zip(loop, stack, packed))
     print(f"per-file predictions identical across the three: {same}"
