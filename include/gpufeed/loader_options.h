@@ -28,9 +28,9 @@ struct LoaderOptions {
   // < 0 here also means the source's PreferredBlock().
   int64_t shuffle_block = SamplerOptions{}.shuffle_block;
   int shuffle_window = SamplerOptions{}.shuffle_window;
-  int workers = 0;            // Default: 0 = min(4, hardware threads)
-  // Default: 0 = 2 * workers, within 128 MiB of batches but at least 2: batches kept ready
-  // beyond the workers'
+  int workers = 0;            // Default: 0 = min(4, hardware threads, max_workers if set)
+  // Default: 0 = 2 * workers, within 128 MiB of batches but at least 2 (and within
+  // max_prefetch if set): batches kept ready beyond the workers'
   int prefetch = 0;
   // Default: 3 batches the consumer may hold when it asks for more, planned for up front: a
   // Python loop still holds the last batch in its loop variable when it asks for the next, and

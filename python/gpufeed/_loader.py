@@ -6,6 +6,7 @@ import sys
 
 import torch
 
+from collections import OrderedDict
 from collections.abc import Mapping
 
 from gpufeed import _distributed, _gpufeed, _groups, _options, _sources, _tensors
@@ -18,13 +19,14 @@ class Batch(dict):
     The tensors share the loader's batch buffer (zero-copy); it goes back to the loader's
     pool only once every tensor of the batch is freed.
 
-    It pickles (pickle, torch.save, copy.deepcopy) as a plain dict of its tensors.
+    It pickles (pickle, torch.save, copy.deepcopy) as an OrderedDict of its tensors: the dict
+    type that torch.load's default weights_only=True (torch 2.6 and later) accepts.
     """
 
     __slots__ = ("_handle", "_group_fields")
 
     def __reduce__(self):
-        return dict, (dict(self),)
+        return OrderedDict, (list(self.items()),)
 
     @property
     def indices(self):

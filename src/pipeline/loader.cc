@@ -55,6 +55,9 @@ class Loader::Impl {
     }
     if (prefetch_defaulted_) {
       options_.prefetch = DefaultPrefetch(options_.workers, builder_.buffer_bytes());
+      if (options_.max_prefetch > 0) {
+        options_.prefetch = std::min(options_.prefetch, options_.max_prefetch);
+      }
       queue_.SetWindow(options_.workers, options_.prefetch);
     }
     ResolveMaxPrefetch(options_, builder_.buffer_bytes());

@@ -82,9 +82,17 @@ LoaderOptions CheckOptions(LoaderOptions o) {
     o.workers = std::min(o.workers, most_workers);
     o.max_workers = std::min(o.max_workers, most_workers);
   }
-  if (o.workers == 0) o.workers = std::min(4, cpus);
+  // Defaults start within a given max_workers / max_prefetch; an explicit workers or
+  // prefetch above its max raises the max instead (below, and ResolveMaxPrefetch).
+  if (o.workers == 0) {
+    o.workers = std::min(4, cpus);
+    if (o.max_workers > 0) o.workers = std::min(o.workers, o.max_workers);
+  }
   // The byte bound (DefaultPrefetch) applies once the batch's bytes are known (Loader).
-  if (o.prefetch == 0) o.prefetch = 2 * o.workers;
+  if (o.prefetch == 0) {
+    o.prefetch = 2 * o.workers;
+    if (o.max_prefetch > 0) o.prefetch = std::min(o.prefetch, o.max_prefetch);
+  }
   if (o.max_workers == 0) o.max_workers = o.autotune ? UsableCpus() : o.workers;
   o.max_workers = std::max(o.max_workers, o.workers);
   // max_prefetch == 0 is resolved once the batch size in bytes is known (RAM budget).

@@ -357,5 +357,25 @@ TEST(Loader, SetParallelismKeepsTheBatchesAndRecordsTimings) {
   for (const auto& t : timings) EXPECT_GT(t.read_ns, 0);
 }
 
+TEST(Loader, DefaultWorkersAndPrefetchStartWithinTheGivenMaxima) {
+  // The default (min(4, CPUs) workers, 2 per worker prefetched) must not start above a
+  // max_workers / max_prefetch the caller set, whatever the machine's CPU count.
+  Data data(200);
+  LoaderOptions o = Opts(20, 0);
+  o.autotune = true;
+  o.max_workers = 1;
+  o.max_prefetch = 1;
+  Loader loader(data.Open(), o);
+  EXPECT_EQ(loader.workers(), 1);
+  EXPECT_EQ(loader.prefetch(), 1);
+  EXPECT_EQ(loader.options().max_workers, 1);
+  // An explicit setting above its max raises the max.
+  LoaderOptions explicit_workers = Opts(20, 3);
+  explicit_workers.max_workers = 1;
+  Loader raised(data.Open(), explicit_workers);
+  EXPECT_EQ(raised.workers(), 3);
+  EXPECT_EQ(raised.options().max_workers, 3);
+}
+
 }  // namespace
 }  // namespace gpufeed

@@ -8,6 +8,11 @@
 namespace gpufeed {
 namespace {
 
+// The remedy for a message of a newer format: h5py writes HDF5 1.10's format when told to.
+constexpr const char* kRewriteOlderFormat =
+    "write the file with h5py's default libver, or copy its datasets into a file opened "
+    "with h5py.File(new_path, 'w', libver=('earliest', 'v110'))";
+
 constexpr int kMaxTypeDepth = 16;  // nested compound / array / vlen / enum base types
 constexpr unsigned kMaxRank = 32;
 constexpr unsigned kMaxLayoutDims = 33;  // rank + 1 (the element size)
@@ -96,6 +101,10 @@ void Hdf5MessageContext::Damaged(const std::string& what) const {
   throw Error(ErrorCode::kCorruptData, fmt::format("{}: damaged HDF5 metadata: {}", path, what));
 }
 
+void Hdf5MessageContext::Unsupported(const std::string& what) const {
+  throw Error(ErrorCode::kUnsupported, fmt::format("{}: {}", path, what));
+}
+
 std::optional<uint64_t> CheckDataspaceMessage(const Hdf5MessageContext& c, const Bytes& m) {
   const uint64_t version = m.Uint(0, 1);
   const uint64_t rank = m.Uint(1, 1);
@@ -122,6 +131,12 @@ size_t CheckDatatypeMessage(const Hdf5MessageContext& c, const Bytes& m, size_t 
   const unsigned version = static_cast<unsigned>(cv >> 4);
   const uint64_t bits = m.Uint(at + 1, 3);
   const uint64_t size = m.Uint(at + 4, 4);
+  if (version == 4 || version == 5) {
+    c.Unsupported(fmt::format(
+        "datatype message version {} (the format of HDF5 {}) is not supported: gpufeed reads "
+        "datatype versions 1 to 3 (HDF5 1.10's format); {}",
+        version, version == 4 ? "1.12 and later" : "2.0", kRewriteOlderFormat));
+  }
   if (version < 1 || version > 3) c.Damaged(fmt::format("datatype version {}", version));
   if (size == 0 && cls != 9) c.Damaged(fmt::format("datatype of class {} with size 0", cls));
   size_t pos = at + 8;
@@ -209,6 +224,13 @@ std::optional<uint64_t> CheckLayoutMessageV1(const Hdf5MessageContext& c, const 
 std::optional<uint64_t> CheckLayoutMessage(const Hdf5MessageContext& c, const Bytes& m) {
   const uint64_t version = m.Uint(0, 1);
   if (version == 1 || version == 2) return CheckLayoutMessageV1(c, m, version);
+  if (version == 5) {
+    c.Unsupported(fmt::format(
+        "data layout message version 5 (HDF5 2.0's format, which h5py built on HDF5 2.x "
+        "writes under libver='latest' or 'v200') is not supported: gpufeed reads layout "
+        "versions 1 to 4 (HDF5 1.10's format); {}",
+        kRewriteOlderFormat));
+  }
   if (version != 3 && version != 4) c.Damaged(fmt::format("layout version {}", version));
   // Versions 3 and 4 share compact (class 0) and contiguous (class 1); they differ in how a
   // chunked layout (class 2) is encoded, and only version 4 has virtual datasets (class 3).

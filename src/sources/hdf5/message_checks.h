@@ -22,6 +22,9 @@ struct Hdf5MessageContext {
   size_t sizeof_size;
   // Throws Error(kCorruptData) "<path>: damaged HDF5 metadata: <what>".
   [[noreturn]] void Damaged(const std::string& what) const;
+  // Throws Error(kUnsupported) "<path>: <what>": a message of a newer HDF5 format version
+  // than libhdf5 1.10.8 (which opens the dataset after these checks) reads.
+  [[noreturn]] void Unsupported(const std::string& what) const;
 };
 
 // Returns the dataspace's element count (1 for a scalar, 0 for a null dataspace), or nullopt
@@ -30,7 +33,8 @@ std::optional<uint64_t> CheckDataspaceMessage(const Hdf5MessageContext& c, const
 // Checks the datatype at `at` of `m`; returns its encoded length.
 size_t CheckDatatypeMessage(const Hdf5MessageContext& c, const Bytes& m, size_t at, int depth);
 void CheckFillMessage(const Hdf5MessageContext& c, const Bytes& m);
-// Versions 1 and 2 (HDF5 1.6 and older), 3 and 4. Returns the bytes of compact data the
+// Versions 1 and 2 (HDF5 1.6 and older), 3 and 4; version 5 (HDF5 2.0) is refused as
+// unsupported. Returns the bytes of compact data the
 // message holds, or nullopt for the other layouts.
 std::optional<uint64_t> CheckLayoutMessage(const Hdf5MessageContext& c, const Bytes& m);
 void CheckPipelineMessage(const Hdf5MessageContext& c, const Bytes& m);

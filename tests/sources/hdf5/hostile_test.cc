@@ -67,6 +67,10 @@ const HostileCase kCases[] = {
     // A group entry named "z/": names are resolved as paths (one named "/" made libhdf5's
     // visit recurse until the stack overflowed; found by hdf5_fuzz).
     {"link_name_slash", ErrorCode::kCorruptData, "a link named 'z/'"},
+    // HDF5 2.0's layout message (version 5), as h5py on HDF5 2.x writes it under
+    // libver="latest": refused as a format libhdf5 1.10.8 does not read, with the remedy.
+    {"layout_v5", ErrorCode::kUnsupported,
+     "data layout message version 5 (HDF5 2.0's format"},
     // Chunk indexes of libver="latest" files (layout version 4), read by gpufeed itself: a
     // fixed array block changed after its checksum; a fixed array header (checksum intact)
     // claiming 2^40 entries; two extensible array pointers naming one data block; a v2

@@ -407,6 +407,46 @@ def group_cycle(path):
     open(path, 'wb').write(data)
 
 
+def v2_header_messages(data, at):
+    """The messages of the version-2 object header at `at` (its first chunk):
+    [(type, offset of the message's body, body size)], and the offset of the chunk's checksum.
+    """
+    assert data[at:at + 5] == b'OHDR\x02'
+    flags = data[at + 5]
+    pos = at + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+    width = 1 << (flags & 3)
+    size = int.from_bytes(data[pos:pos + width], 'little')
+    pos += width
+    end = pos + size
+    messages = []
+    while pos + 4 <= end:
+        kind, body = data[pos], struct.unpack_from('<H', data, pos + 1)[0]
+        pos += 4 + (2 if flags & 0x04 else 0)
+        messages.append((kind, pos, body))
+        pos += body
+    return messages, end
+
+
+def layout_v5(path):
+    # HDF5 2.0's data layout message (version 5: version 4's bytes with a fixed-width chunk
+    # size in the index), as h5py on HDF5 2.x writes under libver='latest': libhdf5 1.10.8
+    # cannot read it, so it is refused as unsupported, naming the version (not "damaged").
+    data = latest_file(path, lambda f: f.create_dataset('x', data=np.arange(100, dtype='u1'),
+                                                        chunks=(10,), maxshape=(None,)))
+    patched = 0
+    at = data.find(b'OHDR')
+    while at >= 0:
+        messages, end = v2_header_messages(data, at)
+        for kind, body, _ in messages:
+            if kind == 8 and data[body] == 4:  # the layout message, version 4
+                data[body] = 5
+                reseal(data, at, end)
+                patched += 1
+        at = data.find(b'OHDR', at + 1)
+    assert patched == 1, patched
+    open(path, 'wb').write(data)
+
+
 def link_name_slash(path):
     # A group entry whose name holds a '/': libhdf5 resolves it as a path (a name of '/' is
     # the root, and its visit recursed until the stack overflowed; found by hdf5_fuzz).
@@ -436,6 +476,7 @@ CASES = {
     'external_heap_size': external_heap_size,
     'group_cycle': group_cycle,
     'link_name_slash': link_name_slash,
+    'layout_v5': layout_v5,
     'fa_checksum': fa_checksum,
     'fa_count': fa_count,
     'earray_shared': earray_shared,
