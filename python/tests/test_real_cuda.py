@@ -5,6 +5,9 @@ driver of the test tree, whose tests are in test_dlpack.py).
 """
 
 import os
+import subprocess
+import sys
+import time
 
 import h5py
 import numpy as np
@@ -12,7 +15,7 @@ import pytest
 import torch
 
 import gpufeed
-from conftest import write_numpy_dir
+from conftest import script_env, write_numpy_dir
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or "fake" in os.environ.get("GPUFEED_CUDA_LIBRARY", ""),
@@ -123,3 +126,36 @@ def test_events_measure_the_gpu_busy_share():
     found = loader.diagnose()
     assert found["gpu_measure"], found
     assert found["gpu_busy_fraction"] is not None and 0 < found["gpu_busy_fraction"] <= 1, found
+
+
+def test_the_monitor_reads_this_gpu_through_nvml():
+    x = torch.randn(4096, 4096, device="cuda")
+    with gpufeed.Monitor(interval=0.1) as monitor:
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            (x @ x).sum().item()
+        time.sleep(0.3)
+    assert "NVML: " in monitor.nvml_status and "GPU" in monitor.nvml_status, monitor.nvml_status
+    gpu = monitor.snapshot()["gpus"][0]
+    assert gpu["memory_total_bytes"] and gpu["memory_used_bytes"], gpu
+    busy = [s["gpus"][0]["utilization_ratio"] for s in monitor.history()]
+    assert any(b is not None and b > 0 for b in busy), busy
+    assert "VRAM n/a" not in monitor.line() and "GPU n/a" not in monitor.line(), monitor.line()
+
+
+def test_the_device_copy_is_shared_with_another_process(tmp_path):
+    arrays = _arrays(2000)
+    folder = write_numpy_dir(tmp_path / "set", arrays)
+    owner = gpufeed.Loader(folder, batch_size=100, shuffle=False, device="cuda", cache="device")
+    assert torch.equal(next(iter(owner))["label"].cpu(), torch.from_numpy(arrays["label"][:100]))
+    code = ("import sys, gpufeed\n"
+            "loader = gpufeed.Loader(sys.argv[1], batch_size=100, shuffle=False, device='cuda',"
+            " cache='device')\n"
+            "print(sum(int(b['label'].sum()) for b in loader))\n")
+    env = script_env()
+    proc = subprocess.run([sys.executable, "-c", code, folder], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "imported the copy process" in proc.stderr, proc.stderr
+    assert int(proc.stdout) == int(arrays["label"].sum())
+    owner.close()
