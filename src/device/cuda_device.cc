@@ -121,8 +121,10 @@ void* CudaDevice::OpenIpc(const std::array<std::byte, 64>& handle, size_t* mappe
   CUipcMemHandle h{};
   std::memcpy(&h, handle.data(), sizeof(h));
   CUdeviceptr ptr = 0;
-  // Flags 0: no peer access to another GPU; a handle of another device is refused.
-  driver().Check(driver().IpcOpenMemHandle(&ptr, h, 0),
+  // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS, the one flag the driver takes here ("must be
+  // specified"): a real driver refused flags 0 with CUDA_ERROR_INVALID_VALUE.
+  constexpr unsigned int kIpcMemLazyEnablePeerAccess = 1;
+  driver().Check(driver().IpcOpenMemHandle(&ptr, h, kIpcMemLazyEnablePeerAccess),
                  fmt::format("{}: cuIpcOpenMemHandle", name()));
   *mapped_bytes = 0;
   CUdeviceptr base = 0;

@@ -281,7 +281,8 @@ CUresult cuIpcOpenMemHandle_v2(unsigned long long* dptr, IpcHandle handle, unsig
   State& s = GetState();
   Lock lock(s.mu);
   if (CUresult r = fc::RequireContext(s, "cuIpcOpenMemHandle_v2"); r != fc::kSuccess) return r;
-  if (dptr == nullptr || flags > 1) return fc::kInvalidValue;
+  // As the real driver: CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS (1) must be given.
+  if (dptr == nullptr || flags != 1) return fc::kInvalidValue;
   FakeIpcHandle h{};
   std::memcpy(&h, &handle, sizeof(h));
   if (std::memcmp(h.magic, kIpcMagic, sizeof(h.magic)) != 0) return fc::kInvalidValue;
