@@ -401,14 +401,16 @@ class Loader::Impl {
   // and fetched only when their batch started, requests went out in bursts. The batch claimed
   // now may lie workers + prefetch batches ahead of the consumer; the hint lies as far again
   // beyond it, so that its fetch has the time the loader takes to build that many batches.
-  // Empty past the epoch of `seq` (its plan may not be made yet), and for a source that does
-  // not read ahead.
-  std::vector<int64_t> Ahead(int64_t seq, int64_t epoch, const EpochPlan& order) const {
+  // Near an epoch's end the hint lies in the next epoch (its plan is made now, the one its
+  // batches will use), so the next epoch's first batches are not fetched in a burst either.
+  // Empty for a source that does not read ahead.
+  std::vector<int64_t> Ahead(int64_t seq, int64_t epoch, const EpochPlan& order) {
     if (!reads_ahead_) return {};
     const int64_t span = queue_.workers() + queue_.prefetch();
     const auto [ahead_epoch, ahead_batch] = Position(seq + 2 * span);
-    if (ahead_epoch != epoch) return {};
-    return sampler_.BatchOf(order, ahead_batch);
+    if (ahead_epoch == epoch) return sampler_.BatchOf(order, ahead_batch);
+    if (ahead_epoch != epoch + 1) return {};  // epochs shorter than the hint's distance
+    return sampler_.BatchOf(*orders_.Of(ahead_epoch), ahead_batch);
   }
 
   // The epoch and batch that run sequence number `seq` stands for. The run's first epoch may be

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <tuple>
 
 #include "core/log.h"
+#include "core/thread_annotations.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "pipeline/loader_checks.h"
@@ -375,6 +377,40 @@ TEST(Loader, DefaultWorkersAndPrefetchStartWithinTheGivenMaxima) {
   Loader raised(data.Open(), explicit_workers);
   EXPECT_EQ(raised.workers(), 3);
   EXPECT_EQ(raised.options().max_workers, 3);
+}
+
+// A source that reads ahead: it records every hint (the samples of a later batch).
+class HintRecorder : public TestSource {
+ public:
+  using TestSource::TestSource;
+  bool ReadsAhead() const override { return true; }
+  void ReadAhead(std::span<const int64_t> indices, SourceWorkerState*) const override {
+    MutexLock lock(&mu);
+    hints.emplace_back(indices.begin(), indices.end());
+  }
+  mutable Mutex mu;
+  mutable std::vector<std::vector<int64_t>> hints GUARDED_BY(mu);
+};
+
+TEST(Loader, ReadAheadHintsReachIntoTheNextEpoch) {
+  // Near an epoch's end the hints name the next epoch's first batches, so a remote source
+  // fetches them ahead instead of in a burst when the epoch turns.
+  Data data(200);
+  auto source = std::make_shared<HintRecorder>(data.Open());
+  LoaderOptions o = Opts(20, 1);
+  o.prefetch = 1;
+  o.shuffle = true;
+  Loader loader(source, o);
+  const auto first = Epoch(loader);
+  const auto second = Epoch(loader);
+  ASSERT_EQ(first.size(), 10u);
+  ASSERT_NE(first, second);  // shuffled again: epoch 1's batches are its own
+  MutexLock lock(&source->mu);
+  for (size_t b = 0; b < 2; ++b) {
+    EXPECT_NE(std::find(source->hints.begin(), source->hints.end(), second[b]),
+              source->hints.end())
+        << "epoch 1's batch " << b << " was never hinted";
+  }
 }
 
 }  // namespace
