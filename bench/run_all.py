@@ -67,6 +67,32 @@ def parse_json(stdout):
     return {}
 
 
+def file_eval(bench_id, device, segments, stacking=False):
+    """A run of bench/file_level_eval.py: 7,913 files of `segments` (lo, hi) rows each, on
+    `device`; gpufeed / 16 files stacked by hand too where `stacking`."""
+    lo, hi = segments
+    gpu = device == "cuda"
+    figures = [("gpufeed / per-file loop", regex(r"gpufeed / per-file loop: ([0-9.]+)x"))]
+    if stacking:
+        figures.append(("gpufeed / 16 files stacked by hand",
+                        regex(r"gpufeed / stacking: ([0-9.]+)x")))
+    figures += [("batch fill", regex(r"fill ([0-9.]+) \(target")),
+                ("batch fill / the fill of the fewest batches that hold the rows",
+                 regex(r"fill / best possible fill ([0-9.]+)"))]
+    bench = {
+        "id": bench_id,
+        "what": (f"{'GPU: ' if gpu else ''}whole-file evaluation{'' if gpu else ' on the CPU'}, "
+                 f"7,913 files x {lo}..{hi} segments, small CNN{' on cuda' if gpu else ''}: "
+                 "gpufeed packed batches + GroupReducer vs a per-file h5py loop"),
+        "command": ("PYTHONPATH={build}/python {py} bench/file_level_eval.py --device " + device
+                    + ("" if segments == (8, 64) else f" --segments {lo}-{hi}")),
+        "figures": figures,
+    }
+    if gpu:
+        bench.update(gpu=True, torch_cuda=True)
+    return bench
+
+
 # Each benchmark: what it measures, the command (placeholders: {gpufeed}, {build}, {py}),
 # the commands that make its data once, and the figures taken from its output.
 BENCHMARKS = [
@@ -213,61 +239,10 @@ BENCHMARKS = [
             ("simulated GPU busy share, epochs after the first", json_key("gpu_busy_fraction")),
         ],
     },
-    {
-        "id": "gpu-file-eval",
-        "gpu": True,
-        "torch_cuda": True,
-        "what": "GPU: whole-file evaluation, 7,913 files x 8..64 segments, small CNN on cuda: "
-                "gpufeed packed batches + GroupReducer vs a per-file h5py loop",
-        "command": "PYTHONPATH={build}/python {py} bench/file_level_eval.py --device cuda",
-        "figures": [
-            ("gpufeed / per-file loop", regex(r"gpufeed / per-file loop: ([0-9.]+)x")),
-            ("batch fill", regex(r"fill ([0-9.]+) \(target")),
-            ("batch fill / the fill of the fewest batches that hold the rows",
-             regex(r"fill / best possible fill ([0-9.]+)")),
-        ],
-    },
-    {
-        "id": "gpu-file-eval-small",
-        "gpu": True,
-        "torch_cuda": True,
-        "what": "GPU: whole-file evaluation, 7,913 files x 1..24 segments, small CNN on cuda: "
-                "gpufeed packed batches + GroupReducer vs a per-file h5py loop",
-        "command": "PYTHONPATH={build}/python {py} bench/file_level_eval.py --device cuda "
-                   "--segments 1-24",
-        "figures": [
-            ("gpufeed / per-file loop", regex(r"gpufeed / per-file loop: ([0-9.]+)x")),
-            ("batch fill", regex(r"fill ([0-9.]+) \(target")),
-            ("batch fill / the fill of the fewest batches that hold the rows",
-             regex(r"fill / best possible fill ([0-9.]+)")),
-        ],
-    },
-    {
-        "id": "file-eval",
-        "what": "whole-file evaluation on the CPU, 7,913 files x 8..64 segments, small CNN: "
-                "gpufeed packed batches + GroupReducer vs a per-file h5py loop",
-        "command": "PYTHONPATH={build}/python {py} bench/file_level_eval.py --device cpu",
-        "figures": [
-            ("gpufeed / per-file loop", regex(r"gpufeed / per-file loop: ([0-9.]+)x")),
-            ("gpufeed / 16 files stacked by hand", regex(r"gpufeed / stacking: ([0-9.]+)x")),
-            ("batch fill", regex(r"fill ([0-9.]+) \(target")),
-            ("batch fill / the fill of the fewest batches that hold the rows",
-             regex(r"fill / best possible fill ([0-9.]+)")),
-        ],
-    },
-    {
-        "id": "file-eval-small",
-        "what": "whole-file evaluation on the CPU, 7,913 files x 1..24 segments, small CNN: "
-                "gpufeed packed batches + GroupReducer vs a per-file h5py loop",
-        "command": "PYTHONPATH={build}/python {py} bench/file_level_eval.py --device cpu "
-                   "--segments 1-24",
-        "figures": [
-            ("gpufeed / per-file loop", regex(r"gpufeed / per-file loop: ([0-9.]+)x")),
-            ("batch fill", regex(r"fill ([0-9.]+) \(target")),
-            ("batch fill / the fill of the fewest batches that hold the rows",
-             regex(r"fill / best possible fill ([0-9.]+)")),
-        ],
-    },
+    file_eval("gpu-file-eval", "cuda", (8, 64)),
+    file_eval("gpu-file-eval-small", "cuda", (1, 24)),
+    file_eval("file-eval", "cpu", (8, 64), stacking=True),
+    file_eval("file-eval-small", "cpu", (1, 24)),
     {
         "id": "remote-vs-boto3",
         "remote": True,
