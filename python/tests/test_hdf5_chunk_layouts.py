@@ -95,17 +95,18 @@ DONT_FILTER_PARTIAL_CHUNKS = 0x0002  # H5D_CHUNK_DONT_FILTER_PARTIAL_CHUNKS
 
 
 def h5py_libhdf5():
-    """The libhdf5 h5py itself loaded: a wheel's own copy (under h5py.libs) where it has one,
-    not another libhdf5 the process also holds (gpufeed's)."""
-    paths = []
-    with open("/proc/self/maps") as f:
-        for line in f:
-            fields = line.split()
-            name = os.path.basename(fields[-1]) if len(fields) >= 6 else ""
-            if name.startswith("libhdf5") and "_hl" not in name and fields[-1] not in paths:
-                paths.append(fields[-1])
-    bundled = [p for p in paths if "h5py" in p]
-    return ctypes.CDLL((bundled or paths)[0])
+    """The libhdf5 h5py itself links (a wheel's bundled copy, or the system's), as ldd names
+    it for h5py's own extension: another libhdf5 may be loaded too (gpufeed's, or the MPI
+    build another package pulls in), and an ID of one is unknown to the other."""
+    import h5py.defs
+
+    out = subprocess.run(["ldd", h5py.defs.__file__], capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        name, _, where = line.strip().partition(" => ")
+        if name.startswith("libhdf5") and "_hl" not in name:
+            return ctypes.CDLL(where.split(" (")[0])
+    raise AssertionError(f"no libhdf5 in ldd {h5py.defs.__file__}:\n{out}")
 
 
 def set_chunk_opts(dcpl, opts):
