@@ -34,8 +34,8 @@ std::optional<uint64_t> CheckDataspaceMessage(const Hdf5MessageContext& c, const
 size_t CheckDatatypeMessage(const Hdf5MessageContext& c, const Bytes& m, size_t at, int depth);
 void CheckFillMessage(const Hdf5MessageContext& c, const Bytes& m);
 // Versions 1 and 2 (HDF5 1.6 and older), 3 and 4; version 5 (HDF5 2.0) is refused as
-// unsupported. Returns the bytes of compact data the
-// message holds, or nullopt for the other layouts.
+// unsupported. Returns the bytes of compact data the message holds, or nullopt for the other
+// layouts.
 std::optional<uint64_t> CheckLayoutMessage(const Hdf5MessageContext& c, const Bytes& m);
 void CheckPipelineMessage(const Hdf5MessageContext& c, const Bytes& m);
 // Group info (new-style groups): version 0, flags, the optional link-count fields.
