@@ -78,7 +78,9 @@ def file_eval(bench_id, device, segments, stacking=False):
                         regex(r"gpufeed / stacking: ([0-9.]+)x")))
     figures += [("batch fill", regex(r"fill ([0-9.]+) \(target")),
                 ("batch fill / the fill of the fewest batches that hold the rows",
-                 regex(r"fill / best possible fill ([0-9.]+)"))]
+                 regex(r"fill / best possible fill ([0-9.]+)")),
+                ("one-time: gpufeed's first open of the file, s",
+                 regex(r"^one-time: gpufeed's first open of the file: ([0-9.]+) s"))]
     bench = {
         "id": bench_id,
         "what": (f"{'GPU: ' if gpu else ''}whole-file evaluation{'' if gpu else ' on the CPU'}, "
