@@ -54,10 +54,8 @@ class Loader::Impl {
       trace_ = std::make_unique<TraceRecorder>(options_.trace_batches);
     }
     if (prefetch_defaulted_) {
-      options_.prefetch = DefaultPrefetch(options_.workers, builder_.buffer_bytes());
-      if (options_.max_prefetch > 0) {
-        options_.prefetch = std::min(options_.prefetch, options_.max_prefetch);
-      }
+      options_.prefetch =
+          DefaultPrefetch(options_.workers, builder_.buffer_bytes(), options_.max_prefetch);
       queue_.SetWindow(options_.workers, options_.prefetch);
     }
     ResolveMaxPrefetch(options_, builder_.buffer_bytes());

@@ -82,17 +82,14 @@ LoaderOptions CheckOptions(LoaderOptions o) {
     o.workers = std::min(o.workers, most_workers);
     o.max_workers = std::min(o.max_workers, most_workers);
   }
-  // Defaults start within a given max_workers / max_prefetch; an explicit workers or
-  // prefetch above its max raises the max instead (below, and ResolveMaxPrefetch).
+  // The default starts within a given max_workers (as the default prefetch does within
+  // max_prefetch: DefaultPrefetch); an explicit workers above it raises the max instead.
   if (o.workers == 0) {
     o.workers = std::min(4, cpus);
     if (o.max_workers > 0) o.workers = std::min(o.workers, o.max_workers);
   }
-  // The byte bound (DefaultPrefetch) applies once the batch's bytes are known (Loader).
-  if (o.prefetch == 0) {
-    o.prefetch = 2 * o.workers;
-    if (o.max_prefetch > 0) o.prefetch = std::min(o.prefetch, o.max_prefetch);
-  }
+  // A placeholder: the Loader sets DefaultPrefetch once the batch's bytes are known.
+  if (o.prefetch == 0) o.prefetch = 2 * o.workers;
   if (o.max_workers == 0) o.max_workers = o.autotune ? UsableCpus() : o.workers;
   o.max_workers = std::max(o.max_workers, o.workers);
   // max_prefetch == 0 is resolved once the batch size in bytes is known (RAM budget).
@@ -100,11 +97,12 @@ LoaderOptions CheckOptions(LoaderOptions o) {
   return o;
 }
 
-int DefaultPrefetch(int workers, size_t batch_bytes) {
+int DefaultPrefetch(int workers, size_t batch_bytes, int max_prefetch) {
   const int64_t by_workers = 2 * int64_t{std::max(1, workers)};
   const auto by_bytes = static_cast<int64_t>(
       std::min<size_t>(kDefaultPrefetchBytes / std::max<size_t>(1, batch_bytes), 1 << 16));
-  return static_cast<int>(std::min(by_workers, std::max<int64_t>(2, by_bytes)));
+  const auto depth = static_cast<int>(std::min(by_workers, std::max<int64_t>(2, by_bytes)));
+  return max_prefetch > 0 ? std::min(depth, max_prefetch) : depth;
 }
 
 // Prefetched batches are memory: under the autotuner, keep the deepest it may go within a

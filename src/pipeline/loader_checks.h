@@ -27,7 +27,8 @@ LoaderOptions CheckOptions(LoaderOptions o);
 // at a 10 ms step was as busy with 2 ready (0.95-0.98 against 0.96-0.99, README), and a new
 // process faulted in 134 MB less (0.3 s on the VM after an idle spell).
 inline constexpr size_t kDefaultPrefetchBytes = size_t{128} << 20;
-int DefaultPrefetch(int workers, size_t batch_bytes);
+// Within `max_prefetch` where it is set (> 0).
+int DefaultPrefetch(int workers, size_t batch_bytes, int max_prefetch = 0);
 // Prefetched batches are memory: under the autotuner, keep the deepest it may go within a
 // quarter of the RAM available now.
 void ResolveMaxPrefetch(LoaderOptions& o, size_t buffer_bytes);
