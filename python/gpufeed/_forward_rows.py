@@ -29,10 +29,9 @@ def forward_rows(forward, sample, candidates=DEFAULT_CANDIDATES, repeats=3, tole
     the batch size for a packed loader. Counts below `min_rows` are not tried: give twice
     the longest group's rows, so that whole groups pack densely (a batch barely longer than
     a group leaves the rest of it empty whenever the next group does not fit). Each count is
-    run once to warm up; then, `repeats`
-    rounds over all the counts, each count runs for at least `min_seconds` per round, and its
-    rate is its best round's, so that a moment the machine was busy elsewhere does not decide
-    the size. The figures are in `forward_rows.last` ({rows: rows per second}).
+    run once to warm up; then, in `repeats` rounds over all the counts, each count runs for
+    at least `min_seconds` per round, and its rate is its best round's, so that a moment the
+    machine was busy elsewhere does not decide the size. The figures are in `forward_rows.last` ({rows: rows per second}).
 
         rows = gpufeed.forward_rows(model, torch.zeros(1, 64, 32))
         loader = gpufeed.Loader("eval.h5", fields=["mel"], batch_size=rows, shuffle=False,

@@ -37,9 +37,8 @@ def _epochs(loader, epochs):
     for _ in range(epochs):
         for batch in loader:
             out.append((batch.indices.cpu().numpy().copy(),
-                        {k: v for k, v in batch.items()}))
-            for name, tensor in out[-1][1].items():
-                out[-1][1][name] = (tensor.device.type, tensor.cpu().numpy().copy())
+                        {name: (tensor.device.type, tensor.cpu().numpy().copy())
+                         for name, tensor in batch.items()}))
     return out
 
 
