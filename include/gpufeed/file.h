@@ -60,6 +60,11 @@ class File {
   // remote file has them all in flight at once, so one caller is not bound by the latency of
   // one request; the default reads them one after another.
   virtual void ReadMany(std::span<const ReadRange> ranges, const std::string& what) const;
+  // How many reads of this file it pays to keep in flight at once: a remote file's limit of
+  // requests per host (each pays a round trip, and the store serves them side by side); 1 for
+  // a local file (the kernel reads ahead by itself). A reader that fetches ahead sizes its
+  // depth by it.
+  virtual int ReadsInFlight() const { return 1; }
 
   // Reads of several files at once (ReadFiles below). Files that can be read together (the
   // remote files of one client) return the same non-null key, and any one of them reads a

@@ -126,6 +126,11 @@ class Source {
   // Whether ReadAhead does anything, so a loader plans later batches' samples only for a source
   // that uses them. Default: false.
   virtual bool ReadsAhead() const { return false; }
+  // How many samples beyond the batches being built the hints should reach, so that the
+  // fetches ReadAhead starts keep the store busy (the HDF5 source over a remote object: as
+  // many chunks as the store takes requests at once). The loader hints at least as far as
+  // the batches it has in flight, and never beyond the next epoch. Default: 0.
+  virtual int64_t ReadAheadSamples() const { return 0; }
 };
 
 // The checks every Source::Read makes first: one row per index, one pointer per field

@@ -42,6 +42,7 @@ class DeferredCachedSource final : public Source {
   // To the base while it serves the reads.
   void ReadAhead(std::span<const int64_t> indices, SourceWorkerState* state) const override;
   bool ReadsAhead() const override { return base_->ReadsAhead(); }
+  int64_t ReadAheadSamples() const override { return base_->ReadAheadSamples(); }
 
   const Source& base() const { return *base_; }
 

@@ -41,6 +41,7 @@ class FaultInjectingFile final : public File {
   uint64_t Size() const override { return base_->Size(); }
   int64_t ModificationTimeNs() const override { return base_->ModificationTimeNs(); }
   std::string VersionStamp() const override { return base_->VersionStamp(); }
+  int ReadsInFlight() const override { return base_->ReadsInFlight(); }
   // Never mapped: a mapping would let reads bypass the injected faults.
   const std::byte* Map() const override { return nullptr; }
 

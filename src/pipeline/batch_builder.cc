@@ -114,7 +114,7 @@ void BatchBuilder::CheckBufferFitsInRam() const {
 
 BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int64_t> indices,
                                int worker, const std::function<bool()>& stopping,
-                               std::span<const int64_t> ahead) {
+                               std::span<const std::vector<int64_t>> ahead) {
   BuiltBatch built;
   built.epoch = epoch;
   built.batch = batch;
@@ -152,14 +152,14 @@ BuiltBatch BatchBuilder::Build(int64_t epoch, int64_t batch, std::span<const int
 }
 
 void BatchBuilder::ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker,
-                                    std::span<const int64_t> ahead) {
+                                    std::span<const std::vector<int64_t>> ahead) {
   const DecodeTally before = ThreadDecodeTally();
   const int64_t t1 = SteadyNowNs();
   BatchView view = layout_.View(buffer, built.timing.rows);
   {
     NvtxRange range("gpufeed.read");
     SourceWorkerState* state = worker_states_[static_cast<size_t>(worker)].get();
-    if (!ahead.empty()) source_->ReadAhead(ahead, state);
+    for (const auto& later : ahead) source_->ReadAhead(later, state);
     source_->ReadSeeded(built.indices, view, state,
                         MixSeed(seed_, static_cast<uint64_t>(built.epoch)));
   }

@@ -70,11 +70,13 @@ class BatchBuilder {
   void Prepare(const Capacity& capacity);
 
   // Builds batch `batch` of `epoch` from samples `indices` on worker `worker`; `ahead`, the
-  // samples of a later batch, is the source's hint (Source::ReadAhead). Returns a BuiltBatch
+  // samples of later batches (one list each), are the source's hints (Source::ReadAhead, once
+  // per list, before the batch's own read). Returns a BuiltBatch
   // without a buffer when `stopping()` turned true while it waited for one.
   // REQUIRES: Prepare was called.
   BuiltBatch Build(int64_t epoch, int64_t batch, std::span<const int64_t> indices, int worker,
-                   const std::function<bool()>& stopping, std::span<const int64_t> ahead = {});
+                   const std::function<bool()>& stopping,
+                   std::span<const std::vector<int64_t>> ahead = {});
   // The consumer's handle on `built`, counted in `held` while it lives; `gpu_step` is its
   // step on `gpu_busy`.
   std::unique_ptr<Batch> MakeBatch(BuiltBatch built, std::shared_ptr<std::atomic<int>> held,
@@ -99,7 +101,7 @@ class BatchBuilder {
  private:
   void CheckBufferFitsInRam() const;
   void ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker,
-                        std::span<const int64_t> ahead);
+                        std::span<const std::vector<int64_t>> ahead);
   void CopyToDevice(BuiltBatch& built, BufferPool::Handle staging,
                     const std::function<bool()>& stopping);
   void Gather(BuiltBatch& built, const std::function<bool()>& stopping);

@@ -31,6 +31,7 @@ class GroupIdSource final : public Source {
   bool shareable_across_processes() const override { return inner_->shareable_across_processes(); }
   bool rows_repeat() const override { return inner_->rows_repeat(); }
   bool ReadsAhead() const override { return inner_->ReadsAhead(); }
+  int64_t ReadAheadSamples() const override { return inner_->ReadAheadSamples(); }
   void ReadAhead(std::span<const int64_t> indices, SourceWorkerState* state) const override {
     inner_->ReadAhead(indices, state);
   }

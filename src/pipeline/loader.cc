@@ -333,6 +333,7 @@ class Loader::Impl {
     run_epoch_ = epoch;
     run_batch_ = batch;
     run_first_batches_ = orders_.Batches(epoch);
+    hinted_.store(-1, std::memory_order_relaxed);
     queue_.Reset();
     metrics_.StartRun(SteadyNowNs());
     if (sampler_.batches_per_epoch() == 0) return;  // nothing to read, ever
@@ -394,21 +395,42 @@ class Loader::Impl {
     }
   }
 
-  // The samples of a later batch, for the source to start fetching now (Source::ReadAhead):
-  // under block shuffle the first batch of a window needs its chunks and the next ones none,
-  // and fetched only when their batch started, requests went out in bursts. The batch claimed
-  // now may lie workers + prefetch batches ahead of the consumer; the hint lies as far again
-  // beyond it, so that its fetch has the time the loader takes to build that many batches.
-  // Near an epoch's end the hint lies in the next epoch (its plan is made now, the one its
-  // batches will use), so the next epoch's first batches are not fetched in a burst either.
-  // Empty for a source that does not read ahead.
-  std::vector<int64_t> Ahead(int64_t seq, int64_t epoch, const EpochPlan& order) {
+  // The samples of later batches, for the source to start fetching now (Source::ReadAhead),
+  // one list per batch: under block shuffle the first batch of a window needs its chunks and
+  // the next ones none, and fetched only when their batch started, requests went out in
+  // bursts. The batch claimed now may lie workers + prefetch batches ahead of the consumer;
+  // the hints reach as far again beyond it, or as far as the source asks
+  // (Source::ReadAheadSamples), so that its fetches have the time the loader takes to build
+  // that many batches and as many are out at once as its store serves. Each batch is hinted
+  // once, by whichever claim first reaches it (the first claim of a run hints every batch up
+  // to its reach). Near an epoch's end the hints lie in the next epoch (its plan is made now,
+  // the one its batches will use), so the next epoch's first batches are not fetched in a
+  // burst either. Empty for a source that does not read ahead.
+  std::vector<std::vector<int64_t>> Ahead(int64_t seq, int64_t epoch, const EpochPlan& order) {
     if (!reads_ahead_) return {};
     const int64_t span = queue_.workers() + queue_.prefetch();
-    const auto [ahead_epoch, ahead_batch] = Position(seq + 2 * span);
-    if (ahead_epoch == epoch) return sampler_.BatchOf(order, ahead_batch);
-    if (ahead_epoch != epoch + 1) return {};  // epochs shorter than the hint's distance
-    return sampler_.BatchOf(*orders_.Of(ahead_epoch), ahead_batch);
+    const int64_t per_epoch = sampler_.batches_per_epoch();
+    const int64_t asked = source_->ReadAheadSamples() / std::max<int64_t>(1, options_.batch_size);
+    // Within an epoch's batches beyond the claimed one: the hints never pass the next epoch.
+    const int64_t reach = seq + span + std::clamp<int64_t>(asked, span, std::max(span, per_epoch));
+    int64_t from = hinted_.load(std::memory_order_relaxed);
+    do {
+      if (from >= reach) return {};
+    } while (!hinted_.compare_exchange_weak(from, reach, std::memory_order_relaxed));
+    std::vector<std::vector<int64_t>> hints;
+    std::shared_ptr<const EpochPlan> next;  // the next epoch's plan, made once when needed
+    for (int64_t s = std::max(from, seq) + 1; s <= reach; ++s) {
+      const auto [ahead_epoch, ahead_batch] = Position(s);
+      if (ahead_epoch == epoch) {
+        hints.push_back(sampler_.BatchOf(order, ahead_batch));
+      } else if (ahead_epoch == epoch + 1) {
+        if (next == nullptr) next = orders_.Of(ahead_epoch);
+        hints.push_back(sampler_.BatchOf(*next, ahead_batch));
+      } else {
+        break;  // epochs shorter than the hints' reach
+      }
+    }
+    return hints;
   }
 
   // The epoch and batch that run sequence number `seq` stands for. The run's first epoch may be
@@ -422,6 +444,8 @@ class Loader::Impl {
 
   const std::shared_ptr<Source> source_;
   const bool reads_ahead_ = source_ != nullptr && source_->ReadsAhead();
+  // The last run sequence number a ReadAhead hint reached (-1: none yet this run).
+  std::atomic<int64_t> hinted_{-1};
   const bool prefetch_defaulted_;  // LoaderOptions::prefetch was 0: DefaultPrefetch decides
   LoaderOptions options_;          // resolved in the constructor, then only read
   const Sampler sampler_;

@@ -103,24 +103,23 @@ EpochShuffle::EpochShuffle(int64_t n, const Options& options, int64_t epoch)
   if (tail_ != 0) tail_slot_ = blocks_.Inverse(blocks - 1);
 }
 
-int64_t EpochShuffle::InBlockOrder(int64_t position) const {
+int64_t EpochShuffle::SlotBegin(int64_t slot) const {
   const int64_t block = options_.block;
-  int64_t slot = 0;
-  int64_t offset = 0;
+  // Past the short block, each slot begins block - tail_ earlier than a whole block's would.
+  return tail_ != 0 && slot > tail_slot_ ? slot * block - (block - tail_) : slot * block;
+}
+
+int64_t EpochShuffle::SlotOf(int64_t position) const {
+  const int64_t block = options_.block;
   const int64_t tail_begin = tail_slot_ * block;  // < n: the short block's slot is a real one
-  if (tail_ == 0 || position < tail_begin) {
-    slot = position / block;
-    offset = position % block;
-  } else if (position < tail_begin + tail_) {
-    slot = tail_slot_;
-    offset = position - tail_begin;
-  } else {
-    // Past the short block: as if it had been a full one.
-    const int64_t shifted = position - tail_ + block;
-    slot = shifted / block;
-    offset = shifted % block;
-  }
-  return blocks_(slot) * block + offset;
+  if (tail_ == 0 || position < tail_begin) return position / block;
+  if (position < tail_begin + tail_) return tail_slot_;
+  return (position - tail_ + block) / block;  // as if the short block had been a whole one
+}
+
+int64_t EpochShuffle::InBlockOrder(int64_t position) const {
+  const int64_t slot = SlotOf(position);
+  return blocks_(slot) * options_.block + (position - SlotBegin(slot));
 }
 
 int64_t EpochShuffle::At(int64_t position) const {
@@ -132,17 +131,22 @@ int64_t EpochShuffle::At(int64_t position, ShuffleWindowCache& cache) const {
   GPUFEED_ASSERT(position >= 0 && position < n_, "position outside the epoch");
   if (!options_.shuffle) return position;
   if (options_.block <= 1) return full_(position);
-  const int64_t block = options_.block;
+  // Window w is the positions of block slots [w * window, (w + 1) * window): whole blocks,
+  // the short one among them where it lands, so that a window reads each of its blocks' chunks
+  // whole (windows of a fixed number of positions would, past the short block, straddle two
+  // blocks at each edge, and their batches read pieces of the edge blocks' chunks).
   const auto window_blocks = static_cast<int64_t>(options_.window);
-  const int64_t window = block > n_ / window_blocks ? n_ : block * window_blocks;
-  const int64_t w = position / window;
-  const int64_t begin = w * window;
+  const int64_t w = SlotOf(position) / window_blocks;
   if (cache.window != w) {
-    cache.within = KeyedPermutation(std::min(window, n_ - begin),
+    const int64_t first = w * window_blocks;
+    const int64_t end_slot = first + window_blocks;
+    cache.begin = SlotBegin(first);
+    const int64_t end = end_slot >= blocks_.size() ? n_ : SlotBegin(end_slot);
+    cache.within = KeyedPermutation(end - cache.begin,
                                     SubKey(epoch_key_, kWindowTag + static_cast<uint64_t>(w)));
     cache.window = w;
   }
-  return InBlockOrder(begin + cache.within(position - begin));
+  return InBlockOrder(cache.begin + cache.within(position - cache.begin));
 }
 
 }  // namespace gpufeed

@@ -11,8 +11,8 @@
 //
 // EpochShuffle is one epoch's order of a sampler (before sharding): the identity without
 // shuffle, a KeyedPermutation for a full shuffle, and for block shuffle a permutation of the
-// blocks followed by a permutation within each window of `window` blocks' worth of positions
-// (the same structure the sampler has always documented, computed per position).
+// blocks followed by a permutation within each window of `window` consecutive blocks of that
+// order (whole blocks: the short last block counts as one), computed per position.
 //
 // Thread-safety: both are immutable values; const methods may be called from any thread.
 #pragma once
@@ -52,6 +52,7 @@ class KeyedPermutation {
 // positions in a row (consecutive positions share a window). One per thread.
 struct ShuffleWindowCache {
   int64_t window = -1;
+  int64_t begin = 0;  // the window's first position
   KeyedPermutation within;
 };
 
@@ -75,6 +76,9 @@ class EpochShuffle {
  private:
   // The sample at `position` of the blocks laid out in shuffled order.
   int64_t InBlockOrder(int64_t position) const;
+  // The block slot `position` lies in, and the first position of slot `slot`, in that layout.
+  int64_t SlotOf(int64_t position) const;
+  int64_t SlotBegin(int64_t slot) const;
 
   int64_t n_;
   Options options_;

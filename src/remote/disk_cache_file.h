@@ -37,6 +37,7 @@ class DiskCachedFile : public File {
   // opened over a filled cache maps as a local file does from the start.
   void MapIfWhole() const;
   void ReadMany(std::span<const ReadRange> ranges, const std::string& what) const override;
+  int ReadsInFlight() const override { return base_->ReadsInFlight(); }
 
  private:
   // A part of a caller's range that lies in one block.

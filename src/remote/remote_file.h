@@ -46,6 +46,7 @@ class RemoteFile final : public File {
   size_t ReadAt(uint64_t offset, void* buf, size_t n) const override;
   const std::byte* Map() const override { return nullptr; }
   void ReadMany(std::span<const ReadRange> ranges, const std::string& what) const override;
+  int ReadsInFlight() const override { return store_->options().max_requests; }
   // The files of one store are read together: every read of a batch in flight at once, each
   // handed to `on_done` as its answer is complete.
   const void* BatchKey() const override { return store_.get(); }

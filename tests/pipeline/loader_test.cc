@@ -384,10 +384,12 @@ class HintRecorder : public TestSource {
  public:
   using TestSource::TestSource;
   bool ReadsAhead() const override { return true; }
+  int64_t ReadAheadSamples() const override { return ahead_samples; }
   void ReadAhead(std::span<const int64_t> indices, SourceWorkerState*) const override {
     MutexLock lock(&mu);
     hints.emplace_back(indices.begin(), indices.end());
   }
+  int64_t ahead_samples = 0;
   mutable Mutex mu;
   mutable std::vector<std::vector<int64_t>> hints GUARDED_BY(mu);
 };
@@ -410,6 +412,34 @@ TEST(Loader, ReadAheadHintsReachIntoTheNextEpoch) {
     EXPECT_NE(std::find(source->hints.begin(), source->hints.end(), second[b]),
               source->hints.end())
         << "epoch 1's batch " << b << " was never hinted";
+  }
+}
+
+TEST(Loader, ReadAheadHintsReachAsFarAsTheSourceAsksEachBatchOnce) {
+  // A source that asks for 5 batches' worth of samples ahead (a remote store taking many
+  // requests at once) is hinted that far beyond the claimed batch from the first claim on:
+  // every later batch of the epoch once, none twice, so that its fetches are out together
+  // instead of one per claim.
+  Data data(200);
+  auto source = std::make_shared<HintRecorder>(data.Open());
+  source->ahead_samples = 100;  // batches of 20
+  LoaderOptions o = Opts(20, 1);
+  o.prefetch = 1;
+  o.shuffle = false;
+  Loader loader(source, o);
+  ASSERT_EQ(Epoch(loader).size(), 10u);
+  MutexLock lock(&source->mu);
+  std::vector<int64_t> firsts;  // the first sample of each hinted batch of epoch 0
+  for (const auto& hint : source->hints) {
+    ASSERT_EQ(hint.size(), 20u);
+    firsts.push_back(hint.front());
+  }
+  // The first claim (batch 0) hints batches 1..7: 1 worker + 1 prefetched, then 5 more.
+  ASSERT_GE(firsts.size(), 7u);
+  for (int64_t b = 1; b <= 7; ++b) EXPECT_EQ(firsts[static_cast<size_t>(b - 1)], b * 20);
+  // Then each batch once, into the next epoch's first ones (unshuffled: the same samples).
+  for (size_t i = 0; i < std::min<size_t>(firsts.size(), 9); ++i) {
+    EXPECT_EQ(firsts[i], static_cast<int64_t>(i + 1) * 20) << "hint " << i;
   }
 }
 

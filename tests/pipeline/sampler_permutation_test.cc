@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <set>
 #include <vector>
 
 namespace gpufeed {
@@ -123,20 +125,34 @@ TEST(EpochShuffle, AWindowCacheChangesNothing) {
   }
 }
 
-TEST(EpochShuffle, BlockShuffleKeepsBlocksTogether) {
-  // Every window of `window` blocks' worth of positions holds the rows of `window` blocks
-  // (the short last block anywhere among them).
+TEST(EpochShuffle, BlockShuffleWindowsHoldWholeBlocks) {
+  // Each window is `window` whole blocks (the short last block one of them, wherever it
+  // lands): every block's rows lie in one window, and a window holds at most `window` blocks.
+  // Seeds and epochs vary where the short block lands, before, inside and after most windows.
   const int64_t n = 1000, block = 16;
   const int window = 3;
-  const EpochShuffle s(n, {.shuffle = true, .seed = 1, .block = block, .window = window}, 0);
-  for (int64_t begin = 0; begin < n; begin += block * window) {
-    std::vector<int64_t> blocks;
-    for (int64_t p = begin; p < std::min(n, begin + block * window); ++p) {
-      blocks.push_back(s.At(p) / block);
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    for (int64_t epoch = 0; epoch < 4; ++epoch) {
+      const EpochShuffle s(n, {.shuffle = true, .seed = seed, .block = block, .window = window},
+                           epoch);
+      std::map<int64_t, int64_t> window_of_block;
+      std::map<int64_t, std::set<int64_t>> blocks_of_window;
+      ShuffleWindowCache cache;
+      int64_t w = 0;
+      for (int64_t p = 0; p < n; ++p) {
+        const int64_t b = s.At(p, cache) / block;
+        // Windows are consecutive runs of positions: a new window starts when one is full.
+        if (blocks_of_window[w].size() == static_cast<size_t>(window) &&
+            blocks_of_window[w].count(b) == 0) {
+          ++w;
+        }
+        blocks_of_window[w].insert(b);
+        const auto [it, added] = window_of_block.emplace(b, w);
+        ASSERT_EQ(it->second, w) << "block " << b << " split across windows (seed " << seed
+                                 << ", epoch " << epoch << ", position " << p << ")";
+      }
+      EXPECT_EQ(window_of_block.size(), static_cast<size_t>((n + block - 1) / block));
     }
-    std::sort(blocks.begin(), blocks.end());
-    blocks.erase(std::unique(blocks.begin(), blocks.end()), blocks.end());
-    EXPECT_LE(blocks.size(), static_cast<size_t>(window) + 1) << "window at " << begin;
   }
 }
 

@@ -106,6 +106,12 @@ class Hdf5Source final : public Source {
     }
     chunk_cache_ = std::make_shared<SharedChunkCache>(budget);
     for (const auto& reader : parts_.front().readers) keeps_chunks_ |= reader->KeepsChunks();
+    if (keeps_chunks_) {
+      for (const auto& part : parts_) {
+        reads_in_flight_ = std::max(reads_in_flight_, part.file->ReadsInFlight());
+      }
+      reads_in_flight_ = std::clamp(reads_in_flight_, 1, kMaxPrefetchThreads);
+    }
   }
 
   SourceChunking chunking() const override {
@@ -156,8 +162,25 @@ class Hdf5Source final : public Source {
   // batches that need none (a worker's ReadMany blocks it: two workers alone had at most two
   // windows' fetches out, mostly one). Bounded: the chunks claimed ahead and not yet read
   // stay within half the chunk cache, so that a chunk fetched ahead is still held when its
-  // batch comes; at most kPrefetchThreads fetches run at once.
+  // batch comes; at most max(kMinPrefetchThreads, reads_in_flight_) fetches run at once.
   bool ReadsAhead() const override { return keeps_chunks_; }
+  // As many chunks ahead as the store takes requests at once, each hinted batch's chunks one
+  // fetch on a prefetch thread: block-shuffled batches of about a chunk each, hinted only as
+  // far as the batches in flight, kept a few requests out where the store serves dozens side
+  // by side, and the loader waited on round trips. Within a quarter of the chunk cache: a
+  // chunk fetched ahead must still be held when its batch comes (beyond that, hints fetched
+  // chunks that were evicted before use, and their batches fetched them again).
+  int64_t ReadAheadSamples() const override {
+    if (!keeps_chunks_) return 0;
+    const uint64_t per_sample = std::max<uint64_t>(
+        1, decoded_chunks_bytes_ / static_cast<uint64_t>(std::max<int64_t>(1, samples_)));
+    const uint64_t fits = chunk_cache_->capacity() / 4 / per_sample;
+    const uint64_t want =
+        static_cast<uint64_t>(block_) > kNoMore / static_cast<uint64_t>(reads_in_flight_)
+            ? kNoMore
+            : static_cast<uint64_t>(block_) * static_cast<uint64_t>(reads_in_flight_);
+    return static_cast<int64_t>(std::min(want, fits));
+  }
   void ReadAhead(std::span<const int64_t> indices, SourceWorkerState* state) const override {
     auto* ws = dynamic_cast<Hdf5WorkerState*>(state);
     if (ws == nullptr || !keeps_chunks_ || indices.empty()) return;
@@ -315,8 +338,9 @@ class Hdf5Source final : public Source {
   }
 
   ThreadPool& Prefetcher() const {
-    std::call_once(prefetcher_once_,
-                   [this] { prefetcher_ = std::make_unique<ThreadPool>(kPrefetchThreads); });
+    std::call_once(prefetcher_once_, [this] {
+      prefetcher_ = std::make_unique<ThreadPool>(std::max(kMinPrefetchThreads, reads_in_flight_));
+    });
     return *prefetcher_;
   }
 
@@ -360,7 +384,9 @@ class Hdf5Source final : public Source {
   mutable std::atomic<int64_t> bytes_read_{0};
   mutable std::atomic<int64_t> library_reads_{0};
   bool keeps_chunks_ = false;  // some reader keeps whole chunks of a remote object
-  static constexpr int kPrefetchThreads = 8;
+  static constexpr int kMinPrefetchThreads = 8;
+  static constexpr int kMaxPrefetchThreads = 64;
+  int reads_in_flight_ = 1;  // the files' ReadsInFlight, within [1, kMaxPrefetchThreads]
   mutable std::atomic<uint64_t> prefetch_bytes_{0};  // claimed ahead, not yet read
   mutable std::once_flag prefetcher_once_;
   // Last: destroyed first, its threads finishing their fetches while the files still live.

@@ -35,7 +35,9 @@
 //   An unknown field is refused (400), so a misspelt rule never passes as no fault.
 //   GET  /__proxy/rules   the rules now in force (counts left included)
 //   GET  /__proxy/counts  {"requests", "by_method", "listings", "ranged", "by_status", "bytes",
-//                          "in_flight", "max_in_flight"}
+//                          "in_flight", "max_in_flight", "in_flight_seconds" (requests in
+//                          flight integrated over time: over a wall time, the mean
+//                          concurrency), "since" (ms, its last update)}
 //   GET  /__proxy/recorded  [[path, range or null], ...] of the GETs recorded
 //   POST /__proxy/reset   zeroes the counts and clears the rules and the record
 //   GET  /__proxy/health  200 "ok"
@@ -117,7 +119,16 @@ function parseArgs(argv) {
 
 function freshCounts() {
   return {requests: 0, by_method: {}, listings: 0, ranged: 0, by_status: {}, bytes: 0,
-          in_flight: 0, max_in_flight: 0};
+          in_flight: 0, max_in_flight: 0, in_flight_seconds: 0, since: Date.now()};
+}
+
+// Adds the time since the last change times the requests then in flight to in_flight_seconds
+// (their integral over time: over a wall time, the mean concurrency), then applies `delta`.
+function changeInFlight(tally, delta) {
+  const now = Date.now();
+  tally.in_flight_seconds += tally.in_flight * (now - tally.since) / 1000;
+  tally.since = now;
+  tally.in_flight += delta;
 }
 
 let rules = {};
@@ -189,7 +200,10 @@ async function control(req, res, url) {
     return sendJson(res, 200, rules);
   }
   if (route === 'GET /__proxy/rules') return sendJson(res, 200, rules);
-  if (route === 'GET /__proxy/counts') return sendJson(res, 200, counts);
+  if (route === 'GET /__proxy/counts') {
+    changeInFlight(counts, 0);  // brings in_flight_seconds up to now
+    return sendJson(res, 200, counts);
+  }
   if (route === 'GET /__proxy/recorded') return sendJson(res, 200, recorded);
   if (route === 'POST /__proxy/reset') {
     rules = {};
@@ -318,9 +332,9 @@ function handle(args, agent, req, res) {
   counts.requests++;
   // Requests between their arrival and the end of their answer: the client's concurrency.
   const tally = counts;
-  tally.in_flight++;
+  changeInFlight(tally, 1);
   tally.max_in_flight = Math.max(tally.max_in_flight, tally.in_flight);
-  res.once('close', () => tally.in_flight--);
+  res.once('close', () => changeInFlight(tally, -1));
   bump(counts.by_method, req.method);
   if (isListing(req.method, url)) counts.listings++;
   if (req.headers['range'] !== undefined) counts.ranged++;

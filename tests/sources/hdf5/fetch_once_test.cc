@@ -38,6 +38,7 @@ class GatedFiles final : public FileSystem {
     bool open = true;
     int gated_calls = 0;
     uint64_t fail_at = UINT64_MAX;
+    int reads_in_flight = 1;
     std::map<std::pair<uint64_t, size_t>, int> ranges;  // (offset, bytes) -> times read
   };
 
@@ -49,6 +50,7 @@ class GatedFiles final : public FileSystem {
     uint64_t Size() const override { return local_->Size(); }
     const std::byte* Map() const override { return nullptr; }
     const void* BatchKey() const override { return state_.get(); }
+    int ReadsInFlight() const override { return state_->reads_in_flight; }
     size_t ReadAt(uint64_t offset, void* buf, size_t n) const override {
       return local_->ReadAt(offset, buf, n);
     }
@@ -155,6 +157,25 @@ void ReadTwoOverOneFetch(const Source& source, GatedFiles& fs, const std::string
   EXPECT_EQ(got_first, Expected(expected, first));
   EXPECT_EQ(got_second, Expected(expected, second));
   EXPECT_EQ(Hdf5SourceCounters(source).chunk_fetch_waits, 1);
+}
+
+TEST(Hdf5FetchOnceTest, ReadsAheadAsManyChunksAsTheStoreTakesWithinAQuarterOfTheCache) {
+  // userblock.h5 `c`: chunks of 8 rows, 13 of them (1,664 bytes decoded, 16 per sample).
+  GPUFEED_REQUIRE_HDF5_FILES(files);
+  auto fs = std::make_shared<GatedFiles>();
+  fs->state().reads_in_flight = 6;
+  // A cache that holds them all many times over: 6 requests' worth of chunks, 48 rows.
+  auto roomy = OpenHdf5({files->File("userblock")}, {"c"},
+                        {.file_system = fs, .chunk_cache_bytes = 1 << 20});
+  EXPECT_TRUE(roomy->ReadsAhead());
+  EXPECT_EQ(roomy->ReadAheadSamples(), 48);
+  // The default cache holds the decoded set, 1,664 bytes: a quarter of it is 26 rows.
+  auto snug = OpenHdf5({files->File("userblock")}, {"c"}, {.file_system = fs});
+  EXPECT_EQ(snug->ReadAheadSamples(), 1664 / 4 / 16);
+  // A local file reads nothing ahead.
+  auto local = OpenHdf5({files->File("userblock")}, {"c"});
+  EXPECT_FALSE(local->ReadsAhead());
+  EXPECT_EQ(local->ReadAheadSamples(), 0);
 }
 
 TEST(Hdf5FetchOnceTest, AWorkerWantingAChunkBeingFetchedWaitsForThatFetch) {
