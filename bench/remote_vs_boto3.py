@@ -25,11 +25,15 @@ Then, in one run, with 2 workers on both sides:
   (d) the images: gpufeed.images("s3://...") (decoded, resized to 224, in the workers) vs a
       DataLoader whose Dataset fetches each JPEG with boto3 and decodes it with PIL, and the
       ceiling of gpufeed's requests as in (c);
+  (d') block shuffle with a chunk cache a third of the set's size (a set larger than the
+      node's budget): the first epoch apart (one-time: the cache's memory first touched), the
+      second epoch against the ceiling of its requests as in (c);
   (e) cache="disk": the HDF5 set's first epoch fills it (one-time, printed apart); then the same
       loader's later epochs and those of a loader opened over the filled cache, against a
       loader over the local file (page cache warm), batch 8192: each side's first epoch (the
       mapping's first touch) apart from the median of the next seven.
-Each timed side runs for --seconds after its first batch; the time to the first batch (open,
+The proxy also integrates the requests in flight over time: each run prints its mean
+concurrency beside curl's. Each timed side runs for --seconds after its first batch; the time to the first batch (open,
 listing, worker start) is printed apart. Requests per epoch are counted by the proxy and
 scaled from the samples read.
 """
@@ -193,7 +197,8 @@ def replay(server, requests, parallel):
 
 def gpufeed_run(server, make_loader, seconds, latency_ms):
     """(time to the first batch, steady samples/s, samples read, the GETs it sent, the most
-    requests it had in flight) of a loader made by make_loader(), the proxy recording."""
+    requests it had in flight, its wall time from open to close, the mean requests in flight
+    over it) of a loader made by make_loader(), the proxy recording."""
     server.reset_proxy()
     server.set_rules(latency_ms=latency_ms, record=True)
     start = time.perf_counter()
@@ -202,9 +207,40 @@ def gpufeed_run(server, make_loader, seconds, latency_ms):
     loader.close()
     wall = time.perf_counter() - start  # every request it sent, from open to close
     sent = server.recorded()
-    in_flight = server.counts()["max_in_flight"]  # the most the proxy saw at once in this run
+    counts = server.counts()
+    in_flight = counts["max_in_flight"]  # the most the proxy saw at once in this run
+    mean_in_flight = counts["in_flight_seconds"] / wall
     server.set_rules(latency_ms=latency_ms)
-    return first, rate, count + loader_batch(loader), sent, in_flight, wall
+    return first, rate, count + loader_batch(loader), sent, in_flight, wall, mean_in_flight
+
+
+def steady_block_run(server, gpufeed, latency_ms, samples):
+    """Block shuffle over a set three times the chunk cache (as a remote set larger than the
+    node's RAM budget): the first epoch (one-time: the cache's memory first touched) apart,
+    then the second epoch, the proxy recording. Returns what gpufeed_run returns (its time to
+    the first batch 0: the epoch is timed whole)."""
+    cache = gpufeed.Cache(chunk_cache=samples * 4 * int(np.prod(SHAPE)) // 3)
+    loader = gpufeed.Loader(f"s3://{BUCKET}/seed.h5", fields=["mel", "label"], batch_size=BATCH,
+                            workers=2, shuffle=gpufeed.BlockShuffle(), seed=0, device="cpu",
+                            autotune=False, cache=cache)
+    try:
+        start = time.perf_counter()
+        for _ in loader:
+            pass
+        print(f"hdf5, block shuffle, chunk cache a third of the set: first epoch "
+              f"(one-time) {time.perf_counter() - start:.1f} s")
+        server.reset_proxy()
+        server.set_rules(latency_ms=latency_ms, record=True)
+        start = time.perf_counter()
+        count = sum(len(b["label"]) for b in loader)
+        wall = time.perf_counter() - start
+        sent = server.recorded()
+        counts = server.counts()
+        server.set_rules(latency_ms=latency_ms)
+    finally:
+        loader.close()
+    return (0.0, count / wall, count, sent, counts["max_in_flight"], wall,
+            counts["in_flight_seconds"] / wall)
 
 
 def loader_batch(loader):
@@ -223,20 +259,26 @@ def report(server, results, name, what, run, items, peer):
     """Prints and keeps one gpufeed run against the peer and against curl replaying its requests
     at the concurrency it had (gpufeed / ceiling: the replay's time over gpufeed's, open to
     close, for the same requests)."""
-    first, rate, count, sent, in_flight, wall = run
+    first, rate, count, sent, in_flight, wall, mean_in_flight = run
+    before = server.counts()["in_flight_seconds"]
     replay_s = replay(server, sent, max(1, in_flight))
+    replay_mean = (server.counts()["in_flight_seconds"] - before) / replay_s
     per_epoch = len(sent) / count * items
     results.update({f"{name}_gpufeed_samples_per_s": rate, f"{name}_first_batch_s": first,
                     f"{name}_gpufeed_requests_per_epoch": per_epoch,
                     f"{name}_in_flight": in_flight,
-                    f"{name}_gpufeed_vs_boto3": rate / peer,
+                    f"{name}_mean_in_flight": mean_in_flight,
+                    f"{name}_replay_mean_in_flight": replay_mean,
                     f"{name}_gpufeed_vs_ceiling": replay_s / wall})
+    if peer:
+        results[f"{name}_gpufeed_vs_boto3"] = rate / peer
     print(f"{what}: gpufeed {rate:,.0f}/s (first batch {first:.2f} s, {per_epoch:,.0f} requests "
-          f"per epoch, up to {in_flight} in flight); its {len(sent):,} requests took "
-          f"{wall:.1f} s, curl's replay {replay_s:.1f} s")
-    print(f"{name} gpufeed / boto3 DataLoader: {rate / peer:.1f}x")
+          f"per epoch, up to {in_flight} in flight, {mean_in_flight:.1f} on average); its "
+          f"{len(sent):,} requests took {wall:.1f} s, curl's replay {replay_s:.1f} s "
+          f"({replay_mean:.1f} in flight on average)")
+    if peer:
+        print(f"{name} gpufeed / boto3 DataLoader: {rate / peer:.1f}x")
     print(f"{name} gpufeed / ceiling: {replay_s / wall:.2f}")
-
 
 
 def main():
@@ -300,6 +342,10 @@ def main():
                 batch_size=64, workers=2, shuffle=True, seed=0, device="cpu", autotune=False),
             args.seconds, lat)
         report(server, results, "images", "images", run, args.images, peer_i)
+
+        report(server, results, "hdf5_block_steady",
+               "hdf5, block shuffle, chunk cache a third of the set, second epoch",
+               steady_block_run(server, gpufeed, lat, args.samples), args.samples, None)
 
         disk_epoch(server, gpufeed, h5, results)
     if args.json:

@@ -267,6 +267,16 @@ BENCHMARKS = [
             ("HDF5, block shuffle: gpufeed / ceiling", json_key("hdf5_block_gpufeed_vs_ceiling")),
             ("HDF5, block shuffle: gpufeed requests per epoch",
              json_key("hdf5_block_gpufeed_requests_per_epoch")),
+            ("HDF5, block shuffle: gpufeed's mean requests in flight",
+             json_key("hdf5_block_mean_in_flight")),
+            ("HDF5, block shuffle: curl's replay, mean requests in flight",
+             json_key("hdf5_block_replay_mean_in_flight")),
+            ("HDF5, block shuffle, chunk cache a third of the set, second epoch: gpufeed / "
+             "ceiling", json_key("hdf5_block_steady_gpufeed_vs_ceiling")),
+            ("HDF5, block shuffle, chunk cache a third of the set, second epoch: samples/s",
+             json_key("hdf5_block_steady_gpufeed_samples_per_s")),
+            ("HDF5, block shuffle, chunk cache a third of the set, second epoch: requests",
+             json_key("hdf5_block_steady_gpufeed_requests_per_epoch")),
             ("images: gpufeed / boto3 DataLoader + PIL", json_key("images_gpufeed_vs_boto3")),
             ("images: gpufeed / ceiling", json_key("images_gpufeed_vs_ceiling")),
             ("cache=\"disk\", the same loader's epochs after the fill / local file (median "

@@ -58,9 +58,10 @@ class Cache:
 @dataclasses.dataclass(frozen=True)
 class BlockShuffle:
     """Loader(shuffle=gpufeed.BlockShuffle(...)): a shuffle for chunked (compressed) data that
-    reads each chunk about once per window instead of once per sample drawn from it: blocks
-    of `block` consecutive samples are shuffled, then samples within a window of `window`
-    blocks. Seeded, and different every epoch, like shuffle=True.
+    reads each chunk about once an epoch instead of once per sample drawn from it: blocks
+    of `block` consecutive samples are shuffled, then samples within each window of `window`
+    consecutive blocks of that order (whole blocks: the short last one counts as one).
+    Seeded, and different every epoch, like shuffle=True.
 
     block:  samples per block; negative: the source's chunk size (default); 0: a full
             shuffle, as shuffle=True.

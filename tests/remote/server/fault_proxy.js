@@ -37,7 +37,7 @@
 //   GET  /__proxy/counts  {"requests", "by_method", "listings", "ranged", "by_status", "bytes",
 //                          "in_flight", "max_in_flight", "in_flight_seconds" (requests in
 //                          flight integrated over time: over a wall time, the mean
-//                          concurrency), "since" (ms, its last update)}
+//                          concurrency)}
 //   GET  /__proxy/recorded  [[path, range or null], ...] of the GETs recorded
 //   POST /__proxy/reset   zeroes the counts and clears the rules and the record
 //   GET  /__proxy/health  200 "ok"
@@ -118,8 +118,11 @@ function parseArgs(argv) {
 }
 
 function freshCounts() {
-  return {requests: 0, by_method: {}, listings: 0, ranged: 0, by_status: {}, bytes: 0,
-          in_flight: 0, max_in_flight: 0, in_flight_seconds: 0, since: Date.now()};
+  const fresh = {requests: 0, by_method: {}, listings: 0, ranged: 0, by_status: {}, bytes: 0,
+                 in_flight: 0, max_in_flight: 0, in_flight_seconds: 0};
+  // When in_flight_seconds was last brought up to date: not enumerable, so not in the JSON.
+  Object.defineProperty(fresh, 'since', {value: Date.now(), writable: true});
+  return fresh;
 }
 
 // Adds the time since the last change times the requests then in flight to in_flight_seconds
