@@ -76,11 +76,13 @@ def file_eval(bench_id, device, segments, stacking=False):
     if stacking:
         figures.append(("gpufeed / 16 files stacked by hand",
                         regex(r"gpufeed / stacking: ([0-9.]+)x")))
-    figures += [("batch fill", regex(r"fill ([0-9.]+) \(target")),
+    figures += [("gpufeed / model only (the same forward passes over rows in memory)",
+                 regex(r"^gpufeed / model only: ([0-9.]+)")),
+                ("batch fill", regex(r"fill ([0-9.]+) \(target")),
                 ("batch fill / the fill of the fewest batches that hold the rows",
                  regex(r"fill / best possible fill ([0-9.]+)")),
-                ("one-time: gpufeed's first open of the file, s",
-                 regex(r"^one-time: gpufeed's first open of the file: ([0-9.]+) s"))]
+                ("one-time: gpufeed's first open and read of the file, s",
+                 regex(r"^one-time: gpufeed's first open and read of the file: ([0-9.]+) s"))]
     bench = {
         "id": bench_id,
         "what": (f"{'GPU: ' if gpu else ''}whole-file evaluation{'' if gpu else ' on the CPU'}, "
