@@ -9,7 +9,8 @@ Builds, once, in a cache folder (default ~/.cache/gpufeed-bench): a seed-like se
 files with 8 to 64 segments each (uniform, seeded), float32[1,64,32] per segment (`mel`),
 an int64 label per file (`label`) and `file_offsets` (F+1 row offsets), in one HDF5 file
 written with h5py's defaults (contiguous, uncompressed). Then scores every file with the
-same small CNN (CPU here; CUDA when torch has it), in one run:
+same small CNN (CPU here; CUDA when torch has it), in one run, the methods taking turns
+--rounds times (each figure the median of its rounds):
   (a) the per-file loop: read one file's segments with h5py, one forward, vote in Python;
   (b) 16 files per forward, stacked by hand (one h5py read of 16 consecutive files), the
       logits split back per file and voted in Python;
@@ -193,7 +194,12 @@ def main():
     p.add_argument("--forward-rows", type=int, default=None,
                    help="segments per forward pass within a packed batch (default: what "
                         "gpufeed.forward_rows measures)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="times each method runs, in turn with the others (default 3); each "
+                        "figure is the median")
     args = p.parse_args()
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     os.makedirs(args.cache_dir, exist_ok=True)
     lo, _, hi = args.segments.partition("-")
     segments = (int(lo), int(hi or lo))
@@ -218,15 +224,27 @@ def main():
           f"({rows * 4 * int(np.prod(SHAPE)) / 1e9:.2f} GB); model {args.model}, device {device}, "
           f"torch threads {torch.get_num_threads()}, forward passes of "
           f"{rows_per_forward or 'whole'} segments within a packed batch")
+    times = {"loop": [], "stack": [], "gpufeed": [], "ceiling": []}
     with torch.no_grad():
         warm_page_cache(path)
-        loop, t_loop = timed(lambda: per_file_loop(path, model, device), device)
-        stack, t_stack = timed(lambda: stacked(path, model, device), device)
-        (packed, fill, batches), t_packed = timed(
-            lambda: with_gpufeed(path, model, str(device), args.workers, args.prefetch,
-                                 rows_per_forward, batch),
-            device)
-        ceiling = model_ceiling(path, model, device, rows_per_forward, batch)
+        # The methods take turns, --rounds times: a shared machine's slow spell then lands on
+        # every method alike, and each figure is the median of its rounds.
+        for _ in range(args.rounds):
+            loop, t = timed(lambda: per_file_loop(path, model, device), device)
+            times["loop"].append(t)
+            stack, t = timed(lambda: stacked(path, model, device), device)
+            times["stack"].append(t)
+            (packed, fill, batches), t = timed(
+                lambda: with_gpufeed(path, model, str(device), args.workers, args.prefetch,
+                                     rows_per_forward, batch),
+                device)
+            times["gpufeed"].append(t)
+            times["ceiling"].append(model_ceiling(path, model, device, rows_per_forward, batch))
+    t_loop, t_stack, t_packed, ceiling = (float(np.median(times[k]))
+                                          for k in ("loop", "stack", "gpufeed", "ceiling"))
+    if args.rounds > 1:
+        print(f"median of {args.rounds} rounds, each method in turn; seconds per round: "
+              + "; ".join(f"{k} " + " ".join(f"{t:.2f}" for t in v) for k, v in times.items()))
     rate = {name: files / t for name, t in
             (("loop", t_loop), ("stack", t_stack), ("gpufeed", t_packed))}
     print(f"model only (segments in memory, passes of {rows_per_forward}): "
