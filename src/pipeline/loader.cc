@@ -333,7 +333,7 @@ class Loader::Impl {
     run_epoch_ = epoch;
     run_batch_ = batch;
     run_first_batches_ = orders_.Batches(epoch);
-    hinted_.store(-1, std::memory_order_relaxed);
+    hinted_.Reset();
     queue_.Reset();
     metrics_.StartRun(SteadyNowNs());
     if (sampler_.batches_per_epoch() == 0) return;  // nothing to read, ever
@@ -395,40 +395,24 @@ class Loader::Impl {
     }
   }
 
-  // The samples of later batches, for the source to start fetching now (Source::ReadAhead),
-  // one list per batch: under block shuffle the first batch of a window needs its chunks and
-  // the next ones none, and fetched only when their batch started, requests went out in
-  // bursts. The batch claimed now may lie workers + prefetch batches ahead of the consumer;
-  // the hints reach as far again beyond it, or as far as the source asks
-  // (Source::ReadAheadSamples), so that its fetches have the time the loader takes to build
-  // that many batches and as many are out at once as its store serves. Each batch is hinted
-  // once, by whichever claim first reaches it (the first claim of a run hints every batch up
-  // to its reach). Near an epoch's end the hints lie in the next epoch (its plan is made now,
-  // the one its batches will use), so the next epoch's first batches are not fetched in a
-  // burst either. Empty for a source that does not read ahead.
+  // Later batches' samples, one list each, for the source to fetch now (Source::ReadAhead).
+  // The claimed batch may lie workers + prefetch batches ahead of the consumer; the hints reach
+  // as far again beyond it, or as far as the source asks (within kMaxAhead), so that as
+  // many fetches are out as its store serves; each batch once, by the first claim reaching it,
+  // into the next epoch near an epoch's end (its plan is made now). Empty for other sources.
   std::vector<std::vector<int64_t>> Ahead(int64_t seq, int64_t epoch, const EpochPlan& order) {
     if (!reads_ahead_) return {};
     const int64_t span = queue_.workers() + queue_.prefetch();
-    const int64_t per_epoch = sampler_.batches_per_epoch();
     const int64_t asked = source_->ReadAheadSamples() / std::max<int64_t>(1, options_.batch_size);
-    // Within an epoch's batches beyond the claimed one: the hints never pass the next epoch.
-    const int64_t reach = seq + span + std::clamp<int64_t>(asked, span, std::max(span, per_epoch));
-    int64_t from = hinted_.load(std::memory_order_relaxed);
-    do {
-      if (from >= reach) return {};
-    } while (!hinted_.compare_exchange_weak(from, reach, std::memory_order_relaxed));
+    const auto [first, last] =
+        hinted_.Take(seq, seq + span + std::max(span, std::min(asked, kMaxAhead)));
     std::vector<std::vector<int64_t>> hints;
     std::shared_ptr<const EpochPlan> next;  // the next epoch's plan, made once when needed
-    for (int64_t s = std::max(from, seq) + 1; s <= reach; ++s) {
+    for (int64_t s = first + 1; s <= last; ++s) {
       const auto [ahead_epoch, ahead_batch] = Position(s);
-      if (ahead_epoch == epoch) {
-        hints.push_back(sampler_.BatchOf(order, ahead_batch));
-      } else if (ahead_epoch == epoch + 1) {
-        if (next == nullptr) next = orders_.Of(ahead_epoch);
-        hints.push_back(sampler_.BatchOf(*next, ahead_batch));
-      } else {
-        break;  // epochs shorter than the hints' reach
-      }
+      if (ahead_epoch != epoch && ahead_epoch != epoch + 1) break;  // short epochs
+      if (ahead_epoch != epoch && next == nullptr) next = orders_.Of(ahead_epoch);
+      hints.push_back(sampler_.BatchOf(ahead_epoch == epoch ? order : *next, ahead_batch));
     }
     return hints;
   }
@@ -444,8 +428,8 @@ class Loader::Impl {
 
   const std::shared_ptr<Source> source_;
   const bool reads_ahead_ = source_ != nullptr && source_->ReadsAhead();
-  // The last run sequence number a ReadAhead hint reached (-1: none yet this run).
-  std::atomic<int64_t> hinted_{-1};
+  HintedUpTo hinted_;
+  static constexpr int64_t kMaxAhead = 256;  // batches hinted beyond the claimed one
   const bool prefetch_defaulted_;  // LoaderOptions::prefetch was 0: DefaultPrefetch decides
   LoaderOptions options_;          // resolved in the constructor, then only read
   const Sampler sampler_;

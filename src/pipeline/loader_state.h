@@ -1,18 +1,23 @@
 // Where a loader stands in its plan: EpochOrders (the plans of the epochs in use, one of
 // which may start part-way into its epoch's global order after a restore at another world
-// size), the LoaderState a loader saves, and where a restored state resumes (ResumeAt).
+// size), how far its read-ahead hints went (HintedUpTo), the LoaderState a loader saves, and
+// where a restored state resumes (ResumeAt).
 //
 // The invariant that lets a state move between world sizes: an epoch's global order is a
 // function of (seed, epoch, the data set, the shuffle mode) and never of the world size or the
 // rank (gpufeed/sampler.h); a state records how far along that order all ranks together went
 // (LoaderState::global_consumed), and a loader at another world size deals the rest.
 //
-// Thread-safety: EpochOrders is thread-safe; the functions depend on their arguments only.
+// Thread-safety: EpochOrders and HintedUpTo are thread-safe; the functions depend on their
+// arguments only.
 #pragma once
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "core/thread_annotations.h"
 #include "gpufeed/loader_options.h"
@@ -42,6 +47,25 @@ class EpochOrders {
   std::map<int64_t, std::shared_ptr<const EpochPlan>> orders_ GUARDED_BY(mu_);
   int64_t start_epoch_ GUARDED_BY(mu_) = -1;
   int64_t start_ GUARDED_BY(mu_) = 0;
+};
+
+// The run sequence numbers a loader's read-ahead has hinted: each is hinted once, by the first
+// claim whose hints reach it.
+class HintedUpTo {
+ public:
+  // A new run: nothing hinted.
+  void Reset() { last_.store(-1, std::memory_order_relaxed); }
+  // The numbers (first, last] that the claim of `seq`, its hints reaching `reach`, hints now:
+  // those past `seq` no claim hinted before. Empty (first >= last) when there are none.
+  std::pair<int64_t, int64_t> Take(int64_t seq, int64_t reach) {
+    int64_t from = last_.load(std::memory_order_relaxed);
+    while (from < reach && !last_.compare_exchange_weak(from, reach, std::memory_order_relaxed)) {
+    }
+    return {std::max(from, seq), from < reach ? reach : from};
+  }
+
+ private:
+  std::atomic<int64_t> last_{-1};
 };
 
 // The state of a loader whose consumer is at batch `batch` of `epoch`, that epoch starting at

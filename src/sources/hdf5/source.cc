@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <numeric>
 #include <set>
@@ -15,9 +14,9 @@
 #include "core/log.h"
 #include "core/path_names.h"
 #include "core/system_memory.h"
-#include "core/thread_pool.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
+#include "sources/hdf5/chunk_prefetch.h"
 #include "sources/hdf5/compound.h"
 #include "sources/hdf5/dataset.h"
 #include "sources/hdf5/dataset_reader.h"
@@ -106,12 +105,11 @@ class Hdf5Source final : public Source {
     }
     chunk_cache_ = std::make_shared<SharedChunkCache>(budget);
     for (const auto& reader : parts_.front().readers) keeps_chunks_ |= reader->KeepsChunks();
-    if (keeps_chunks_) {
-      for (const auto& part : parts_) {
-        reads_in_flight_ = std::max(reads_in_flight_, part.file->ReadsInFlight());
-      }
-      reads_in_flight_ = std::clamp(reads_in_flight_, 1, kMaxPrefetchThreads);
+    int reads_in_flight = 1;
+    for (const auto& part : parts_) {
+      reads_in_flight = std::max(reads_in_flight, part.file->ReadsInFlight());
     }
+    prefetcher_ = std::make_unique<ChunkPrefetcher>(reads_in_flight);
   }
 
   SourceChunking chunking() const override {
@@ -157,29 +155,15 @@ class Hdf5Source final : public Source {
     return std::make_unique<Hdf5WorkerState>(chunk_cache_);
   }
 
-  // The whole chunks of a remote object the later batch will read, claimed now and fetched on
-  // the source's prefetch threads, so that requests stay in flight while workers build
-  // batches that need none (a worker's ReadMany blocks it: two workers alone had at most two
-  // windows' fetches out, mostly one). Bounded: the chunks claimed ahead and not yet read
-  // stay within half the chunk cache, so that a chunk fetched ahead is still held when its
-  // batch comes; at most max(kMinPrefetchThreads, reads_in_flight_) fetches run at once.
+  // The whole chunks of a remote object later batches will read, claimed now and fetched on
+  // the source's prefetch threads (chunk_prefetch.h). Bounded: the chunks claimed ahead and
+  // not yet read stay within half the chunk cache.
   bool ReadsAhead() const override { return keeps_chunks_; }
-  // As many chunks ahead as the store takes requests at once, each hinted batch's chunks one
-  // fetch on a prefetch thread: block-shuffled batches of about a chunk each, hinted only as
-  // far as the batches in flight, kept a few requests out where the store serves dozens side
-  // by side, and the loader waited on round trips. Within a quarter of the chunk cache: a
-  // chunk fetched ahead must still be held when its batch comes (beyond that, hints fetched
-  // chunks that were evicted before use, and their batches fetched them again).
   int64_t ReadAheadSamples() const override {
     if (!keeps_chunks_) return 0;
-    const uint64_t per_sample = std::max<uint64_t>(
-        1, decoded_chunks_bytes_ / static_cast<uint64_t>(std::max<int64_t>(1, samples_)));
-    const uint64_t fits = chunk_cache_->capacity() / 4 / per_sample;
-    const uint64_t want =
-        static_cast<uint64_t>(block_) > kNoMore / static_cast<uint64_t>(reads_in_flight_)
-            ? kNoMore
-            : static_cast<uint64_t>(block_) * static_cast<uint64_t>(reads_in_flight_);
-    return static_cast<int64_t>(std::min(want, fits));
+    const auto samples = static_cast<uint64_t>(std::max<int64_t>(1, samples_));
+    return prefetcher_->ReachSamples(block_, decoded_chunks_bytes_ / samples,
+                                     chunk_cache_->capacity());
   }
   void ReadAhead(std::span<const int64_t> indices, SourceWorkerState* state) const override {
     auto* ws = dynamic_cast<Hdf5WorkerState*>(state);
@@ -191,7 +175,7 @@ class Hdf5Source final : public Source {
       const auto last = std::lower_bound(first, ws->ahead.end(), part.first_sample + part.samples);
       if (first == last) continue;
       const uint64_t budget = chunk_cache_->capacity() / 2;
-      const uint64_t out = prefetch_bytes_.load(std::memory_order_relaxed);
+      const uint64_t out = prefetcher_->outstanding();
       if (out >= budget) return;
       auto ahead = std::make_shared<Hdf5ReadAhead>();
       try {
@@ -205,13 +189,7 @@ class Hdf5Source final : public Source {
           }
         }
         if (ahead->ranges.empty()) continue;
-        prefetch_bytes_.fetch_add(ahead->bytes, std::memory_order_relaxed);
-        try {
-          Prefetcher().Submit([this, file = part.file, ahead](int) { Prefetch(*file, *ahead); });
-        } catch (...) {
-          prefetch_bytes_.fetch_sub(ahead->bytes, std::memory_order_relaxed);
-          throw;
-        }
+        prefetcher_->Submit(part.file, std::move(ahead), &bytes_read_);
       } catch (...) {
         // A hint: each batch fetches what it needs itself. (Dropped, the claims are abandoned.)
       }
@@ -337,29 +315,6 @@ class Hdf5Source final : public Source {
     return static_cast<size_t>(it - parts_.begin()) - 1;
   }
 
-  ThreadPool& Prefetcher() const {
-    std::call_once(prefetcher_once_, [this] {
-      prefetcher_ = std::make_unique<ThreadPool>(std::max(kMinPrefetchThreads, reads_in_flight_));
-    });
-    return *prefetcher_;
-  }
-
-  // One ReadAhead's fetch: each chunk kept and handed to the workers waiting for it; on a
-  // failure every claim is abandoned, and each batch then reads what it needs itself (its
-  // error naming its sample).
-  void Prefetch(const File& file, Hdf5ReadAhead& ahead) const {
-    try {
-      file.ReadMany(ahead.ranges, "chunk data");
-      bytes_read_.fetch_add(static_cast<int64_t>(ahead.bytes), std::memory_order_relaxed);
-      for (size_t i = 0; i < ahead.fetches.size(); ++i) {
-        ahead.fetches[i].Finish(std::move(ahead.buffers[i]));
-      }
-    } catch (...) {
-    }
-    ahead.fetches.clear();
-    prefetch_bytes_.fetch_sub(ahead.bytes, std::memory_order_relaxed);
-  }
-
   // Adds a worker's counts to the source's once per batch, not once per chunk.
   void Collect(Hdf5Counters& c) const {
     chunks_decoded_.fetch_add(c.chunks_decoded, std::memory_order_relaxed);
@@ -384,13 +339,8 @@ class Hdf5Source final : public Source {
   mutable std::atomic<int64_t> bytes_read_{0};
   mutable std::atomic<int64_t> library_reads_{0};
   bool keeps_chunks_ = false;  // some reader keeps whole chunks of a remote object
-  static constexpr int kMinPrefetchThreads = 8;
-  static constexpr int kMaxPrefetchThreads = 64;
-  int reads_in_flight_ = 1;  // the files' ReadsInFlight, within [1, kMaxPrefetchThreads]
-  mutable std::atomic<uint64_t> prefetch_bytes_{0};  // claimed ahead, not yet read
-  mutable std::once_flag prefetcher_once_;
-  // Last: destroyed first, its threads finishing their fetches while the files still live.
-  mutable std::unique_ptr<ThreadPool> prefetcher_;
+  // Last: destroyed first, its threads finishing their fetches while the rest still lives.
+  std::unique_ptr<ChunkPrefetcher> prefetcher_;
 };
 
 std::string FieldName(const std::string& dataset) {
