@@ -152,7 +152,6 @@ void PrepareRun(const Loader& loader, const BenchConfig& config, BenchRunState& 
   const Source& data = DeferredCachedSource::Unwrapped(loader.source());
   if (IsHdf5Source(data)) run.hdf5_before = Hdf5SourceCounters(data);
   run.peak_anon = StatusBytes("RssAnon");
-  run.pool_before = HostMemoryPool::Instance().counters();
 }
 
 // The simulated training step on one batch, when the run has one.
@@ -367,9 +366,13 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   BenchResult result;
   result.epochs = config.epochs;
   result.step_ms = config.step_ms;
+  // Before the open: the loader's workers start there, and may take their batch buffers before
+  // the run begins.
+  const HostMemoryPool::Counters pool_before = HostMemoryPool::Instance().counters();
   CachedLoader opened = OpenBenchLoader(std::move(source), config, result);
   Loader& loader = *opened.loader;
   BenchRunState run;
+  run.pool_before = pool_before;
   if (config.open.remedies) AttachRemedies(loader, DefaultRemedies(loader));
   PrepareRun(loader, config, run);
   run.start = std::chrono::steady_clock::now();
