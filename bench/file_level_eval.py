@@ -151,8 +151,8 @@ def warm_page_cache(path):
     """Reads the file once, so every method below reads it from the page cache. Then opens it
     with gpufeed and reads it through gpufeed once: where the cached pages are small, that open
     drops them, and gpufeed's first read brings them back as 2 MiB pages (once per file). That
-    one-time cost is printed apart, and kept out of the timed runs: left to them, the per-file
-    loop read the file back from disk."""
+    one-time cost is printed apart, and kept out of the timed runs: left to them, the first
+    method timed would read the file back from disk."""
     with open(path, "rb") as f:
         while f.read(64 << 20):
             pass

@@ -33,9 +33,9 @@ Then, in one run, with 2 workers on both sides:
       loader over the local file (page cache warm), batch 8192: each side's first epoch (the
       mapping's first touch) apart from the median of the next seven.
 The proxy also integrates the requests in flight over time: each run prints its mean
-concurrency beside curl's. Each timed side runs for --seconds after its first batch; the time to the first batch (open,
-listing, worker start) is printed apart. Requests per epoch are counted by the proxy and
-scaled from the samples read.
+concurrency beside curl's. Each timed side runs for --seconds after its first batch; the time
+to the first batch (open, listing, worker start) is printed apart. Requests per epoch are
+counted by the proxy and scaled from the samples read.
 """
 import argparse
 import io
