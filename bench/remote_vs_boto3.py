@@ -195,23 +195,33 @@ def replay(server, requests, parallel):
         os.unlink(cfg.name)
 
 
+def recorded(server, latency_ms, work):
+    """(what work() returns, its seconds, the GETs it sent, the most requests in flight at once,
+    the mean requests in flight over it) with the proxy recording from a reset."""
+    server.reset_proxy()
+    server.set_rules(latency_ms=latency_ms, record=True)
+    start = time.perf_counter()
+    out = work()
+    wall = time.perf_counter() - start
+    sent = server.recorded()
+    counts = server.counts()
+    server.set_rules(latency_ms=latency_ms)
+    return out, wall, sent, counts["max_in_flight"], counts["in_flight_seconds"] / wall
+
+
 def gpufeed_run(server, make_loader, seconds, latency_ms):
     """(time to the first batch, steady samples/s, samples read, the GETs it sent, the most
     requests it had in flight, its wall time from open to close, the mean requests in flight
     over it) of a loader made by make_loader(), the proxy recording."""
-    server.reset_proxy()
-    server.set_rules(latency_ms=latency_ms, record=True)
-    start = time.perf_counter()
-    loader = make_loader()
-    first, rate, count = timed(loader, seconds, lambda b: len(b["label"]))
-    loader.close()
-    wall = time.perf_counter() - start  # every request it sent, from open to close
-    sent = server.recorded()
-    counts = server.counts()
-    in_flight = counts["max_in_flight"]  # the most the proxy saw at once in this run
-    mean_in_flight = counts["in_flight_seconds"] / wall
-    server.set_rules(latency_ms=latency_ms)
-    return first, rate, count + loader_batch(loader), sent, in_flight, wall, mean_in_flight
+    def run():
+        loader = make_loader()
+        first, rate, count = timed(loader, seconds, lambda b: len(b["label"]))
+        loader.close()  # every request it sent, from open to close
+        return first, rate, count + loader_batch(loader)
+
+    (first, rate, count), wall, sent, in_flight, mean_in_flight = recorded(
+        server, latency_ms, run)
+    return first, rate, count, sent, in_flight, wall, mean_in_flight
 
 
 def steady_block_run(server, gpufeed, latency_ms, samples):
@@ -229,18 +239,11 @@ def steady_block_run(server, gpufeed, latency_ms, samples):
             pass
         print(f"hdf5, block shuffle, chunk cache a third of the set: first epoch "
               f"(one-time) {time.perf_counter() - start:.1f} s")
-        server.reset_proxy()
-        server.set_rules(latency_ms=latency_ms, record=True)
-        start = time.perf_counter()
-        count = sum(len(b["label"]) for b in loader)
-        wall = time.perf_counter() - start
-        sent = server.recorded()
-        counts = server.counts()
-        server.set_rules(latency_ms=latency_ms)
+        count, wall, sent, in_flight, mean_in_flight = recorded(
+            server, latency_ms, lambda: sum(len(b["label"]) for b in loader))
     finally:
         loader.close()
-    return (0.0, count / wall, count, sent, counts["max_in_flight"], wall,
-            counts["in_flight_seconds"] / wall)
+    return 0.0, count / wall, count, sent, in_flight, wall, mean_in_flight
 
 
 def loader_batch(loader):

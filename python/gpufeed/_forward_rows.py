@@ -31,7 +31,8 @@ def forward_rows(forward, sample, candidates=DEFAULT_CANDIDATES, repeats=3, tole
     a group leaves the rest of it empty whenever the next group does not fit). Each count is
     run once to warm up; then, in `repeats` rounds over all the counts, each count runs for
     at least `min_seconds` per round, and its rate is its best round's, so that a moment the
-    machine was busy elsewhere does not decide the size. The figures are in `forward_rows.last` ({rows: rows per second}).
+    machine was busy elsewhere does not decide the size. The figures are in
+    `forward_rows.last` ({rows: rows per second}).
 
         rows = gpufeed.forward_rows(model, torch.zeros(1, 64, 32))
         loader = gpufeed.Loader("eval.h5", fields=["mel"], batch_size=rows, shuffle=False,

@@ -366,13 +366,12 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   BenchResult result;
   result.epochs = config.epochs;
   result.step_ms = config.step_ms;
+  BenchRunState run;
   // Before the open: the loader's workers start there, and may take their batch buffers before
   // the run begins.
-  const HostMemoryPool::Counters pool_before = HostMemoryPool::Instance().counters();
+  run.pool_before = HostMemoryPool::Instance().counters();
   CachedLoader opened = OpenBenchLoader(std::move(source), config, result);
   Loader& loader = *opened.loader;
-  BenchRunState run;
-  run.pool_before = pool_before;
   if (config.open.remedies) AttachRemedies(loader, DefaultRemedies(loader));
   PrepareRun(loader, config, run);
   run.start = std::chrono::steady_clock::now();

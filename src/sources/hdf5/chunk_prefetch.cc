@@ -1,7 +1,10 @@
 #include "sources/hdf5/chunk_prefetch.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
+
+#include "core/checked_math.h"
 
 namespace gpufeed {
 
@@ -10,12 +13,11 @@ ChunkPrefetcher::ChunkPrefetcher(int reads_in_flight)
 
 int64_t ChunkPrefetcher::ReachSamples(int64_t block, uint64_t bytes_per_sample,
                                       uint64_t cache_capacity) const {
-  constexpr uint64_t kNoMore = uint64_t{1} << 62;
   const uint64_t fits = cache_capacity / 4 / std::max<uint64_t>(1, bytes_per_sample);
-  const auto rows = static_cast<uint64_t>(std::max<int64_t>(1, block));
-  const auto depth = static_cast<uint64_t>(reads_in_flight_);
-  const uint64_t want = rows > kNoMore / depth ? kNoMore : rows * depth;
-  return static_cast<int64_t>(std::min(want, fits));
+  const uint64_t want = CheckedMul(static_cast<uint64_t>(std::max<int64_t>(1, block)),
+                                   static_cast<uint64_t>(reads_in_flight_))
+                            .value_or(UINT64_MAX);
+  return static_cast<int64_t>(std::min(want, fits));  // fits < 2^62: a quarter of a size_t
 }
 
 void ChunkPrefetcher::Submit(std::shared_ptr<const File> file, std::shared_ptr<Hdf5ReadAhead> ahead,
