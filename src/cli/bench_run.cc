@@ -88,7 +88,8 @@ std::shared_ptr<Source> ReopenForSameWork(const BenchConfig& config, const Cache
 // What RunBench's steps hand each other: the run's monitor and simulated GPU, its clock's
 // marks, and the counters read before the run that the figures after it subtract from.
 // Members are destroyed in reverse order: the stream finishes its steps (finish_steps)
-// before the step they point at (gpu_step) goes.
+// before the step they point at (gpu_step) goes. It must not outlive the loader, whose device
+// its steps, events and monitor use.
 struct BenchRunState {
   std::unique_ptr<Monitor> monitor;
   const cuda::CudaDevice* cuda_device = nullptr;  // the loader's device, when it is CUDA
@@ -366,12 +367,15 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   BenchResult result;
   result.epochs = config.epochs;
   result.step_ms = config.step_ms;
-  BenchRunState run;
   // Before the open: the loader's workers start there, and may take their batch buffers before
   // the run begins.
-  run.pool_before = HostMemoryPool::Instance().counters();
+  const HostMemoryPool::Counters pool_before = HostMemoryPool::Instance().counters();
   CachedLoader opened = OpenBenchLoader(std::move(source), config, result);
   Loader& loader = *opened.loader;
+  // After the loader: the run's queued steps, events and monitor use the loader's device, so
+  // they go first (a run declared before the loader synchronized a destroyed context).
+  BenchRunState run;
+  run.pool_before = pool_before;
   if (config.open.remedies) AttachRemedies(loader, DefaultRemedies(loader));
   PrepareRun(loader, config, run);
   run.start = std::chrono::steady_clock::now();
