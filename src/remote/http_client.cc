@@ -46,6 +46,14 @@ class ThreadHandles {
     curl_multi_cleanup(multi_);
   }
   CURLM* multi() const { return multi_; }
+  // Keeps at least `connections` idle connections in the cache. Left to libcurl, the cache
+  // holds 4 per easy handle still added: as a batch's last transfers finish, the connections
+  // of the first ones are closed, and the next batch connects again.
+  void KeepConnections(int connections) {
+    if (connections <= kept_) return;
+    kept_ = connections;
+    curl_multi_setopt(multi_, CURLMOPT_MAXCONNECTS, static_cast<long>(kept_));
+  }
   CURL* Take() {
     CURL* e = nullptr;
     if (!idle_.empty()) {
@@ -64,6 +72,7 @@ class ThreadHandles {
  private:
   CURLM* multi_;
   std::vector<CURL*> idle_;
+  int kept_ = 0;  // CURLMOPT_MAXCONNECTS set so far (0: libcurl's default)
 };
 
 ThreadHandles& Handles() {
@@ -156,6 +165,9 @@ class HttpClient::RunLoop {
         multi_(handles_.multi()),
         calls_(requests.size()),
         on_done_(on_done) {
+    // A host takes at most max_requests at once from this thread: as many stay open for the
+    // next call.
+    handles_.KeepConnections(client.options_.max_requests);
     if (on_done_) ready_.reserve(requests.size());
     const Clock::time_point now = Clock::now();
     std::string last_host;

@@ -332,6 +332,38 @@ TEST_F(RemoteS3, ManyThreadsStayWithinTheRequestCap) {
   EXPECT_EQ(stats.bytes, 4 * (7 * 25000 + 20000));
 }
 
+TEST_F(RemoteS3, BatchesOfWholeObjectsReuseTheirConnections) {
+  // As an image worker reads its batches: 24 objects, read whole 10 times, 8 at a time. Left
+  // to libcurl's default, the connection cache shrinks as a batch's last transfers finish,
+  // and each batch connected again (over TLS, a handshake each).
+  RemoteOptions o = Options();
+  o.max_requests = 8;
+  auto fs = RemoteFileSystem::Create(o);
+  std::vector<std::string> bodies;
+  std::vector<std::unique_ptr<File>> files;
+  for (int i = 0; i < 24; ++i) {
+    bodies.push_back(RandomBytes(3000 + 100 * i, 40 + i));
+    const std::string key = "batches/" + std::to_string(i) + ".bin";
+    s3_->Put("data", key, bodies.back());
+    files.push_back(fs->Open("s3://data/" + key));
+  }
+  s3_->ResetProxy();
+  for (int round = 0; round < 10; ++round) {
+    std::vector<std::string> got;
+    for (const auto& body : bodies) got.emplace_back(body.size(), '\0');
+    std::vector<FileRead> reads;
+    for (size_t i = 0; i < files.size(); ++i) {
+      reads.push_back({files[i].get(), 0, got[i].data(), got[i].size()});
+    }
+    ReadFiles(reads, "object");
+    EXPECT_EQ(got, bodies) << "round " << round;
+  }
+  const nlohmann::json counts = s3_->Counts();
+  EXPECT_EQ(Count(counts, "by_method", "GET"), 240);
+  // The cap's connections, and the one that asked for the counts.
+  EXPECT_LE(counts["connections"].get<int64_t>(), 8 + 1);
+}
+
 TEST_F(RemoteS3, ThreadsWaitingForSlotsOthersHoldAllFinishWithTheirBytes) {
   // Ranges too far apart to share a GET: each thread has several requests, more than the cap,
   // so threads with requests in flight wait for slots the other threads free.

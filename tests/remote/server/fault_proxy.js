@@ -37,7 +37,7 @@
 //   GET  /__proxy/counts  {"requests", "by_method", "listings", "ranged", "by_status", "bytes",
 //                          "in_flight", "max_in_flight", "in_flight_seconds" (requests in
 //                          flight integrated over time: over a wall time, the mean
-//                          concurrency)}
+//                          concurrency), "connections" (client connections accepted)}
 //   GET  /__proxy/recorded  [[path, range or null], ...] of the GETs recorded
 //   POST /__proxy/reset   zeroes the counts and clears the rules and the record
 //   GET  /__proxy/health  200 "ok"
@@ -119,7 +119,7 @@ function parseArgs(argv) {
 
 function freshCounts() {
   const fresh = {requests: 0, by_method: {}, listings: 0, ranged: 0, by_status: {}, bytes: 0,
-                 in_flight: 0, max_in_flight: 0, in_flight_seconds: 0};
+                 in_flight: 0, max_in_flight: 0, in_flight_seconds: 0, connections: 0};
   // When in_flight_seconds was last brought up to date: not enumerable, so not in the JSON.
   Object.defineProperty(fresh, 'since', {value: Date.now(), writable: true});
   return fresh;
@@ -372,6 +372,7 @@ function main() {
       {keepAliveTimeout: 60000, requestTimeout: 0, headersTimeout: 60000},
       (req, res) => handle(args, agent, req, res));
   server.maxHeadersCount = 0;
+  server.on('connection', () => { counts.connections += 1; });
   server.listen(args.port, '127.0.0.1', () => {
     process.stdout.write(JSON.stringify({port: server.address().port}) + '\n');
   });
