@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/text.h"
+#include "device/pinned_host_pool.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed::cuda {
@@ -38,23 +39,14 @@ CudaDevice::CudaDevice(std::shared_ptr<const CudaContext> context)
 CudaDevice::~CudaDevice() = default;
 
 void* CudaDevice::AllocHost(size_t bytes) {
-  CurrentContextScope scope(*context_);
-  void* ptr = nullptr;
-  // PORTABLE: the pages count as pinned in every context, so PyTorch's is_pinned() agrees.
-  const CUresult result = driver().MemHostAlloc(&ptr, bytes, kMemHostAllocPortable);
-  if (result != kSuccess) {
-    throw Error(ErrorCode::kDevice,
-                fmt::format("{}: cannot pin a {} byte ({:.1f} MiB) host batch buffer: {}; lower "
-                            "batch_size, workers or prefetch, or raise the locked-memory limit",
-                            name(), bytes, static_cast<double>(bytes) / (1 << 20),
-                            driver().Describe(result)));
-  }
+  void* ptr = PinnedHostPool::Instance().Take(context_, bytes);
   counters_->host_bytes_allocated.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   return ptr;
 }
 
 void CudaDevice::FreeHost(void* ptr) noexcept {
-  try {
+  if (PinnedHostPool::Instance().Give(ptr) || ptr == nullptr || InForkedChild()) return;
+  try {  // a buffer the pool did not give: unpinned here
     CurrentContextScope scope(*context_);
     driver().MemFreeHost(ptr);
   } catch (...) {

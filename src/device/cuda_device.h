@@ -32,7 +32,7 @@ struct CudaDeviceStats {
   int64_t events = 0;   // events recorded
   int64_t gathers = 0;  // gather kernels launched (the device tier)
   int64_t gather_bytes = 0;
-  int64_t host_bytes_allocated = 0;    // pinned, over the device's life
+  int64_t host_bytes_allocated = 0;    // pinned buffers taken (PinnedHostPool), over its life
   int64_t device_bytes_allocated = 0;  // over the device's life
 };
 

@@ -1,6 +1,7 @@
 // CudaDevice on the fake driver: opening by spec with clear errors, the primary context,
 // pinned and device memory with tracking, out-of-memory messages, any-thread use.
 #include "device/cuda_device.h"
+#include "device/pinned_host_pool.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -150,6 +151,35 @@ TEST_F(CudaDeviceTest, AllocationsArePinnedOrDeviceMemoryAndAllComeBack) {
   device->FreeDevice(mem);
   device->FreeHost(host);
   EXPECT_EQ(fake_cuda_outstanding_allocations(), 0);
+}
+
+TEST_F(CudaDeviceTest, KeptPinnedBuffersHoldTheirContextAndServeOnlyTheirSize) {
+  PinnedHostPool& pool = PinnedHostPool::Instance();
+  pool.SetRetainBytes(1 << 20);
+  void* first = nullptr;
+  {
+    auto device = OpenCudaDevice();
+    first = device->AllocHost(4096);
+    device->FreeHost(first);
+  }
+  // The device is gone; its context stays retained while the pool keeps what it pinned.
+  EXPECT_EQ(fake_cuda_primary_ctx_refs(0), 1);
+  EXPECT_EQ(fake_cuda_outstanding_allocations(), 1);
+  auto device = OpenCudaDevice();
+  void* other = device->AllocHost(8192);  // another size: pinned afresh
+  EXPECT_NE(other, first);
+  void* again = device->AllocHost(4096);
+  EXPECT_EQ(again, first);
+  device->FreeHost(again);
+  device->FreeHost(other);
+  device.reset();
+  pool.SetRetainBytes(8192);  // the oldest goes first, until the rest fits
+  EXPECT_EQ(pool.counters().kept_bytes, 8192);
+  EXPECT_EQ(fake_cuda_outstanding_allocations(), 1);
+  pool.Trim();
+  EXPECT_EQ(fake_cuda_outstanding_allocations(), 0);
+  EXPECT_EQ(fake_cuda_primary_ctx_refs(0), 0);
+  EXPECT_FALSE(pool.Give(first));  // not out: refused, nothing done
 }
 
 TEST_F(CudaDeviceTest, OutOfDeviceMemoryNamesTheBytesAskedAndTheMemoryFree) {

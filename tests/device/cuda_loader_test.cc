@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "device/cuda_device.h"
+#include "device/pinned_host_pool.h"
 #include "fake_cuda_fixture.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
@@ -434,6 +435,36 @@ TEST_F(CudaLoaderTest, BatchOutlivesItsLoaderAndStaysReadable) {
   EXPECT_TRUE(IsIntact(*batch));
   EXPECT_GT(fake_cuda_outstanding_allocations(), 0);  // the batch's pool lives on with it
   batch.reset();
+  EXPECT_EQ(fake_cuda_outstanding_allocations(), 0);
+}
+
+TEST_F(CudaLoaderTest, ALaterLoaderTakesThePinnedBuffersAnEarlierOneLeft) {
+  PinnedHostPool& pool = PinnedHostPool::Instance();
+  pool.SetRetainBytes(uint64_t{1} << 30);
+  const PinnedHostPool::Counters before = pool.counters();
+  const int64_t pinned = [&] {
+    auto first = MakeLoader(8 * 10, 8, 2, 2);
+    while (auto batch = first->Next()) {
+      batch->Synchronize();
+      EXPECT_TRUE(IsIntact(*batch));
+    }
+    return pool.counters().taken_fresh - before.taken_fresh;
+  }();
+  ASSERT_GT(pinned, 0);
+  EXPECT_EQ(pool.counters().freed, before.freed);  // kept pinned
+  {
+    auto second = MakeLoader(8 * 10, 8, 2, 2);
+    int64_t intact = 0;
+    while (auto batch = second->Next()) {
+      batch->Synchronize();
+      intact += IsIntact(*batch);
+    }
+    EXPECT_EQ(intact, 10);  // built in buffers the first loader wrote
+  }
+  EXPECT_EQ(pool.counters().taken_fresh - before.taken_fresh, pinned);
+  EXPECT_EQ(pool.counters().taken_kept - before.taken_kept, pinned);
+  pool.SetRetainBytes(0);  // over budget: unpinned at once
+  EXPECT_EQ(pool.counters().kept_bytes, 0);
   EXPECT_EQ(fake_cuda_outstanding_allocations(), 0);
 }
 

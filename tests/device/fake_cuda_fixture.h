@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "device/pinned_host_pool.h"
 #include "fake_cuda/fake_cuda_control.h"
 
 namespace gpufeed::testing {
@@ -27,9 +28,13 @@ class FakeCudaTest : public ::testing::Test {
     setenv("GPUFEED_CUDA_LIBRARY", GPUFEED_FAKE_CUDA, 1);
     unsetenv("LOCAL_RANK");
     fake_cuda_reset();
+    // Every buffer unpinned as its user lets go, so a test counts the fake's allocations as
+    // its code left them; the pool's own tests give it a budget.
+    cuda::PinnedHostPool::Instance().SetRetainBytes(0);
   }
 
   void TearDown() override {
+    cuda::PinnedHostPool::Instance().SetRetainBytes(0);  // what a test kept, unpinned
     EXPECT_EQ(fake_cuda_failures(), expected_failures_) << FakeFailures();
     EXPECT_EQ(fake_cuda_outstanding_allocations(), 0);
     EXPECT_EQ(fake_cuda_live_streams(), 0);
