@@ -4,19 +4,18 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
 #include "core/system_memory.h"
+#include "core/text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed::cuda {
 namespace {
 
 uint64_t DefaultRetainBytes() {
-  if (const char* env = std::getenv("GPUFEED_PINNED_POOL_BYTES");
-      env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(env, &end, 10);
-    if (end != nullptr && *end == '\0') return v;
+  if (const char* env = std::getenv("GPUFEED_PINNED_POOL_BYTES"); env != nullptr) {
+    if (const std::optional<uint64_t> bytes = ParseNumber<uint64_t>(env)) return *bytes;
   }
   return std::min<uint64_t>(PhysicalRamBytes() / 16, uint64_t{4} << 30);
 }
