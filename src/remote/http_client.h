@@ -3,8 +3,8 @@
 // retries with backoff and Retry-After, and bodies cut mid-transfer resumed from the bytes
 // already received.
 //
-// Each thread keeps its multi handle (whose connection cache keeps connections alive across
-// calls) and its easy handles; the DNS cache and TLS sessions are shared by every thread
+// Each thread keeps its multi handle (whose connection cache keeps up to max_requests idle
+// connections alive across calls) and its easy handles; the DNS cache and TLS sessions are shared by every thread
 // through one CURLSH. Connections themselves are not shared across threads: libcurl does not
 // support one connection cache used by concurrent threads.
 //
