@@ -25,12 +25,8 @@ constexpr size_t kSmallPage = size_t{4} << 10;
 #endif
 
 uint64_t DefaultRetainBytes() {
-  if (const char* env = std::getenv("GPUFEED_HOST_POOL_BYTES"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(env, &end, 10);
-    if (end != nullptr && *end == '\0') return v;
-  }
-  return std::min<uint64_t>(PhysicalRamBytes() / 8, uint64_t{8} << 30);
+  return BytesFromEnv("GPUFEED_HOST_POOL_BYTES",
+                      std::min<uint64_t>(PhysicalRamBytes() / 8, uint64_t{8} << 30));
 }
 
 // Faults every page of a fresh block in on this thread. MADV_POPULATE_WRITE does it in one

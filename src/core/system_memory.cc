@@ -1,14 +1,19 @@
 #include "core/system_memory.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "core/cgroup_reader.h"
+#include "core/log.h"
 #include "core/proc_text.h"
+#include "core/text.h"
 
 namespace gpufeed {
 
@@ -38,6 +43,16 @@ uint64_t PhysicalRamBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+}
+
+uint64_t BytesFromEnv(const char* name, uint64_t fallback) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return fallback;
+  if (const std::optional<uint64_t> bytes = ParseNumber<uint64_t>(env)) return *bytes;
+  Log(LogLevel::kWarning,
+      fmt::format("warning: {}='{}' is not a whole number of bytes; using {} (the default)", name,
+                  env, fallback));
+  return fallback;
 }
 
 int OnlineCpus() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }

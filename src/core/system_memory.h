@@ -18,6 +18,11 @@ uint64_t AvailableRamBytes(const std::string& root = "");
 // 0 when the system does not say.
 uint64_t PhysicalRamBytes();
 
+// The byte count environment variable `name` holds, when it holds a whole number; else
+// `fallback`. A value that is not one (a typo, "4GB") is named in a warning and the fallback
+// is used: a memory budget set wrong must not pass unnoticed.
+uint64_t BytesFromEnv(const char* name, uint64_t fallback);
+
 // Online CPUs (hardware threads), at least 1; no cgroup quota applied.
 int OnlineCpus();
 // Online CPUs, or the cgroup's CPU quota rounded up where it is lower; at least 1.

@@ -3,21 +3,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <optional>
 
 #include "core/system_memory.h"
-#include "core/text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed::cuda {
 namespace {
 
 uint64_t DefaultRetainBytes() {
-  if (const char* env = std::getenv("GPUFEED_PINNED_POOL_BYTES"); env != nullptr) {
-    if (const std::optional<uint64_t> bytes = ParseNumber<uint64_t>(env)) return *bytes;
-  }
-  return std::min<uint64_t>(PhysicalRamBytes() / 16, uint64_t{4} << 30);
+  return BytesFromEnv("GPUFEED_PINNED_POOL_BYTES",
+                      std::min<uint64_t>(PhysicalRamBytes() / 16, uint64_t{4} << 30));
 }
 
 }  // namespace

@@ -4,8 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "core/log.h"
 #include "core/proc_text.h"
 #include "monitor/monitor_test_util.h"
 
@@ -66,6 +70,31 @@ TEST(SystemMemory, OnlineCpusAndPhysicalRamAreTheMachines) {
   const auto info = ParseMemInfo(meminfo);
   ASSERT_TRUE(info.has_value());
   EXPECT_GE(PhysicalRamBytes(), info->total_bytes);
+}
+
+TEST(SystemMemory, ABudgetFromTheEnvironmentIsAWholeNumberOrAWarningAndTheDefault) {
+  std::vector<std::string> warnings;
+  LogSink previous =
+      SetLogSink([&](LogLevel, std::string_view message) { warnings.emplace_back(message); });
+  constexpr const char* kName = "GPUFEED_TEST_BUDGET_BYTES";
+  unsetenv(kName);
+  EXPECT_EQ(BytesFromEnv(kName, 7), 7u);
+  setenv(kName, "", 1);
+  EXPECT_EQ(BytesFromEnv(kName, 7), 7u);
+  setenv(kName, "0", 1);
+  EXPECT_EQ(BytesFromEnv(kName, 7), 0u);
+  setenv(kName, "4294967296", 1);
+  EXPECT_EQ(BytesFromEnv(kName, 7), uint64_t{4} << 30);
+  EXPECT_TRUE(warnings.empty());
+  for (const char* wrong : {"4GB", "-1", " 12", "1e9", "99999999999999999999999"}) {
+    setenv(kName, wrong, 1);
+    EXPECT_EQ(BytesFromEnv(kName, 7), 7u) << wrong;
+    ASSERT_FALSE(warnings.empty()) << wrong;
+    EXPECT_NE(warnings.back().find(std::string(kName) + "='" + wrong + "'"), std::string::npos)
+        << warnings.back();
+  }
+  unsetenv(kName);
+  SetLogSink(std::move(previous));
 }
 
 }  // namespace
