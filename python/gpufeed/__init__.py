@@ -44,7 +44,7 @@ from gpufeed._batch_size import BatchSizeSuggestion, fit_batch_size, suggest_bat
 from gpufeed._forward_rows import forward_rows
 from gpufeed._groups import GroupReducer
 from gpufeed._images import images
-from gpufeed._loader import Batch, Loader
+from gpufeed._loader import Batch, Loader, release_memory
 from gpufeed._monitor import Monitor
 from gpufeed._options import Autotune, BlockShuffle, Cache, Groups, Held, Trace
 from gpufeed._progress import tqdm
@@ -77,6 +77,7 @@ __all__ = [
     "images",
     "memory",
     "open",
+    "release_memory",
     "remote_stats",
     "set_remote_options",
     "suggest_batch_size",

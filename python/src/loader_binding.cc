@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "bindings.h"
+#include "core/host_memory_pool.h"
+#include "device/pinned_host_pool.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
@@ -231,6 +233,16 @@ void BindLoader(py::module_& m) {
       .def("close", &PyLoader::Close, "Stops and joins the workers; the loader is unusable after.")
       .def_property_readonly("closed", &PyLoader::closed);
   BindLoaderProperties(c);
+  m.def(
+      "release_memory",
+      [] {
+        py::dict freed;
+        freed["host_bytes"] = HostMemoryPool::Instance().Trim();
+        freed["pinned_bytes"] = cuda::PinnedHostPool::Instance().Trim();
+        return freed;
+      },
+      "Frees the batch memory and unpins the staging buffers the process keeps for its next "
+      "loaders; returns the bytes of each. Open loaders keep theirs.");
 }
 
 }  // namespace gpufeed::python

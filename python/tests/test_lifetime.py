@@ -2,12 +2,17 @@
 
 import gc
 import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 import gpufeed
+from conftest import SCRIPTS, script_env
+from gpufeed import _gpufeed
 
 
 def _rss_bytes():
@@ -133,3 +138,30 @@ def test_rss_is_stable_over_a_thousand_iterations():
     # ~200 bytes each.
     assert grown < 2 * 1024 * 1024, f"RSS grew by {grown} bytes over 1,000 batches"
     assert loader.stats()["held_batches"] <= 1
+
+
+def test_release_memory_frees_the_batch_buffers_closed_loaders_left():
+    # 4 MiB batches: pooled blocks, kept for the next loader once this one is closed.
+    loader = gpufeed.Loader(gpufeed.synthetic("x:float32[1024]", samples=4096), batch_size=1024,
+                            workers=1, prefetch=1, device="cpu")
+    assert sum(len(b["x"]) for b in loader) == 4096
+    loader.close()
+    del loader
+    gc.collect()
+    freed = gpufeed.release_memory()
+    assert freed["host_bytes"] >= 2 * 1024 * 1024 * 4, freed
+    assert gpufeed.release_memory() == {"host_bytes": 0, "pinned_bytes": 0}
+
+
+def test_release_memory_unpins_the_staging_buffers_a_closed_cuda_loader_left():
+    build = pathlib.Path(_gpufeed.__file__).parents[2]
+    fake = build / "tests" / "device" / "fake_cuda" / "libcuda.so.1"
+    if not fake.exists():
+        pytest.skip("the fake libcuda.so.1 is not built")
+    env = script_env()
+    env["GPUFEED_CUDA_LIBRARY"] = str(fake)
+    env.pop("LOCAL_RANK", None)
+    env.pop("GPUFEED_PINNED_POOL_BYTES", None)
+    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "cuda_pinned_pool.py"),
+                           str(fake)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stdout + proc.stderr

@@ -140,14 +140,16 @@ void HostMemoryPool::TrimToBudgetLocked() noexcept {
   }
 }
 
-void HostMemoryPool::Trim() noexcept {
+uint64_t HostMemoryPool::Trim() noexcept {
   std::lock_guard lock(mu_);
+  const auto freed = static_cast<uint64_t>(counters_.kept_bytes);
   for (auto& [size, blocks] : kept_) {
     for (void* p : blocks) std::free(p);
     counters_.freed += static_cast<int64_t>(blocks.size());
   }
   kept_.clear();
   counters_.kept_bytes = 0;
+  return freed;
 }
 
 HostMemoryPool::Counters HostMemoryPool::counters() const {

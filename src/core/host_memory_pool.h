@@ -48,8 +48,9 @@ class HostMemoryPool {
   // Takes back a block Take gave: kept for later, or freed when over the budget. Returns
   // false (and does nothing) for a pointer Take did not give. Never throws.
   bool Give(void* block) noexcept;
-  // Frees every kept block (tests; a program that wants its memory back).
-  void Trim() noexcept;
+  // Frees every kept block (tests; a program that wants its memory back). Returns the bytes
+  // freed.
+  uint64_t Trim() noexcept;
   Counters counters() const;
   // The retention budget in bytes. Tests set it; SetRetainBytes(0) frees what is kept.
   void SetRetainBytes(uint64_t bytes) noexcept;

@@ -105,12 +105,14 @@ void PinnedHostPool::TrimToBudgetLocked() noexcept {
   kept_.erase(kept_.begin(), kept_.begin() + static_cast<std::ptrdiff_t>(drop));
 }
 
-void PinnedHostPool::Trim() noexcept {
-  if (InForkedChild()) return;
+uint64_t PinnedHostPool::Trim() noexcept {
+  if (InForkedChild()) return 0;
   std::lock_guard lock(mu_);
+  const auto freed = static_cast<uint64_t>(counters_.kept_bytes);
   for (Buffer& buffer : kept_) Unpin(buffer);
   kept_.clear();
   counters_.kept_bytes = 0;
+  return freed;
 }
 
 PinnedHostPool::Counters PinnedHostPool::counters() const {

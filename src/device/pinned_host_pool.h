@@ -48,8 +48,8 @@ class PinnedHostPool {
   // false (and does nothing) for a pointer Take did not give. Never throws.
   bool Give(void* buffer) noexcept;
   // Unpins every kept buffer and drops the contexts they held (tests; a program that wants
-  // its memory back).
-  void Trim() noexcept;
+  // its memory back). Returns the bytes unpinned.
+  uint64_t Trim() noexcept;
   Counters counters() const;
   // The retention budget in bytes. Tests set it; SetRetainBytes(0) unpins what is kept.
   void SetRetainBytes(uint64_t bytes) noexcept;
