@@ -32,12 +32,11 @@ void* PinnedHostPool::Take(const std::shared_ptr<const CudaContext>& context, si
     // The newest kept buffer of this size and driver: the one most likely still in cache.
     for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) {
       if (it->bytes != bytes || &it->context->driver() != &driver) continue;
-      Buffer buffer = std::move(*it);
+      void* data = it->data;
+      given_.emplace(data, *it);  // may throw: the buffer then stays kept
       kept_.erase(std::next(it).base());
       counters_.kept_bytes -= static_cast<int64_t>(bytes);
       ++counters_.taken_kept;
-      void* data = buffer.data;
-      given_.emplace(data, std::move(buffer));
       return data;
     }
   }
