@@ -4,9 +4,9 @@
 // already received.
 //
 // Each thread keeps its multi handle (whose connection cache keeps up to max_requests idle
-// connections alive across calls) and its easy handles; the DNS cache and TLS sessions are shared by every thread
-// through one CURLSH. Connections themselves are not shared across threads: libcurl does not
-// support one connection cache used by concurrent threads.
+// connections alive across calls) and its easy handles; the DNS cache and TLS sessions are
+// shared by every thread through one CURLSH. Connections themselves are not shared across
+// threads: libcurl does not support one connection cache used by concurrent threads.
 //
 // Thread-safety: thread-safe; Run may be called from many threads at once.
 #pragma once

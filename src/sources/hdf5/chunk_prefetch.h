@@ -1,14 +1,15 @@
-// Whole chunks of remote objects fetched ahead of the batches that read them, on threads of
-// their own (a worker's ReadMany blocks it, so workers alone keep at most one window's fetch
-// each out), so that requests stay in flight while the workers build batches that need none. The HDF5 source claims the chunks (Hdf5DatasetReader::ClaimAhead); this
-// fetches them, hands each to the workers waiting for it and keeps it in the chunk cache.
+// Whole chunks of remote objects fetched ahead of the batches that read them, on threads of their
+// own (a worker's ReadMany blocks it, so workers alone keep at most one window's fetch each out),
+// so that requests stay in flight while the workers build batches that need none. The HDF5 source
+// claims the chunks (Hdf5DatasetReader::ClaimAhead); this fetches them, hands each to the workers
+// waiting for it and keeps it in the chunk cache.
 //
-// How far ahead: as many chunks as the store takes requests at once (File::ReadsInFlight),
-// each hinted batch's chunks one fetch on a thread of its own. Block-shuffled batches of about
-// a chunk each, hinted only as far as the batches in flight, would keep a few requests out
-// where a store serves dozens side by side, and the loader would wait on round trips. Within a quarter of
-// the chunk cache: a chunk fetched ahead must still be held when its batch comes (beyond that,
-// hints fetch chunks that are evicted before use, and their batches fetch them again).
+// How far ahead: as many chunks as the store takes requests at once (File::ReadsInFlight), each
+// hinted batch's chunks one fetch on a thread of its own. Block-shuffled batches of about a chunk
+// each, hinted only as far as the batches in flight, would keep a few requests out where a store
+// serves dozens side by side, and the loader would wait on round trips. Within a quarter of the
+// chunk cache: a chunk fetched ahead must still be held when its batch comes (beyond that, hints
+// fetch chunks that are evicted before use, and their batches fetch them again).
 //
 // Thread-safety: thread-safe.
 #pragma once
