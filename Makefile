@@ -13,7 +13,10 @@ PYTHON ?= /usr/bin/python3
 BUILD ?= build
 CMAKE_FLAGS ?=
 # ccache, when installed, makes rebuilds (and the three build trees' shared sources) cheap.
+# Paths under the checkout are hashed relative to it, so another clone of the same sources (a
+# CI run's, a worktree) hits the compiles this one cached.
 CCACHE := $(shell command -v ccache 2>/dev/null)
+export CCACHE_BASEDIR := $(CURDIR)
 LAUNCHER := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
 .PHONY: demo test setup build test-cpp test-asan test-tsan test-python check-threads check-layout fuzz \

@@ -157,6 +157,68 @@ def test_a_storm_of_503s_and_cut_bodies_are_survived_and_counted(tmp_path, store
           _epoch(f"{local}/plain.h5", fields=["mel", "label"]))
 
 
+def _h5py_default_gzip(path, rows):
+    """A file as h5py writes it with compression on: chunks=True, gzip 4, shuffle."""
+    rng = np.random.default_rng(8)
+    mel = rng.standard_normal((rows, 1, 64, 32)).astype("f4")
+    label = np.arange(rows, dtype="i8")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("mel", data=mel, chunks=True, compression="gzip", shuffle=True)
+        f.create_dataset("label", data=label, chunks=True, compression="gzip", shuffle=True)
+    with h5py.File(path, "r") as f:  # the reference reader's values
+        return {"mel": f["mel"][...], "label": f["label"][...]}
+
+
+def _by_index(source, rows, **kw):
+    out = {}
+    for b in gpufeed.Loader(source, fields=["mel", "label"], batch_size=256, shuffle=True,
+                            device="cpu", seed=2, **kw):
+        idx = b.indices.numpy()
+        for k, v in b.items():
+            out.setdefault(k, np.zeros((rows,) + tuple(v.shape[1:]), v.numpy().dtype))[idx] = \
+                v.numpy()
+    return out
+
+
+def test_a_hostile_network_never_reads_as_corruption(tmp_path, store):
+    # Resets mid-body, bodies that end short without a transport error, a storm of 503s and
+    # latency, all at once, on the kind of file h5py writes by default: the values are
+    # h5py's, never CorruptData.
+    bucket = _bucket(store, "hostile")
+    rows = 6000
+    path = tmp_path / "gz.h5"
+    expected = _h5py_default_gzip(path, rows)
+    store.put(bucket, "gz.h5", path.read_bytes())
+    # Enough attempts that even one request meeting every fault in a row is not given up on:
+    # the faults must be survived, not reported.
+    gpufeed.set_remote_options(endpoint=store.endpoint, region=store.region, max_attempts=70,
+                               retry_budget_s=120)
+    store.set_rules(latency_ms=20, fail_status=503, fail_count=8, retry_after="0",
+                    reset_after_bytes=3000, reset_count=20, short_after_bytes=1500,
+                    short_count=20)
+    got = _by_index(f"s3://{bucket}/gz.h5", rows)
+    counts = store.counts()
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name])
+    rules = store._control("GET", "rules")
+    assert rules["fail_count"] == 0 and rules["reset_count"] == 0 and rules["short_count"] == 0
+    assert counts["by_status"].get("503", 0) == 8
+
+
+def test_a_flipped_byte_in_the_object_is_corrupt_data(tmp_path, store):
+    bucket = _bucket(store, "flipped")
+    rows = 2000
+    path = tmp_path / "gz.h5"
+    _h5py_default_gzip(path, rows)
+    with h5py.File(path, "r") as f:
+        info = f["mel"].id.get_chunk_info(1)
+    data = bytearray(path.read_bytes())
+    data[info.byte_offset + info.size // 2] ^= 0xFF
+    store.put(bucket, "gz.h5", bytes(data))
+    with pytest.raises(gpufeed.CorruptData, match=r"gz\.h5"):
+        _by_index(f"s3://{bucket}/gz.h5", rows)
+
+
 def test_an_object_changed_during_the_job_is_refused_naming_it(tmp_path, store):
     bucket = _bucket(store, "changes")
     rows = np.arange(400_000, dtype="i8")  # 3.2 MB: later reads are not in any page held

@@ -158,7 +158,14 @@ size_t RemoteFile::ReadSmall(uint64_t offset, void* buf, size_t n) const {
   std::vector<char> bytes(end - begin);
   const Piece piece{begin, end - begin, bytes.data()};
   Fetch({&piece, 1});
-  std::memcpy(buf, bytes.data() + (offset - begin), n);
+  // Only the missing pages' parts of the request come from `bytes`: a page the cache held is
+  // already in `buf`, and `bytes` may not span the whole request (one side held).
+  for (uint64_t p : missing) {
+    const uint64_t want_begin = std::max(offset, p * kPage);
+    const uint64_t want_end = std::min(offset + n, (p + 1) * kPage);
+    std::memcpy(static_cast<char*>(buf) + (want_begin - offset),
+                bytes.data() + (want_begin - begin), want_end - want_begin);
+  }
   for (uint64_t p : missing) {
     const uint64_t page_begin = p * kPage - begin;
     const uint64_t page_end = std::min<uint64_t>(bytes.size(), page_begin + kPage);

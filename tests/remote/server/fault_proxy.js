@@ -29,6 +29,10 @@
 //     stall_after_bytes  body bytes let through before a GET response stops, its
 //                        connection left open (a client's read timeout must fire)
 //     stall_count        how many of the next GET responses with a longer body stall
+//     short_after_bytes  body bytes let through before a GET response ends cleanly, its
+//                        Content-Length dropped (the body is sent chunked and its last
+//                        chunk comes early): a short body that no transport error reveals
+//     short_count        how many of the next GET responses with a longer body end short
 //     path_contains      only requests whose path contains this string match fail/reset/stall
 //     record             true: keep the path and Range of every GET from now on (at most
 //                        1,000,000), for a benchmark to replay them
@@ -74,7 +78,8 @@ const LIST_PARAMS = new Set([
 ]);
 const RULE_FIELDS = new Set([
   'latency_ms', 'fail_status', 'fail_count', 'fail_methods', 'retry_after', 'reset_after_bytes',
-  'reset_count', 'stall_after_bytes', 'stall_count', 'path_contains', 'record',
+  'reset_count', 'stall_after_bytes', 'stall_count', 'short_after_bytes', 'short_count',
+  'path_contains', 'record',
 ]);
 const ERROR_CODES = {
   400: ['BadRequest', 'Bad request.'],
@@ -221,10 +226,12 @@ async function control(req, res, url) {
   return sendJson(res, 404, {error: `no control route ${route}`});
 }
 
-function forwardHeaders(raw) {
+// The headers of `raw` (name, value, name, value, ...) less the hop-by-hop ones and `drop`.
+function forwardHeaders(raw, drop = null) {
   const out = [];
   for (let i = 0; i < raw.length; i += 2) {
-    if (!HOP_BY_HOP.has(raw[i].toLowerCase())) out.push(raw[i], raw[i + 1]);
+    const name = raw[i].toLowerCase();
+    if (!HOP_BY_HOP.has(name) && name !== drop) out.push(raw[i], raw[i + 1]);
   }
   return out;
 }
@@ -249,8 +256,8 @@ function injectFailure(req, res, url) {
 }
 
 // Streams the upstream response to the client with backpressure, counting body bytes. With
-// a `fault` ({after, stall}) it stops after `after` bytes: the client socket is destroyed, or
-// with `stall` left open with nothing more to come.
+// a `fault` ({kind, after}) it stops after `after` bytes: the client socket is destroyed
+// (reset), left open with nothing more to come (stall), or the body ends cleanly (short).
 function relayBody(upRes, res, fault) {
   let sent = 0;
   upRes.on('data', (chunk) => {
@@ -259,7 +266,8 @@ function relayBody(upRes, res, fault) {
       counts.bytes += part.length;
       sent += part.length;
       upRes.destroy();
-      res.write(part, () => fault.stall || (res.socket && res.socket.destroy()));
+      if (fault.kind === 'short') return res.end(part);
+      res.write(part, () => fault.kind === 'stall' || (res.socket && res.socket.destroy()));
       return;
     }
     sent += chunk.length;
@@ -271,18 +279,18 @@ function relayBody(upRes, res, fault) {
   upRes.on('error', () => res.destroy());
 }
 
-// The body fault (reset before stall) this response takes, or null.
+// The body fault (reset before stall before short) this response takes, or null.
 function bodyFault(req, url, upRes) {
   if (req.method !== 'GET' || !matchesPath(url)) return null;
   if (upRes.statusCode !== 200 && upRes.statusCode !== 206) return null;
   const length = upRes.headers['content-length'];
-  for (const [kind, stall] of [['reset', false], ['stall', true]]) {
+  for (const kind of ['reset', 'stall', 'short']) {
     if (!(rules[`${kind}_count`] > 0)) continue;
     const after = Math.max(0, Number(rules[`${kind}_after_bytes`]) || 0);
     // A body no longer than the limit would pass whole; it does not use up a fault.
     if (length !== undefined && Number(length) <= after) continue;
     rules[`${kind}_count`]--;
-    return {after, stall};
+    return {kind, after};
   }
   return null;
 }
@@ -297,7 +305,9 @@ function onUpstreamResponse(req, res, url, upRes) {
   }
   bump(counts.by_status, String(upRes.statusCode));
   const fault = bodyFault(req, url, upRes);
-  res.writeHead(upRes.statusCode, upRes.statusMessage, forwardHeaders(upRes.rawHeaders));
+  // A short body goes chunked, so that its early end is a clean one.
+  const drop = fault !== null && fault.kind === 'short' ? 'content-length' : null;
+  res.writeHead(upRes.statusCode, upRes.statusMessage, forwardHeaders(upRes.rawHeaders, drop));
   relayBody(upRes, res, fault);
 }
 
