@@ -313,6 +313,30 @@ BENCHMARKS = [
              regex(r"^postgresql\s+stacked / 35 fields: ([0-9.]+)x")),
         ],
     },
+    {
+        "id": "huge-rows",
+        "what": "rows of 1 GiB under an 8 GB address-space limit (ulimit -v), batch 1, each "
+                "case in a fresh process: unwritten (fill-value) int8 rows and written int32 "
+                "rows; and a 14 GB batch refused",
+        "command": "PYTHONPATH={build}/python {py} bench/huge_rows.py",
+        "prepare": ["PYTHONPATH={build}/python {py} bench/huge_rows.py --prepare-only"],
+        "figures": [
+            ("fill value: open, s", json_key("fill.open_s")),
+            ("fill value: first batch, s", json_key("fill.first_batch_s")),
+            ("fill value: the user's copy of the batch succeeded (1 = yes)",
+             json_key("fill.copy_ok")),
+            ("fill value: first batch / h5py reading the same row",
+             json_key("fill.first_batch_ratio_to_h5py")),
+            ("written rows: open, s", json_key("rows.open_s")),
+            ("written rows: first batch, s", json_key("rows.first_batch_s")),
+            ("written rows: the user's copy succeeded (1 = yes)", json_key("rows.copy_ok")),
+            ("written rows: first batch / h5py reading the same row",
+             json_key("rows.first_batch_ratio_to_h5py")),
+            ("batch_size=13 (a 14 GB batch): refused when the loader is made (1 = yes)",
+             json_key("refuse.refused")),
+            ("batch_size=13: the refusal came after, s", json_key("refuse.refused_s")),
+        ],
+    },
 ]
 
 

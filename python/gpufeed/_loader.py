@@ -141,6 +141,11 @@ class Loader:
                 on every run.
     workers:    reader threads (None: min(4, cores)). prefetch: batches kept ready beyond
                 the workers (None: 2 * workers, within 128 MiB of batches but at least 2).
+                Where batch buffers are large (rows of hundreds of MB), those left to None, and
+                the batches the loop may hold, are lowered until the buffers in flight and one
+                batch of your own fit what the process may allocate (available RAM, the
+                cgroup's limit, `ulimit -v`), with one warning; a batch that cannot fit is
+                refused before anything is allocated, naming the batch_size that would.
     device:     "auto" (CUDA when there is a GPU), "cpu", "cuda", "cuda:N" or a torch.device.
     transforms: host transforms applied before the copy, e.g. ["cast:mel:float16",
                 "normalize:mel:0.5:0.25", "specaugment:mel"].

@@ -18,6 +18,7 @@
 #include <system_error>
 #include <vector>
 
+#include "core/format.h"
 #include "core/log.h"
 #include "core/mapped_read_guard.h"
 #include "core/proc_text.h"
@@ -209,6 +210,18 @@ class PosixFile final : public File {
     std::call_once(map_once_, [this] {
       if (size_ == 0) {
         map_ = kEmptyMapping;
+        return;
+      }
+      // Under an address-space limit a mapping takes its file's whole size of it, whatever
+      // is read: a file that would take more than a quarter of what is left is read with
+      // pread instead, so the batches and the user's own arrays keep the room.
+      if (const std::optional<AddressSpace> space = AddressSpaceLimit();
+          space && size_ > space->left() / 4) {
+        Log(LogLevel::kInfo,
+            fmt::format("{}: read without mapping it: its {} would take more than a quarter of "
+                        "the {} the process's address-space limit leaves",
+                        path_, FormatBytes(static_cast<double>(size_)),
+                        FormatBytes(static_cast<double>(space->left()))));
         return;
       }
       void* p = MapFileAligned(fd_, size_, &huge_advised_);

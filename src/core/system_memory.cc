@@ -1,6 +1,7 @@
 #include "core/system_memory.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +32,32 @@ uint64_t AvailableRamBytes(const std::string& root) {
     available = available == 0 ? headroom : std::min(available, headroom);
   }
   return available;
+}
+
+std::optional<AddressSpace> AddressSpaceLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  AddressSpace space;
+  space.limit = static_cast<uint64_t>(limit.rlim_cur);
+  std::string status;
+  if (!ReadTextFile("/proc/self/status", &status)) return space;
+  // "VmSize:\t  644140 kB"
+  const size_t at = status.find("VmSize:");
+  if (at == std::string::npos) return space;
+  const size_t end = status.find('\n', at);
+  std::string_view line = std::string_view(status).substr(at + 7, end - at - 7);
+  line = Trim(line);
+  if (line.ends_with("kB")) line = Trim(line.substr(0, line.size() - 2));
+  if (const std::optional<uint64_t> kib = ParseNumber<uint64_t>(line)) space.used = *kib * 1024;
+  return space;
+}
+
+uint64_t AllocatableBytes() {
+  uint64_t bytes = AvailableRamBytes();
+  if (const std::optional<AddressSpace> space = AddressSpaceLimit()) {
+    bytes = bytes == 0 ? space->left() : std::min(bytes, space->left());
+  }
+  return bytes;
 }
 
 uint64_t RamBudgetBytes(uint64_t available) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace gpufeed {
@@ -13,6 +14,21 @@ namespace gpufeed {
 // (v2, or v1 on hybrid hosts; the tightest limit over the group's ancestors); 0 when neither
 // can be read. `root` prefixes the paths (tests).
 uint64_t AvailableRamBytes(const std::string& root = "");
+
+// The process's address-space limit (RLIMIT_AS, what `ulimit -v` and many cluster schedulers
+// set) and the address space it maps now (VmSize). Every mapping counts against the limit:
+// batch buffers, thread stacks, malloc arenas and mapped files alike.
+struct AddressSpace {
+  uint64_t limit = 0;
+  uint64_t used = 0;
+  uint64_t left() const { return limit > used ? limit - used : 0; }
+};
+// Null when the process has no address-space limit (or the system does not say).
+std::optional<AddressSpace> AddressSpaceLimit();
+
+// The bytes this process may still allocate: the available RAM (AvailableRamBytes, within the
+// cgroup), or what its address-space limit leaves where that is lower; 0 when neither is known.
+uint64_t AllocatableBytes();
 
 // The machine's physical RAM in bytes (all of it, used or not, whatever the cgroup allows);
 // 0 when the system does not say.

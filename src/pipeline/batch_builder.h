@@ -94,12 +94,16 @@ class BatchBuilder {
 
   const Schema& schema() const { return *schema_; }  // after transforms
   size_t buffer_bytes() const { return layout_.buffer_bytes(); }
+  const BatchLayout& layout() const { return layout_; }
+  int64_t batch_rows() const { return batch_rows_; }  // samples a batch buffer holds
   int buffers() const;            // in the pools
   int buffers_allocated() const;  // of those, allocated so far
   int buffers_free() const;       // batch buffers neither built into nor held by the consumer
 
- private:
+ // Error(kInvalidArgument) with the sizes when one batch buffer exceeds the machine's RAM.
   void CheckBufferFitsInRam() const;
+
+ private:
   void ReadAndTransform(BuiltBatch& built, std::byte* buffer, int worker,
                         std::span<const std::vector<int64_t>> ahead);
   void CopyToDevice(BuiltBatch& built, BufferPool::Handle staging,

@@ -32,6 +32,7 @@
 #include "pipeline/loader_checks.h"
 #include "pipeline/loader_metrics.h"
 #include "pipeline/loader_state.h"
+#include "pipeline/memory_fit.h"
 #include "pipeline/reorder_queue.h"
 #include "pipeline/trace_recorder.h"
 
@@ -40,7 +41,7 @@ class Loader::Impl {
  public:
   Impl(std::shared_ptr<Source> source, LoaderOptions options)
       : source_(WithGroupIds(std::move(source), options.groups)),
-        prefetch_defaulted_(options.prefetch == 0),
+        chosen_{options.workers != 0 || options.max_workers != 0, options.prefetch != 0},
         options_(CheckOptions(std::move(options))),
         sampler_(source_ ? source_->size() : 0, ToSamplerOptions(options_, CheckSource(source_))),
         // Buffers hold the largest batch an epoch can give this rank, not batch_size rows: a
@@ -53,12 +54,17 @@ class Loader::Impl {
     if (options_.trace_batches >= 0) {
       trace_ = std::make_unique<TraceRecorder>(options_.trace_batches);
     }
-    if (prefetch_defaulted_) {
+    if (!chosen_.prefetch) {
       options_.prefetch =
           DefaultPrefetch(options_.workers, builder_.buffer_bytes(), options_.max_prefetch);
-      queue_.SetWindow(options_.workers, options_.prefetch);
     }
     ResolveMaxPrefetch(options_, builder_.buffer_bytes());
+    builder_.CheckBufferFitsInRam();  // one buffer past RAM: that error, sizes and all
+    FitBuffersInMemory(options_, chosen_,
+                       {builder_.buffer_bytes(), builder_.layout().row_bytes(),
+                        builder_.batch_rows(), &builder_.schema(), !options_.device->needs_copy()},
+                       MemoryRoom::Now());
+    queue_.SetWindow(options_.workers, options_.prefetch);
     if (options_.autotune) {
       tuner_ = std::make_unique<Autotuner>(options_.max_workers, options_.max_prefetch);
     }
@@ -66,19 +72,21 @@ class Loader::Impl {
     capacity.workers = options_.max_workers;
     capacity.batch_buffers =
         options_.max_workers + options_.max_prefetch + options_.max_outstanding;
-    // On the host only the first batch's buffer is made here; workers fault in the rest (from
-    // the process-wide pool, faulted already when an earlier loader left them) as they need
-    // them, off the consumer's path: at batch 8192 the whole working set took most of a
+    // On the host only the first batch's buffer is made here (none past kEagerHostBuffer:
+    // the open does no work in proportion to a batch of huge rows); workers fault in the rest
+    // (from the process-wide pool, faulted already when an earlier loader left them) as they
+    // need them, off the consumer's path: at batch 8192 the whole working set took most of a
     // second. A GPU's working set is allocated up front, so running out of device memory is
     // the constructor's error.
     const bool gpu = options_.device->needs_copy();
-    capacity.reserve_batches = gpu ? options_.workers + options_.prefetch : 1;
+    const int host_first = builder_.buffer_bytes() <= kEagerHostBuffer ? 1 : 0;
+    capacity.reserve_batches = gpu ? options_.workers + options_.prefetch : host_first;
     capacity.staging_buffers = options_.max_workers + 2;
     capacity.reserve_staging = options_.workers + 2;
     builder_.Prepare(capacity);
     held_limit_ = options_.max_outstanding;
     AdviseOnShuffle(*source_, sampler_);
-    held_budget_bytes_ = HeldBudget(capacity.batch_buffers);
+    held_budget_bytes_ = HeldBudgetBytes(options_, builder_.buffer_bytes(), capacity.batch_buffers);
     Start(options_.start_epoch, 0);
   }
 
@@ -255,21 +263,6 @@ class Loader::Impl {
     }
   }
 
-  // The most bytes of batch buffers the pool may grow to for a consumer holding batches.
-  int64_t HeldBudget(int planned_buffers) const {
-    const auto planned =
-        static_cast<int64_t>(builder_.buffer_bytes()) * static_cast<int64_t>(planned_buffers);
-    if (options_.held_budget_bytes > 0) return std::max(planned, options_.held_budget_bytes);
-    uint64_t budget = 0;
-    if (options_.device->needs_copy()) {
-      budget = options_.device->MemoryInfo().free_bytes / 4;
-    } else {
-      const DeviceMemoryInfo ram = HostDevice()->MemoryInfo();
-      budget = std::min(ram.total_bytes / 10, ram.free_bytes / 2);
-    }
-    return std::max<int64_t>(planned, static_cast<int64_t>(std::min<uint64_t>(budget, INT64_MAX)));
-  }
-
   // The consumer holds `held` batches, as many as the pool was planned for, and asks for
   // another: grow the batch pool by the buffers it lacks, within held_budget_bytes_ (one
   // warning the first time), or throw.
@@ -430,8 +423,8 @@ class Loader::Impl {
   const bool reads_ahead_ = source_ != nullptr && source_->ReadsAhead();
   HintedUpTo hinted_;
   static constexpr int64_t kMaxAhead = 256;  // batches hinted beyond the claimed one
-  const bool prefetch_defaulted_;  // LoaderOptions::prefetch was 0: DefaultPrefetch decides
-  LoaderOptions options_;          // resolved in the constructor, then only read
+  const ChosenCounts chosen_;  // what the caller set; DefaultPrefetch and memory decide the rest
+  LoaderOptions options_;      // resolved in the constructor, then only read
   const Sampler sampler_;
   BatchBuilder builder_;
   const std::shared_ptr<std::atomic<int>> held_ = std::make_shared<std::atomic<int>>(0);
