@@ -4,7 +4,7 @@
 Run with Debian's python (torch, h5py, boto3, PIL) and gpufeed on the path:
 
     PYTHONPATH=build/python /usr/bin/python3 bench/remote_vs_boto3.py [--latency-ms 20]
-        [--seconds 15] [--samples 100000] [--images 3000]
+        [--seconds 15] [--samples 100000] [--images 3000] [--only disk]
 
 The store is the test double (tests/remote/s3_server.py: s3rver on 127.0.0.1 behind the fault
 proxy), with --latency-ms added to every request by the proxy, as a store across a network
@@ -292,6 +292,8 @@ def main():
     ap.add_argument("--images", type=int, default=3000)
     ap.add_argument("--data", default=os.path.expanduser("~/.cache/gpufeed-bench"))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", choices=["disk"], default=None,
+                    help="run only (e) the disk cache's epochs, each epoch's rate printed")
     args = ap.parse_args()
 
     os.makedirs(args.data, exist_ok=True)
@@ -318,6 +320,12 @@ def main():
         server.set_rules(latency_ms=lat)
         print(f"store: s3rver behind the fault proxy, {lat:g} ms added per request; "
               f"{args.samples:,} HDF5 samples, {args.images:,} JPEGs; 2 workers each side")
+
+        if args.only == "disk":
+            disk_epoch(server, gpufeed, h5, results)
+            if args.json:
+                print(json.dumps(results))
+            return
 
         peer, per_sample = peer_run(server, Boto3Rows(server, "seed.h5", ranges), BATCH,
                                     args.seconds)
@@ -380,9 +388,10 @@ def disk_epoch(server, gpufeed, h5, results):
         return gpufeed.Loader(path, fields=["mel", "label"], batch_size=8192, workers=2,
                               shuffle=True, seed=0, device="cpu", autotune=False, **kw)
 
-    def first_and_steady(loader):
+    def first_and_steady(loader, name):
         rates = epoch_rates(loader, 1 + STEADY_EPOCHS)
         loader.close()
+        print(f"{name}: samples/s per epoch: {', '.join(f'{r:,.0f}' for r in rates)}")
         return rates[0], float(np.median(rates[1:]))
     try:
         disk = gpufeed.Cache("disk", disk_dir=cache_dir)
@@ -392,10 +401,11 @@ def disk_epoch(server, gpufeed, h5, results):
             pass
         fill = time.perf_counter() - start
         before = proxy_requests(server)
-        first_same, rate_same = first_and_steady(loader)
-        first_next, rate_next = first_and_steady(make(f"s3://{BUCKET}/seed.h5", cache=disk))
+        first_same, rate_same = first_and_steady(loader, "same loader")
+        first_next, rate_next = first_and_steady(make(f"s3://{BUCKET}/seed.h5", cache=disk),
+                                                 "next loader")
         requests_d = proxy_requests(server) - before
-        first_l, rate_l = first_and_steady(make(h5))
+        first_l, rate_l = first_and_steady(make(h5), "local file")
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
     results.update(disk_fill_s=fill, disk_same_loader_samples_per_s=rate_same,
