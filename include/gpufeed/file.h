@@ -121,6 +121,14 @@ class FileSystem {
   // The entries of folder `path`, sorted by name. Throws Error(kNotFound) when there is no
   // such folder.
   virtual std::vector<DirEntry> List(const std::string& path) const = 0;
+  // Why Type found nothing at `path`, for the error that says so: for a remote path what the
+  // store answered (status, error code, request id, endpoint); empty when there is nothing
+  // to add to "no such file" (a local path, or a path Type was not asked about).
+  // Default: empty.
+  virtual std::string WhyMissing(const std::string& path) const {
+    (void)path;
+    return {};
+  }
 };
 
 // The file system every source uses unless told otherwise: s3://, http:// and https://

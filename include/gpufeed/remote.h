@@ -74,8 +74,9 @@ class RemoteFileSystem : public FileSystem {
 
   // Open: a HEAD request (size and ETag) unless a manifest already holds the object.
   // Throws Error(kNotFound) for a missing bucket or object and Error(kPermissionDenied) for
-  // 403, naming the bucket, key, endpoint and credentials source; Error(kIo) when the store
-  // cannot be reached within the retry bounds.
+  // 403, naming the operation, S3's error code, the status line, the request id and host id,
+  // the bucket, key, endpoint and credentials source; Error(kIo) when the store cannot be
+  // reached within the retry bounds.
   // Type and List: a folder is a prefix. The first List under a prefix lists it whole once
   // (ListObjectsV2, every page) and keeps that manifest: later Lists, Types and Opens under
   // it send no request.

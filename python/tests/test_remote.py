@@ -349,3 +349,13 @@ def test_inspect_reads_a_remote_file_and_advises_block_shuffle(tmp_path, store):
     assert proc.returncode == 0, proc.stderr
     assert "/mel: float32 [300, 1, 8, 5]" in proc.stdout
     assert "each random sample is a request to the store" in proc.stdout
+
+
+def test_a_missing_object_says_what_the_store_answered(store):
+    bucket = _bucket(store, "evidence")
+    with pytest.raises(FileNotFoundError) as caught:
+        gpufeed.Loader(f"s3://{bucket}/nope.h5", batch_size=4, device="cpu")
+    head = [a for a in store.answers() if a["method"] == "HEAD" and a["path"].endswith("/nope.h5")]
+    message = str(caught.value)
+    assert "An error occurred (NoSuchKey) when calling the HeadObject operation" in message
+    assert "HTTP 404 Not Found" in message and f"request id {head[-1]['request_id']}" in message

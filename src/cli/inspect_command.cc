@@ -8,6 +8,7 @@
 #include "cli/exit_codes.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
+#include "remote/missing_path.h"
 #include "sources/hdf5/inspect.h"
 #include "sources/open_path.h"
 
@@ -23,7 +24,7 @@ int RunInspectCommand(const InspectArgs& args) {
   const auto fs = DefaultFileSystem();
   switch (ClassifyPath(args.path, *fs)) {
     case PathKind::kMissing:
-      throw Error(ErrorCode::kNotFound, fmt::format("{}: no such file", args.path));
+      ThrowMissing(*fs, args.path, fmt::format("{}: no such file", args.path));
     case PathKind::kHdf5:
       break;
     default:

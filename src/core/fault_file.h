@@ -41,6 +41,7 @@ class FaultInjectingFileSystem : public FileSystem {
   std::unique_ptr<File> Open(const std::string& path) const override;
   PathType Type(const std::string& path) const override { return base_->Type(path); }
   std::vector<DirEntry> List(const std::string& path) const override { return base_->List(path); }
+  std::string WhyMissing(const std::string& path) const override { return base_->WhyMissing(path); }
   void SetRules(const Rules& rules);
   Rules rules() const;
   // ReadAt calls seen so far, over all files.

@@ -14,6 +14,7 @@
 
 #include "gpufeed/error.h"
 #include "core/path_names.h"
+#include "remote/missing_path.h"
 
 namespace gpufeed {
 namespace {
@@ -134,7 +135,7 @@ std::vector<std::string> UndecodedFormatPaths(const ImageList& list) {
 
 ImageList ListImageFolder(const std::string& root, const FileSystem& fs) {
   if (fs.Type(root) == PathType::kMissing) {
-    throw Error(ErrorCode::kNotFound, fmt::format("{}: no such image folder", root));
+    ThrowMissing(fs, root, fmt::format("{}: no such image folder", root));
   }
   ImageList list;
   std::vector<DirEntry> entries;

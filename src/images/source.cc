@@ -11,6 +11,7 @@
 #include "core/checked_math.h"
 #include "core/path_names.h"
 #include "gpufeed/error.h"
+#include "remote/missing_path.h"
 
 namespace gpufeed {
 
@@ -369,7 +370,7 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
       options.file_system ? options.file_system : DefaultFileSystem();
   const PathType type = fs->Type(path);
   if (type == PathType::kMissing) {
-    throw Error(ErrorCode::kNotFound, fmt::format("{}: no such image folder or list", path));
+    ThrowMissing(*fs, path, fmt::format("{}: no such image folder or list", path));
   }
   std::vector<std::string> skipped_rows;
   ImageList list =

@@ -34,6 +34,9 @@ class DispatchingFileSystem final : public FileSystem {
   std::vector<DirEntry> List(const std::string& path) const override {
     return For(path)->List(path);
   }
+  std::string WhyMissing(const std::string& path) const override {
+    return For(path)->WhyMissing(path);
+  }
 
  private:
   static std::shared_ptr<const FileSystem> For(const std::string& path) {

@@ -67,6 +67,7 @@ class DiskCacheFileSystem : public FileSystem {
   std::unique_ptr<File> Open(const std::string& path) const override;
   PathType Type(const std::string& path) const override { return base_->Type(path); }
   std::vector<DirEntry> List(const std::string& path) const override { return base_->List(path); }
+  std::string WhyMissing(const std::string& path) const override { return base_->WhyMissing(path); }
 
   const std::string& dir() const;
   uint64_t budget_bytes() const;

@@ -62,6 +62,11 @@ enum class Outcome {
 struct HttpResult {
   Outcome outcome = Outcome::kOk;
   long status = 0;
+  std::string reason;  // the status line's reason phrase ("Not Found"); empty over HTTP/2
+  // The ids S3 gives each answer (x-amz-request-id, x-amz-id-2), which its support asks for;
+  // empty when the server sent none.
+  std::string request_id;
+  std::string host_id;
   std::string etag;  // as the server sent it
   std::string last_modified;
   std::optional<uint64_t> content_length;

@@ -83,7 +83,7 @@ HttpRequest RemoteFile::RangeRequest(uint64_t offset, uint64_t length, char* dst
 
 void RemoteFile::RaiseFailed(uint64_t offset, uint64_t length, const HttpResult& result) const {
   const std::string range = fmt::format("bytes {}-{}", offset, offset + length - 1);
-  store_->Raise({&uri_, range, info_.etag}, result);
+  store_->Raise({&uri_, range, info_.etag, "GetObject", {}}, result);
 }
 
 void RemoteFile::Fetch(std::span<const Piece> pieces) const {

@@ -1,11 +1,11 @@
 // RemoteFileSystem: Open (HEAD unless the manifest holds the object), Type and List from one
-// recursive listing per prefix kept as the manifest, and the process's default instance.
+// recursive listing per prefix kept as the manifest, what the store answered where Type found
+// nothing (WhyMissing), and the process's default instance.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <set>
 
 #include "gpufeed/error.h"
 #include "gpufeed/remote.h"
@@ -18,7 +18,11 @@ namespace {
 using remote::ObjectInfo;
 using remote::RemoteStore;
 using remote::RemoteUri;
+using remote::StoreAnswer;
 using remote::UriScheme;
+
+// Paths whose WhyMissing is kept; past this many the oldest answers are dropped all at once.
+constexpr size_t kMaxMissingKept = 1024;
 
 std::string ObjectUri(const std::string& bucket, const std::string& key) {
   return fmt::format("s3://{}/{}", bucket, key);
@@ -71,12 +75,20 @@ class RemoteFileSystemImpl final : public RemoteFileSystem {
 
   PathType Type(const std::string& path) const override {
     const RemoteUri uri = remote::ParseRemoteUri(path);
+    {
+      std::lock_guard lock(mu_);
+      missing_.erase(path);
+    }
     if (uri.scheme == UriScheme::kHttp) {
       if (path.ends_with('/')) HttpFolderUnsupported(path);
-      if (std::optional<ObjectInfo> info = Store()->Head(uri, /*missing_ok=*/true)) {
+      StoreAnswer head;
+      if (std::optional<ObjectInfo> info = Store()->Head(uri, /*missing_ok=*/true, &head)) {
         Remember(path, *info);
         return PathType::kFile;
       }
+      std::lock_guard lock(mu_);
+      KeepMissingLocked(
+          path, fmt::format("{} ({})", remote::AnswerHeadline(head, {}), remote::AnswerIds(head)));
       return PathType::kMissing;
     }
     const std::string folder = FolderKey(uri.key);
@@ -92,16 +104,38 @@ class RemoteFileSystemImpl final : public RemoteFileSystem {
       // A listed folder answers for itself; an object of the same name is not looked for.
       if (has_children && CoveredLocked(uri.bucket, folder)) return PathType::kDirectory;
     }
+    std::optional<StoreAnswer> head;  // a HEAD's 404
     if (may_be_object) {
-      if (std::optional<ObjectInfo> info = Store()->Head(uri, /*missing_ok=*/true)) {
+      StoreAnswer answer;
+      if (std::optional<ObjectInfo> info = Store()->Head(uri, /*missing_ok=*/true, &answer)) {
         Remember(ManifestKey(uri), *info);
         return PathType::kFile;
       }
+      head = std::move(answer);
     }
     EnsureListed(uri, folder);
     std::lock_guard lock(mu_);
-    return HasChildrenLocked(ObjectUri(uri.bucket, folder)) ? PathType::kDirectory
-                                                            : PathType::kMissing;
+    if (HasChildrenLocked(ObjectUri(uri.bucket, folder))) return PathType::kDirectory;
+    KeepMissingLocked(path, MissingEvidenceLocked(uri, head ? &*head : nullptr));
+    return PathType::kMissing;
+  }
+
+  std::string WhyMissing(const std::string& path) const override {
+    if (!IsRemoteUri(path)) return {};
+    {
+      std::lock_guard lock(mu_);
+      if (auto it = missing_.find(path); it != missing_.end()) return it->second;
+    }
+    // Type answered from a listing made earlier, without a request.
+    RemoteUri uri;
+    try {
+      uri = remote::ParseRemoteUri(path);
+    } catch (const Error&) {
+      return {};
+    }
+    if (uri.scheme == UriScheme::kHttp) return {};
+    std::lock_guard lock(mu_);
+    return MissingEvidenceLocked(uri, nullptr);
   }
 
   std::vector<DirEntry> List(const std::string& path) const override {
@@ -128,7 +162,9 @@ class RemoteFileSystemImpl final : public RemoteFileSystem {
       }
     }
     if (out.empty()) {
-      throw Error(ErrorCode::kNotFound, fmt::format("{}: no objects under this prefix", dir));
+      std::lock_guard lock(mu_);
+      throw Error(ErrorCode::kNotFound, fmt::format("{}: no objects under this prefix: {}", dir,
+                                                    MissingEvidenceLocked(uri, nullptr)));
     }
     std::stable_sort(out.begin(), out.end(),
                      [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
@@ -158,7 +194,7 @@ class RemoteFileSystemImpl final : public RemoteFileSystem {
     for (RemoteObject& o : objects) {
       objects_[std::move(o.uri)] = ObjectInfo{o.size, remote::UnquoteEtag(o.etag), false, {}};
     }
-    listed_.insert(dir);
+    listed_.insert_or_assign(dir, StoreAnswer{});  // no request: status 0
   }
 
   RemoteStats stats() const override { return stats_->Snapshot(Store()->options().max_requests); }
@@ -173,15 +209,50 @@ class RemoteFileSystemImpl final : public RemoteFileSystem {
     objects_.emplace(key, info);
   }
 
-  // Whether a listing already holds every key that could answer for `key`: a listed folder
-  // that is `key` itself (a folder key) or one of its ancestors.
-  bool CoveredLocked(const std::string& bucket, const std::string& key) const {
-    if (listed_.contains(ObjectUri(bucket, ""))) return true;
-    for (size_t slash = key.find('/'); slash != std::string::npos;
-         slash = key.find('/', slash + 1)) {
-      if (listed_.contains(ObjectUri(bucket, key.substr(0, slash + 1)))) return true;
+  // The listing that already holds every key that could answer for `key`: a listed folder
+  // that is `key` itself (a folder key) or one of its ancestors, the nearest first; its
+  // prefix in `*prefix`. Null when none.
+  const StoreAnswer* CoveringLocked(const std::string& bucket, const std::string& key,
+                                    std::string* prefix = nullptr) const {
+    for (size_t end = key.rfind('/'); end != std::string::npos;
+         end = end == 0 ? std::string::npos : key.rfind('/', end - 1)) {
+      if (auto it = listed_.find(ObjectUri(bucket, key.substr(0, end + 1))); it != listed_.end()) {
+        if (prefix != nullptr) *prefix = key.substr(0, end + 1);
+        return &it->second;
+      }
     }
-    return false;
+    auto it = listed_.find(ObjectUri(bucket, ""));
+    if (it == listed_.end()) return nullptr;
+    if (prefix != nullptr) prefix->clear();
+    return &it->second;
+  }
+  bool CoveredLocked(const std::string& bucket, const std::string& key) const {
+    return CoveringLocked(bucket, key) != nullptr;
+  }
+
+  // Why nothing is at `uri` (an S3 path Type found missing): the HEAD's 404, where one was
+  // sent, and the listing that holds no object there. A listing the store answered proves the
+  // bucket there, so the 404 was the key's: NoSuchKey, as S3 says to a GET.
+  std::string MissingEvidenceLocked(const RemoteUri& uri, const StoreAnswer* head) const {
+    std::string prefix;
+    const StoreAnswer* listing = CoveringLocked(uri.bucket, FolderKey(uri.key), &prefix);
+    std::string listed;
+    if (listing != nullptr) {
+      StoreAnswer quoted = *listing;
+      if (head != nullptr && quoted.endpoint == head->endpoint) quoted.endpoint.clear();
+      listed = remote::EmptyListingEvidence(quoted, prefix, uri.key);
+    }
+    if (head == nullptr) return listed;
+    const bool bucket_there = listing != nullptr && listing->status != 0;
+    const char* then = bucket_there ? "; the bucket is there: " : listed.empty() ? "" : "; ";
+    return fmt::format("{} ({}){}{}",
+                       remote::AnswerHeadline(*head, bucket_there ? "NoSuchKey" : ""),
+                       remote::AnswerIds(*head), then, listed);
+  }
+
+  void KeepMissingLocked(const std::string& path, std::string why) const {
+    if (missing_.size() >= kMaxMissingKept) missing_.clear();
+    missing_.insert_or_assign(path, std::move(why));
   }
 
   bool HasChildrenLocked(const std::string& dir) const {
@@ -195,12 +266,13 @@ class RemoteFileSystemImpl final : public RemoteFileSystem {
       std::lock_guard lock(mu_);
       if (CoveredLocked(uri.bucket, folder)) return;
     }
-    std::vector<remote::ListedObject> listed = Store()->ListAll(uri, folder);
+    StoreAnswer answer;
+    std::vector<remote::ListedObject> listed = Store()->ListAll(uri, folder, &answer);
     std::lock_guard lock(mu_);
     for (remote::ListedObject& o : listed) {
       objects_[ObjectUri(uri.bucket, o.key)] = ObjectInfo{o.size, std::move(o.etag), false, {}};
     }
-    listed_.insert(ObjectUri(uri.bucket, folder));
+    listed_.insert_or_assign(ObjectUri(uri.bucket, folder), std::move(answer));
   }
 
   std::shared_ptr<const RemoteStore> Store() const {
@@ -212,7 +284,9 @@ class RemoteFileSystemImpl final : public RemoteFileSystem {
   mutable std::mutex mu_;
   std::shared_ptr<const RemoteStore> store_;
   mutable std::map<std::string, ObjectInfo> objects_;  // by URI
-  mutable std::set<std::string> listed_;               // folder URIs listed whole
+  // Folder URIs listed whole, each with the store's answer to its listing.
+  mutable std::map<std::string, StoreAnswer> listed_;
+  mutable std::map<std::string, std::string> missing_;  // WhyMissing, by path Type was asked
 };
 
 std::mutex default_mu;

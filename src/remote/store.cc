@@ -81,11 +81,10 @@ const Signing* RemoteStore::SigningFor(const RemoteUri& uri) const {
 }
 
 std::string RemoteStore::Describe(const RemoteUri& uri) const {
-  if (uri.scheme == UriScheme::kHttp) return {};
-  const S3Config& c = Config();
-  return fmt::format(" (bucket '{}', key '{}', endpoint {}, credentials from {})", uri.bucket,
-                     uri.key, c.endpoint.empty() ? "AWS " + c.region : c.endpoint,
-                     c.credentials_source);
+  const std::string endpoint = "endpoint " + UrlHost(ObjectUrl(uri));
+  if (uri.scheme == UriScheme::kHttp) return endpoint;
+  return fmt::format("{}, bucket '{}', key '{}', credentials from {}", endpoint, uri.bucket,
+                     uri.key, Config().credentials_source);
 }
 
 void RemoteStore::Raise(const RequestContext& ctx, const HttpResult& r) const {
@@ -107,17 +106,15 @@ void RemoteStore::Raise(const RequestContext& ctx, const HttpResult& r) const {
                   fmt::format("{}: {}; gpufeed reads only from servers that honour Range", where,
                               r.detail));
     case Outcome::kBadAnswer:
-      throw Error(ErrorCode::kIo, fmt::format("{}: {}{}", where, r.detail, about));
+      throw Error(ErrorCode::kIo, fmt::format("{}: {} ({})", where, r.detail, about));
     case Outcome::kTransport:
       throw Error(ErrorCode::kIo,
-                  fmt::format("{}: {}{} (last error after {} attempt{}){}", where, r.detail,
+                  fmt::format("{}: {}{} (last error after {} attempt{}) ({})", where, r.detail,
                               r.status != 0 ? fmt::format(", HTTP {}", r.status) : "", r.attempts,
                               r.attempts == 1 ? "" : "s", about));
     case Outcome::kHttpStatus: {
       const std::string code = XmlElementText(r.error_body, "Code");
       const std::string message = XmlElementText(r.error_body, "Message");
-      const std::string server =
-          code.empty() ? "" : fmt::format(" {}{}", code, message.empty() ? "" : ": " + message);
       ErrorCode ec = ErrorCode::kIo;
       if (r.status == 404 || r.status == 410) ec = ErrorCode::kNotFound;
       if (r.status == 401 || r.status == 403) ec = ErrorCode::kPermissionDenied;
@@ -128,14 +125,23 @@ void RemoteStore::Raise(const RequestContext& ctx, const HttpResult& r) const {
         detail.remove_prefix(lead.size());
       }
       const std::string bound = r.gave_up ? fmt::format(" ({})", detail) : "";
-      throw Error(ec,
-                  fmt::format("{}: HTTP {}{}{}{}{}", where, r.status, server, tries, bound, about));
+      StoreAnswer answer = AnswerOf(ctx.uri->scheme == UriScheme::kS3, ctx.operation, r, "");
+      answer.endpoint.clear();  // named by `about`
+      std::string headline = AnswerHeadline(answer, code);
+      // Over plain HTTP(S) an S3-API server's code is quoted as it came.
+      if (!answer.s3 && !code.empty()) headline += " (" + code + ")";
+      const std::string ids = AnswerIds(answer);
+      throw Error(
+          ec, fmt::format("{}: {}{}{}{} ({}{}{}{})", where, headline,
+                          message.empty() ? "" : ": " + message, tries, bound, ids,
+                          ids.empty() ? "" : ", ", about, ctx.note.empty() ? "" : "; " + ctx.note));
     }
   }
   throw Error(ErrorCode::kIo, where + ": request failed");
 }
 
-std::optional<ObjectInfo> RemoteStore::Head(const RemoteUri& uri, bool missing_ok) const {
+std::optional<ObjectInfo> RemoteStore::Head(const RemoteUri& uri, bool missing_ok,
+                                            StoreAnswer* missing) const {
   HttpRequest req;
   req.url = ObjectUrl(uri);
   req.head = true;
@@ -146,8 +152,12 @@ std::optional<ObjectInfo> RemoteStore::Head(const RemoteUri& uri, bool missing_o
   if (result.outcome != Outcome::kOk) {
     if (missing_ok && result.outcome == Outcome::kHttpStatus &&
         (result.status == 404 || result.status == 410)) {
+      if (missing != nullptr) {
+        *missing = AnswerOf(uri.scheme == UriScheme::kS3, "HeadObject", result, req.url);
+      }
       return std::nullopt;
     }
+    RequestContext context{&uri, {}, {}, "HeadObject", {}};
     if (uri.scheme == UriScheme::kS3 && result.outcome == Outcome::kHttpStatus &&
         result.status >= 400 && result.status < 500) {
       // A HEAD answer has no body: a one-byte GET fetches the error's Code (NoSuchBucket or
@@ -159,12 +169,14 @@ std::optional<ObjectInfo> RemoteStore::Head(const RemoteUri& uri, bool missing_o
       req.dst = &byte;
       HttpResult probe;
       client_.Run({&req, 1}, {&probe, 1});
-      if (probe.outcome == Outcome::kHttpStatus && probe.status == result.status) {
-        probe.attempts = result.attempts;
-        result = std::move(probe);
+      if (probe.outcome == Outcome::kHttpStatus && probe.status == result.status &&
+          !XmlElementText(probe.error_body, "Code").empty()) {
+        result.error_body = std::move(probe.error_body);
+        context.note = "the code as a one-byte GetObject answered it";
+        if (!probe.request_id.empty()) context.note += ", request id " + probe.request_id;
       }
     }
-    Raise({&uri, {}, {}}, result);
+    Raise(context, result);
   }
   if (!result.content_length) {
     throw Error(ErrorCode::kUnsupported,
@@ -181,7 +193,8 @@ std::optional<ObjectInfo> RemoteStore::Head(const RemoteUri& uri, bool missing_o
 }
 
 std::vector<ListedObject> RemoteStore::ListAll(const RemoteUri& bucket_uri,
-                                               const std::string& prefix) const {
+                                               const std::string& prefix,
+                                               StoreAnswer* answer) const {
   const S3Config& c = Config();
   const std::string base = S3BucketUrl(c.endpoint, c.region, bucket_uri.bucket);
   const std::string what = fmt::format("s3://{}/{}", bucket_uri.bucket, prefix);
@@ -208,7 +221,8 @@ std::vector<ListedObject> RemoteStore::ListAll(const RemoteUri& bucket_uri,
     RemoteUri listed = bucket_uri;
     listed.uri = what;
     listed.key = prefix;
-    if (result.outcome != Outcome::kOk) Raise({&listed, {}, {}}, result);
+    if (result.outcome != Outcome::kOk) Raise({&listed, {}, {}, "ListObjectsV2", {}}, result);
+    if (answer != nullptr) *answer = AnswerOf(true, "ListObjectsV2", result, req.url);
     ListPage parsed = ParseListObjectsV2(body, what);
     for (ListedObject& o : parsed.objects) {
       if (o.key.starts_with(prefix)) all.push_back(std::move(o));

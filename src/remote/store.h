@@ -1,7 +1,8 @@
 // What a remote file system and its files share: the options, the HTTP client, the S3
 // configuration (looked up at the first S3 request), and the requests that are not byte
 // reads: HEAD and ListObjectsV2. Every failed request becomes one Error here, named by
-// object, byte range, endpoint, credentials source and the server's error code.
+// object, byte range, operation, status line, the server's error code, request id and host
+// id, endpoint and credentials source (store_answer.h: in the AWS CLI's words).
 // Thread-safety: thread-safe.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include "remote/credentials.h"
 #include "remote/http_client.h"
 #include "remote/list_xml.h"
+#include "remote/store_answer.h"
 #include "remote/uri.h"
 
 namespace gpufeed::remote {
@@ -32,6 +34,8 @@ struct RequestContext {
   const RemoteUri* uri = nullptr;
   std::string range;  // "bytes 0-99", empty for HEAD and listings
   std::string pinned_etag;
+  std::string operation = "GetObject";  // the S3 operation (HeadObject, ListObjectsV2)
+  std::string note;                     // more evidence, for the end of the message
 };
 
 // RemoteOptions with defaults filled in (max_requests from $GPUFEED_MAX_REQUESTS or 32);
@@ -51,10 +55,14 @@ class RemoteStore {
   std::string ObjectUrl(const RemoteUri& uri) const;
   const Signing* SigningFor(const RemoteUri& uri) const;
 
-  // HEAD: the object's size and version; nullopt for 404 when `missing_ok`.
-  std::optional<ObjectInfo> Head(const RemoteUri& uri, bool missing_ok) const;
-  // Every object under `prefix` (a key, "" or ending in '/'), all pages.
-  std::vector<ListedObject> ListAll(const RemoteUri& bucket_uri, const std::string& prefix) const;
+  // HEAD: the object's size and version; nullopt for 404 when `missing_ok`, the answer then
+  // in `*missing` where given.
+  std::optional<ObjectInfo> Head(const RemoteUri& uri, bool missing_ok,
+                                 StoreAnswer* missing = nullptr) const;
+  // Every object under `prefix` (a key, "" or ending in '/'), all pages; the answer to the
+  // last page in `*answer` where given.
+  std::vector<ListedObject> ListAll(const RemoteUri& bucket_uri, const std::string& prefix,
+                                    StoreAnswer* answer = nullptr) const;
 
   // Throws the Error that `result` (a failed request) means.
   [[noreturn]] void Raise(const RequestContext& context, const HttpResult& result) const;

@@ -17,6 +17,7 @@ namespace {
 
 constexpr size_t kMaxErrorBody = 64 * 1024;
 constexpr size_t kMaxHeaderValue = 8 * 1024;
+constexpr size_t kMaxQuoted = 256;  // reason phrase and ids, as error messages quote them
 
 double UniformUnit() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -42,6 +43,13 @@ std::optional<std::pair<uint64_t, uint64_t>> ParseContentRange(std::string_view 
   auto b = ParseNumber<uint64_t>(v.substr(dash + 1, slash - dash - 1));
   if (!a || !b || *b < *a) return std::nullopt;
   return std::make_pair(*a, *b);
+}
+
+// `text` as an error message may quote it: printable ASCII only, at most kMaxQuoted bytes.
+std::string Quotable(std::string_view text) {
+  std::string out;
+  for (const char c : text.substr(0, kMaxQuoted)) out += c >= 0x20 && c < 0x7f ? c : '?';
+  return out;
 }
 
 }  // namespace
@@ -148,11 +156,15 @@ size_t Transfer::OnHeader(char* data, size_t size, size_t count, void* self_ptr)
   if (line.starts_with("HTTP/")) {
     const size_t space = line.find(' ');
     self->status_ = 0;
+    self->result_.reason.clear();
     if (space != std::string_view::npos) {
       self->status_ = ParseNumber<long>(line.substr(space + 1, 3)).value_or(0);
+      if (line.size() > space + 4) self->result_.reason = Quotable(Trim(line.substr(space + 4)));
     }
     self->content_range_.clear();
     self->retry_after_s_.reset();
+    self->result_.request_id.clear();
+    self->result_.host_id.clear();
     self->result_.etag.clear();
     self->result_.last_modified.clear();
     self->result_.content_length.reset();
@@ -171,6 +183,10 @@ size_t Transfer::OnHeader(char* data, size_t size, size_t count, void* self_ptr)
     self->content_range_ = std::string(value);
   } else if (HeaderIs(name, "content-length")) {
     self->result_.content_length = ParseNumber<uint64_t>(value);
+  } else if (HeaderIs(name, "x-amz-request-id")) {
+    self->result_.request_id = Quotable(value);
+  } else if (HeaderIs(name, "x-amz-id-2")) {
+    self->result_.host_id = Quotable(value);
   } else if (HeaderIs(name, "retry-after")) {
     self->retry_after_s_ = ParseRetryAfter(value, static_cast<int64_t>(time(nullptr)));
   }

@@ -9,6 +9,7 @@
 #include "gpufeed/hdf5.h"
 #include "gpufeed/sources.h"
 #include "core/path_names.h"
+#include "remote/missing_path.h"
 
 namespace gpufeed {
 namespace {
@@ -69,7 +70,7 @@ std::shared_ptr<Source> OpenPath(const std::string& path, const std::vector<std:
   if (fs == nullptr) fs = DefaultFileSystem();
   switch (ClassifyPath(path, *fs)) {
     case PathKind::kMissing:
-      throw Error(ErrorCode::kNotFound, fmt::format("{}: no such file or folder", path));
+      ThrowMissing(*fs, path, fmt::format("{}: no such file or folder", path));
     case PathKind::kNumpyFolder:
       return OpenNumpy(path, {.fields = fields, .file_system = fs});
     case PathKind::kHdf5:

@@ -96,6 +96,8 @@ class S3Fixture {
     return Control("POST", "/__proxy/rules", rules.dump());
   }
   nlohmann::json Counts() { return Control("GET", "/__proxy/counts", ""); }
+  // The last answers (method, path, status, request_id, host_id), oldest first.
+  nlohmann::json Answers() { return Control("GET", "/__proxy/answers", ""); }
   void ResetProxy() { Control("POST", "/__proxy/reset", "{}"); }
 
   void CreateBucket(const std::string& bucket) {

@@ -229,6 +229,11 @@ class S3Server:
     def counts(self):
         return self._control("GET", "counts")
 
+    def answers(self):
+        """The proxy's last answers, oldest first: dicts of method, path, status, request_id
+        and host_id."""
+        return self._control("GET", "answers")
+
     def recorded(self):
         """[(path, Range header or None)] of the GETs since set_rules(record=True)."""
         return [tuple(entry) for entry in self._control("GET", "recorded")]

@@ -18,6 +18,7 @@
 #include "core/warmed_mapping.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
+#include "remote/missing_path.h"
 #include "sources/numpy/npy_header.h"
 #include "core/path_names.h"
 
@@ -316,7 +317,7 @@ std::shared_ptr<Source> OpenNumpy(const std::string& dir, NumpyOptions options) 
       options.file_system ? options.file_system : DefaultFileSystem();
   const PathType type = fs->Type(dir);
   if (type == PathType::kMissing) {
-    throw Error(ErrorCode::kNotFound, fmt::format("numpy folder {} does not exist", dir));
+    ThrowMissing(*fs, dir, fmt::format("numpy folder {} does not exist", dir));
   }
   if (type != PathType::kDirectory) {
     throw Error(ErrorCode::kInvalidArgument,

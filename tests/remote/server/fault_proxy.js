@@ -16,6 +16,8 @@
 // Where s3rver departs from S3, the proxy answers as S3 does: a suffix range (bytes=-N) is
 // the last N bytes (s3rver would send the first N+1), a multi-range request gets the whole
 // object with 200, and If-Match (GET/HEAD) with another ETag gets 412 PreconditionFailed.
+// Every answer, forwarded or made here, carries x-amz-request-id and x-amz-id-2 (fresh ids
+// per request, in an error's XML too), as S3's answers do.
 //
 // Control API on the same port, never forwarded:
 //   POST /__proxy/rules   JSON body; replaces the rules (all fields optional):
@@ -43,7 +45,9 @@
 //                          flight integrated over time: over a wall time, the mean
 //                          concurrency), "connections" (client connections accepted)}
 //   GET  /__proxy/recorded  [[path, range or null], ...] of the GETs recorded
-//   POST /__proxy/reset   zeroes the counts and clears the rules and the record
+//   GET  /__proxy/answers  [{"method", "path", "status", "request_id", "host_id"}, ...] of the
+//                          last 1,000 answers, oldest first: what a client's error must quote
+//   POST /__proxy/reset   zeroes the counts and clears the rules, the record and the answers
 //   GET  /__proxy/health  200 "ok"
 
 const http = require('http');
@@ -143,6 +147,8 @@ let rules = {};
 let counts = freshCounts();
 let recorded = [];
 const kMaxRecorded = 1000000;
+let answers = [];
+const kMaxAnswers = 1000;
 
 function bump(map, key) {
   map[key] = (map[key] || 0) + 1;
@@ -213,10 +219,12 @@ async function control(req, res, url) {
     return sendJson(res, 200, counts);
   }
   if (route === 'GET /__proxy/recorded') return sendJson(res, 200, recorded);
+  if (route === 'GET /__proxy/answers') return sendJson(res, 200, answers);
   if (route === 'POST /__proxy/reset') {
     rules = {};
     counts = freshCounts();
     recorded = [];
+    answers = [];
     return sendJson(res, 200, {});
   }
   if (route === 'GET /__proxy/health') {
@@ -240,11 +248,14 @@ function forwardHeaders(raw, drop = null) {
 // usable for keep-alive.
 function sendError(req, res, status, code, message, extra = {}, headers = {}) {
   bump(counts.by_status, String(status));
-  const body = shims.errorXml(code, message, extra);
+  const body = shims.errorXml(code, message, extra, req.s3Ids);
   req.resume();
-  res.writeHead(
-      status,
-      {'Content-Type': 'application/xml', 'Content-Length': Buffer.byteLength(body), ...headers});
+  res.writeHead(status, {
+    'Content-Type': 'application/xml',
+    'Content-Length': Buffer.byteLength(body),
+    ...shims.idHeaders(req.s3Ids),
+    ...headers
+  });
   res.end(req.method === 'HEAD' ? undefined : body);
 }
 
@@ -305,9 +316,18 @@ function onUpstreamResponse(req, res, url, upRes) {
   }
   bump(counts.by_status, String(upRes.statusCode));
   const fault = bodyFault(req, url, upRes);
+  // Ids the upstream sent itself are kept.
+  req.s3Ids = {
+    requestId: upRes.headers['x-amz-request-id'] || req.s3Ids.requestId,
+    hostId: upRes.headers['x-amz-id-2'] || req.s3Ids.hostId,
+  };
   // A short body goes chunked, so that its early end is a clean one.
   const drop = fault !== null && fault.kind === 'short' ? 'content-length' : null;
-  res.writeHead(upRes.statusCode, upRes.statusMessage, forwardHeaders(upRes.rawHeaders, drop));
+  const headers = forwardHeaders(upRes.rawHeaders, drop);
+  for (const [name, value] of Object.entries(shims.idHeaders(req.s3Ids))) {
+    if (upRes.headers[name] === undefined) headers.push(name, value);
+  }
+  res.writeHead(upRes.statusCode, upRes.statusMessage, headers);
   relayBody(upRes, res, fault);
 }
 
@@ -343,6 +363,17 @@ function handle(args, agent, req, res) {
     return;
   }
   counts.requests++;
+  req.s3Ids = shims.requestIds();
+  res.once('finish', () => {
+    if (answers.length === kMaxAnswers) answers.shift();
+    answers.push({
+      method: req.method,
+      path: url.pathname,
+      status: res.statusCode,
+      request_id: req.s3Ids.requestId,
+      host_id: req.s3Ids.hostId,
+    });
+  });
   // Requests between their arrival and the end of their answer: the client's concurrency.
   const tally = counts;
   changeInFlight(tally, 1);

@@ -4,21 +4,37 @@
 //   - Range: bytes=-N (a suffix) is the last N bytes; s3rver sends bytes 0..N.
 //   - A multi-range request is served whole with 200 (S3 ignores it); s3rver says 206.
 //   - If-Match on GET/HEAD with a different ETag is 412 PreconditionFailed; s3rver ignores it.
+//   - Every answer carries a request id and a host id (x-amz-request-id, x-amz-id-2), as
+//     S3's do, repeated in an error's XML; s3rver sends neither.
 
+const crypto = require('crypto');
 const http = require('http');
+
+// A fresh pair of S3-style ids: 16 upper-case hex digits, and a base64 host id.
+function requestIds() {
+  return {
+    requestId: crypto.randomBytes(8).toString('hex').toUpperCase(),
+    hostId: crypto.randomBytes(36).toString('base64'),
+  };
+}
+
+// The id headers of an answer.
+function idHeaders(ids) {
+  return {'x-amz-request-id': ids.requestId, 'x-amz-id-2': ids.hostId};
+}
 
 function escapeXml(text) {
   return String(text).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 }
 
-function errorXml(code, message, extra = {}) {
+function errorXml(code, message, extra, ids) {
   let fields = '';
   for (const [name, value] of Object.entries(extra)) {
     fields += `<${name}>${escapeXml(value)}</${name}>`;
   }
   return '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>' + code + '</Code><Message>' +
-      escapeXml(message) + '</Message>' + fields +
-      '<RequestId>0000000000000000</RequestId></Error>';
+      escapeXml(message) + '</Message>' + fields + '<RequestId>' + ids.requestId +
+      '</RequestId><HostId>' + escapeXml(ids.hostId) + '</HostId></Error>';
 }
 
 // The Range header to send upstream: {range} (null = drop it), or {error} when S3 would
@@ -84,6 +100,8 @@ function preconditionFailed(method, ifMatch, status, etag) {
 }
 
 module.exports = {
+  requestIds,
+  idHeaders,
   errorXml,
   upstreamRange,
   headSize,
