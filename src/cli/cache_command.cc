@@ -13,6 +13,8 @@
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
+#include "remote/disk_cache.h"
+#include "remote/disk_cache_verify.h"
 
 namespace gpufeed::cli {
 namespace {
@@ -30,6 +32,9 @@ struct CacheArgs {
   bool force = false;      // rm: held caches too
   std::string older_than;  // gc --older-than
   uint64_t max_bytes = 0;  // gc --max-bytes
+  bool disk = false;       // verify --disk
+  std::string disk_dir;    // verify --disk-dir
+  bool remove = false;     // verify --disk --remove
 };
 
 std::string Age(double seconds);
@@ -202,9 +207,83 @@ int RunGc(const CacheArgs& a) {
   return 0;
 }
 
+nlohmann::json ToJson(const DiskCacheVerifyReport& r) {
+  nlohmann::json damaged = nlohmann::json::array();
+  for (const DiskBlockProblem& p : r.damaged) {
+    damaged.push_back({{"path", p.path},
+                       {"object", p.object},
+                       {"block", p.index},
+                       {"problem", p.what},
+                       {"removed", p.removed},
+                       {"kept_why", p.kept_why}});
+  }
+  return {{"dir", r.dir},
+          {"ok", r.ok()},
+          {"objects", r.objects},
+          {"blocks", r.blocks},
+          {"bytes", r.bytes},
+          {"other_layout", r.other_layout},
+          {"temporaries", r.temporaries},
+          {"damaged", damaged}};
+}
+
+void PrintDiskReport(const DiskCacheVerifyReport& r, bool remove) {
+  for (const DiskBlockProblem& p : r.damaged) {
+    fmt::print("DAMAGED {} (block {} of {}): {}{}\n", p.path, p.index,
+               p.object.empty() ? "an object its folder does not name" : p.object, p.what,
+               p.removed ? "; removed"
+               : remove  ? "; kept: " + p.kept_why
+                         : "");
+  }
+  fmt::print(
+      "{}: {} object{}, {} block{} ({}) checked: {}\n", r.dir, r.objects, r.objects == 1 ? "" : "s",
+      r.blocks, r.blocks == 1 ? "" : "s", FormatBytes(static_cast<double>(r.bytes)),
+      r.ok() ? "every block matches its checksum" : fmt::format("{} damaged", r.damaged.size()));
+  if (r.other_layout > 0) {
+    fmt::print(
+        "{} blocks were written by a gpufeed of another layout: each is fetched again when "
+        "it is read\n",
+        r.other_layout);
+  }
+  if (r.temporaries > 0) {
+    fmt::print(
+        "{} blocks are being written, or were left by killed writers (`gpufeed` removes "
+        "those as it fills the cache)\n",
+        r.temporaries);
+  }
+  if (!r.ok() && !remove) {
+    fmt::print(
+        "remove the damaged blocks with `gpufeed cache verify --disk --remove`, or leave "
+        "them: a process that reads one removes it and fetches the block again\n");
+  }
+}
+
+// Exit 0 when every block verifies, the corrupt-data code when one does not (removed or not).
+int RunVerifyDisk(const CacheArgs& a) {
+  if (!a.keys.empty()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "gpufeed cache verify: give KEY... (shared-memory caches) or --disk, not both");
+  }
+  const std::string dir = a.disk_dir.empty() ? DefaultDiskCacheDir() : a.disk_dir;
+  const DiskCacheVerifyReport r = VerifyDiskCache(dir, a.remove);
+  if (a.json) {
+    fmt::print("{}\n", ToJson(r).dump(2));
+  } else {
+    PrintDiskReport(r, a.remove);
+  }
+  return r.ok() ? 0 : ExitCodeFor(ErrorCode::kCorruptData);
+}
+
 // Exit 0 when every named cache verifies, the corrupt-data code when one does not.
 int RunVerify(const CacheArgs& a) {
-  if (a.keys.empty()) throw Error(ErrorCode::kInvalidArgument, "gpufeed cache verify: give KEY...");
+  if (a.disk) return RunVerifyDisk(a);
+  if (!a.disk_dir.empty() || a.remove) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "gpufeed cache verify: --disk-dir and --remove go with --disk");
+  }
+  if (a.keys.empty()) {
+    throw Error(ErrorCode::kInvalidArgument, "gpufeed cache verify: give KEY... or --disk");
+  }
   int bad = 0;
   for (const auto& key : a.keys) {
     const ShmVerifyReport r = VerifyShmCache(key, a.dir, a.group);
@@ -261,6 +340,27 @@ void Run(CLI::App* cmd, int (*body)(const CacheArgs&), std::shared_ptr<CacheArgs
   });
 }
 
+void RegisterVerify(CLI::App& cache, const std::shared_ptr<CacheArgs>& args) {
+  CLI::App* verify = cache.add_subcommand(
+      "verify",
+      "Re-hash shared-memory caches against the hashes written when they were built and name "
+      "the first block that differs (readers do not re-hash: only you can write your caches); "
+      "with --disk, check every block of the node-local disk cache of remote data against its "
+      "checksum and name the damaged ones. Exits 4 when something is damaged");
+  verify->add_option("keys", args->keys, "Shared-memory cache keys (see `gpufeed cache ls`)");
+  verify->add_flag("--json", args->json,
+                   "Print one JSON object per cache (with --disk: one for the disk cache)");
+  verify->add_flag("--disk", args->disk,
+                   "Check the node-local disk cache of remote data (cache=\"disk\") instead");
+  verify->add_option("--disk-dir", args->disk_dir,
+                     "With --disk: the disk cache folder (default: $XDG_CACHE_HOME/gpufeed/remote, "
+                     "else ~/.cache/gpufeed/remote)");
+  verify->add_flag("--remove", args->remove,
+                   "With --disk: remove the damaged blocks no process is using (readers fetch "
+                   "them again)");
+  Run(verify, RunVerify, args);
+}
+
 }  // namespace
 
 void RegisterCacheCommand(CLI::App& app) {
@@ -269,8 +369,9 @@ void RegisterCacheCommand(CLI::App& app) {
       "cache",
       "Your shared-memory caches (/dev/shm/gpufeed-user-UID/gpufeed-KEY): one copy of a data\n"
       "set that every local process of yours reads. `cache='shm'` or 'auto' makes them; these\n"
-      "commands list, verify, remove and collect them. Other users' caches are not visible or\n"
-      "used; --group names a group's shared caches (Loader(shm_group=...)) instead.");
+      "commands list, verify, remove and collect them (`verify --disk`: the node-local disk\n"
+      "cache of remote data). Other users' caches are not visible or used; --group names a\n"
+      "group's shared caches (Loader(shm_group=...)) instead.");
   cache->require_subcommand(1);
 
   CLI::App* ls = cache->add_subcommand(
@@ -305,13 +406,7 @@ void RegisterCacheCommand(CLI::App& app) {
       ->transform(CLI::AsSizeValue(false));
   Run(gc, RunGc, args);
 
-  CLI::App* verify = cache->add_subcommand(
-      "verify",
-      "Re-hash caches against the hashes written when they were built and name the first "
-      "block that differs (readers do not re-hash: only you can write your caches)");
-  verify->add_option("keys", args->keys, "Cache keys (see `gpufeed cache ls`)")->required();
-  verify->add_flag("--json", args->json, "Print one JSON object per cache");
-  Run(verify, RunVerify, args);
+  RegisterVerify(*cache, args);
 
   CLI::App* build = cache->add_subcommand(
       "build", "Build (or find) the shared-memory cache of a data set before training starts");

@@ -1,5 +1,6 @@
-// `gpufeed cache ls | rm KEY...|--all | gc | build PATH`: the shared-memory caches of this
-// node (see gpufeed/cache.h).
+// `gpufeed cache ls | rm KEY...|--all | gc | verify KEY...|--disk | build PATH`: the
+// shared-memory caches of this node (see gpufeed/cache.h), and `verify --disk` for the
+// node-local disk cache of remote data (remote/disk_cache.h).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -9,6 +9,7 @@
 
 #include "gpufeed/error.h"
 #include "remote/disk_cache_file.h"
+#include "remote/disk_cache_layout.h"
 #include "remote/disk_cache_store.h"
 
 namespace gpufeed {
@@ -61,12 +62,13 @@ DiskCacheFileSystem::DiskCacheFileSystem(std::shared_ptr<const FileSystem> base,
   close(dir_fd);
   const bool chosen = options.budget_bytes == 0;
   const uint64_t budget = chosen ? DefaultBudget(options.dir) : options.budget_bytes;
-  if (budget < block_bytes_) {
+  if (budget < BlockFileBytes(block_bytes_)) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("disk cache budget of {} bytes{} in {} cannot hold one block of {} "
-                            "bytes: raise budget_bytes to at least {} (or lower block_bytes)",
+                            "bytes and its {}-byte trailer: raise budget_bytes to at least {} "
+                            "(or lower block_bytes)",
                             budget, chosen ? " (half the free space)" : "", options.dir,
-                            block_bytes_, block_bytes_));
+                            block_bytes_, kBlockTrailerBytes, BlockFileBytes(block_bytes_)));
   }
   store_ = std::make_shared<const DiskCacheStore>(options.dir, budget);
 }
@@ -80,7 +82,7 @@ std::unique_ptr<File> DiskCacheFileSystem::Open(const std::string& path) const {
   std::unique_ptr<File> file = base_->Open(path);
   if (file->VersionStamp().empty() && file->ModificationTimeNs() == 0) return file;
   const std::string key = ObjectKey(*file, block_bytes_);
-  const int object_fd = store_->OpenObjectDir(key);
+  const int object_fd = store_->OpenObjectDir(key, {file->Size(), block_bytes_, file->path()});
   auto cached = std::make_unique<DiskCachedFile>(std::move(file), store_, object_fd,
                                                  store_->dir() + "/" + key, block_bytes_);
   cached->MapIfWhole();
@@ -89,8 +91,14 @@ std::unique_ptr<File> DiskCacheFileSystem::Open(const std::string& path) const {
 
 DiskCacheStats DiskCacheFileSystem::stats() const {
   const DiskCacheCounters& c = store_->counters();
-  return {c.hits.load(),  c.misses.load(),        c.bytes_fetched.load(), c.bytes_evicted.load(),
-          c.waits.load(), c.stale_removed.load(), c.uncached.load()};
+  return {.hits = c.hits.load(),
+          .misses = c.misses.load(),
+          .bytes_fetched = c.bytes_fetched.load(),
+          .bytes_evicted = c.bytes_evicted.load(),
+          .waits = c.waits.load(),
+          .stale_removed = c.stale_removed.load(),
+          .uncached = c.uncached.load(),
+          .damaged = c.damaged.load()};
 }
 
 uint64_t DiskCacheFileSystem::CollectGarbage() const { return store_->CollectGarbage(); }

@@ -4,11 +4,19 @@
 // and version pinned), and reads are served from blocks on disk,
 // <dir>/<XXH3-128 of (path, size, version, block size)>/<block index>. A missing block is
 // fetched from the base file (the missing blocks of one ReadMany in one base ReadMany),
-// written under a temporary name, checked for its length and renamed into place, so a
-// killed downloader leaves only a temporary, never served and removed by the next scan. One
-// process fetches a block while the others wanting it wait for it and then read it from
-// disk (disk_cache_store.h: the locks). A new version of an object (another ETag or size)
-// has another key: the old version's blocks are never served for it.
+// written with a checksummed trailer (disk_cache_layout.h) under a temporary name, flushed
+// to the disk (fdatasync) and renamed into place, the folder flushed once per batch; so a
+// killed downloader leaves only a temporary, never served and removed by the next scan, and a
+// power cut never leaves a published block whose tail was not written. One process fetches a
+// block while the others wanting it wait for it and then read it from disk
+// (disk_cache_store.h: the locks). A new version of an object (another ETag or size) has
+// another key: the old version's blocks are never served for it.
+//
+// A process checks each block against its trailer the first time it reads it, and reads it
+// without checks afterwards. A block cut short, with a zero-filled tail or whose checksum does
+// not match is logged once (a warning naming the block file, the object and what is wrong),
+// removed, fetched again and counted (DiskCacheStats::damaged); a block written by a gpufeed
+// of another layout is fetched again with one line of information per process.
 //
 // The bytes of blocks on disk are kept within the budget for all processes together: when a
 // fetch would pass it, the least recently read blocks that no process is reading are
@@ -37,7 +45,7 @@ struct DiskCacheOptions {
   // 0700 when absent; refused unless it is this user's own with no group or other access.
   std::string dir = {};
   // Default: 0 = half the space free on dir's file system at construction. Bytes of blocks
-  // on disk, for all processes using dir together.
+  // on disk (their trailers included), for all processes using dir together.
   uint64_t budget_bytes = 0;
   uint64_t block_bytes = uint64_t{8} << 20;  // Default: 8 MiB; 4 KiB to 1 GiB
 };
@@ -51,6 +59,7 @@ struct DiskCacheStats {
   int64_t waits = 0;          // blocks waited for while another process fetched them
   int64_t stale_removed = 0;  // temporaries of killed downloaders removed
   int64_t uncached = 0;       // blocks fetched but not kept (no room, or a disk error)
+  int64_t damaged = 0;        // damaged blocks found on disk, removed and fetched again
 };
 
 // $XDG_CACHE_HOME/gpufeed/remote, else $HOME/.cache/gpufeed/remote.
@@ -59,7 +68,7 @@ std::string DefaultDiskCacheDir();
 class DiskCacheFileSystem : public FileSystem {
  public:
   // Opens (making it when absent) the cache folder. Throws Error(kInvalidArgument) when the
-  // budget cannot hold one block or block_bytes is out of range, Error(kIo) when the folder
+  // budget cannot hold one block file or block_bytes is out of range, Error(kIo) when the folder
   // is refused or cannot be made.
   DiskCacheFileSystem(std::shared_ptr<const FileSystem> base, DiskCacheOptions options = {});
   ~DiskCacheFileSystem() override;

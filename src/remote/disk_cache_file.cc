@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/fd_io.h"
+#include "core/log.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -97,13 +98,13 @@ void DiskCachedFile::Hold(uint64_t index, int fd) const {
 void DiskCachedFile::MapIfWhole() const {
   if (blocks_ == 0 || blocks_ > static_cast<uint64_t>(kMaxHeldBlocks)) return;
   for (uint64_t index = 0; index < blocks_; ++index) {
-    // A block under its final name was written whole and renamed there: no lock is needed to
-    // read it, and its length is checked as every read checks it.
+    // A block under its final name is only ever replaced whole, by a rename: no lock is needed
+    // to read it. A block that is not whole is left to the reads, which take its lock.
     const ScopedFd fd(
         OpenOwnedFileAt(object_fd_, std::to_string(index), O_RDONLY, BlockPath(index)));
     struct stat st {};
-    if (fd.get() < 0 || fstat(fd.get(), &st) != 0 ||
-        static_cast<uint64_t>(st.st_size) != BlockLength(index)) {
+    BlockCheck check;
+    if (fd.get() < 0 || fstat(fd.get(), &st) != 0 || !CheckBlock(index, fd.get(), st, {}, &check)) {
       return;
     }
     Hold(index, fd.get());
@@ -166,20 +167,68 @@ size_t DiskCachedFile::ReadAt(uint64_t offset, void* buf, size_t n) const {
   return n;
 }
 
-bool DiskCachedFile::ServeFromDisk(uint64_t index, const std::vector<Piece>& pieces) const {
+bool DiskCachedFile::CheckBlock(uint64_t index, int fd, const struct stat& st,
+                                const std::vector<Piece>& pieces, BlockCheck* check) const {
+  const std::string path = BlockPath(index);
+  const auto file_bytes = static_cast<uint64_t>(st.st_size);
+  if (file_bytes == BlockFileBytes(BlockLength(index)) && store_->Verified(path, st.st_ino)) {
+    for (const Piece& p : pieces) {
+      if (!PreadAll(fd, p.dst, p.n, p.offset_in_block)) {
+        *check = {errno == 0 ? BlockState::kDamaged : BlockState::kUnreadable,
+                  errno == 0 ? "it was cut short" : std::strerror(errno)};
+        return false;
+      }
+    }
+    return true;
+  }
+  // The pieces are filled as the payload streams by; a block that fails is fetched again
+  // and fills them anew.
+  *check = CheckBlockFile(
+      fd, file_bytes, index, BlockLength(index), [&](uint64_t offset, const char* data, size_t n) {
+        for (const Piece& p : pieces) {
+          const uint64_t begin = std::max(offset, p.offset_in_block);
+          const uint64_t end = std::min(offset + n, p.offset_in_block + p.n);
+          if (begin < end) {
+            std::memcpy(p.dst + (begin - p.offset_in_block), data + (begin - offset), end - begin);
+          }
+        }
+      });
+  if (check->state != BlockState::kWhole) return false;
+  store_->SetVerified(path, st.st_ino);
+  return true;
+}
+
+void DiskCachedFile::Discard(uint64_t index, const struct stat& st, const BlockCheck& check) const {
+  if (check.state == BlockState::kDamaged) {
+    store_->counters().damaged.fetch_add(1);
+    Log(LogLevel::kWarning,
+        fmt::format("disk cache: block file {} of {} is damaged: {}; removed it and fetching "
+                    "the block again",
+                    BlockPath(index), path(), check.what));
+  } else if (store_->FirstOtherLayout()) {
+    Log(LogLevel::kInfo,
+        fmt::format("disk cache: {} holds blocks written by a gpufeed of another layout "
+                    "(first: {}); they are fetched again as they are read",
+                    store_->dir(), BlockPath(index)));
+  }
+  store_->RemoveBlock(object_fd_, index, static_cast<uint64_t>(st.st_size));
+}
+
+bool DiskCachedFile::ServeFromDisk(uint64_t index, const std::vector<Piece>& pieces,
+                                   bool write_locked) const {
   const std::string name = std::to_string(index);
   const ScopedFd fd(OpenOwnedFileAt(object_fd_, name, O_RDONLY, BlockPath(index)));
   if (fd.get() < 0) return false;
   struct stat st {};
-  // A block of another length is not one this cache wrote whole: fetched again and replaced.
-  if (fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) != BlockLength(index)) {
-    return false;
-  }
-  for (const Piece& p : pieces) {
-    if (!PreadAll(fd.get(), p.dst, p.n, p.offset_in_block)) {
+  if (fstat(fd.get(), &st) != 0) return false;
+  BlockCheck check;
+  if (!CheckBlock(index, fd.get(), st, pieces, &check)) {
+    if (check.state == BlockState::kUnreadable) {
       throw Error(ErrorCode::kIo, fmt::format("{}: cannot read the cached block {}: {}", path(),
-                                              BlockPath(index), std::strerror(errno)));
+                                              BlockPath(index), check.what));
     }
+    if (write_locked) Discard(index, st, check);
+    return false;
   }
   Touch(fd.get(), st);
   store_->counters().hits.fetch_add(1);
@@ -227,13 +276,13 @@ void DiskCachedFile::ReadMany(std::span<const ReadRange> ranges, const std::stri
     std::vector<uint64_t> wait;
     for (const uint64_t b : pending) {
       if (TryLockBlock(fd, b, F_RDLCK, lock_path)) {
-        const bool served = ServeFromDisk(b, pieces[b]);
+        const bool served = ServeFromDisk(b, pieces[b], /*write_locked=*/false);
         TryLockBlock(fd, b, F_UNLCK, lock_path);
         if (served) continue;
       }
       if (!TryLockBlock(fd, b, F_WRLCK, lock_path)) {
         wait.push_back(b);
-      } else if (ServeFromDisk(b, pieces[b])) {  // written since the look above
+      } else if (ServeFromDisk(b, pieces[b], /*write_locked=*/true)) {  // written since the look
         TryLockBlock(fd, b, F_UNLCK, lock_path);
       } else {
         fetch.push_back(b);
@@ -245,7 +294,7 @@ void DiskCachedFile::ReadMany(std::span<const ReadRange> ranges, const std::stri
     for (const uint64_t b : wait) {
       const bool waited = !TryLockBlock(fd, b, F_RDLCK, lock_path);
       if (waited) WaitLockBlock(fd, b, F_RDLCK, lock_path);
-      const bool served = ServeFromDisk(b, pieces[b]);
+      const bool served = ServeFromDisk(b, pieces[b], /*write_locked=*/false);
       TryLockBlock(fd, b, F_UNLCK, lock_path);
       if (!served) {
         pending.push_back(b);
@@ -319,20 +368,36 @@ void DiskCachedFile::FetchBatch(int lock_fd, std::span<const uint64_t> blocks,
 }
 
 void DiskCachedFile::Publish(std::span<BlockTemp> temps, const std::vector<char*>& data) const {
+  // Every temporary written first, its writeback started, and only then each waited for: the
+  // disk flushes the batch together rather than one block per round trip.
+  std::vector<bool> written(temps.size());
+  for (size_t i = 0; i < temps.size(); ++i) {
+    const BlockTemp& t = temps[i];
+    const auto trailer = EncodeBlockTrailer(t.index, t.length, BlockChecksum(data[i], t.length));
+    written[i] = PwriteAll(t.fd, data[i], t.length, 0) &&
+                 PwriteAll(t.fd, trailer.data(), trailer.size(), t.length);
+    if (written[i]) sync_file_range(t.fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+  }
+  bool renamed = false;
   for (size_t i = 0; i < temps.size(); ++i) {
     BlockTemp& t = temps[i];
-    struct stat st {};
     const std::string name = std::to_string(t.index);
-    // A temporary that failed is left open for the caller's guard to remove.
-    if (PwriteAll(t.fd, data[i], t.length, 0) && fstat(t.fd, &st) == 0 &&
-        static_cast<uint64_t>(st.st_size) == t.length &&
+    // A block is renamed into place only once its bytes are on the disk: a rename that reached
+    // the disk before them would, after a power cut, publish a file whose tail is zeros. A
+    // temporary that failed is left open for the caller's guard to remove.
+    if (written[i] && fdatasync(t.fd) == 0 &&
         renameat(object_fd_, t.temp_name.c_str(), object_fd_, name.c_str()) == 0) {
       close(t.fd);
       t.fd = -1;
+      renamed = true;
     } else {
       store_->counters().uncached.fetch_add(1);
     }
   }
+  // One flush of the folder makes the batch's names durable before their write locks go. A
+  // reader may open a block between its rename and this flush: its bytes are on the disk
+  // already, and a name lost to a power cut only means a block fetched again.
+  if (renamed) fsync(object_fd_);
 }
 
 }  // namespace gpufeed

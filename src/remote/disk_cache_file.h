@@ -4,6 +4,8 @@
 // each other as processes do.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "gpufeed/file.h"
+#include "remote/disk_cache_layout.h"
 #include "remote/disk_cache_store.h"
 
 namespace gpufeed {
@@ -50,9 +53,18 @@ class DiskCachedFile : public File {
 
   uint64_t BlockLength(uint64_t index) const;
   std::string BlockPath(uint64_t index) const;
-  // Reads the pieces from block `index` on disk (the caller holds its lock). False when the
-  // block is absent or not whole.
-  bool ServeFromDisk(uint64_t index, const std::vector<Piece>& pieces) const;
+  // Reads the pieces from block `index` on disk (the caller holds its lock), checking the
+  // block against its trailer the first time this process reads it. False when the block is
+  // absent or not whole; one not whole is removed when the caller holds its write lock (so
+  // that of all the readers that meet it, one reports it).
+  bool ServeFromDisk(uint64_t index, const std::vector<Piece>& pieces, bool write_locked) const;
+  // The open block file `fd` (`st`) checked whole, as ServeFromDisk's first read of it;
+  // `pieces` filled from it on the way. False when it is not whole.
+  bool CheckBlock(uint64_t index, int fd, const struct stat& st, const std::vector<Piece>& pieces,
+                  BlockCheck* check) const;
+  // Removes a block that is not whole (its write lock held): a damaged one with a warning
+  // naming the file, the object and what is wrong, one of another layout quietly.
+  void Discard(uint64_t index, const struct stat& st, const BlockCheck& check) const;
   // Fetches `blocks` (whose write locks `lock_fd` holds) from the base file, keeps them on
   // disk where they fit, fills their pieces and releases their locks.
   void Fetch(int lock_fd, std::span<const uint64_t> blocks, const PiecesByBlock& pieces,
@@ -69,7 +81,8 @@ class DiskCachedFile : public File {
   void MapWhole() const;
   // Serves the pieces of held blocks and removes them from `pieces`; true when none is left.
   bool ServeHeld(PiecesByBlock& pieces) const;
-  // Writes the fetched bytes to the reserved temporaries and renames them into place.
+  // Writes the fetched bytes and their trailers to the reserved temporaries, flushes them to
+  // the disk and renames them into place.
   void Publish(std::span<BlockTemp> temps, const std::vector<char*>& data) const;
 
   std::unique_ptr<File> base_;

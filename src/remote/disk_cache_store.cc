@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 
+#include "core/fd_io.h"
 #include "core/private_file.h"
 #include "core/text.h"
 #include "gpufeed/error.h"
@@ -40,7 +41,52 @@ void CheckDirFd(int fd, const std::string& path) {
   }
 }
 
-// The names in a folder, without "." and "..".
+// The block index a name in an object folder stands for, and whether it is a temporary.
+std::optional<uint64_t> BlockOfName(std::string_view name, bool* temp) {
+  const size_t dot = name.find('.');
+  *temp = dot != std::string_view::npos;
+  if (*temp && name.substr(dot, 5) != ".tmp.") return std::nullopt;
+  return ParseNumber<uint64_t>(name.substr(0, dot));
+}
+
+struct flock BlockLock(uint64_t index, short type) {
+  struct flock fl {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = static_cast<off_t>(index);
+  fl.l_len = 1;
+  return fl;
+}
+
+// The object's description, written whole or not at all: an unnamed file (O_TMPFILE) linked
+// in under its name once written, so a killed writer leaves nothing behind and two writers of
+// the same object (the same text) leave one. Where the file system cannot, there is none:
+// only `gpufeed cache verify --disk` reads it.
+void WriteObjectInfo(int object_fd, const ObjectInfo& info) {
+  const int fd = openat(object_fd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  const std::string text = EncodeObjectInfo(info);
+  if (WriteAll(fd, text.data(), text.size()) && fdatasync(fd) == 0) {
+    const std::string self = fmt::format("/proc/self/fd/{}", fd);
+    (void)linkat(AT_FDCWD, self.c_str(), object_fd, kObjectInfoName, AT_SYMLINK_FOLLOW);
+  }
+  close(fd);
+}
+
+// One block seen by the scan, a candidate for eviction.
+struct ScannedBlock {
+  int64_t mtime_ns = 0;
+  std::string key;
+  uint64_t index = 0;
+  uint64_t bytes = 0;
+};
+
+int64_t MtimeNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
 std::vector<std::string> ListNames(int dir_fd) {
   std::vector<std::string> names;
   const int fd = dup(dir_fd);
@@ -59,41 +105,10 @@ std::vector<std::string> ListNames(int dir_fd) {
   return names;
 }
 
-// The block index a name in an object folder stands for, and whether it is a temporary.
-std::optional<uint64_t> BlockOfName(std::string_view name, bool* temp) {
-  const size_t dot = name.find('.');
-  *temp = dot != std::string_view::npos;
-  if (*temp && name.substr(dot, 5) != ".tmp.") return std::nullopt;
-  return ParseNumber<uint64_t>(name.substr(0, dot));
-}
-
 bool IsObjectKey(std::string_view name) {
   return name.size() == 32 &&
          std::all_of(name.begin(), name.end(), [](char c) { return std::isxdigit(c) != 0; });
 }
-
-struct flock BlockLock(uint64_t index, short type) {
-  struct flock fl {};
-  fl.l_type = type;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = static_cast<off_t>(index);
-  fl.l_len = 1;
-  return fl;
-}
-
-// One block seen by the scan, a candidate for eviction.
-struct ScannedBlock {
-  int64_t mtime_ns = 0;
-  std::string key;
-  uint64_t index = 0;
-  uint64_t bytes = 0;
-};
-
-int64_t MtimeNs(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-}
-
-}  // namespace
 
 bool TryLockBlock(int fd, uint64_t index, short type, const std::string& path) {
   struct flock fl = BlockLock(index, type);
@@ -152,9 +167,11 @@ DiskCacheStore::~DiskCacheStore() {
   close(dir_fd_);
 }
 
-int DiskCacheStore::OpenObjectDir(const std::string& key) const {
+int DiskCacheStore::OpenObjectDir(const std::string& key, const ObjectInfo& info) const {
   const std::string path = dir_ + "/" + key;
-  if (mkdirat(dir_fd_, key.c_str(), 0700) != 0 && errno != EEXIST) {
+  if (mkdirat(dir_fd_, key.c_str(), 0700) == 0) {
+    fsync(dir_fd_);  // the new folder's name on disk before any block in it
+  } else if (errno != EEXIST) {
     ThrowIo("cannot make the folder", path, errno);
   }
   const int fd = openat(dir_fd_, key.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -162,6 +179,12 @@ int DiskCacheStore::OpenObjectDir(const std::string& key) const {
   CheckDirFd(fd, path);
   const int lock = OpenOwnedFileAt(fd, kLockName, O_RDWR | O_CREAT, path + "/" + kLockName);
   close(lock);
+  const int described = OpenOwnedFileAt(fd, kObjectInfoName, O_RDONLY, path + "/object");
+  if (described >= 0) {
+    close(described);
+  } else {
+    WriteObjectInfo(fd, info);
+  }
   return fd;
 }
 
@@ -250,7 +273,7 @@ uint64_t DiskCacheStore::ScanAndEvict(uint64_t need) const {
 
 bool DiskCacheStore::Reserve(int object_fd, std::span<BlockTemp> blocks) const {
   uint64_t need = 0;
-  for (const BlockTemp& b : blocks) need += b.length;
+  for (const BlockTemp& b : blocks) need += b.file_bytes();
   std::lock_guard<std::mutex> guard(usage_mu_);
   if (flock(usage_fd_, LOCK_EX) != 0) return false;
   std::optional<uint64_t> usage = ReadUsage();
@@ -267,7 +290,7 @@ bool DiskCacheStore::Reserve(int object_fd, std::span<BlockTemp> blocks) const {
       break;
     }
     ++made;
-    ok = ftruncate(b.fd, static_cast<off_t>(b.length)) == 0;
+    ok = ftruncate(b.fd, static_cast<off_t>(b.file_bytes())) == 0;
   }
   if (!ok) {
     for (size_t i = 0; i < made; ++i) {
@@ -290,13 +313,36 @@ void DiskCacheStore::Release(int object_fd, std::span<BlockTemp> blocks) const {
     close(b.fd);
     b.fd = -1;
     unlinkat(object_fd, b.temp_name.c_str(), 0);
-    freed += b.length;
+    freed += b.file_bytes();
   }
   if (!locked) return;  // the count stays high until the next scan
   if (const std::optional<uint64_t> usage = ReadUsage()) {
     WriteUsage(*usage - std::min(*usage, freed));
   }
   flock(usage_fd_, LOCK_UN);
+}
+
+bool DiskCacheStore::RemoveBlock(int object_fd, uint64_t index, uint64_t bytes) const {
+  std::lock_guard<std::mutex> guard(usage_mu_);
+  const bool locked = flock(usage_fd_, LOCK_EX) == 0;
+  const bool removed = unlinkat(object_fd, std::to_string(index).c_str(), 0) == 0;
+  if (!locked) return removed;  // the count stays high until the next scan
+  if (const std::optional<uint64_t> usage = ReadUsage(); usage && removed) {
+    WriteUsage(*usage - std::min(*usage, bytes));
+  }
+  flock(usage_fd_, LOCK_UN);
+  return removed;
+}
+
+bool DiskCacheStore::Verified(const std::string& block_path, ino_t inode) const {
+  std::lock_guard<std::mutex> lock(verified_mu_);
+  const auto it = verified_.find(block_path);
+  return it != verified_.end() && it->second == inode;
+}
+
+void DiskCacheStore::SetVerified(const std::string& block_path, ino_t inode) const {
+  std::lock_guard<std::mutex> lock(verified_mu_);
+  verified_[block_path] = inode;
 }
 
 uint64_t DiskCacheStore::CollectGarbage() const {
