@@ -98,7 +98,7 @@ def main():
         if not copies:
             print("no copy was published")
         for e in copies:
-            published = time.time() - e["age_seconds"]
+            published = time.time() - e["age_s"]
             print(f"published: {e['key']} {e['bytes'] / 1e6:.0f} MB, built "
                   f"{100 * e['built_share']:.0f} %, {published - last_end:+.2f} s from the end "
                   f"of process {a.processes} (negative: before it ended)")

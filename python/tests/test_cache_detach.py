@@ -180,7 +180,7 @@ def _start_detached_build(h5_file, root, env):
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        building = [e for e in _ls(root) if ".tmp-" in e["path"] and not e["half_built"]]
+        building = [e for e in _ls(root) if e["state"] == "building"]
         pids = _builders(root)
         if building and pids:
             return pids[0], building[0]["key"]
