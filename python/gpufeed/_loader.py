@@ -321,12 +321,13 @@ class Loader:
         copy) and "serving" (what the batches come from now: "none" is the source); once the
         fill has ended, "reason" says how, "built" whether this process built it, and "error"
         what failed (the loader raises it on its next batch). A copy complete when the loader
-        was made has "built_fraction" 1."""
+        was made has "built_fraction" 1 and "serving" its tier."""
         info = dict(self._cache_info)
         progress = self._impl.cache_progress()
         if progress is None:
             if info.get("tier") in ("shm", "device"):
                 info["built_fraction"] = 1.0
+                info["serving"] = info["tier"]
             return info
         info["built_fraction"] = progress["built_fraction"]
         info["serving"] = progress["serving"]
