@@ -212,3 +212,26 @@ def test_cache_rm_stops_a_live_detached_builder(h5_file, shm_root, env):
         time.sleep(0.1)
     assert pid not in _builders(shm_root)
     assert _ls(shm_root) == []
+
+
+SLOW_CHILD = textwrap.dedent("""
+    import sys, time
+    import gpufeed
+    loader = gpufeed.Loader(sys.argv[1], fields=["x", "y"], batch_size=256, device="cpu",
+                            cache=gpufeed.Cache("shm", shm_dir=sys.argv[2]))
+    for i, batch in enumerate(loader):
+        if i == 0:
+            print(loader.cache_info["key"], flush=True)
+        time.sleep(0.2)
+""")
+
+
+def test_ctrl_c_in_the_users_process_does_not_cancel_the_nodes_copy(h5_file, shm_root, env):
+    child = subprocess.Popen([sys.executable, "-c", SLOW_CHILD, h5_file, shm_root], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    key = child.stdout.readline().strip()
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err
+    published = _published(shm_root, timeout=90)
+    assert [e["key"] for e in published] == [key]

@@ -1,6 +1,6 @@
 // Handing an unfinished shared-memory build to a process of its own: a loader that stops its
 // build (closed, or its process exiting) starts `gpufeed cache build` of the same source,
-// detached from it (its own session, nice 19, stdin and stdout on /dev/null, stderr appended
+// detached from it (setsid, nice 19, stdin and stdout on /dev/null, stderr appended
 // to ~/.cache/gpufeed/cache-build.log), which takes the key's build lock once the loader has
 // released it, then builds and publishes the same key for every process of the node. The
 // flock still makes it the only builder; a reader still maps only a published file.

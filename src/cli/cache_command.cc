@@ -238,7 +238,7 @@ int RunVerify(const CacheArgs& a) {
   return bad == 0 ? 0 : ExitCodeFor(ErrorCode::kCorruptData);
 }
 
-// build --detach: the command goes on in a child of its own session at nice 19, and the
+// build --detach: the command goes on in a child started with setsid at nice 19, and the
 // first process exits at once (whoever started it reaps it and goes on). Before any thread
 // starts, so the fork copies one thread.
 void Detach() {
@@ -375,7 +375,7 @@ void RegisterCacheCommand(CLI::App& app) {
                     "Build only when the data set opens as this cache key (a build a loader "
                     "hands over)");
   build->add_flag("--detach", args->detach,
-                  "Go on in the background: its own session, nice 19; this command returns at "
+                  "Go on in the background: setsid, nice 19; this command returns at "
                   "once (a loader closed during its build hands it over this way)");
   Run(build, RunBuild, args);
 }
