@@ -87,8 +87,7 @@ DetachedBuild HandOverOf(const CacheOptions& options, int threads) {
 
 // Called with the build lock released, after this process stopped building `key`: hands the
 // build to a detached `gpufeed cache build`, or says once why it stays unfinished.
-void HandOver(DetachedBuild build, const std::string& key, const std::string& path,
-              bool verbose) {
+void HandOver(DetachedBuild build, const std::string& key, const std::string& path, bool verbose) {
   if (build.source_path.empty()) return;
   build.key = key;
   const std::string why = SpawnDetachedBuild(build);

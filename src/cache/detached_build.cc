@@ -128,12 +128,12 @@ std::optional<std::string> FindCliBinary(const std::string& given) {
 
 std::vector<std::string> DetachedBuildArgs(const DetachedBuild& build, std::string* password) {
   std::string secret;
-  const std::string path =
-      IsDatabaseUri(build.source_path) ? WithoutPassword(build.source_path, &secret)
-                                       : build.source_path;
+  const std::string path = IsDatabaseUri(build.source_path)
+                               ? WithoutPassword(build.source_path, &secret)
+                               : build.source_path;
   if (password != nullptr) *password = secret;
-  std::vector<std::string> args = {"gpufeed", "cache", "build", path, "--key", build.key,
-                                   "--detach", "--dir", build.shm_dir};
+  std::vector<std::string> args = {"gpufeed", "cache",    "build", path,         "--key",
+                                   build.key, "--detach", "--dir", build.shm_dir};
   if (!build.fields.empty()) {
     std::string joined;
     for (const auto& f : build.fields) joined += (joined.empty() ? "" : ",") + f;
@@ -184,9 +184,10 @@ std::string SpawnDetachedBuild(const DetachedBuild& build) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return fmt::format("{} cache build --detach exited with status {} (see "
-                       "~/.cache/gpufeed/cache-build.log)",
-                       *binary, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    return fmt::format(
+        "{} cache build --detach exited with status {} (see "
+        "~/.cache/gpufeed/cache-build.log)",
+        *binary, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   }
   return {};
 }

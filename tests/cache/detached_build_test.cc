@@ -81,8 +81,9 @@ TEST(DetachedBuildTest, WithDetachOffNothingIsPublished) {
 }
 
 TEST(DetachedBuildTest, TheCommandLineCarriesNoPassword) {
-  DetachedBuild build{.source_path = "postgresql://ann:s%40cret@db.example/train?table=t&"
-                                     "password=other&key=id",
+  DetachedBuild build{.source_path =
+                          "postgresql://ann:s%40cret@db.example/train?table=t&"
+                          "password=other&key=id",
                       .fields = {"x", "y"},
                       .key = "0123456789abcdef",
                       .shm_dir = "/dev/shm"};
@@ -92,14 +93,14 @@ TEST(DetachedBuildTest, TheCommandLineCarriesNoPassword) {
   for (const auto& a : args) EXPECT_EQ(a.find("cret"), std::string::npos) << a;
   for (const auto& a : args) EXPECT_EQ(a.find("other"), std::string::npos) << a;
   EXPECT_EQ(args[3], "postgresql://ann@db.example/train?table=t&key=id");
-  EXPECT_EQ(args, (std::vector<std::string>{
-                      "gpufeed", "cache", "build", args[3], "--key", "0123456789abcdef",
-                      "--detach", "--dir", "/dev/shm", "--fields", "x,y"}));
+  EXPECT_EQ(args, (std::vector<std::string>{"gpufeed", "cache", "build", args[3], "--key",
+                                            "0123456789abcdef", "--detach", "--dir", "/dev/shm",
+                                            "--fields", "x,y"}));
 }
 
 TEST(DetachedBuildTest, AMissingCliIsSaidNotThrown) {
-  DetachedBuild build{.cli_binary = "/nonexistent/gpufeed", .source_path = "/data/x.h5",
-                      .key = "0123456789abcdef"};
+  DetachedBuild build{
+      .cli_binary = "/nonexistent/gpufeed", .source_path = "/data/x.h5", .key = "0123456789abcdef"};
   EXPECT_NE(SpawnDetachedBuild(build).find("not an executable"), std::string::npos);
 }
 
