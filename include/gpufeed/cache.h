@@ -117,6 +117,21 @@ struct CacheOptions {
   // reads once it is complete (CacheInfo::progress tells how far it is). False: OpenCached
   // makes the copy before it returns (`gpufeed cache build`, benchmarks of the cached tier).
   bool background = true;
+  // Default: true: an shm build this process started and stops before it is published (the
+  // loader closed, the process exiting, Ctrl-C) is handed to a detached, nice 19
+  // `gpufeed cache build` of the same source, which takes the build lock once this process
+  // has released it, builds the same key and publishes it for the node. Only when
+  // `source_path` says how to open the source again and the CLI is found (`cli_binary`).
+  // False: every build stays in this process and stops with it.
+  bool detach = true;
+  // Default: empty = the source cannot be opened by another process (arrays in memory): a
+  // stopped build is not handed over. Else what OpenPath opens: a NumPy folder, an HDF5 file,
+  // an s3:// or http(s):// object or folder, a database URI; and `source_fields` its fields
+  // (empty: all). The detached build refuses to build unless its key equals this process's.
+  std::string source_path = {};
+  std::vector<std::string> source_fields = {};
+  // Default: empty = $GPUFEED_BIN, else `gpufeed` beside this executable, else on $PATH.
+  std::string cli_binary = {};
 };
 
 // A copy being made in the background (CacheInfo::progress): how far it is and what happened.

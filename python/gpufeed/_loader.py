@@ -169,7 +169,8 @@ class Loader:
                 nobody built, a RAM preload) is made in the background at low priority: the
                 loader streams from the source until it is complete, then reads from it;
                 cache_info["built_fraction"] tells how far it is. Or gpufeed.Cache(tier="auto",
-                preload=None, shm_dir=None, shm_group=None, chunk_cache=None, background=None):
+                preload=None, shm_dir=None, shm_group=None, chunk_cache=None, background=None,
+                detach=None):
                   tier:        one of the names above.
                   preload:     with tier "ram": read the whole data set, in parallel.
                   shm_dir:     where tier "shm" keeps its file (default /dev/shm).
@@ -182,6 +183,7 @@ class Loader:
                                (0 keeps none; None: the decoded data set's size, within 1/16
                                of the available RAM and 16 MiB to 1 GiB).
                   background:  False: make the copy in the constructor instead.
+                  detach:      False: an shm build stops with this process (gpufeed.Cache).
     groups:     gpufeed.Groups(group=None, offsets=None, fields=None, pack_window=None):
                 grouped data (the segments of one recording), delivered as packed batches of
                 whole groups. group= names a per-row integer field (rows of a group need not
@@ -290,6 +292,7 @@ class Loader:
                                                     len(self._source))
             given["groups"] = self._group_table
             self.group_fields = _groups.group_fields(self._group_table)
+        given.update(_sources.rebuild_description(source, fields, dtype))
         options = _gpufeed._LoaderOptions(**given)
         self._impl = _gpufeed._Loader(self._source, options)
         self._cache_info = json.loads(self._impl.cache_json)
@@ -318,12 +321,13 @@ class Loader:
         copy) and "serving" (what the batches come from now: "none" is the source); once the
         fill has ended, "reason" says how, "built" whether this process built it, and "error"
         what failed (the loader raises it on its next batch). A copy complete when the loader
-        was made has "built_fraction" 1."""
+        was made has "built_fraction" 1 and "serving" its tier."""
         info = dict(self._cache_info)
         progress = self._impl.cache_progress()
         if progress is None:
             if info.get("tier") in ("shm", "device"):
                 info["built_fraction"] = 1.0
+                info["serving"] = info["tier"]
             return info
         info["built_fraction"] = progress["built_fraction"]
         info["serving"] = progress["serving"]

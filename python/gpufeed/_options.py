@@ -29,6 +29,11 @@ class Cache:
                  it reads from the copy once the copy is complete.
                  loader.cache_info["built_fraction"] tells how far it is. False: the
                  constructor makes the copy before it returns.
+    detach:      True (default): an shm build this process started and stops unfinished (the
+                 loader closed, the process exiting, Ctrl-C) goes on in a detached, nice 19
+                 `gpufeed cache build` that publishes it for the node, when the source is a
+                 path or URI another process can open (not arrays in memory). False: every
+                 build stays in this process and stops with it.
     shm_dir:     where tier "shm" keeps its file (default /dev/shm).
     shm_group:   share tier "shm" files with the members of this group (a name or gid you
                  belong to) instead of keeping them your own; members trust each other's
@@ -53,6 +58,7 @@ class Cache:
     disk_dir: Optional[Union[str, os.PathLike]] = None
     disk_budget: Optional[int] = None
     background: Optional[bool] = None
+    detach: Optional[bool] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +203,7 @@ def translate(shuffle, cache, groups, trace, autotune, held):
     if isinstance(cache, Cache):
         _set(given, (("cache", cache.tier, _str), ("preload", cache.preload, _bool),
                      ("background", cache.background, _bool),
+                     ("detach", cache.detach, _bool),
                      ("shm_dir", cache.shm_dir, _str), ("shm_group", cache.shm_group, _str)))
         chunk_cache = cache.chunk_cache
     else:

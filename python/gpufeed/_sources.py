@@ -304,3 +304,24 @@ def as_source(source, fields, chunk_cache=None, dtype=None):
         "source must be a path (NumPy folder or HDF5 file), a database URI (sqlite:///..., "
         "postgresql://...), a list of HDF5 files, a dict of arrays or tensors, or a "
         f"gpufeed.Source; got {type(source).__name__}")
+
+
+def rebuild_description(source, fields, dtype):
+    """How another process opens `source` again (gpufeed/cache.h, CacheOptions::source_path):
+    what a detached `gpufeed cache build` takes over a build this loader stops. Nothing for
+    arrays in memory, open sources, lists of files, or fields made of several (dicts, dtype)."""
+    if not isinstance(source, (str, bytes, os.PathLike)) or dtype is not None:
+        return {}
+    if fields is not None and not (isinstance(fields, (list, tuple)) and
+                                   all(isinstance(f, str) for f in fields)):
+        return {}
+    path = os.fsdecode(source)
+    if "://" not in path and not path.startswith(("sqlite:", "postgresql:", "postgres:")):
+        path = os.path.abspath(path)  # the builder's log names it whole
+    given = {"source_path": path, "source_fields": list(fields or [])}
+    from gpufeed import _cli
+
+    binary = _cli.binary()
+    if os.access(binary, os.X_OK):
+        given["cli_binary"] = binary
+    return given

@@ -102,6 +102,20 @@ void BindLoaderOptions(py::module_& m) {
   c.def_property(
       "background", [](const CachedLoaderOptions& o) { return o.cache.background; },
       [](CachedLoaderOptions& o, bool background) { o.cache.background = background; });
+  c.def_property(
+      "detach", [](const CachedLoaderOptions& o) { return o.cache.detach; },
+      [](CachedLoaderOptions& o, bool detach) { o.cache.detach = detach; });
+  c.def_property(
+      "source_path", [](const CachedLoaderOptions& o) { return o.cache.source_path; },
+      [](CachedLoaderOptions& o, const std::string& path) { o.cache.source_path = path; });
+  c.def_property(
+      "source_fields", [](const CachedLoaderOptions& o) { return o.cache.source_fields; },
+      [](CachedLoaderOptions& o, const std::vector<std::string>& fields) {
+        o.cache.source_fields = fields;
+      });
+  c.def_property(
+      "cli_binary", [](const CachedLoaderOptions& o) { return o.cache.cli_binary; },
+      [](CachedLoaderOptions& o, const std::string& path) { o.cache.cli_binary = path; });
 }
 
 std::string CacheJson(const CacheInfo& info) {

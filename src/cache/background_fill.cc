@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "cache/background_cache.h"
+#include "cache/detached_build.h"
 #include "cache/gather_probe.h"
 #include "cache/ram_cache.h"
 #include "cache/shm_open.h"
@@ -70,15 +71,59 @@ class WaitReport {
   std::chrono::steady_clock::time_point last_;
 };
 
-// Builds (or waits for and maps) the shm cache of `base`, reporting to `p`.
+// The detached build that finishes what a stopped fill of `options`' cache started; an empty
+// source_path when the build stays in this process (CacheOptions::detach, source_path).
+DetachedBuild HandOverOf(const CacheOptions& options, int threads) {
+  DetachedBuild build;
+  if (!options.detach) return build;
+  build.cli_binary = options.cli_binary;
+  build.source_path = options.source_path;
+  build.fields = options.source_fields;
+  build.shm_dir = options.shm_dir;
+  build.shm_group = options.shm_group;
+  build.threads = threads;
+  return build;
+}
+
+// Called with the build lock released, after this process stopped building `key`: hands the
+// build to a detached `gpufeed cache build`, or says once why it stays unfinished.
+void HandOver(DetachedBuild build, const std::string& key, const std::string& path, bool verbose) {
+  if (build.source_path.empty()) return;
+  build.key = key;
+  const std::string why = SpawnDetachedBuild(build);
+  if (!verbose) return;
+  if (why.empty()) {
+    Log(LogLevel::kInfo, fmt::format("cache: the build of {} goes on in a detached `gpufeed "
+                                     "cache build` (nice 19), which publishes it",
+                                     path));
+  } else {
+    Log(LogLevel::kInfo,
+        fmt::format("cache: the build of {} stopped and nothing was published: {}", path, why));
+  }
+}
+
+// Builds (or waits for and maps) the shm cache of `base`, reporting to `p`. A build this
+// process stops (the loader closed) is handed over as `hand_over` says.
 BackgroundCachedSource::Filled FillShm(const std::shared_ptr<Source>& base, ShmOpenOptions open,
                                        const std::string& chosen, const std::string& folder,
                                        const std::string& key, const std::string& path,
-                                       CacheProgress& p) {
+                                       const DetachedBuild& hand_over, CacheProgress& p) {
   WaitReport waiting(p, folder, key, path);
+  bool building = false;  // this process holds the build lock and writes the file
   open.on_progress = [&p](double share) { p.SetFraction(std::min(0.99, share)); };
   open.while_waiting = [&waiting] { waiting(); };
-  ShmOpenResult shm = OpenShmCache(base, open);
+  open.on_build_start = [&building] { building = true; };
+  ShmOpenResult shm;
+  try {
+    shm = OpenShmCache(base, open);
+  } catch (const Error& e) {
+    // OpenShmCache has released the lock and removed its tmp file: the detached builder
+    // takes the lock at once. A wait for another builder is not handed over: that one builds.
+    if (e.code() == ErrorCode::kCancelled && building) {
+      HandOver(hand_over, key, path, open.verbose);
+    }
+    throw;
+  }
   if (shm.source == nullptr) {
     return {nullptr, CacheTier::kNone,
             fmt::format("the shared-memory cache could not be built: {}; reading from the "
@@ -127,9 +172,9 @@ std::shared_ptr<Source> StartShmFill(std::shared_ptr<Source> base, const CacheOp
   info.reason = fmt::format("{}; {}", chosen, kStreaming);
   auto progress = NewProgress(base->cache_tier(), info);
   const ShmOpenOptions open = ShmOpenOf(options, group, threads);
-  auto fill = [base, open, chosen, folder_path = folder->path(), key = info.key,
-               path = info.path](CacheProgress& p) {
-    return FillShm(base, open, chosen, folder_path, key, path, p);
+  auto fill = [base, open, chosen, folder_path = folder->path(), key = info.key, path = info.path,
+               hand_over = HandOverOf(options, threads)](CacheProgress& p) {
+    return FillShm(base, open, chosen, folder_path, key, path, hand_over, p);
   };
   return std::make_shared<BackgroundCachedSource>(std::move(base), std::move(fill),
                                                   std::move(progress), options.verbose);
@@ -162,7 +207,8 @@ std::shared_ptr<Source> StartAutoFill(std::shared_ptr<Source> base, const CacheO
   auto progress = NewProgress(base->cache_tier(), info);
   const ShmOpenOptions open = ShmOpenOf(options, group, threads);
   auto fill = [base, open, in, folder_path = folder->path(), preload = options.preload,
-               verbose = options.verbose, threads](CacheProgress& p) mutable {
+               verbose = options.verbose, threads,
+               hand_over = HandOverOf(options, threads)](CacheProgress& p) mutable {
     in.measured = ProbeGatherRates(*base);
     const TierChoice choice = ChooseTier(in);
     if (verbose)
@@ -172,7 +218,7 @@ std::shared_ptr<Source> StartAutoFill(std::shared_ptr<Source> base, const CacheO
       const std::string key = CacheKey(*base);
       const std::string path = folder_path + "/gpufeed-" + key;
       p.SetReason(fmt::format("{}; {}", choice.reason, kStreaming));
-      return FillShm(base, open, choice.reason, folder_path, key, path, p);
+      return FillShm(base, open, choice.reason, folder_path, key, path, hand_over, p);
     }
     if (choice.tier == CacheTier::kRam) {
       p.SetReason(fmt::format("{}; {}", choice.reason, kStreaming));

@@ -223,10 +223,10 @@ bool RemoveShmCache(const std::string& key, const std::string& root, const std::
   if (!user_dir) return false;
   const std::string lock = user_dir->PathOf(fmt::format("gpufeed-{}.lock", key));
   const bool no_builder = NoBuilder(*user_dir, fmt::format("gpufeed-{}.lock", key));
+  // A build in progress goes too: its builder sees its file unlinked within a few MB and
+  // stops without publishing (a detached `gpufeed cache build` then exits).
   for (const auto& e : ListShmCaches(root, group)) {
-    if (e.key != key || (!e.half_built && !e.valid && e.path.find(".tmp-") != std::string::npos)) {
-      continue;  // another key, or a build in progress
-    }
+    if (e.key != key) continue;
     removed |= fs::remove(e.path, ec);
   }
   // The lock file goes only when no builder holds it: removing a held lock would let a new

@@ -190,9 +190,10 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   std::optional<gid_t> group;
   if (!options.shm_group.empty()) group = ResolveShmGroup(options.shm_group);
   TierInputs in = GatherTierInputs(*source, options);
-  // Under "auto", a published cache serves at once: no probe, no build, no wait for a lock.
+  // Under "auto" and "shm", a published cache serves at once: no probe, no build, no wait
+  // for a lock, and the first batch already reads the copy.
   std::shared_ptr<Source> published;
-  if (options.tier == CacheTier::kAuto && in.shareable) {
+  if ((options.tier == CacheTier::kAuto || options.tier == CacheTier::kShm) && in.shareable) {
     published = OpenPublishedShmCache(source, options.shm_dir, group);
     in.shm_published = published != nullptr;
   }

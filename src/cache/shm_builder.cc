@@ -49,6 +49,12 @@ class FileWriter {
     }
     return PwriteAll(fd_, data, n, offset) ? 0 : errno;
   }
+  // Whether the file has been unlinked (`gpufeed cache rm KEY` removes a build in progress):
+  // the build stops rather than finish a file it can no longer publish.
+  bool Unlinked() const {
+    struct stat st {};
+    return fstat(fd_, &st) == 0 && st.st_nlink == 0;
+  }
 
  private:
   int fd_;
@@ -63,7 +69,14 @@ ShmBuildResult Fail(ShmBuildStatus status, std::string message) {
   return r;
 }
 
+// WriteSamples' result when the file was removed under the build (not an errno).
+constexpr int kUnlinked = -1;
+
 ShmBuildResult FailErrno(int err, const std::string& what, const std::string& path) {
+  if (err == kUnlinked) {
+    return Fail(ShmBuildStatus::kRemoved,
+                fmt::format("{} was removed while it was built (gpufeed cache rm)", path));
+  }
   return Fail(
       err == ENOSPC || err == EDQUOT ? ShmBuildStatus::kNoSpace : ShmBuildStatus::kWriteFailed,
       fmt::format("{} {}: {}", what, path, std::strerror(err)));
@@ -92,6 +105,11 @@ int WriteSamples(const Source& base, const ShmLayout& layout, FileWriter& writer
   pool.ParallelFor(tasks, [&](int64_t task, int thread) {
     if (first_errno.load(std::memory_order_relaxed) != 0) return;
     ThrowIfCancelled(what);
+    if (writer.Unlinked()) {
+      int expected = 0;
+      first_errno.compare_exchange_strong(expected, kUnlinked);
+      return;
+    }
     const int64_t begin = task * chunk;
     const int64_t rows = std::min(chunk, layout.samples - begin);
     if (!states[thread]) states[thread] = base.NewWorkerState();

@@ -35,6 +35,7 @@ enum class ShmBuildStatus {
   kPublished,    // the file is at its final path; fd is open on it
   kNoSpace,      // the folder has no room (statvfs said so, or a write failed with ENOSPC)
   kWriteFailed,  // another OS error while writing; message says which
+  kRemoved,      // the tmp file was removed while it was built (`gpufeed cache rm KEY`)
 };
 
 struct ShmBuildResult {

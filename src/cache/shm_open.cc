@@ -224,6 +224,7 @@ ShmOpenResult OpenShmCache(std::shared_ptr<Source> base, const ShmOpenOptions& o
                         .verbose = options.verbose,
                         .faults = options.faults,
                         .on_progress = options.on_progress};
+  if (options.on_build_start) options.on_build_start();
   ShmBuildResult built = BuildShmFile(*base, *dir, tmp, name, build);
   if (built.status != ShmBuildStatus::kPublished) {
     result.failure = built.message;

@@ -42,6 +42,8 @@ struct ShmOpenOptions {
   std::function<void(double)> on_progress = {};
   // Default: none. Else called every 50 ms while another process holds the build lock.
   std::function<void()> while_waiting = {};
+  // Default: none. Else called once this call holds the build lock and starts building.
+  std::function<void()> on_build_start = {};
 };
 
 struct ShmOpenResult {

@@ -97,6 +97,10 @@ TierChoice ChooseTier(const TierInputs& in) {
                   "cache tier 'shm': this source (arrays in this process's memory) has no "
                   "identity another process could share; use 'ram' or 'none'");
     }
+    if (in.requested == CacheTier::kShm && in.shm_published) {
+      return {in.requested,
+              ram_why + "; its shared-memory cache is already built: mapped as it is"};
+    }
     return {in.requested, ram_why};
   }
   std::string prefix;

@@ -1,7 +1,12 @@
 #include "cli/cache_command.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -30,6 +35,8 @@ struct CacheArgs {
   int threads = 0;
   std::string source;      // rm --source
   bool force = false;      // rm: held caches too
+  std::string key;         // build --key: the key the build must have
+  bool detach = false;     // build --detach
   std::string older_than;  // gc --older-than
   uint64_t max_bytes = 0;  // gc --max-bytes
   bool disk = false;       // verify --disk
@@ -310,10 +317,43 @@ int RunVerify(const CacheArgs& a) {
   return bad == 0 ? 0 : ExitCodeFor(ErrorCode::kCorruptData);
 }
 
+// build --detach: the command goes on in a child started with setsid at nice 19, and the
+// first process exits at once (whoever started it reaps it and goes on). Before any thread
+// starts, so the fork copies one thread.
+void Detach() {
+  const pid_t child = fork();
+  if (child < 0) {
+    throw Error(ErrorCode::kIo, fmt::format("cannot fork: {}", std::strerror(errno)));
+  }
+  if (child > 0) _exit(0);
+  setsid();
+  setpriority(PRIO_PROCESS, 0, 19);
+}
+
+// Stamps stderr lines of a detached build, which go to a log shared by all of them.
+void SayDetached(const std::string& what) {
+  const std::time_t now = std::time(nullptr);
+  char when[32] = {};
+  std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  fmt::print(stderr, "{} gpufeed cache build (pid {}): {}\n", when, getpid(), what);
+}
+
 int RunBuild(const CacheArgs& a) {
+  if (a.detach) {
+    Detach();
+    SayDetached(fmt::format("building {} for the node", a.key.empty() ? a.path : a.key));
+  }
   CacheInfo info;
   SigintCancels sigint;  // Ctrl-C stops the build: its half-written file is removed
-  OpenCached(OpenPath(a.path, a.fields),
+  std::shared_ptr<Source> source = OpenPath(a.path, a.fields);
+  // A build handed over by a loader must be the loader's copy: another key (the loader
+  // opened the source another way) would build a copy nobody asked for.
+  if (!a.key.empty() && CacheKey(*source) != a.key) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} opens as cache key {}, not {} as --key says; nothing built",
+                            source->Describe(), CacheKey(*source), a.key));
+  }
+  OpenCached(std::move(source),
              {.tier = CacheTier::kShm,
               .shm_dir = a.dir,
               .shm_group = a.group,
@@ -325,6 +365,10 @@ int RunBuild(const CacheArgs& a) {
   if (info.tier != CacheTier::kShm) return ExitCodeFor(ErrorCode::kIo);
   fmt::print("{} {} in {:.2f} s: {}\n", info.built ? "built" : "found", info.key, info.open_seconds,
              info.path);
+  if (a.detach) {
+    SayDetached(fmt::format("{} {} in {:.2f} s", info.built ? "published" : "found", info.key,
+                            info.open_seconds));
+  }
   return 0;
 }
 
@@ -422,6 +466,12 @@ void RegisterCacheCommand(CLI::App& app) {
                    "all)")
       ->delimiter(',');
   build->add_option("--threads", args->threads, "Build threads (default: hardware threads)");
+  build->add_option("--key", args->key,
+                    "Build only when the data set opens as this cache key (a build a loader "
+                    "hands over)");
+  build->add_flag("--detach", args->detach,
+                  "Go on in the background: setsid, nice 19; this command returns at "
+                  "once (a loader closed during its build hands it over this way)");
   Run(build, RunBuild, args);
 }
 
