@@ -13,30 +13,18 @@
 #include "remote/http_test_server.h"
 #include "remote/missing_path.h"
 #include "remote/s3_fixture.h"
+#include "remote/s3_suite.h"
 #include "remote/store_answer.h"
 
 namespace gpufeed {
 namespace {
 
+using testing::Catch;
+using testing::Caught;
 using ::testing::HasSubstr;
 using testing::HttpTestServer;
 using testing::S3Fixture;
-
-struct Caught {
-  ErrorCode code = ErrorCode::kCancelled;
-  std::string message;
-};
-
-template <typename F>
-Caught Catch(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return {e.code(), e.what()};
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return {};
-}
+using testing::S3Suite;
 
 // "request id R, host id H": the ids the proxy gave its answer.
 std::string Ids(const nlohmann::json& answer) {
@@ -44,29 +32,14 @@ std::string Ids(const nlohmann::json& answer) {
          answer.at("host_id").get<std::string>();
 }
 
-class RemoteErrors : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!S3Fixture::UnavailableReason().empty()) return;
-    s3_ = new S3Fixture({"--bucket", "data"});
-    setenv("AWS_ACCESS_KEY_ID", s3_->access_key().c_str(), 1);
-    setenv("AWS_SECRET_ACCESS_KEY", s3_->secret_key().c_str(), 1);
-    unsetenv("AWS_SESSION_TOKEN");
-    unsetenv("AWS_PROFILE");
-    s3_->Put("data", "train/a.bin", "a");
-    s3_->CreateBucket("empty-bucket");
-  }
-  static void TearDownTestSuite() {
-    delete s3_;
-    s3_ = nullptr;
-  }
-  void SetUp() override {
-    if (const std::string why = S3Fixture::UnavailableReason(); !why.empty()) {
-      GTEST_SKIP() << why;
-    }
-    s3_->ResetProxy();
+class RemoteErrors : public S3Suite<RemoteErrors> {
+ public:
+  static void Seed(S3Fixture& s3) {
+    s3.Put("data", "train/a.bin", "a");
+    s3.CreateBucket("empty-bucket");
   }
 
+ protected:
   static std::shared_ptr<RemoteFileSystem> Fs() {
     RemoteOptions o;
     o.endpoint = s3_->endpoint();
@@ -85,8 +58,6 @@ class RemoteErrors : public ::testing::Test {
     ADD_FAILURE() << "no " << method << " " << path << " in " << answers.dump();
     return {{"request_id", "?"}, {"host_id", "?"}};
   }
-
-  static inline S3Fixture* s3_ = nullptr;
 };
 
 TEST_F(RemoteErrors, AMissingKeyQuotesTheHeadAndTheListingThatProveTheBucketThere) {

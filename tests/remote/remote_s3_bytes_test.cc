@@ -3,19 +3,20 @@
 // page cache holds and one it does not. Against s3rver behind the fault proxy.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "gpufeed/file.h"
 #include "gpufeed/remote.h"
 #include "remote/http_test_server.h"
 #include "remote/s3_fixture.h"
+#include "remote/s3_suite.h"
 
 namespace gpufeed {
 namespace {
 
 using testing::RandomBytes;
 using testing::S3Fixture;
+using testing::S3Suite;
 
 // The first offset where `got` and `want` differ, or npos: a mismatch prints where, not both
 // strings whole.
@@ -27,38 +28,14 @@ size_t FirstDifference(const std::string& got, const std::string& want) {
   return std::string::npos;
 }
 
-class RemoteS3Bytes : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!S3Fixture::UnavailableReason().empty()) return;
-    s3_ = new S3Fixture({"--bucket", "data"});
-    setenv("AWS_ACCESS_KEY_ID", s3_->access_key().c_str(), 1);
-    setenv("AWS_SECRET_ACCESS_KEY", s3_->secret_key().c_str(), 1);
-    unsetenv("AWS_SESSION_TOKEN");
-    unsetenv("AWS_PROFILE");
+class RemoteS3Bytes : public S3Suite<RemoteS3Bytes> {
+ public:
+  static void Seed(S3Fixture& s3) {
     object_ = RandomBytes(1 << 20, 3);
-    s3_->Put("data", "big.bin", object_);
-  }
-  static void TearDownTestSuite() {
-    delete s3_;
-    s3_ = nullptr;
-  }
-  void SetUp() override {
-    if (const std::string why = S3Fixture::UnavailableReason(); !why.empty()) {
-      GTEST_SKIP() << why;
-    }
-    s3_->ResetProxy();
-  }
-  static RemoteOptions Options() {
-    RemoteOptions o;
-    o.endpoint = s3_->endpoint();
-    o.region = s3_->region();
-    o.max_attempts = 4;
-    o.retry_budget_s = 20;
-    return o;
+    s3.Put("data", "big.bin", object_);
   }
 
-  static inline S3Fixture* s3_ = nullptr;
+ protected:
   static inline std::string object_;
 };
 

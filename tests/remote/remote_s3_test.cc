@@ -15,72 +15,33 @@
 #include "gpufeed/remote.h"
 #include "remote/http_test_server.h"
 #include "remote/s3_fixture.h"
+#include "remote/s3_suite.h"
 
 namespace gpufeed {
 namespace {
 
+using testing::Catch;
+using testing::Caught;
 using testing::RandomBytes;
 using testing::S3Fixture;
-
-struct Caught {
-  ErrorCode code = ErrorCode::kCancelled;
-  std::string message;
-};
-
-template <typename F>
-Caught Catch(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return {e.code(), e.what()};
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return {};
-}
+using testing::S3Suite;
 
 int64_t Count(const nlohmann::json& counts, const char* group, const char* key) {
   const auto& g = counts[group];
   return g.contains(key) ? g[key].get<int64_t>() : 0;
 }
 
-class RemoteS3 : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!S3Fixture::UnavailableReason().empty()) return;
-    s3_ = new S3Fixture({"--bucket", "data"});
-    setenv("AWS_ACCESS_KEY_ID", s3_->access_key().c_str(), 1);
-    setenv("AWS_SECRET_ACCESS_KEY", s3_->secret_key().c_str(), 1);
-    unsetenv("AWS_SESSION_TOKEN");
-    unsetenv("AWS_PROFILE");
+class RemoteS3 : public S3Suite<RemoteS3> {
+ public:
+  static void Seed(S3Fixture& s3) {
     object_ = RandomBytes(1 << 20, 1);
-    s3_->Put("data", "train/big.bin", object_);
-    s3_->Put("data", "train/a b+c.bin", "small object");
-    s3_->Put("data", "train/sub/c.bin", "c");
-    s3_->Put("data", "other/x.bin", "x");
-  }
-  static void TearDownTestSuite() {
-    delete s3_;
-    s3_ = nullptr;
-  }
-  void SetUp() override {
-    if (const std::string why = S3Fixture::UnavailableReason(); !why.empty()) {
-      GTEST_SKIP() << why;
-    }
-    s3_->ResetProxy();
+    s3.Put("data", "train/big.bin", object_);
+    s3.Put("data", "train/a b+c.bin", "small object");
+    s3.Put("data", "train/sub/c.bin", "c");
+    s3.Put("data", "other/x.bin", "x");
   }
 
-  static RemoteOptions Options() {
-    RemoteOptions o;
-    o.endpoint = s3_->endpoint();
-    o.region = s3_->region();
-    o.max_attempts = 4;
-    o.retry_budget_s = 20;
-    o.connect_timeout_s = 5;
-    o.read_timeout_s = 10;
-    return o;
-  }
-
-  static inline S3Fixture* s3_ = nullptr;
+ protected:
   static inline std::string object_;
 };
 
