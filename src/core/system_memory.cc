@@ -40,25 +40,18 @@ std::optional<AddressSpace> AddressSpaceLimit() {
   AddressSpace space;
   space.limit = static_cast<uint64_t>(limit.rlim_cur);
   std::string status;
-  if (!ReadTextFile("/proc/self/status", &status)) return space;
-  // "VmSize:\t  644140 kB"
-  const size_t at = status.find("VmSize:");
-  if (at == std::string::npos) return space;
-  const size_t end = status.find('\n', at);
-  std::string_view line = std::string_view(status).substr(at + 7, end - at - 7);
-  line = Trim(line);
-  if (line.ends_with("kB")) line = Trim(line.substr(0, line.size() - 2));
-  if (const std::optional<uint64_t> kib = ParseNumber<uint64_t>(line)) space.used = *kib * 1024;
+  if (ReadTextFile("/proc/self/status", &status)) {
+    space.used = ParseKeyedValue(status, "VmSize").value_or(0);
+  }
   return space;
 }
 
-uint64_t AllocatableBytes() {
-  uint64_t bytes = AvailableRamBytes();
-  if (const std::optional<AddressSpace> space = AddressSpaceLimit()) {
-    bytes = bytes == 0 ? space->left() : std::min(bytes, space->left());
-  }
-  return bytes;
+uint64_t AllocatableBytes(uint64_t available_ram, const std::optional<AddressSpace>& space) {
+  if (!space) return available_ram;
+  return available_ram == 0 ? space->left() : std::min(available_ram, space->left());
 }
+
+uint64_t AllocatableBytes() { return AllocatableBytes(AvailableRamBytes(), AddressSpaceLimit()); }
 
 uint64_t RamBudgetBytes(uint64_t available) {
   return static_cast<uint64_t>(kRamBudgetShare * static_cast<double>(available));

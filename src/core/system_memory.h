@@ -29,6 +29,8 @@ std::optional<AddressSpace> AddressSpaceLimit();
 // The bytes this process may still allocate: the available RAM (AvailableRamBytes, within the
 // cgroup), or what its address-space limit leaves where that is lower; 0 when neither is known.
 uint64_t AllocatableBytes();
+// The same from readings already taken.
+uint64_t AllocatableBytes(uint64_t available_ram, const std::optional<AddressSpace>& space);
 
 // The machine's physical RAM in bytes (all of it, used or not, whatever the cgroup allows);
 // 0 when the system does not say.

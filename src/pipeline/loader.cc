@@ -60,10 +60,11 @@ class Loader::Impl {
     }
     ResolveMaxPrefetch(options_, builder_.buffer_bytes());
     builder_.CheckBufferFitsInRam();  // one buffer past RAM: that error, sizes and all
+    const MemoryRoom room = MemoryRoom::Now();
     FitBuffersInMemory(options_, chosen_,
                        {builder_.buffer_bytes(), builder_.layout().row_bytes(),
                         builder_.batch_rows(), &builder_.schema(), !options_.device->needs_copy()},
-                       MemoryRoom::Now());
+                       room);
     queue_.SetWindow(options_.workers, options_.prefetch);
     if (options_.autotune) {
       tuner_ = std::make_unique<Autotuner>(options_.max_workers, options_.max_prefetch);
@@ -86,7 +87,8 @@ class Loader::Impl {
     builder_.Prepare(capacity);
     held_limit_ = options_.max_outstanding;
     AdviseOnShuffle(*source_, sampler_);
-    held_budget_bytes_ = HeldBudgetBytes(options_, builder_.buffer_bytes(), capacity.batch_buffers);
+    held_budget_bytes_ = HeldBudgetBytes(options_, builder_.buffer_bytes(), capacity.batch_buffers,
+                                         room.allocatable);
     Start(options_.start_epoch, 0);
   }
 

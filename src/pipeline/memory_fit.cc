@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/checked_math.h"
 #include "core/format.h"
 #include "core/log.h"
 #include "gpufeed/device.h"
@@ -31,7 +32,8 @@ uint64_t BuffersFor(const Counts& c, const BufferShape& shape) {
          static_cast<uint64_t>(c.held) + 1;
 }
 
-uint64_t Times(uint64_t a, uint64_t b) { return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
+// Byte counts saturate: past UINT64_MAX nothing fits anyway.
+uint64_t Times(uint64_t a, uint64_t b) { return CheckedMul(a, b).value_or(UINT64_MAX); }
 
 std::string Bytes(uint64_t n) { return FormatBytes(static_cast<double>(n)); }
 
@@ -66,11 +68,7 @@ MemoryRoom MemoryRoom::Now() {
   MemoryRoom room;
   room.available_ram = AvailableRamBytes();
   room.address_space = AddressSpaceLimit();
-  room.allocatable = room.available_ram;
-  if (room.address_space) {
-    const uint64_t left = room.address_space->left();
-    room.allocatable = room.allocatable == 0 ? left : std::min(room.allocatable, left);
-  }
+  room.allocatable = AllocatableBytes(room.available_ram, room.address_space);
   return room;
 }
 
@@ -92,7 +90,9 @@ void FitBuffersInMemory(LoaderOptions& o, const ChosenCounts& chosen, const Buff
   const uint64_t budget = room.allocatable > margin ? room.allocatable - margin : 0;
   // A batch in flight holds its buffer and its samples' indices.
   const uint64_t buffer =
-      shape.buffer_bytes + Times(static_cast<uint64_t>(std::max<int64_t>(0, shape.rows)), 8);
+      CheckedAdd(shape.buffer_bytes,
+                 Times(static_cast<uint64_t>(std::max<int64_t>(0, shape.rows)), sizeof(int64_t)))
+          .value_or(UINT64_MAX);
   auto fits = [&](const Counts& c) { return Times(BuffersFor(c, shape), buffer) <= budget; };
   const Counts asked{o.max_workers, o.max_prefetch, o.max_outstanding};
   if (fits(asked)) return;
@@ -148,7 +148,8 @@ void FitBuffersInMemory(LoaderOptions& o, const ChosenCounts& chosen, const Buff
                           Bytes(room.allocatable), room.Describe(), Bytes(margin), remedy));
 }
 
-int64_t HeldBudgetBytes(const LoaderOptions& o, size_t buffer_bytes, int planned_buffers) {
+int64_t HeldBudgetBytes(const LoaderOptions& o, size_t buffer_bytes, int planned_buffers,
+                        uint64_t allocatable) {
   const auto planned = static_cast<int64_t>(
       Times(buffer_bytes, static_cast<uint64_t>(std::max(0, planned_buffers))));
   if (o.held_budget_bytes > 0) return std::max(planned, o.held_budget_bytes);
@@ -156,7 +157,7 @@ int64_t HeldBudgetBytes(const LoaderOptions& o, size_t buffer_bytes, int planned
   if (o.device && o.device->needs_copy()) {
     budget = o.device->MemoryInfo().free_bytes / 4;
   } else {
-    budget = std::min(PhysicalRamBytes() / 10, AllocatableBytes() / 2);
+    budget = std::min(PhysicalRamBytes() / 10, allocatable / 2);
   }
   return std::max<int64_t>(planned, static_cast<int64_t>(std::min<uint64_t>(budget, INT64_MAX)));
 }

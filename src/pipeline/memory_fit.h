@@ -61,9 +61,10 @@ void FitBuffersInMemory(LoaderOptions& o, const ChosenCounts& chosen, const Buff
                         const MemoryRoom& room);
 
 // The most bytes of batch buffers the pool may grow to for a consumer holding more batches
-// than planned: o.held_budget_bytes where set, else 10% of RAM within half of what the process
-// may allocate (a quarter of the free device memory for device batches); never less than
-// `planned_buffers` buffers.
-int64_t HeldBudgetBytes(const LoaderOptions& o, size_t buffer_bytes, int planned_buffers);
+// than planned: o.held_budget_bytes where set, else 10% of RAM within half of `allocatable`
+// (MemoryRoom::allocatable; a quarter of the free device memory for device batches); never
+// less than `planned_buffers` buffers.
+int64_t HeldBudgetBytes(const LoaderOptions& o, size_t buffer_bytes, int planned_buffers,
+                        uint64_t allocatable);
 
 }  // namespace gpufeed
