@@ -165,8 +165,6 @@ size_t RemoteFile::ReadSmall(uint64_t offset, void* buf, size_t n) const {
     const uint64_t want_end = std::min(offset + n, (p + 1) * kPage);
     std::memcpy(static_cast<char*>(buf) + (want_begin - offset),
                 bytes.data() + (want_begin - begin), want_end - want_begin);
-  }
-  for (uint64_t p : missing) {
     const uint64_t page_begin = p * kPage - begin;
     const uint64_t page_end = std::min<uint64_t>(bytes.size(), page_begin + kPage);
     cache_.Insert(p, std::vector<char>(bytes.begin() + static_cast<ptrdiff_t>(page_begin),
