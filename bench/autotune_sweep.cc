@@ -12,9 +12,9 @@
 #include <chrono>
 #include <thread>
 
+#include "core/system/system_memory.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
-#include "core/system_memory.h"
 #include "gpufeed/sources.h"
 
 namespace {

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "gpufeed/file.h"
-#include "sources/hdf5/codecs.h"
-#include "sources/hdf5/dataset.h"
-#include "sources/hdf5/filters.h"
-#include "sources/hdf5/library.h"
+#include "sources/hdf5/filters/codecs.h"
+#include "sources/hdf5/filters/filters.h"
+#include "sources/hdf5/format/library.h"
+#include "sources/hdf5/index/dataset.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gpufeed/hdf5.h"
-#include "sources/hdf5/inspect.h"
+#include "sources/hdf5/tools/inspect.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Time an HDF5 dataset's open (its chunk index read)");

@@ -56,8 +56,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/proc_text.h"
 #include "core/row_gather.h"
+#include "core/system/proc_text.h"
 #include "gpufeed/file.h"
 #include "sources/numpy/npy_header.h"
 

@@ -7,7 +7,10 @@ add_custom_target(gpufeed_tsan_tests)
 function(gpufeed_add_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest_main GTest::gmock)
+  # Every suite links the optional parts this tree has (HDF5, the databases, remote), as the
+  # product does: a test that opens a path through OpenPath reaches every family.
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} gpufeed_optional_parts GTest::gtest_main
+                                        GTest::gmock)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
   # The test programs' own code is compiled without optimization in every tree (the code under
   # test keeps the tree's flags): gtest and gmock's templates cost 40-50 % less to compile at

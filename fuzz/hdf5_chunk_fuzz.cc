@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gpufeed/error.h"
-#include "sources/hdf5/filters.h"
+#include "sources/hdf5/filters/filters.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
-#include "sources/hdf5/inspect.h"
+#include "sources/hdf5/tools/inspect.h"
 
 namespace {
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gpufeed {
@@ -133,8 +134,13 @@ class FileSystem {
 
 // The file system every source uses unless told otherwise: s3://, http:// and https://
 // URIs go to the process's remote file system (gpufeed/remote.h), every other path to
-// PosixFileSystem(). Lives for the whole program.
+// PosixFileSystem(). In a program without remote support (built with
+// -DGPUFEED_WITH_REMOTE=OFF, or not linking gpufeed_remote) a URI is refused with
+// Error(kUnsupported) naming that option. Lives for the whole program.
 std::shared_ptr<const FileSystem> DefaultFileSystem();
+
+// True for s3://, http:// and https:// URIs.
+bool IsRemoteUri(std::string_view path);
 
 // The POSIX file system (open, pread, mmap). Lives for the whole program.
 std::shared_ptr<const FileSystem> PosixFileSystem();

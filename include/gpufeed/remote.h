@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "gpufeed/file.h"
+#include "gpufeed/remote_stats.h"
 
 namespace gpufeed {
 
@@ -42,29 +43,12 @@ struct RemoteOptions {
   std::string profile = {};  // Default: empty = $AWS_PROFILE, else "default"
 };
 
-// What a remote file system has done so far, for the doctor's remote stage and the monitor.
-struct RemoteStats {
-  int64_t requests = 0;       // HTTP requests sent (retries included)
-  int64_t retries = 0;        // requests that were retries
-  int64_t throttled = 0;      // 503 and 429 responses
-  int64_t failed = 0;         // requests that ended in an error after their retries
-  int64_t listings = 0;       // ListObjectsV2 requests
-  int64_t bytes = 0;          // body bytes received
-  double latency_mean_s = 0;  // request start to last byte
-  double latency_p99_s = 0;
-  int max_in_flight = 0;  // most requests in flight at once
-  int max_requests = 0;   // the cap in use
-};
-
 // An object of a manifest: its URI, size and the ETag pinned for the job.
 struct RemoteObject {
   std::string uri;
   uint64_t size = 0;
   std::string etag;
 };
-
-// True for s3://, http:// and https:// URIs.
-bool IsRemoteUri(std::string_view path);
 
 class RemoteFileSystem : public FileSystem {
  public:
@@ -94,8 +78,5 @@ class RemoteFileSystem : public FileSystem {
 std::shared_ptr<RemoteFileSystem> DefaultRemoteFileSystem();
 // Replaces the options of the process's remote file system for files opened from now on.
 void SetDefaultRemoteOptions(const RemoteOptions& options);
-// The figures of the process's remote file system; all zero when it was never used (and then
-// not created by this call).
-RemoteStats ProcessRemoteStats();
 
 }  // namespace gpufeed

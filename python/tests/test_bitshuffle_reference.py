@@ -1,6 +1,6 @@
 """Bitshuffle (HDF5 filter 32008) files written by the bitshuffle library itself.
 
-gpufeed decodes filter 32008 with its own bit transpose (src/sources/hdf5/codecs.cc). The
+gpufeed decodes filter 32008 with its own bit transpose (src/sources/hdf5/filters/codecs.cc). The
 other tests' Bitshuffle files are framed by tests/sources/hdf5/make_compressed_hdf5.py, also ours:
 an error shared by both would pass them. Here the reference is Debian's `bitshuffle`
 package (its HDF5 filter and its transform), so gpufeed must read what users' files hold.

@@ -11,7 +11,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "core/fd_io.h"
+#include "core/io/fd_io.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {

@@ -17,7 +17,7 @@
 #include "cache/shm_user_dir.h"
 #include "cache/tier_choice.h"
 #include "core/log.h"
-#include "core/system_memory.h"
+#include "core/system/system_memory.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 

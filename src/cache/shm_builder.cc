@@ -19,10 +19,10 @@
 #include <set>
 #include <sstream>
 
-#include "core/fd_io.h"
 #include "core/format.h"
-#include "core/proc_text.h"
+#include "core/io/fd_io.h"
 #include "core/progress.h"
+#include "core/system/proc_text.h"
 #include "core/thread_pool.h"
 #include "gpufeed/cancel.h"
 #include "gpufeed/error.h"

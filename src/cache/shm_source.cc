@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "cache/cached_gather.h"
-#include "core/mapped_read_guard.h"
+#include "core/io/mapped_read_guard.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {

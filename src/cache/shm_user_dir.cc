@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/private_file.h"
+#include "core/io/private_file.h"
 #include "core/text.h"
 #include "gpufeed/error.h"
 

@@ -26,7 +26,7 @@
 #include <optional>
 #include <string>
 
-#include "core/fd_io.h"  // ReadAll, WriteAll: how its files are read and written
+#include "core/io/fd_io.h"  // ReadAll, WriteAll: how its files are read and written
 
 namespace gpufeed {
 

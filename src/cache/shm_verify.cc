@@ -12,7 +12,7 @@
 
 #include "cache/shm_format.h"
 #include "cache/shm_user_dir.h"
-#include "core/fd_io.h"
+#include "core/io/fd_io.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 

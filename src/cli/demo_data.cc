@@ -11,13 +11,13 @@
 #include <filesystem>
 #include <vector>
 
-#include "core/fd_io.h"
+#include "core/io/fd_io.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/sources.h"
 #include "pipeline/random.h"
-#include "sources/hdf5/inspect.h"
-#include "sources/hdf5/library.h"
+#include "sources/hdf5/format/library.h"
+#include "sources/hdf5/tools/inspect.h"
 #include "sources/numpy/npy_header.h"
 
 namespace gpufeed::cli {

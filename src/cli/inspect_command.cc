@@ -6,10 +6,10 @@
 #include <string>
 
 #include "cli/exit_codes.h"
+#include "core/io/missing_path.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
-#include "remote/missing_path.h"
-#include "sources/hdf5/inspect.h"
+#include "sources/hdf5/tools/inspect.h"
 #include "sources/open_path.h"
 
 namespace gpufeed::cli {

@@ -11,7 +11,7 @@
 #include "cli/progress_line.h"
 #include "cli/sigint_cancel.h"
 #include "core/format.h"
-#include "sources/hdf5/rechunk.h"
+#include "sources/hdf5/tools/rechunk.h"
 
 namespace gpufeed::cli {
 namespace {

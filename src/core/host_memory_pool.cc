@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/system_memory.h"
+#include "core/system/system_memory.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {

@@ -8,7 +8,7 @@
 
 #include "core/host_memory_pool.h"
 #include "core/row_gather.h"
-#include "core/system_memory.h"
+#include "core/system/system_memory.h"
 #include "gpufeed/device.h"
 #include "gpufeed/error.h"
 

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "core/proc_text.h"
-#include "core/system_memory.h"
+#include "core/system/proc_text.h"
+#include "core/system/system_memory.h"
 #include "doctor/figures.h"
 #include "gpufeed/doctor.h"
 

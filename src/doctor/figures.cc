@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/system_memory.h"
+#include "core/system/system_memory.h"
 
 namespace gpufeed::doctor {
 namespace {

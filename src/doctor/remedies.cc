@@ -11,9 +11,11 @@
 #include "cache/deferred_cache.h"
 #include "core/format.h"
 #include "core/log.h"
-#include "core/system_memory.h"
+#include "core/system/system_memory.h"
 #include "gpufeed/cache.h"
+#if GPUFEED_WITH_HDF5
 #include "gpufeed/hdf5.h"
+#endif
 
 namespace gpufeed {
 namespace {
@@ -83,6 +85,11 @@ void Check(Loader& loader, RemedyState& state) {
 }
 
 std::string GrowChunkCache(const Loader& loader, std::string* why) {
+#if !GPUFEED_WITH_HDF5
+  (void)loader;
+  *why = "no HDF5 support in this build, so no decoded-chunk cache";
+  return {};
+#else
   const Source& source = DeferredCachedSource::Unwrapped(loader.source());
   if (!IsHdf5Source(source) || !source.chunking().compressed) {
     *why = "no compressed HDF5 chunks to keep decoded";
@@ -101,6 +108,7 @@ std::string GrowChunkCache(const Loader& loader, std::string* why) {
       "quarter of the available RAM)",
       FormatBytes(static_cast<double>(size.budget)), FormatBytes(static_cast<double>(now)),
       FormatBytes(static_cast<double>(size.decoded_bytes)));
+#endif
 }
 
 }  // namespace

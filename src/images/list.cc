@@ -12,9 +12,9 @@
 #include <sstream>
 #include <system_error>
 
-#include "gpufeed/error.h"
+#include "core/io/missing_path.h"
 #include "core/path_names.h"
-#include "remote/missing_path.h"
+#include "gpufeed/error.h"
 
 namespace gpufeed {
 namespace {

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/checked_math.h"
+#include "core/io/missing_path.h"
 #include "core/path_names.h"
 #include "gpufeed/error.h"
-#include "remote/missing_path.h"
 
 namespace gpufeed {
 

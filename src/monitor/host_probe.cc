@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "core/system_memory.h"
+#include "core/system/system_memory.h"
 
 namespace gpufeed {
 namespace {

@@ -15,8 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/cgroup_reader.h"
-#include "core/proc_text.h"
+#include "core/system/cgroup_reader.h"
+#include "core/system/proc_text.h"
 #include "gpufeed/monitor_types.h"
 #include "monitor/process_tree.h"
 

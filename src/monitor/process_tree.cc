@@ -7,7 +7,7 @@
 #include <charconv>
 #include <unordered_map>
 
-#include "core/proc_text.h"
+#include "core/system/proc_text.h"
 #include "core/text.h"
 
 namespace gpufeed {

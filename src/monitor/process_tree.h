@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/proc_text.h"
+#include "core/system/proc_text.h"
 
 namespace gpufeed {
 

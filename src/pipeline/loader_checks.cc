@@ -9,7 +9,7 @@
 
 #include "core/format.h"
 #include "core/log.h"
-#include "core/system_memory.h"
+#include "core/system/system_memory.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {

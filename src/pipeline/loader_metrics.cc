@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
-#include "core/proc_text.h"
+#include "core/system/proc_text.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {

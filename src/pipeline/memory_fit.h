@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "core/system_memory.h"
+#include "core/system/system_memory.h"
 #include "gpufeed/loader_options.h"
 #include "gpufeed/schema.h"
 

@@ -1,9 +1,11 @@
-// DefaultFileSystem: the one place that decides which file system serves a path.
+// The remote file system DefaultFileSystem() sends URIs to: the process's remote file system,
+// or the node-local disk cache in front of it once UseRemoteDiskCache asked for one.
 #include <mutex>
 
 #include "gpufeed/file.h"
 #include "gpufeed/remote.h"
 #include "remote/disk_cache.h"
+#include "remote/process_file_system.h"
 
 namespace gpufeed {
 namespace {
@@ -15,41 +17,14 @@ std::shared_ptr<const FileSystem>& DiskSlot() {
   return *fs;
 }
 
-std::shared_ptr<const FileSystem> RemoteFor() {
+}  // namespace
+
+std::shared_ptr<const FileSystem> remote::ProcessFileSystem() {
   {
     std::lock_guard lock(disk_mu);
     if (const auto& disk = DiskSlot()) return disk;
   }
   return DefaultRemoteFileSystem();
-}
-
-// Sends URIs to the process's remote file system (looked up per call, so that
-// SetDefaultRemoteOptions reaches files opened later) and every other path to POSIX.
-class DispatchingFileSystem final : public FileSystem {
- public:
-  std::unique_ptr<File> Open(const std::string& path) const override {
-    return For(path)->Open(path);
-  }
-  PathType Type(const std::string& path) const override { return For(path)->Type(path); }
-  std::vector<DirEntry> List(const std::string& path) const override {
-    return For(path)->List(path);
-  }
-  std::string WhyMissing(const std::string& path) const override {
-    return For(path)->WhyMissing(path);
-  }
-
- private:
-  static std::shared_ptr<const FileSystem> For(const std::string& path) {
-    return IsRemoteUri(path) ? RemoteFor() : PosixFileSystem();
-  }
-};
-
-}  // namespace
-
-std::shared_ptr<const FileSystem> DefaultFileSystem() {
-  static const auto* fs =
-      new std::shared_ptr<const FileSystem>(std::make_shared<DispatchingFileSystem>());
-  return *fs;
 }
 
 void UseRemoteDiskCache(const DiskCacheOptions& options) {

@@ -14,7 +14,7 @@
 #include <random>
 #include <thread>
 
-#include "core/fd_io.h"
+#include "core/io/fd_io.h"
 #include "core/log.h"
 #include "gpufeed/error.h"
 

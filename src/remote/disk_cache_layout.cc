@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/fd_io.h"
+#include "core/io/fd_io.h"
 #include "core/text.h"
 
 namespace gpufeed {

@@ -13,8 +13,8 @@
 #include <map>
 #include <memory>
 
-#include "core/fd_io.h"
-#include "core/private_file.h"
+#include "core/io/fd_io.h"
+#include "core/io/private_file.h"
 #include "core/text.h"
 #include "gpufeed/error.h"
 

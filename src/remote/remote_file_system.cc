@@ -9,6 +9,7 @@
 
 #include "gpufeed/error.h"
 #include "gpufeed/remote.h"
+#include "remote/process_file_system.h"
 #include "remote/remote_file.h"
 #include "remote/store.h"
 
@@ -308,7 +309,7 @@ std::shared_ptr<RemoteFileSystem> DefaultRemoteFileSystem() {
   return fs;
 }
 
-RemoteStats ProcessRemoteStats() {
+RemoteStats remote::DefaultFileSystemStats() {
   std::shared_ptr<RemoteFileSystem> fs;
   {
     std::lock_guard lock(default_mu);

@@ -7,11 +7,6 @@
 #include "gpufeed/remote.h"
 
 namespace gpufeed {
-
-bool IsRemoteUri(std::string_view path) {
-  return path.starts_with("s3://") || path.starts_with("http://") || path.starts_with("https://");
-}
-
 namespace remote {
 namespace {
 

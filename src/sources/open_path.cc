@@ -4,12 +4,12 @@
 
 #include <cstring>
 
+#include "core/io/missing_path.h"
+#include "core/path_names.h"
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
-#include "gpufeed/hdf5.h"
 #include "gpufeed/sources.h"
-#include "core/path_names.h"
-#include "remote/missing_path.h"
+#include "sources/families.h"
 
 namespace gpufeed {
 namespace {
@@ -74,7 +74,7 @@ std::shared_ptr<Source> OpenPath(const std::string& path, const std::vector<std:
     case PathKind::kNumpyFolder:
       return OpenNumpy(path, {.fields = fields, .file_system = fs});
     case PathKind::kHdf5:
-      return OpenHdf5({path}, fields, {.file_system = fs});
+      return SourceFamilyOpeners(SourceFamily::kHdf5, path + ": an HDF5 file").path(path, fields, fs);
     case PathKind::kNpyFile: {
       const std::string folder = ParentPath(path);
       throw Error(ErrorCode::kInvalidArgument,

@@ -1,4 +1,4 @@
-#include "core/cgroup_reader.h"
+#include "core/system/cgroup_reader.h"
 
 #include <gtest/gtest.h>
 

@@ -10,13 +10,13 @@
 #include <thread>
 #include <vector>
 
-#include "core/fd_io.h"
 #include "core/format.h"
+#include "core/io/fd_io.h"
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/row_gather.h"
 #include "core/splitmix.h"
-#include "core/system_memory.h"
+#include "core/system/system_memory.h"
 #include "core/text.h"
 #include "gpufeed/error.h"
 

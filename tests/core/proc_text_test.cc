@@ -1,4 +1,4 @@
-#include "core/proc_text.h"
+#include "core/system/proc_text.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/system_memory.h"
+#include "core/system/system_memory.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/log.h"
-#include "core/proc_text.h"
+#include "core/system/proc_text.h"
 #include "monitor/monitor_test_util.h"
 
 namespace gpufeed {

@@ -1,4 +1,4 @@
-#include "core/warmed_mapping.h"
+#include "core/io/warmed_mapping.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -17,7 +17,7 @@
 #include <optional>
 #include <thread>
 
-#include "core/fault_file.h"
+#include "core/io/fault_file.h"
 #include "device/cuda_device.h"
 #include "fake_cuda_fixture.h"
 #include "gpufeed/doctor.h"

@@ -11,10 +11,10 @@
 #include <filesystem>
 #include <vector>
 
+#include "core/system/proc_text.h"
 #include "gpufeed/error.h"
 #include "gpufeed/monitor.h"
 #include "monitor/monitor_test_util.h"
-#include "core/proc_text.h"
 
 namespace gpufeed {
 namespace {

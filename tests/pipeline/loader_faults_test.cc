@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <set>
 
-#include "core/fault_file.h"
+#include "core/io/fault_file.h"
 #include "gpufeed/error.h"
 #include "gpufeed/file.h"
 #include "gpufeed/loader.h"

@@ -7,11 +7,11 @@
 
 #include <cstdlib>
 
+#include "core/io/missing_path.h"
 #include "gpufeed/error.h"
 #include "gpufeed/file.h"
 #include "gpufeed/remote.h"
 #include "remote/http_test_server.h"
-#include "remote/missing_path.h"
 #include "remote/s3_fixture.h"
 #include "remote/s3_suite.h"
 #include "remote/store_answer.h"

@@ -11,14 +11,14 @@
 #include <numeric>
 #include <random>
 
-#include "core/fault_file.h"
+#include "core/io/fault_file.h"
 #include "error_code_of.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/sources.h"
-#include "sources/hdf5/inspect.h"
-#include "sources/hdf5/rechunk.h"
 #include "sources/hdf5/test_files.h"
+#include "sources/hdf5/tools/inspect.h"
+#include "sources/hdf5/tools/rechunk.h"
 #include "sources/open_path.h"
 #include "sources/uri_file_system.h"
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/fd_io.h"
+#include "core/io/fd_io.h"
 #include "gpufeed/error.h"
 #include "gpufeed/file.h"
 

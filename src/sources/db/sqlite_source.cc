@@ -16,7 +16,7 @@
 
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
-#include "gpufeed/remote.h"
+#include "gpufeed/file.h"
 #include "sources/db/local_copy.h"
 #include "sources/db/table.h"
 #include "sources/stack/plan.h"

@@ -10,6 +10,7 @@
 #include "core/text.h"
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
+#include "sources/families.h"
 
 namespace gpufeed {
 namespace {
@@ -182,9 +183,12 @@ DatabaseUriParts ParseDatabaseUri(const std::string& uri, DatabaseOptions option
 std::shared_ptr<Source> OpenDatabase(const std::string& uri, DatabaseOptions options) {
   DatabaseUriParts parts = ParseDatabaseUri(uri, std::move(options));
   if (parts.kind == DatabaseUriParts::Kind::kSqlite) {
-    return OpenSqlite(parts.target, std::move(parts.options));
+    return SourceFamilyOpeners(SourceFamily::kSqlite, "sqlite:" + parts.target + ": a SQLite database")
+        .database(parts.target, std::move(parts.options));
   }
-  return OpenPostgres(parts.target, std::move(parts.options));
+  // The conninfo may hold a password: the refusal names only the kind of URI.
+  return SourceFamilyOpeners(SourceFamily::kPostgres, "a PostgreSQL URI")
+      .database(parts.target, std::move(parts.options));
 }
 
 }  // namespace gpufeed

@@ -12,15 +12,15 @@
 #include <set>
 #include <system_error>
 
-#include "core/fd_io.h"
-#include "core/mapped_read_guard.h"
+#include "core/io/fd_io.h"
+#include "core/io/mapped_read_guard.h"
+#include "core/io/missing_path.h"
+#include "core/io/warmed_mapping.h"
+#include "core/path_names.h"
 #include "core/row_gather.h"
-#include "core/warmed_mapping.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
-#include "remote/missing_path.h"
 #include "sources/numpy/npy_header.h"
-#include "core/path_names.h"
 
 namespace gpufeed {
 namespace {

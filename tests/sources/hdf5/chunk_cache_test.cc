@@ -1,5 +1,5 @@
 // The decoded-chunk cache and the filter decoder, without files.
-#include "sources/hdf5/chunk_cache.h"
+#include "sources/hdf5/read/chunk_cache.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gpufeed/error.h"
-#include "sources/hdf5/filters.h"
+#include "sources/hdf5/filters/filters.h"
 #include "sources/numpy/npy_test_util.h"
 
 namespace gpufeed {

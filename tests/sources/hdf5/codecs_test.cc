@@ -1,6 +1,6 @@
 // The chunk decoders on crafted input: bitshuffle's transform against its definition, sizes a
 // chunk declares checked before anything is decoded, and damaged framings as errors.
-#include "sources/hdf5/codecs.h"
+#include "sources/hdf5/filters/codecs.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 
 #include "error_code_of.h"
 #include "gpufeed/error.h"
-#include "sources/hdf5/filters.h"
+#include "sources/hdf5/filters/filters.h"
 
 namespace gpufeed {
 namespace {

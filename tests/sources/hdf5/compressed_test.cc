@@ -26,9 +26,9 @@
 #include "error_code_of.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
-#include "sources/hdf5/codecs.h"
-#include "sources/hdf5/inspect.h"
+#include "sources/hdf5/filters/codecs.h"
 #include "sources/hdf5/test_files.h"
+#include "sources/hdf5/tools/inspect.h"
 #include "sources/scratch_dir.h"
 
 namespace gpufeed {

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/fault_file.h"
+#include "core/io/fault_file.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "sources/hdf5/fixture.h"

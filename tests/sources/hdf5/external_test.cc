@@ -12,8 +12,8 @@
 #include "error_code_of.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
-#include "sources/hdf5/inspect.h"
 #include "sources/hdf5/test_files.h"
+#include "sources/hdf5/tools/inspect.h"
 #include "sources/scratch_dir.h"
 
 namespace gpufeed {

@@ -1,5 +1,5 @@
 // `gpufeed inspect`'s figures and recommendations, on the h5py-written test files.
-#include "sources/hdf5/inspect.h"
+#include "sources/hdf5/tools/inspect.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

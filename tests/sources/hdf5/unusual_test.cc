@@ -14,7 +14,7 @@
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
 #include "sources/hdf5/fixture.h"
-#include "sources/hdf5/inspect.h"
+#include "sources/hdf5/tools/inspect.h"
 #include "sources/hdf5/unusual_fixture.h"
 
 namespace gpufeed {

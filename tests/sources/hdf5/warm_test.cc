@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/fault_file.h"
+#include "core/io/fault_file.h"
 #include "error_code_of.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"

@@ -8,7 +8,7 @@
 #include <random>
 #include <thread>
 
-#include "core/fault_file.h"
+#include "core/io/fault_file.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "sources/numpy/npy_test_util.h"
