@@ -80,30 +80,33 @@ class Loader:
                 (default True): every rank runs the same number of batches of the same sizes,
                 so DDP's collectives stay paired. False: every sample exactly once, shards of
                 unequal length (evaluation without collectives).
-    cache:      keep the data set close to the GPU (see gpufeed/cache.h): "none" (default),
-                "ram" (this process), "shm" (one copy under /dev/shm for every process on
-                the node), "device" (resident in GPU memory, batches gathered there; needs a
-                CUDA device) or "auto" (device if it fits 40% of free GPU memory, else shm if
-                it fits 50% of available RAM, else none). The choice and its reason are
-                printed once and kept in `cache_info`. A copy not there yet (an shm cache
-                nobody built, a RAM preload) is made in the background at low priority: the
-                loader streams from the source until it is complete, then reads from it;
-                cache_info["built_fraction"] tells how far it is. Or gpufeed.Cache(tier="auto",
-                preload=None, shm_dir=None, shm_group=None, chunk_cache=None, background=None,
-                detach=None):
-                  tier:        one of the names above.
-                  preload:     with tier "ram": read the whole data set, in parallel.
-                  shm_dir:     where tier "shm" keeps its file (default /dev/shm).
-                  shm_group:   share tier "shm" files with the members of this group (a name
-                               or gid you belong to) instead of keeping them your own;
-                               members trust each other's caches, nobody else can read or
-                               plant them.
-                  chunk_cache: HDF5 files given by path: bytes of decoded chunks the workers
-                               keep between batches, one cache they share, whatever the tier
-                               (0 keeps none; None: the decoded data set's size, within 1/16
-                               of the available RAM and 16 MiB to 1 GiB).
-                  background:  False: make the copy in the constructor instead.
-                  detach:      False: an shm build stops with this process (gpufeed.Cache).
+    cache:      keep the data set close to the GPU (docs/caches.md): "none" (default), "ram" (a
+                copy in this process, filled as rows are first read), "shm" (one copy under
+                /dev/shm for every process of the node), "device" (resident in GPU memory,
+                batches gathered there; needs a CUDA device and no random transforms), "disk"
+                (s3:// and http(s):// data only: the objects' bytes on this node's disk), or
+                "auto": the device tier when the data set fits 40% of the GPU's free memory; else
+                the data set's shm cache when one is published already; else, when it fits half
+                the available RAM, a short measurement of how fast rows gather from the source,
+                from a RAM copy and from an shm copy chooses: shm when it gathers faster than the
+                source and near RAM's rate (or several local processes share the node), else ram
+                when that gathers faster than the source, else none. The constructor uploads a
+                device copy and maps a published shm cache, and returns at once otherwise: the
+                measurement, an shm build (or the wait for another process's) and a RAM preload
+                run in the background at low priority while the epoch streams from the source,
+                and the loader switches to the copy once it is complete (a RAM copy not
+                preloaded: once chosen, filling as rows are read), with the same batches either
+                way. The choice and its reason are printed and kept in `cache_info`, whose "tier"
+                is "none" until "auto" has chosen and whose "built_fraction" and "serving" say
+                how far the copy is; an error of the background fill is raised by the next batch.
+                An shm build of a path or URI that the process stops unfinished (loader closed,
+                process exiting) goes on in a detached `gpufeed cache build`, which publishes it.
+                Or gpufeed.Cache(tier=None, preload=None, shm_dir=None, shm_group=None,
+                chunk_cache=None, disk_dir=None, disk_budget=None, background=None, detach=None),
+                described in help(gpufeed.Cache): preload=True reads the whole set into the RAM
+                copy, background=False makes the copy in the constructor, detach=False keeps an
+                shm build in this process, and chunk_cache sizes an HDF5 file's decoded-chunk
+                cache, whatever the tier.
     groups:     gpufeed.Groups(group=None, offsets=None, fields=None, pack_window=None):
                 grouped data (the segments of one recording), delivered as packed batches of
                 whole groups. group= names a per-row integer field (rows of a group need not
