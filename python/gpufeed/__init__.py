@@ -40,11 +40,13 @@ from gpufeed._gpufeed import (
     remote_stats,
     set_remote_options,
 )
+from gpufeed._batch import Batch
 from gpufeed._batch_size import BatchSizeSuggestion, fit_batch_size, suggest_batch_size
 from gpufeed._forward_rows import forward_rows
 from gpufeed._groups import GroupReducer
 from gpufeed._images import images
-from gpufeed._loader import Batch, Loader, release_memory
+from gpufeed._loader import Loader
+from gpufeed._memory import release_memory
 from gpufeed._monitor import Monitor
 from gpufeed._options import Autotune, BlockShuffle, Cache, Groups, Held, Trace
 from gpufeed._progress import tqdm

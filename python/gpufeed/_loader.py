@@ -6,91 +6,11 @@ import sys
 
 import torch
 
-from collections import OrderedDict
 from collections.abc import Mapping
 
 from gpufeed import _distributed, _gpufeed, _groups, _options, _sources, _tensors
+from gpufeed._batch import Batch, EpochIterator
 from gpufeed._options import integer as _int
-
-
-class Batch(dict):
-    """One batch: field name -> torch tensor [batch_size, ...], plus where it came from.
-
-    The tensors share the loader's batch buffer (zero-copy); it goes back to the loader's
-    pool only once every tensor of the batch is freed.
-
-    It pickles (pickle, torch.save, copy.deepcopy) as an OrderedDict of its tensors: the dict
-    type that torch.load's default weights_only=True (torch 2.6 and later) accepts.
-    """
-
-    __slots__ = ("_handle", "_group_fields")
-
-    def __reduce__(self):
-        return OrderedDict, (list(self.items()),)
-
-    @property
-    def indices(self):
-        """The sample index of each row, a torch.int64 tensor (a copy)."""
-        return torch.from_numpy(self._handle.indices())
-
-    @property
-    def epoch(self):
-        return self._handle.epoch
-
-    @property
-    def groups(self):
-        """Packed groups (Loader(groups=gpufeed.Groups(...))): the group parts in this batch,
-        in row order, as a dict of CPU tensors: "id" (int64), "begin" / "end" (its rows in the
-        batch), "offset" (the part's first row within its group: > 0 for a later part of a
-        group longer than a batch), "complete" (bool: the part holds the group's last row),
-        and each per-group field gathered for those ids. batch["group"] is the per-row id on
-        the batch's device."""
-        fields = getattr(self, "_group_fields", None)
-        if fields is None:
-            raise _gpufeed.InvalidArgument("this batch is not from a grouped loader")
-        ids, begin, end, offset, complete = (torch.from_numpy(a) for a in
-                                             _gpufeed.batch_groups(self._handle))
-        out = {"id": ids, "begin": begin, "end": end, "offset": offset, "complete": complete}
-        for name, values in fields.items():
-            out[name] = values[ids]
-        return out
-
-    @property
-    def index(self):
-        """The batch number within its epoch."""
-        return self._handle.index
-
-
-class _EpochIterator:
-    """The rest of the current epoch. Unlike a generator it keeps no reference to the batch
-    it handed out, so a batch the loop drops goes back to the pool at once."""
-
-    __slots__ = ("_next", "_make", "_done")
-
-    def __init__(self, impl, make):
-        self._next, self._make, self._done = impl.next, make, False
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self._done:
-            raise StopIteration
-        if _profiling():
-            # The wait as a range of torch's profiler; nothing is recorded when it is off.
-            with torch.profiler.record_function("gpufeed.next"):
-                handle = self._next()
-        else:
-            handle = self._next()  # waits with the GIL released
-        if handle is None:
-            self._done = True
-            raise StopIteration
-        return self._make(handle)
-
-
-# Whether torch's profiler records now (one C call; a profiler started mid-epoch is seen at
-# the next batch).
-_profiling = torch._C._autograd._profiler_enabled
 
 
 def _device_spec(device):
@@ -160,30 +80,33 @@ class Loader:
                 (default True): every rank runs the same number of batches of the same sizes,
                 so DDP's collectives stay paired. False: every sample exactly once, shards of
                 unequal length (evaluation without collectives).
-    cache:      keep the data set close to the GPU (see gpufeed/cache.h): "none" (default),
-                "ram" (this process), "shm" (one copy under /dev/shm for every process on
-                the node), "device" (resident in GPU memory, batches gathered there; needs a
-                CUDA device) or "auto" (device if it fits 40% of free GPU memory, else shm if
-                it fits 50% of available RAM, else none). The choice and its reason are
-                printed once and kept in `cache_info`. A copy not there yet (an shm cache
-                nobody built, a RAM preload) is made in the background at low priority: the
-                loader streams from the source until it is complete, then reads from it;
-                cache_info["built_fraction"] tells how far it is. Or gpufeed.Cache(tier="auto",
-                preload=None, shm_dir=None, shm_group=None, chunk_cache=None, background=None,
-                detach=None):
-                  tier:        one of the names above.
-                  preload:     with tier "ram": read the whole data set, in parallel.
-                  shm_dir:     where tier "shm" keeps its file (default /dev/shm).
-                  shm_group:   share tier "shm" files with the members of this group (a name
-                               or gid you belong to) instead of keeping them your own;
-                               members trust each other's caches, nobody else can read or
-                               plant them.
-                  chunk_cache: HDF5 files given by path: bytes of decoded chunks the workers
-                               keep between batches, one cache they share, whatever the tier
-                               (0 keeps none; None: the decoded data set's size, within 1/16
-                               of the available RAM and 16 MiB to 1 GiB).
-                  background:  False: make the copy in the constructor instead.
-                  detach:      False: an shm build stops with this process (gpufeed.Cache).
+    cache:      keep the data set close to the GPU (docs/caches.md): "none" (default), "ram" (a
+                copy in this process, filled as rows are first read), "shm" (one copy under
+                /dev/shm for every process of the node), "device" (resident in GPU memory,
+                batches gathered there; needs a CUDA device and no random transforms), "disk"
+                (s3:// and http(s):// data only: the objects' bytes on this node's disk), or
+                "auto": the device tier when the data set fits 40% of the GPU's free memory; else
+                the data set's shm cache when one is published already; else, when it fits half
+                the available RAM, a short measurement of how fast rows gather from the source,
+                from a RAM copy and from an shm copy chooses: shm when it gathers faster than the
+                source and near RAM's rate (or several local processes share the node), else ram
+                when that gathers faster than the source, else none. The constructor uploads a
+                device copy and maps a published shm cache, and returns at once otherwise: the
+                measurement, an shm build (or the wait for another process's) and a RAM preload
+                run in the background at low priority while the epoch streams from the source,
+                and the loader switches to the copy once it is complete (a RAM copy not
+                preloaded: once chosen, filling as rows are read), with the same batches either
+                way. The choice and its reason are printed and kept in `cache_info`, whose "tier"
+                is "none" until "auto" has chosen and whose "built_fraction" and "serving" say
+                how far the copy is; an error of the background fill is raised by the next batch.
+                An shm build of a path or URI that the process stops unfinished (loader closed,
+                process exiting) goes on in a detached `gpufeed cache build`, which publishes it.
+                Or gpufeed.Cache(tier=None, preload=None, shm_dir=None, shm_group=None,
+                chunk_cache=None, disk_dir=None, disk_budget=None, background=None, detach=None),
+                described in help(gpufeed.Cache): preload=True reads the whole set into the RAM
+                copy, background=False makes the copy in the constructor, detach=False keeps an
+                shm build in this process, and chunk_cache sizes an HDF5 file's decoded-chunk
+                cache, whatever the tier.
     groups:     gpufeed.Groups(group=None, offsets=None, fields=None, pack_window=None):
                 grouped data (the segments of one recording), delivered as packed batches of
                 whole groups. group= names a per-row integer field (rows of a group need not
@@ -349,7 +272,7 @@ class Loader:
     # Iteration ---------------------------------------------------------------------------
 
     def __iter__(self):
-        return _EpochIterator(self._impl, self._make_batch)
+        return EpochIterator(self._impl, self._make_batch)
 
     def _make_batch(self, handle):
         # torch's current stream waits for the batch's copy; the loader also records timing
@@ -537,19 +460,3 @@ class Loader:
         state = "closed" if self.closed else f"{len(self)} batches/epoch"
         return (f"<gpufeed.Loader {self._source.describe()}, batch_size={self._batch_size}, "
                 f"device={self._impl.device if not self.closed else '-'}, {state}>")
-
-
-def release_memory():
-    """Frees what the process keeps for its next loaders, and returns how much.
-
-    A closed loader's batch buffers go back to a process-wide pool, still faulted in, and on a
-    GPU its pinned staging buffers stay pinned (the pool then holds the GPU's primary context),
-    so the next loader of the process (the next trial, evaluation or validation pass) starts
-    without faulting them in or pinning them again. The pools keep at most
-    GPUFEED_HOST_POOL_BYTES (default 1/8 of RAM, at most 8 GiB) and GPUFEED_PINNED_POOL_BYTES
-    (default 1/16 of RAM, at most 4 GiB). Call this when the program is done with loaders for a
-    while and wants that memory back; loaders still open keep theirs.
-
-    Returns {"host_bytes": bytes freed, "pinned_bytes": bytes unpinned}.
-    """
-    return _gpufeed.release_memory()

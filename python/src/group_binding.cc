@@ -26,9 +26,8 @@ py::array_t<int64_t> ToArray(const std::vector<int64_t>& v) {
   return py::array_t<int64_t>(static_cast<py::ssize_t>(v.size()), v.data());
 }
 
-}  // namespace
-
-void BindGroups(py::module_& m) {
+// The table itself: sizes and per-group fields, read-only.
+void BindGroupTable(py::module_& m) {
   py::class_<GroupTable, std::shared_ptr<GroupTable>>(
       m, "_GroupTable", "The groups of a data set (gpufeed/groups.h); read-only.")
       .def_property_readonly("num_groups", &GroupTable::num_groups)
@@ -55,7 +54,10 @@ void BindGroups(py::module_& m) {
             return out;
           },
           "[(name, dtype, per-group shape, bytes)] of the per-group fields.");
+}
 
+// The two ways a table is made: read from a file, or from arrays Python holds.
+void BindGroupTableMakers(py::module_& m) {
   m.def(
       "read_groups",
       [](const std::string& path, const std::string& id_field, const std::string& offsets,
@@ -92,7 +94,10 @@ void BindGroups(py::module_& m) {
       py::arg("groups") = py::none(),
       "A group table from offsets (kind='offsets') or per-row ids (kind='ids'), with per-group "
       "fields (name, dtype, shape, address, rows) copied in.");
+}
 
+// The group parts of a delivered batch.
+void BindBatchGroups(py::module_& m) {
   m.def(
       "batch_groups",
       [](const BatchHandle& h) {
@@ -111,6 +116,14 @@ void BindGroups(py::module_& m) {
         return py::make_tuple(ids, begin, end, offset, complete);
       },
       py::arg("handle"), "(id, begin, end, offset, complete) arrays of the batch's group parts.");
+}
+
+}  // namespace
+
+void BindGroups(py::module_& m) {
+  BindGroupTable(m);
+  BindGroupTableMakers(m);
+  BindBatchGroups(m);
 }
 
 }  // namespace gpufeed::python

@@ -13,6 +13,8 @@
 namespace gpufeed::python {
 namespace {
 
+using ImageSourceClass = py::class_<ImageSource, Source, std::shared_ptr<ImageSource>>;
+
 // The options dict gpufeed.images() builds: every key is one ImageOptions field. A key left
 // out, or None, keeps ImageOptions' default (the defaults live there only).
 ImageOptions ImageOptionsFrom(const py::dict& d) {
@@ -106,21 +108,18 @@ int64_t CheckedIndex(const ImageSource& s, int64_t i) {
   return i;
 }
 
-}  // namespace
-
-void BindImages(py::module_& m) {
-  py::class_<ImageSource, Source, std::shared_ptr<ImageSource>>(
-      m, "ImageSource", "JPEG and PNG files decoded, cropped and resized in worker threads.")
-      .def(
-          "path",
-          [](const ImageSource& s, const py::handle& index) {
-            const std::vector<int64_t> one = IndicesFrom(index);
-            if (one.size() != 1) {
-              throw Error(ErrorCode::kInvalidArgument, "images: path() takes one sample index");
-            }
-            return s.path(CheckedIndex(s, one[0]));
-          },
-          py::arg("index"))
+// What each sample is: its file and its label, one sample or many.
+void BindSampleLookups(ImageSourceClass& c) {
+  c.def(
+       "path",
+       [](const ImageSource& s, const py::handle& index) {
+         const std::vector<int64_t> one = IndicesFrom(index);
+         if (one.size() != 1) {
+           throw Error(ErrorCode::kInvalidArgument, "images: path() takes one sample index");
+         }
+         return s.path(CheckedIndex(s, one[0]));
+       },
+       py::arg("index"))
       .def(
           "paths",
           [](const ImageSource& s, const py::handle& indices) {
@@ -148,8 +147,13 @@ void BindImages(py::module_& m) {
             for (const int64_t i : IndicesFrom(indices)) out.push_back(s.label(CheckedIndex(s, i)));
             return out;
           },
-          py::arg("indices"), "The labels of samples `indices` (as paths() takes them).")
-      .def_property_readonly("classes", &ImageSource::classes)
+          py::arg("indices"), "The labels of samples `indices` (as paths() takes them).");
+}
+
+// What the source holds and what went wrong while decoding: classes, cache tier, skipped
+// samples and decoder warnings.
+void BindImageReports(ImageSourceClass& c) {
+  c.def_property_readonly("classes", &ImageSource::classes)
       .def_property_readonly(
           "cache_tier",
           [](const ImageSource& s) { return std::string(CacheTierName(s.cache_tier())); })
@@ -173,6 +177,40 @@ void BindImages(py::module_& m) {
           "{skipped, skipped_files, decode_warnings, decode_warning_files}: samples replaced "
           "(on_error=\"skip\") and decodes libjpeg warned about (strict=False), each with the "
           "first few files and what was wrong.");
+}
+
+// {option: default} of the ImageOptions fields with a fixed default, as gpufeed.images() names
+// them.
+py::dict ImageDefaults() {
+  const ImageOptions o;
+  py::dict d;
+  d["size"] = o.size;
+  d["crop"] = std::string(CropModeName(o.crop));
+  d["scale"] = py::make_tuple(o.scale_min, o.scale_max);
+  d["ratio"] = py::make_tuple(o.ratio_min, o.ratio_max);
+  d["flip"] = o.flip;
+  d["dtype"] = std::string(DTypeName(o.dtype));
+  d["dct_scaling"] = o.dct_scaling;
+  d["exif_orientation"] = o.exif_orientation;
+  d["max_pixels"] = o.max_pixels;
+  d["on_error"] = std::string(OnErrorName(o.on_error));
+  d["strict"] = o.strict;
+  d["path_column"] = o.path_column;
+  d["label_column"] = o.label_column;
+  d["cache"] = std::string(CacheTierName(o.cache));
+  d["cache_size"] = o.cache_size;
+  d["shm_dir"] = o.shm_dir;
+  d["verbose"] = o.verbose;
+  return d;
+}
+
+}  // namespace
+
+void BindImages(py::module_& m) {
+  ImageSourceClass image_source(
+      m, "ImageSource", "JPEG and PNG files decoded, cropped and resized in worker threads.");
+  BindSampleLookups(image_source);
+  BindImageReports(image_source);
 
   m.def(
       "open_images",
@@ -183,31 +221,8 @@ void BindImages(py::module_& m) {
       },
       py::arg("path"), py::arg("options"));
 
-  m.def(
-      "image_defaults",
-      [] {
-        const ImageOptions o;
-        py::dict d;
-        d["size"] = o.size;
-        d["crop"] = std::string(CropModeName(o.crop));
-        d["scale"] = py::make_tuple(o.scale_min, o.scale_max);
-        d["ratio"] = py::make_tuple(o.ratio_min, o.ratio_max);
-        d["flip"] = o.flip;
-        d["dtype"] = std::string(DTypeName(o.dtype));
-        d["dct_scaling"] = o.dct_scaling;
-        d["exif_orientation"] = o.exif_orientation;
-        d["max_pixels"] = o.max_pixels;
-        d["on_error"] = std::string(OnErrorName(o.on_error));
-        d["strict"] = o.strict;
-        d["path_column"] = o.path_column;
-        d["label_column"] = o.label_column;
-        d["cache"] = std::string(CacheTierName(o.cache));
-        d["cache_size"] = o.cache_size;
-        d["shm_dir"] = o.shm_dir;
-        d["verbose"] = o.verbose;
-        return d;
-      },
-      "{option: default} of gpufeed.images() options that have a fixed default (ImageOptions).");
+  m.def("image_defaults", &ImageDefaults,
+        "{option: default} of gpufeed.images() options that have a fixed default (ImageOptions).");
 
   m.def(
       "image_random_crop",

@@ -31,24 +31,8 @@ void LoaderField(py::class_<CachedLoaderOptions>& c, const char* name, T LoaderO
       [member](CachedLoaderOptions& o, T value) { o.loader.*member = value; });
 }
 
-// The options object gpufeed.Loader fills: every attribute starts at the C++ default (the
-// `// Default:` lines of LoaderOptions, CacheOptions and CachedLoaderOptions), and Python
-// sets only what its caller gave, so no default is written twice.
-void BindLoaderOptions(py::module_& m) {
-  py::class_<CachedLoaderOptions> c(m, "_LoaderOptions",
-                                    "Options of _Loader; unset attributes keep the C++ defaults.");
-  c.def(py::init([](const py::kwargs& given) {
-    auto options = std::make_unique<CachedLoaderOptions>();
-    py::object self = py::cast(options.get(), py::return_value_policy::reference);
-    for (const auto& [name, value] : given) {
-      const std::string key = py::str(name);
-      if (!py::hasattr(self, key.c_str())) {
-        throw Error(ErrorCode::kInvalidArgument, fmt::format("unknown loader option '{}'", key));
-      }
-      self.attr(key.c_str()) = value;
-    }
-    return options;
-  }));
+// The attributes of _LoaderOptions that set its LoaderOptions (CachedLoaderOptions::loader).
+void BindLoaderFields(py::class_<CachedLoaderOptions>& c) {
   LoaderField(c, "batch_size", &LoaderOptions::batch_size);
   LoaderField(c, "shuffle", &LoaderOptions::shuffle);
   LoaderField(c, "seed", &LoaderOptions::seed);
@@ -84,8 +68,10 @@ void BindLoaderOptions(py::module_& m) {
       [](CachedLoaderOptions& o, std::shared_ptr<GroupTable> t) {
         o.loader.groups = std::move(t);
       });
-  c.def_readwrite("device", &CachedLoaderOptions::device);
-  c.def_readwrite("transforms", &CachedLoaderOptions::transforms);
+}
+
+// The attributes of _LoaderOptions that set its CacheOptions (CachedLoaderOptions::cache).
+void BindCacheFields(py::class_<CachedLoaderOptions>& c) {
   c.def_property(
       "cache",
       [](const CachedLoaderOptions& o) { return std::string(CacheTierName(o.cache.tier)); },
@@ -118,6 +104,31 @@ void BindLoaderOptions(py::module_& m) {
       [](CachedLoaderOptions& o, const std::string& path) { o.cache.cli_binary = path; });
 }
 
+// The options object gpufeed.Loader fills: every attribute starts at the C++ default (the
+// `// Default:` lines of LoaderOptions, CacheOptions and CachedLoaderOptions), and Python
+// sets only what its caller gave, so no default is written twice.
+void BindLoaderOptions(py::module_& m) {
+  py::class_<CachedLoaderOptions> c(m, "_LoaderOptions",
+                                    "Options of _Loader; unset attributes keep the C++ defaults.");
+  c.def(py::init([](const py::kwargs& given) {
+    auto options = std::make_unique<CachedLoaderOptions>();
+    py::object self = py::cast(options.get(), py::return_value_policy::reference);
+    for (const auto& [name, value] : given) {
+      const std::string key = py::str(name);
+      if (!py::hasattr(self, key.c_str())) {
+        throw Error(ErrorCode::kInvalidArgument, fmt::format("unknown loader option '{}'", key));
+      }
+      self.attr(key.c_str()) = value;
+    }
+    return options;
+  }));
+  BindLoaderFields(c);
+  // The loader's and the cache's both: CachedLoaderOptions holds them once.
+  c.def_readwrite("device", &CachedLoaderOptions::device);
+  c.def_readwrite("transforms", &CachedLoaderOptions::transforms);
+  BindCacheFields(c);
+}
+
 std::string CacheJson(const CacheInfo& info) {
   nlohmann::json json{{"tier", CacheTierName(info.tier)},
                       {"reason", info.reason},
@@ -135,7 +146,36 @@ std::string CacheJson(const CacheInfo& info) {
   return json.dump();
 }
 
-// The loader's read-only figures: epoch, sizes, held batches, device, source, schema.
+// The copy of the data set the loader's cache makes: what was chosen, and how far it is.
+void BindLoaderCache(py::class_<PyLoader>& c) {
+  c.def_property_readonly("cache_json", [](const PyLoader& l) { return l.cache_json; })
+      .def(
+          "cache_progress",
+          [](const PyLoader& l) -> py::object {
+            if (!l.cache_progress) return py::none();
+            const CacheProgress::Snapshot now = l.cache_progress->Get();
+            py::dict d;
+            d["serving"] = std::string(CacheTierName(now.tier));
+            d["built_fraction"] = now.built_fraction;
+            d["done"] = now.done;
+            d["built"] = now.built;
+            d["reason"] = now.reason;
+            d["error"] = now.error;
+            return d;
+          },
+          "The copy being made in the background, now: None when none is.")
+      .def(
+          "wait_for_cache",
+          [](const PyLoader& l, double timeout_s) {
+            if (!l.cache_progress) return true;
+            py::gil_scoped_release release;
+            return l.cache_progress->WaitUntilDone(timeout_s);
+          },
+          py::arg("timeout_s"));
+}
+
+// The loader's read-only figures: epoch, sizes, held batches, parallelism, device, source,
+// schema.
 void BindLoaderProperties(py::class_<PyLoader>& c) {
   c.def_property_readonly(
        "epoch", [](PyLoader& l) { return l.Consumer([](Loader& x) { return x.epoch(); }); })
@@ -148,6 +188,12 @@ void BindLoaderProperties(py::class_<PyLoader>& c) {
       .def_property_readonly(
           "held_batches",
           [](PyLoader& l) { return l.Any([](Loader& x) { return x.held_batches(); }); })
+      .def_property_readonly(
+          "workers", [](PyLoader& l) { return l.Any([](Loader& x) { return x.workers(); }); })
+      .def_property_readonly(
+          "prefetch", [](PyLoader& l) { return l.Any([](Loader& x) { return x.prefetch(); }); })
+      .def_property_readonly(
+          "pack_fill", [](PyLoader& l) { return l.Any([](Loader& x) { return x.pack_fill(); }); })
       .def_property_readonly(
           "device", [](PyLoader& l) { return l.Any([](Loader& x) { return x.device().name(); }); })
       .def_property_readonly(
@@ -171,6 +217,20 @@ void BindLoaderProperties(py::class_<PyLoader>& c) {
       });
 }
 
+// The process's pools of batch memory, which outlive its loaders.
+void BindReleaseMemory(py::module_& m) {
+  m.def(
+      "release_memory",
+      [] {
+        py::dict freed;
+        freed["host_bytes"] = HostMemoryPool::Instance().Trim();
+        freed["pinned_bytes"] = cuda::PinnedHostPool::Instance().Trim();
+        return freed;
+      },
+      "Frees the batch memory and unpins the staging buffers the process keeps for its next "
+      "loaders; returns the bytes of each. Open loaders keep theirs.");
+}
+
 }  // namespace
 
 void BindLoader(py::module_& m) {
@@ -190,30 +250,6 @@ void BindLoader(py::module_& m) {
           return loader;
         }),
         py::arg("source"), py::arg("options"))
-      .def_property_readonly("cache_json", [](const PyLoader& l) { return l.cache_json; })
-      .def(
-          "cache_progress",
-          [](const PyLoader& l) -> py::object {
-            if (!l.cache_progress) return py::none();
-            const CacheProgress::Snapshot now = l.cache_progress->Get();
-            py::dict d;
-            d["serving"] = std::string(CacheTierName(now.tier));
-            d["built_fraction"] = now.built_fraction;
-            d["done"] = now.done;
-            d["built"] = now.built;
-            d["reason"] = now.reason;
-            d["error"] = now.error;
-            return d;
-          },
-          "The copy being made in the background, now: None when none is.")
-      .def(
-          "wait_for_cache",
-          [](const PyLoader& l, double timeout_s) {
-            if (!l.cache_progress) return true;
-            py::gil_scoped_release release;
-            return l.cache_progress->WaitUntilDone(timeout_s);
-          },
-          py::arg("timeout_s"))
       .def("next", &PyLoader::Next,
            "The next BatchHandle of the current epoch, or None once it is over (the call after "
            "that starts the next epoch).")
@@ -232,12 +268,6 @@ void BindLoader(py::module_& m) {
            [](PyLoader& l, int workers, int prefetch) {
              l.Consumer([&](Loader& x) { x.SetParallelism(workers, prefetch); });
            })
-      .def_property_readonly(
-          "workers", [](PyLoader& l) { return l.Any([](Loader& x) { return x.workers(); }); })
-      .def_property_readonly(
-          "prefetch", [](PyLoader& l) { return l.Any([](Loader& x) { return x.prefetch(); }); })
-      .def_property_readonly(
-          "pack_fill", [](PyLoader& l) { return l.Any([](Loader& x) { return x.pack_fill(); }); })
       .def("write_trace",
            [](PyLoader& l, const std::string& path) {
              l.Any([&](Loader& x) { x.WriteTrace(path); });
@@ -246,17 +276,9 @@ void BindLoader(py::module_& m) {
            [](PyLoader& l) { return l.Any([](Loader& x) { return x.stats().ToJson(); }); })
       .def("close", &PyLoader::Close, "Stops and joins the workers; the loader is unusable after.")
       .def_property_readonly("closed", &PyLoader::closed);
+  BindLoaderCache(c);
   BindLoaderProperties(c);
-  m.def(
-      "release_memory",
-      [] {
-        py::dict freed;
-        freed["host_bytes"] = HostMemoryPool::Instance().Trim();
-        freed["pinned_bytes"] = cuda::PinnedHostPool::Instance().Trim();
-        return freed;
-      },
-      "Frees the batch memory and unpins the staging buffers the process keeps for its next "
-      "loaders; returns the bytes of each. Open loaders keep theirs.");
+  BindReleaseMemory(m);
 }
 
 }  // namespace gpufeed::python
