@@ -9,11 +9,17 @@
 
 #include "bindings.h"
 #include "gpufeed/error.h"
+#include "gpufeed/file.h"
+#include "gpufeed/remote_stats.h"
+#if GPUFEED_WITH_REMOTE
 #include "gpufeed/remote.h"
 #include "remote/disk_cache.h"
+#endif
 
 namespace gpufeed::python {
 namespace {
+
+#if GPUFEED_WITH_REMOTE
 
 using ObjectTuple = std::tuple<std::string, uint64_t, std::string>;
 
@@ -58,9 +64,11 @@ std::vector<ObjectTuple> ToTuples(const std::vector<RemoteObject>& objects,
   return out;
 }
 
-}  // namespace
+// The process's figures, its remote file system created if it was not yet (so max_requests
+// shows the cap in use).
+RemoteStats Stats() { return DefaultRemoteFileSystem()->stats(); }
 
-void BindRemote(py::module_& m) {
+void BindRemoteCalls(py::module_& m) {
   m.def(
       "set_remote_options",
       [](const py::kwargs& kw) { SetDefaultRemoteOptions(OptionsFromKwargs(kw)); },
@@ -70,26 +78,6 @@ void BindRemote(py::module_& m) {
       "max_attempts (8 per request), retry_budget_s (60 per request), anonymous (False: "
       "unsigned requests for public buckets), endpoint, region, profile (default: as boto3 "
       "finds them: AWS_ENDPOINT_URL_S3, AWS_REGION, AWS_PROFILE, ~/.aws/config).");
-  m.def(
-      "remote_stats",
-      [] {
-        const RemoteStats s = DefaultRemoteFileSystem()->stats();
-        py::dict d;
-        d["requests"] = s.requests;
-        d["retries"] = s.retries;
-        d["throttled"] = s.throttled;
-        d["failed"] = s.failed;
-        d["listings"] = s.listings;
-        d["bytes"] = s.bytes;
-        d["latency_mean_s"] = s.latency_mean_s;
-        d["latency_p99_s"] = s.latency_p99_s;
-        d["max_in_flight"] = s.max_in_flight;
-        d["max_requests"] = s.max_requests;
-        return d;
-      },
-      "What the process's remote file system has done so far.");
-  m.def("is_remote_uri", &IsRemoteUri, py::arg("path"),
-        "Whether `path` is read over the network: an s3://, http:// or https:// URI.");
   m.def(
       "remote_manifest", [] { return ToTuples(DefaultRemoteFileSystem()->Manifest(), ""); },
       "Every object listed or opened so far, as (uri, size, etag).");
@@ -137,6 +125,54 @@ void BindRemote(py::module_& m) {
       "From now on, every s3:// and http(s):// source the process opens reads through the "
       "node-local disk cache in `dir` (default ~/.cache/gpufeed/remote) within budget_bytes "
       "(0: half the free space there).");
+}
+
+#else
+
+RemoteStats Stats() { return ProcessRemoteStats(); }
+
+// The same names, each refused: this build has no remote support.
+void BindRemoteCalls(py::module_& m) {
+  for (const char* name : {"set_remote_options", "remote_manifest", "list_remote",
+                           "add_remote_manifest", "use_remote_disk_cache"}) {
+    m.def(
+        name,
+        [name](const py::args&, const py::kwargs&) {
+          throw Error(ErrorCode::kUnsupported,
+                      std::string(name) +
+                          ": this build of gpufeed has no remote support (it was built with "
+                          "-DGPUFEED_WITH_REMOTE=OFF)");
+        },
+        "Refused: this build of gpufeed has no remote support (GPUFEED_WITH_REMOTE=OFF).");
+  }
+}
+
+#endif
+
+}  // namespace
+
+void BindRemote(py::module_& m) {
+  BindRemoteCalls(m);
+  m.def(
+      "remote_stats",
+      [] {
+        const RemoteStats s = Stats();
+        py::dict d;
+        d["requests"] = s.requests;
+        d["retries"] = s.retries;
+        d["throttled"] = s.throttled;
+        d["failed"] = s.failed;
+        d["listings"] = s.listings;
+        d["bytes"] = s.bytes;
+        d["latency_mean_s"] = s.latency_mean_s;
+        d["latency_p99_s"] = s.latency_p99_s;
+        d["max_in_flight"] = s.max_in_flight;
+        d["max_requests"] = s.max_requests;
+        return d;
+      },
+      "What the process's remote file system has done so far.");
+  m.def("is_remote_uri", &IsRemoteUri, py::arg("path"),
+        "Whether `path` is read over the network: an s3://, http:// or https:// URI.");
 }
 
 }  // namespace gpufeed::python

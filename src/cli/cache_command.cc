@@ -18,8 +18,10 @@
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
+#if GPUFEED_WITH_REMOTE
 #include "remote/disk_cache.h"
 #include "remote/disk_cache_verify.h"
+#endif
 
 namespace gpufeed::cli {
 namespace {
@@ -214,6 +216,7 @@ int RunGc(const CacheArgs& a) {
   return 0;
 }
 
+#if GPUFEED_WITH_REMOTE
 nlohmann::json ToJson(const DiskCacheVerifyReport& r) {
   nlohmann::json damaged = nlohmann::json::array();
   for (const DiskBlockProblem& p : r.damaged) {
@@ -280,6 +283,13 @@ int RunVerifyDisk(const CacheArgs& a) {
   }
   return r.ok() ? 0 : ExitCodeFor(ErrorCode::kCorruptData);
 }
+#else
+int RunVerifyDisk(const CacheArgs&) {
+  throw Error(ErrorCode::kUnsupported,
+              "gpufeed cache verify --disk: this build of gpufeed has no remote support, so no "
+              "disk cache (it was built with -DGPUFEED_WITH_REMOTE=OFF)");
+}
+#endif
 
 // Exit 0 when every named cache verifies, the corrupt-data code when one does not.
 int RunVerify(const CacheArgs& a) {
