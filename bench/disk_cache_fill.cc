@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "gpufeed/file.h"
-#include "remote/disk_cache.h"
+#include "remote/disk/disk_cache.h"
 
 namespace {
 

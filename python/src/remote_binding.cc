@@ -13,7 +13,7 @@
 #include "gpufeed/remote_stats.h"
 #if GPUFEED_WITH_REMOTE
 #include "gpufeed/remote.h"
-#include "remote/disk_cache.h"
+#include "remote/disk/disk_cache.h"
 #endif
 
 namespace gpufeed::python {

@@ -19,8 +19,8 @@
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #if GPUFEED_WITH_REMOTE
-#include "remote/disk_cache.h"
-#include "remote/disk_cache_verify.h"
+#include "remote/disk/disk_cache.h"
+#include "remote/disk/disk_cache_verify.h"
 #endif
 
 namespace gpufeed::cli {

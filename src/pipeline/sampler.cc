@@ -13,7 +13,7 @@
 #include "core/text.h"
 #include "gpufeed/device.h"
 #include "gpufeed/error.h"
-#include "pipeline/group_packer.h"
+#include "pipeline/groups/group_packer.h"
 #include "pipeline/sampler_permutation.h"
 
 namespace gpufeed {

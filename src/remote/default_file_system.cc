@@ -4,7 +4,7 @@
 
 #include "gpufeed/file.h"
 #include "gpufeed/remote.h"
-#include "remote/disk_cache.h"
+#include "remote/disk/disk_cache.h"
 #include "remote/process_file_system.h"
 
 namespace gpufeed {

@@ -13,7 +13,7 @@
 #include "gpufeed/loader.h"
 #include "gpufeed/sampler.h"
 #include "gpufeed/sources.h"
-#include "pipeline/group_packer.h"
+#include "pipeline/groups/group_packer.h"
 
 namespace gpufeed {
 namespace {

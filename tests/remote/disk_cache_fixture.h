@@ -22,8 +22,8 @@
 
 #include "gpufeed/error.h"
 #include "gpufeed/file.h"
-#include "remote/disk_cache.h"
-#include "remote/disk_cache_layout.h"
+#include "remote/disk/disk_cache.h"
+#include "remote/disk/disk_cache_layout.h"
 
 namespace gpufeed::testing {
 

@@ -21,9 +21,9 @@
 
 #include "core/log.h"
 #include "error_code_of.h"
-#include "remote/disk_cache.h"
+#include "remote/disk/disk_cache.h"
 #include "remote/disk_cache_fixture.h"
-#include "remote/disk_cache_verify.h"
+#include "remote/disk/disk_cache_verify.h"
 
 namespace gpufeed {
 namespace {

@@ -2,7 +2,7 @@
 // equal the object's across blocks, each block fetched once across instances, temporaries
 // of killed writers never served, eviction within budget and least recently used first,
 // held blocks kept, a new version never served old bytes.
-#include "remote/disk_cache.h"
+#include "remote/disk/disk_cache.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "gpufeed/file.h"
-#include "remote/disk_cache_layout.h"
-#include "remote/disk_cache_store.h"
+#include "remote/disk/disk_cache_layout.h"
+#include "remote/disk/disk_cache_store.h"
 
 namespace gpufeed {
 

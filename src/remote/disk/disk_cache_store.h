@@ -34,7 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "remote/disk_cache_layout.h"
+#include "remote/disk/disk_cache_layout.h"
 
 namespace gpufeed {
 

@@ -1,4 +1,4 @@
-#include "remote/disk_cache.h"
+#include "remote/disk/disk_cache.h"
 
 #include <fmt/format.h>
 #include <sys/statvfs.h>
@@ -8,9 +8,9 @@
 #include <cstdlib>
 
 #include "gpufeed/error.h"
-#include "remote/disk_cache_file.h"
-#include "remote/disk_cache_layout.h"
-#include "remote/disk_cache_store.h"
+#include "remote/disk/disk_cache_file.h"
+#include "remote/disk/disk_cache_layout.h"
+#include "remote/disk/disk_cache_store.h"
 
 namespace gpufeed {
 namespace {

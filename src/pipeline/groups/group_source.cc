@@ -1,4 +1,4 @@
-#include "pipeline/group_source.h"
+#include "pipeline/groups/group_source.h"
 
 #include <fmt/format.h>
 

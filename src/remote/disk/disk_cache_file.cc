@@ -1,4 +1,4 @@
-#include "remote/disk_cache_file.h"
+#include "remote/disk/disk_cache_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

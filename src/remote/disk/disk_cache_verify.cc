@@ -1,4 +1,4 @@
-#include "remote/disk_cache_verify.h"
+#include "remote/disk/disk_cache_verify.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -13,8 +13,8 @@
 
 #include "core/text.h"
 #include "gpufeed/error.h"
-#include "remote/disk_cache_layout.h"
-#include "remote/disk_cache_store.h"
+#include "remote/disk/disk_cache_layout.h"
+#include "remote/disk/disk_cache_store.h"
 
 namespace gpufeed {
 namespace {

@@ -1,4 +1,4 @@
-#include "remote/disk_cache_store.h"
+#include "remote/disk/disk_cache_store.h"
 
 #include <dirent.h>
 #include <fcntl.h>

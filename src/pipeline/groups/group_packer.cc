@@ -1,4 +1,4 @@
-#include "pipeline/group_packer.h"
+#include "pipeline/groups/group_packer.h"
 
 #include <fmt/format.h>
 

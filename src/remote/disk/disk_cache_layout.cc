@@ -1,4 +1,4 @@
-#include "remote/disk_cache_layout.h"
+#include "remote/disk/disk_cache_layout.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
