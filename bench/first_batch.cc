@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/shm_open.h"
+#include "cache/shm/shm_open.h"
 #include "core/host_memory_pool.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/loader.h"

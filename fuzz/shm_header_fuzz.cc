@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cache/shm_format.h"
+#include "cache/shm/shm_format.h"
 #include "gpufeed/error.h"
 #include "gpufeed/schema.h"
 

@@ -11,8 +11,8 @@
 #include "cache/detached_build.h"
 #include "cache/gather_probe.h"
 #include "cache/ram_cache.h"
-#include "cache/shm_open.h"
-#include "cache/shm_user_dir.h"
+#include "cache/shm/shm_open.h"
+#include "cache/shm/shm_user_dir.h"
 #include "core/log.h"
 
 namespace gpufeed {

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "cache/device_share_ipc.h"
-#include "cache/flock_holders.h"
-#include "cache/shm_user_dir.h"
+#include "cache/shm/flock_holders.h"
+#include "cache/shm/shm_user_dir.h"
 #include "core/checked_math.h"
 #include "device/device_features.h"
 #include "gpufeed/error.h"

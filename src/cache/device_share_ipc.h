@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cache/device_share.h"
-#include "cache/shm_user_dir.h"
+#include "cache/shm/shm_user_dir.h"
 
 namespace gpufeed {
 

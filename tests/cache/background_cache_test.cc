@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "cache/cache_test_util.h"
-#include "cache/shm_open.h"
+#include "cache/shm/shm_open.h"
 #include "error_code_of.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/cancel.h"

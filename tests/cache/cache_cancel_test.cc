@@ -16,8 +16,8 @@
 
 #include "cache/cache_test_util.h"
 #include "cache/ram_cache.h"
-#include "cache/shm_open.h"
-#include "cache/shm_user_dir.h"
+#include "cache/shm/shm_open.h"
+#include "cache/shm/shm_user_dir.h"
 #include "error_code_of.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/cancel.h"

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cache/shm_open.h"
+#include "cache/shm/shm_open.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/sources.h"
 #include "sources/scratch_dir.h"

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <map>
 
-#include "cache/shm_open.h"
-#include "cache/shm_user_dir.h"
+#include "cache/shm/shm_open.h"
+#include "cache/shm/shm_user_dir.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"

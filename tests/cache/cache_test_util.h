@@ -5,19 +5,19 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <string>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "cache/shm/shm_user_dir.h"
 #include "gpufeed/error.h"
-#include "cache/shm_user_dir.h"
 #include "gpufeed/source.h"
 
 namespace gpufeed::testing {

@@ -12,10 +12,10 @@
 #include <thread>
 
 #include "cache/cache_test_util.h"
-#include "cache/shm_format.h"
-#include "cache/shm_open.h"
-#include "cache/shm_source.h"
-#include "cache/shm_user_dir.h"
+#include "cache/shm/shm_format.h"
+#include "cache/shm/shm_open.h"
+#include "cache/shm/shm_source.h"
+#include "cache/shm/shm_user_dir.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"

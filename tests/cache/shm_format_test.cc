@@ -1,10 +1,10 @@
-#include "cache/shm_format.h"
+#include "cache/shm/shm_format.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-#include "cache/shm_user_dir.h"
+#include "cache/shm/shm_user_dir.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {

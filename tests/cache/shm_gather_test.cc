@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/shm_source.h"
+#include "cache/shm/shm_source.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/loader.h"
 #include "gpufeed/sources.h"

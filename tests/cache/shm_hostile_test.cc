@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "cache/cache_test_util.h"
-#include "cache/shm_format.h"
-#include "cache/shm_open.h"
-#include "cache/shm_source.h"
-#include "cache/shm_user_dir.h"
+#include "cache/shm/shm_format.h"
+#include "cache/shm/shm_open.h"
+#include "cache/shm/shm_source.h"
+#include "cache/shm/shm_user_dir.h"
 #include "error_code_of.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/sources.h"

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "cache/cached_source.h"
-#include "cache/shm_format.h"
+#include "cache/shm/shm_format.h"
 
 namespace gpufeed {
 

@@ -1,4 +1,4 @@
-#include "cache/shm_source.h"
+#include "cache/shm/shm_source.h"
 
 #include <fmt/format.h>
 #include <sys/file.h>

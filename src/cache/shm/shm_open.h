@@ -22,7 +22,7 @@
 #include <optional>
 #include <string>
 
-#include "cache/shm_builder.h"
+#include "cache/shm/shm_builder.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/source.h"
 

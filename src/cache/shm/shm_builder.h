@@ -9,8 +9,8 @@
 #include <functional>
 #include <string>
 
-#include "cache/shm_format.h"
-#include "cache/shm_user_dir.h"
+#include "cache/shm/shm_format.h"
+#include "cache/shm/shm_user_dir.h"
 #include "gpufeed/source.h"
 
 namespace gpufeed {

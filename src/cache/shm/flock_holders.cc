@@ -1,4 +1,4 @@
-#include "cache/flock_holders.h"
+#include "cache/shm/flock_holders.h"
 
 #include <fmt/format.h>
 #include <sys/sysmacros.h>

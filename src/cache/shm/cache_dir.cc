@@ -11,9 +11,9 @@
 #include <map>
 #include <regex>
 
-#include "cache/flock_holders.h"
-#include "cache/shm_format.h"
-#include "cache/shm_user_dir.h"
+#include "cache/shm/flock_holders.h"
+#include "cache/shm/shm_format.h"
+#include "cache/shm/shm_user_dir.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 

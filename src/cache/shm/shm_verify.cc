@@ -10,8 +10,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cache/shm_format.h"
-#include "cache/shm_user_dir.h"
+#include "cache/shm/shm_format.h"
+#include "cache/shm/shm_user_dir.h"
 #include "core/io/fd_io.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"

@@ -1,4 +1,4 @@
-#include "cache/shm_builder.h"
+#include "cache/shm/shm_builder.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "cache/shm_user_dir.h"
+#include "cache/shm/shm_user_dir.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

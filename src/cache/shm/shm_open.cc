@@ -1,4 +1,4 @@
-#include "cache/shm_open.h"
+#include "cache/shm/shm_open.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "cache/flock_holders.h"
-#include "cache/shm_source.h"
-#include "cache/shm_user_dir.h"
+#include "cache/shm/flock_holders.h"
+#include "cache/shm/shm_source.h"
+#include "cache/shm/shm_user_dir.h"
 #include "core/format.h"
 #include "core/io/fd_io.h"
 #include "core/log.h"

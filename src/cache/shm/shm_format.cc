@@ -1,4 +1,4 @@
-#include "cache/shm_format.h"
+#include "cache/shm/shm_format.h"
 
 #include <fmt/format.h>
 #include <xxhash.h>
