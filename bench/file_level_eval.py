@@ -5,7 +5,7 @@ Run with Debian's python (torch, h5py, numpy) and the build tree's package:
 
     PYTHONPATH=build/python /usr/bin/python3 bench/file_level_eval.py
 
-Builds, once, in a cache folder (default ~/.cache/gpufeed-bench): a seed-like set of 7,913
+Builds, once, in a cache folder (default ~/.cache/gpufeed-bench): a synthetic set of 7,913
 files with 8 to 64 segments each (uniform, seeded), float32[1,64,32] per segment (`mel`),
 an int64 label per file (`label`) and `file_offsets` (F+1 row offsets), in one HDF5 file
 written with h5py's defaults (contiguous, uncompressed). Then scores every file with the
@@ -41,7 +41,7 @@ STACK = 16
 
 
 def build_file(path, files, segments=(8, 64), seed=0):
-    """The seed-like grouped file at `path` (once), with h5py's default dataset layout."""
+    """The synthetic grouped file at `path` (once), with h5py's default dataset layout."""
     if os.path.exists(path):
         return
     rng = np.random.default_rng(seed)

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Compressed HDF5: gpufeed vs DataLoader over per-sample h5py, the decode ceiling, and
-libdeflate vs this project's zlib path, on the seed-like set written four ways.
+libdeflate vs this project's zlib path, on the synthetic mel set written four ways.
 
 Run with Debian's python (torch, h5py, hdf5plugin, numpy):
 
@@ -35,7 +35,8 @@ import time
 
 import hdf5plugin  # the filters for h5py here and in the DataLoader's forked workers
 
-# The seed-like file and the per-sample h5py DataLoader, as the uncompressed comparison has them.
+# The synthetic mel file and the per-sample h5py DataLoader, as the uncompressed comparison has
+# them.
 from hdf5_vs_dataloader import build_file, measure_dataloader
 
 BATCH = 8192

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""gpufeed vs PyTorch's DataLoader over a per-sample h5py Dataset, on the seed-like files.
+"""gpufeed vs PyTorch's DataLoader over a per-sample h5py Dataset, on synthetic mel segments.
 
 Run with Debian's python (it has torch, h5py and numpy):
 
@@ -39,7 +39,7 @@ BATCH = 8192
 
 
 def build_file(path, samples, **kw):
-    """The seed-like file at `path` (once), both datasets created with h5py keywords `kw`."""
+    """The synthetic mel file at `path` (once), both datasets created with h5py keywords `kw`."""
     if os.path.exists(path):
         return
     tmp = path + ".tmp"

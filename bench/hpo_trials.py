@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""An Optuna study whose trials each train a small model on the seed-like HDF5 set, run with
+"""An Optuna study whose trials each train a small model on the synthetic mel HDF5 set, run with
 a new torch DataLoader per trial (the usual set-up) and with gpufeed's shared-memory cache.
 
 Run with Debian's python (torch, h5py, numpy, python3-optuna), from the repository root with

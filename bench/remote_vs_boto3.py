@@ -10,8 +10,8 @@ The store is the test double (tests/remote/s3_server.py: s3rver on 127.0.0.1 beh
 proxy), with --latency-ms added to every request by the proxy, as a store across a network
 would. Data sets are made once in ~/.cache/gpufeed-bench and uploaded to the store before any
 timing (not in any figure):
-  - the seed-like HDF5 set: `mel` float32[1,64,32] + `label` int64 per sample, chunks of 256
-    samples, uncompressed;
+  - an HDF5 set of synthetic mel segments: `mel` float32[1,64,32] (random values) + `label`
+    int64 per sample, chunks of 256 samples, uncompressed;
   - --images JPEGs (256x256) in ImageFolder layout, 10 classes.
 Then, in one run, with 2 workers on both sides:
   (a) the peer a user writes today: torch's DataLoader whose Dataset fetches each sample with

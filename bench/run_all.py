@@ -173,8 +173,8 @@ BENCHMARKS = [
     },
     {
         "id": "hdf5-vs-dataloader",
-        "what": "HDF5 seed-like file (100,000 x float32[1,64,32], chunks of 256): gpufeed vs "
-                "a DataLoader over per-sample h5py reads, 2 workers each",
+        "what": "HDF5 file of synthetic mel segments (100,000 x float32[1,64,32], chunks of "
+                "256): gpufeed vs a DataLoader over per-sample h5py reads, 2 workers each",
         "command": "{py} bench/hdf5_vs_dataloader.py --gpufeed {gpufeed} --json",
         "figures": [
             ("uncompressed: gpufeed / DataLoader", json_key("plain_vs_dataloader")),
@@ -250,10 +250,10 @@ BENCHMARKS = [
     {
         "id": "remote-vs-boto3",
         "remote": True,
-        "what": "s3rver behind the fault proxy with 20 ms added per request; the seed-like HDF5 "
-                "set (100,000 x float32[1,64,32] + int64, chunks of 256) and 3,000 JPEGs; "
-                "2 workers on each side; the ceiling is curl sending the same requests at the "
-                "same concurrency",
+        "what": "s3rver behind the fault proxy with 20 ms added per request; an HDF5 set of "
+                "synthetic mel segments (100,000 x float32[1,64,32] + int64, chunks of 256) "
+                "and 3,000 JPEGs; 2 workers on each side; the ceiling is curl sending the same "
+                "requests at the same concurrency",
         "command": "PYTHONPATH={build}/python {py} bench/remote_vs_boto3.py --json",
         "figures": [
             ("HDF5, full shuffle: gpufeed / boto3 DataLoader", json_key("hdf5_gpufeed_vs_boto3")),
