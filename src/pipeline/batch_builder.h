@@ -28,8 +28,8 @@
 #include "gpufeed/source.h"
 #include "gpufeed/transforms.h"
 #include "pipeline/batch_layout.h"
-#include "pipeline/gpu_busy_tracker.h"
-#include "pipeline/trace_recorder.h"
+#include "pipeline/measure/gpu_busy_tracker.h"
+#include "pipeline/measure/trace_recorder.h"
 
 namespace gpufeed {
 

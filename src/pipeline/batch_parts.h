@@ -11,7 +11,7 @@
 
 #include "device/buffer_pool.h"
 #include "gpufeed/batch.h"
-#include "pipeline/gpu_busy_tracker.h"
+#include "pipeline/measure/gpu_busy_tracker.h"
 
 namespace gpufeed {
 

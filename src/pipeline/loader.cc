@@ -24,17 +24,17 @@
 #include "core/thread_pool.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sampler.h"
-#include "pipeline/autotuner.h"
 #include "pipeline/batch_builder.h"
-#include "pipeline/gpu_busy_tracker.h"
 #include "pipeline/groups/group_packer.h"
 #include "pipeline/groups/group_source.h"
 #include "pipeline/loader_checks.h"
-#include "pipeline/loader_metrics.h"
 #include "pipeline/loader_state.h"
+#include "pipeline/measure/autotuner.h"
+#include "pipeline/measure/gpu_busy_tracker.h"
+#include "pipeline/measure/loader_metrics.h"
+#include "pipeline/measure/trace_recorder.h"
 #include "pipeline/memory_fit.h"
 #include "pipeline/reorder_queue.h"
-#include "pipeline/trace_recorder.h"
 
 namespace gpufeed {
 class Loader::Impl {

@@ -1,4 +1,4 @@
-#include "pipeline/autotuner.h"
+#include "pipeline/measure/autotuner.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

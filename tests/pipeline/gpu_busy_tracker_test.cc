@@ -1,6 +1,6 @@
 // GpuBusyTracker on scripted events: the test plays the GPU, completing each recorded event
 // at a chosen time, so every figure is exact and no clock or thread is involved.
-#include "pipeline/gpu_busy_tracker.h"
+#include "pipeline/measure/gpu_busy_tracker.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "pipeline/loader_metrics.h"
+#include "pipeline/measure/loader_metrics.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "pipeline/autotuner.h"
+#include "pipeline/measure/autotuner.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "pipeline/gpu_busy_tracker.h"
+#include "pipeline/measure/gpu_busy_tracker.h"
 
 #include <algorithm>
 #include <cmath>

@@ -23,8 +23,8 @@
 
 #include "core/thread_annotations.h"
 #include "gpufeed/loader_stats.h"
-#include "pipeline/gpu_busy_tracker.h"
-#include "pipeline/trace_recorder.h"
+#include "pipeline/measure/gpu_busy_tracker.h"
+#include "pipeline/measure/trace_recorder.h"
 
 namespace gpufeed {
 

@@ -1,4 +1,4 @@
-#include "pipeline/trace_recorder.h"
+#include "pipeline/measure/trace_recorder.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
