@@ -1,39 +1,67 @@
 # Two entry points a newcomer needs:
-#   make demo   install what is missing, build, run `gpufeed demo`
-#   make test   install what is missing, check the tree's layout, build, run every test (C++,
-#               sanitizers, Python, fuzzing)
+#   make demo   install what the demo needs (scripts/setup --demo), build the libraries, the
+#               CLI and the Python module (no tests, no benchmarks), run `gpufeed demo`
+#   make test   install everything (scripts/setup), check the tree's layout, build, run every
+#               test (C++, sanitizers, Python, fuzzing)
 # The rest are the steps they are made of.
+#
+# CMAKE_FLAGS goes to the release tree's configure and to scripts/setup, which reads the part
+# options from it: `make demo CMAKE_FLAGS=-DGPUFEED_WITH_POSTGRES=OFF` installs no libpq-dev
+# and builds no PostgreSQL source. The tests cover every part (a part off builds none of
+# them), and the sanitizer trees configure every part on.
 
 JOBS ?= $(shell nproc)
-# The benchmark programs (bench/): built by `make build` and `make demo`. CI's `make test`
-# leaves them out of its Release tree: nothing tests them, and they cost about a minute and a
-# half of its 30 on 2 cores.
+# The benchmark programs (bench/): built by `make build`. CI's `make test` leaves them out of
+# its Release tree: nothing tests them, and they cost about a minute and a half of its 30 on 2
+# cores. `make demo` builds none.
 BENCH ?= ON
 PYTHON ?= /usr/bin/python3
 BUILD ?= build
 CMAKE_FLAGS ?=
 # ccache, when installed, makes rebuilds (and the three build trees' shared sources) cheap.
 # Paths under the checkout are hashed relative to it, so another clone of the same sources (a
-# CI run's, a worktree) hits the compiles this one cached.
-CCACHE := $(shell command -v ccache 2>/dev/null)
+# CI run's, a worktree) hits the compiles this one cached. Looked up when a configure runs,
+# after scripts/setup: a first `make demo` configures with the ccache setup just installed (a
+# launcher added later would change every compile command, and Ninja would compile it all
+# again).
+CCACHE = $(shell command -v ccache 2>/dev/null)
 export CCACHE_BASEDIR := $(CURDIR)
-LAUNCHER := $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
+LAUNCHER = $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
-.PHONY: demo test setup build test-cpp test-asan test-tsan test-python check-threads check-layout fuzz \
-  test-fuzz clean
+# The release tree ($(BUILD)), shared by `make demo` and `make build`: the demo configures it
+# without tests and benchmarks, `make build` with them, and the library objects serve both.
+# CMake keeps an option's value from the tree's last configure, so each configure states every
+# option it relies on (the parts on, tests, benchmarks, the Python module) before CMAKE_FLAGS:
+# a `make demo` before, or an earlier CMAKE_FLAGS, does not leave `make test` without tests.
+CONFIGURE = cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DPython3_EXECUTABLE=$(PYTHON) $(LAUNCHER) -DGPUFEED_WITH_HDF5=ON -DGPUFEED_WITH_SQLITE=ON \
+  -DGPUFEED_WITH_POSTGRES=ON -DGPUFEED_WITH_REMOTE=ON -DGPUFEED_WITH_IMAGES=ON \
+  -DGPUFEED_BUILD_PYTHON=ON
 
-demo: build
+.PHONY: demo test setup setup-demo build-demo build test-cpp test-asan test-tsan test-python \
+  check-threads check-layout fuzz test-fuzz clean
+
+demo: build-demo
+	@test -x $(BUILD)/src/cli/gpufeed || \
+	  { echo "make demo: no CLI in $(BUILD) (it needs HDF5 and image support)" >&2; exit 1; }
 	./$(BUILD)/src/cli/gpufeed demo
 
 test: check-layout test-cpp test-asan test-tsan test-python test-fuzz
 test: BENCH = OFF
 
 setup:
-	scripts/setup
+	scripts/setup --tests $(CMAKE_FLAGS)
+
+setup-demo:
+	scripts/setup --demo $(CMAKE_FLAGS)
+
+# The libraries, the CLI and the Python module: what the demo runs.
+build-demo: setup-demo
+	$(CONFIGURE) -DGPUFEED_BUILD_TESTS=OFF -DGPUFEED_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
 
 build: setup
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPUFEED_BUILD_BENCH=$(BENCH) \
-	  -DPython3_EXECUTABLE=$(PYTHON) $(LAUNCHER) $(CMAKE_FLAGS)
+	$(CONFIGURE) -DGPUFEED_BUILD_TESTS=ON -DGPUFEED_BUILD_BENCH=$(BENCH) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
 test-cpp: build
@@ -77,7 +105,7 @@ check-layout: setup
 # Clang's thread-safety analysis (GUARDED_BY, REQUIRES, ... from src/core/thread_annotations.h)
 # over the sources whose locks are annotated: a syntax-only pass, the normal build's compiler
 # stays g++.
-THREAD_CHECKED ?= $(wildcard src/pipeline/*.cc)
+THREAD_CHECKED ?= $(wildcard src/pipeline/*.cc src/pipeline/*/*.cc)
 CLANGXX ?= clang++-14
 check-threads:
 	@for f in $(THREAD_CHECKED); do \
