@@ -3,7 +3,7 @@
 //
 //   bench_autotune_sweep DATA [--batch-size 8192] [--step-ms 10] [--batches 16]
 //
-// DATA: a NumPy folder or an HDF5 file (`bench/hdf5_vs_dataloader.py` makes the seed-like
+// DATA: a NumPy folder or an HDF5 file (`bench/hdf5_vs_dataloader.py` makes the synthetic mel segments
 // HDF5 set). Each sweep point runs `batches` batches after 2 warm-up batches; the tuned run
 // gets 3x as many to find its way, and its last `batches` are measured.
 #include <CLI/CLI.hpp>
