@@ -183,7 +183,8 @@ DatabaseUriParts ParseDatabaseUri(const std::string& uri, DatabaseOptions option
 std::shared_ptr<Source> OpenDatabase(const std::string& uri, DatabaseOptions options) {
   DatabaseUriParts parts = ParseDatabaseUri(uri, std::move(options));
   if (parts.kind == DatabaseUriParts::Kind::kSqlite) {
-    return SourceFamilyOpeners(SourceFamily::kSqlite, "sqlite:" + parts.target + ": a SQLite database")
+    return SourceFamilyOpeners(SourceFamily::kSqlite,
+                               "sqlite:" + parts.target + ": a SQLite database")
         .database(parts.target, std::move(parts.options));
   }
   // The conninfo may hold a password: the refusal names only the kind of URI.

@@ -16,7 +16,8 @@ constexpr unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, 
 
 class SuperblockReader {
  public:
-  explicit SuperblockReader(const File& file) : file_(file) {}
+  explicit SuperblockReader(const File& file)
+      : file_(file), name_(fmt::format("{}: the HDF5 superblock", file.path())) {}
 
   Hdf5Superblock Read() {
     Hdf5Superblock sb;
@@ -105,10 +106,7 @@ class SuperblockReader {
   unsigned Byte(size_t pos) const { return static_cast<unsigned>(Uint(pos, 1)); }
 
   // A field of the superblock, read through the one bounded reader of metadata bytes.
-  uint64_t Uint(size_t pos, size_t width) const {
-    const std::string name = fmt::format("{}: the HDF5 superblock", file_.path());
-    return Bytes(bytes_, &name).Uint(pos, width);
-  }
+  uint64_t Uint(size_t pos, size_t width) const { return Bytes(bytes_, &name_).Uint(pos, width); }
 
   void CheckWidths(const Hdf5Superblock& sb) const {
     for (unsigned w : {sb.sizeof_addr, sb.sizeof_size}) {
@@ -183,6 +181,7 @@ class SuperblockReader {
   }
 
   const File& file_;
+  const std::string name_;  // names the superblock in errors
   std::vector<unsigned char> bytes_;
 };
 
