@@ -116,7 +116,7 @@ struct LoaderStats {
 // same batch, as under DDP. A state that has it resumes at any world size and rank: a loader
 // at the saved rank and world size goes on from `batch` (of the plan that starts at
 // `plan_start`); any other deals the rest of the global order, [global_consumed, samples), to
-// its ranks (Sampler::Plan), so a state from any one rank serves them all. A state without it
+// its ranks (pipeline/sampler.h), so a state from any one rank serves them all. A state without it
 // must match `rank` and `world_size`. Packed groups change world size only at an epoch's
 // boundary.
 struct LoaderState {

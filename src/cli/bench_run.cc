@@ -27,8 +27,8 @@
 #include "gpufeed/hdf5.h"
 #include "gpufeed/monitor.h"
 #include "gpufeed/remedies.h"
-#include "gpufeed/sampler.h"
 #include "pipeline/loader_checks.h"
+#include "pipeline/sampler.h"
 
 namespace gpufeed::cli {
 namespace {

@@ -23,7 +23,6 @@
 #include "core/thread_annotations.h"
 #include "core/thread_pool.h"
 #include "gpufeed/error.h"
-#include "gpufeed/sampler.h"
 #include "pipeline/autotuner.h"
 #include "pipeline/batch_builder.h"
 #include "pipeline/gpu_busy_tracker.h"
@@ -34,6 +33,7 @@
 #include "pipeline/loader_state.h"
 #include "pipeline/memory_fit.h"
 #include "pipeline/reorder_queue.h"
+#include "pipeline/sampler.h"
 #include "pipeline/trace_recorder.h"
 
 namespace gpufeed {
