@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpufeed/remote.h"
+#include "gpufeed/source.h"
 
 namespace gpufeed {
 
@@ -97,6 +98,10 @@ struct LoaderStats {
   // (gpufeed/remote.h; counters are the difference, latency and concurrency the process's
   // figures): all zero when the data is local.
   RemoteStats remote = {};
+  // What the loader's source reports now (Source::Stats): the cache tier serving it, how far a
+  // copy made while it runs is (the cache's background fill, the remedies' copy), and an
+  // HDF5 source's chunk counters since it was opened, a cache in front of it or not.
+  SourceStats source = {};
 
   // Fraction of the consumer's time spent waiting in Next(): the GPU's data stall.
   double ConsumerWaitFraction() const;

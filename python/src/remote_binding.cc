@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "bindings.h"
+#include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/remote.h"
-#include "remote/disk_cache.h"
 
 namespace gpufeed::python {
 namespace {
@@ -126,17 +126,18 @@ void BindRemote(py::module_& m) {
       "Adds objects listed elsewhere (rank 0's listing): opens under `prefix` send no HEAD "
       "and listings no request.");
   m.def(
-      "use_remote_disk_cache",
-      [](const std::string& dir, uint64_t budget_bytes) {
-        DiskCacheOptions options;
-        options.dir = dir;
-        options.budget_bytes = budget_bytes;
-        UseRemoteDiskCache(options);
+      "use_disk_tier",
+      [](const std::string& path, const std::string& dir, uint64_t budget_bytes) {
+        CacheOptions options;
+        options.disk_dir = dir;
+        options.disk_budget_bytes = budget_bytes;
+        UseDiskTier(path, options);
       },
-      py::arg("dir") = std::string(), py::arg("budget_bytes") = 0,
-      "From now on, every s3:// and http(s):// source the process opens reads through the "
-      "node-local disk cache in `dir` (default ~/.cache/gpufeed/remote) within budget_bytes "
-      "(0: half the free space there).");
+      py::arg("path"), py::arg("dir") = std::string(), py::arg("budget_bytes") = 0,
+      "The disk tier for the data at `path` (gpufeed/cache.h, UseDiskTier): from now on, every "
+      "s3:// and http(s):// source the process opens reads through the node-local disk cache "
+      "in `dir` (default ~/.cache/gpufeed/remote) within budget_bytes (0: half the free space "
+      "there). Raises InvalidArgument for a local path.");
 }
 
 }  // namespace gpufeed::python

@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "core/log.h"
+#include "pipeline/source_stats.h"
 
 namespace gpufeed {
 namespace {
@@ -73,6 +74,13 @@ void BackgroundCachedSource::Run(const Fill& fill) {
     }
     progress_->Finish(std::move(last));
   }
+}
+
+SourceStats BackgroundCachedSource::Stats() const {
+  SourceStats stats = SourceStatsOf(*serving_);
+  stats.cache_tier = cache_tier();
+  stats.cache_built_fraction = progress_->Get().built_fraction;
+  return stats;
 }
 
 std::unique_ptr<SourceWorkerState> BackgroundCachedSource::NewWorkerState() const {

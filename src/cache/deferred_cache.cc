@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "gpufeed/error.h"
+#include "pipeline/source_stats.h"
 
 namespace gpufeed {
 namespace {
@@ -52,6 +53,16 @@ std::string DeferredCachedSource::Start(std::string* why) const {
   const std::string why_it_fits = info.reason.substr(0, info.reason.find("; "));
   return fmt::format("a {} copy ({})",
                      info.tier == CacheTier::kRam ? "RAM" : CacheTierName(info.tier), why_it_fits);
+}
+
+SourceStats DeferredCachedSource::Stats() const {
+  SourceStats stats = SourceStatsOf(*base_);
+  if (const Source* cached = cached_.load(std::memory_order_acquire)) {
+    const SourceStats copy = SourceStatsOf(*cached);
+    stats.cache_tier = copy.cache_tier;
+    stats.cache_built_fraction = copy.cache_built_fraction;
+  }
+  return stats;
 }
 
 std::unique_ptr<SourceWorkerState> DeferredCachedSource::NewWorkerState() const {

@@ -34,6 +34,7 @@
 #include "pipeline/memory_fit.h"
 #include "pipeline/reorder_queue.h"
 #include "pipeline/sampler.h"
+#include "pipeline/source_stats.h"
 #include "pipeline/trace_recorder.h"
 
 namespace gpufeed {
@@ -249,6 +250,7 @@ class Loader::Impl {
     s.buffers_allocated = builder_.buffers_allocated();
     s.buffer_bytes = static_cast<int64_t>(builder_.buffer_bytes());
     s.device = options_.device->name();
+    s.source = SourceStatsOf(*source_);
     return s;
   }
 
