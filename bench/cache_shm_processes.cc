@@ -31,6 +31,7 @@
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
+#include "gpufeed/shm_caches.h"
 #include "gpufeed/sources.h"
 
 extern char** environ;

@@ -22,6 +22,7 @@
 #include "core/host_memory_pool.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/loader.h"
+#include "gpufeed/open_loader.h"
 #include "gpufeed/sources.h"
 
 namespace {
@@ -107,13 +108,14 @@ int main(int argc, char** argv) {
 
   for (int round = 0; round < 2; ++round) {
     const auto t0 = Clock::now();
-    gpufeed::CachedLoaderOptions options;
-    options.loader.batch_size = batch;
-    options.loader.workers = workers;
-    options.device = "cpu";
-    options.cache.tier = gpufeed::ParseCacheTier(cache);
-    options.cache.verbose = false;
-    gpufeed::CachedLoader opened = gpufeed::OpenCachedLoader(gpufeed::OpenPath(path, {}), options);
+    gpufeed::LoaderRecipe recipe;
+    recipe.source = gpufeed::OpenPath(path, {});
+    recipe.loader.batch_size = batch;
+    recipe.loader.workers = workers;
+    recipe.device = "cpu";
+    recipe.cache.tier = gpufeed::ParseCacheTier(cache);
+    recipe.cache.verbose = false;
+    gpufeed::OpenedLoader opened = gpufeed::OpenLoader(recipe);
     const double open_s = opened.cache.open_seconds;
     const double construct_s = Since(t0) - open_s;
     const auto t1 = Clock::now();

@@ -1,16 +1,15 @@
-// Caches: a Source decorator that keeps a whole data set close to the GPU, so later epochs
-// (and other processes) read memory instead of files.
+// Caches: the tiers that keep a data set close to the GPU, so later epochs (and other
+// processes) read memory instead of files; the options that ask for one, and what was chosen.
 //
-//   auto source = gpufeed::OpenCached(gpufeed::OpenNumpy("train"), {.tier = CacheTier::kAuto});
-//   gpufeed::Loader loader(source, {.batch_size = 8192});
+// A loader takes its cache from its recipe (gpufeed/open_loader.h, the one way the CLI and
+// the Python package assemble a loader):
 //
-// or, with the device and the transforms the cache must agree with, in one call (what the
-// CLI and the Python package do):
+//   auto [loader, source, info] = gpufeed::OpenLoader({.source = gpufeed::OpenNumpy("train"),
+//       .loader = {.batch_size = 8192}, .device = "cuda", .cache = {.tier = CacheTier::kAuto}});
 //
-//   auto [loader, info] = gpufeed::OpenCachedLoader(gpufeed::OpenNumpy("train"),
-//       {.loader = {.batch_size = 8192}, .device = "cuda", .cache = {.tier = CacheTier::kAuto}});
+// OpenCached below is the cache alone: a Source decorator over any source.
 //
-// Tiers:
+// Tiers (gpufeed/source.h lists their names):
 //   ram    one contiguous array per field in this process, filled on first touch, or preloaded
 //          in the background (see below); later epochs gather rows from RAM.
 //   shm    a file under /dev/shm named gpufeed-<key> (key: a hash of the source's Identity()
@@ -19,7 +18,8 @@
 //          every later process -- local DDP ranks, concurrent hyper-parameter trials -- maps
 //          the same copy read-only and gathers from it as the RAM tier gathers. Only its owner
 //          can write it, so readers check the header (owner, mode, keyed checksum, schema) at
-//          open, not every row they read; `gpufeed cache verify` re-hashes it on request.
+//          open, not every row they read; `gpufeed cache verify` re-hashes it on request
+//          (gpufeed/shm_caches.h: listing, removing, verifying and collecting these files).
 //          A build killed half-way is detected and redone; /dev/shm running full falls back
 //          to streaming, never to partial data.
 //   device the whole data set in GPU memory (the loader's CUDA device), uploaded once through
@@ -27,6 +27,12 @@
 //          batch there with a kernel, no host work per batch. Deterministic transforms (casts,
 //          normalization) run once before the upload; random ones (SpecAugment) cannot run on
 //          device-resident rows, so the device tier is refused for them.
+//   disk   the bytes of s3:// and http(s):// data kept on this node's disk, one download per
+//          block for every process of the node, within a budget, least recently read first
+//          out. It sits below the sources, in the file system: from UseDiskTier on, every
+//          remote source the process opens reads through it, so it is turned on before the
+//          source is opened (OpenLoader does, for a recipe that names its data by path).
+//          Local data is refused: it is on disk already.
 //   none   the source itself.
 //   auto   device when it fits the device budget (CUDA only, no random transforms); else the
 //          source's shm cache when one is already published (nothing measured); else, when
@@ -43,8 +49,9 @@
 // a second copy -- or preloads the RAM copy. Once the copy is complete (shm: published), the
 // source reads from it, switching between two reads: each read is served wholly by one of the
 // two, which hold the same bytes, so the loader's batches are exactly those it would give
-// without a cache, across the switch too. CacheInfo::progress says how far the copy is and how
-// the fill ended. Destroying the source stops the fill within a few MB and joins the thread;
+// without a cache, across the switch too. CacheInfo::progress (and a loader's
+// LoaderStats::source) says how far the copy is and how the fill ended. Destroying the source
+// stops the fill within a few MB and joins the thread;
 // a half-built file is removed, never published. A fill that cannot make the copy for lack
 // of space, or because another process held the lock for more than 30 minutes, logs a
 // warning and leaves the reads on the source; any other error of the fill (the base source's
@@ -55,7 +62,7 @@
 //
 // Thread-safety: OpenCached may be called from any thread, and from many processes at once
 // over the same shared-memory folder (they coordinate with flock). The returned Source is
-// thread-safe like every Source. The cache-folder functions are thread-safe.
+// thread-safe like every Source. UseDiskTier is thread-safe.
 #pragma once
 
 #include <chrono>
@@ -67,7 +74,6 @@
 #include <vector>
 
 #include "gpufeed/device.h"
-#include "gpufeed/loader.h"
 #include "gpufeed/source.h"
 #include "gpufeed/transforms.h"
 
@@ -132,6 +138,12 @@ struct CacheOptions {
   std::vector<std::string> source_fields = {};
   // Default: empty = $GPUFEED_BIN, else `gpufeed` beside this executable, else on $PATH.
   std::string cli_binary = {};
+  // The disk tier (UseDiskTier). Default: empty = $XDG_CACHE_HOME/gpufeed/remote, else
+  // ~/.cache/gpufeed/remote; made 0700, refused unless it is this user's alone.
+  std::string disk_dir = {};
+  // Default: 0 = half the free space of disk_dir's file system. Bytes the disk tier keeps, for
+  // all processes of the node together.
+  uint64_t disk_budget_bytes = 0;
 };
 
 // A copy being made in the background (CacheInfo::progress): how far it is and what happened.
@@ -216,151 +228,32 @@ struct CacheInfo {
 };
 
 // Returns a Source serving the same samples as `source`, cached in the tier `options` picks
-// (the source itself for "none"). `info`, when given, receives the choice. Throws
+// (the source itself for "none" and "disk"). `info`, when given, receives the choice. Throws
 // Error(kInvalidArgument) for an unknown tier, when an explicit "ram", "shm" or "device" does
-// not fit its budget, or an explicit "device" the loader cannot use (not CUDA, random
-// transforms); Error(kDevice) when the device upload runs out of memory (nothing stays
-// allocated); and whatever the base source throws while a preload, shm build or upload
-// reads it; Error(kCancelled) when the calling thread's CancelToken (gpufeed/cancel.h) is
-// cancelled during a preload, shm build (or the wait for another process's) or upload, after
-// undoing it (no shm file is published). An shm build that fails for lack of space (ENOSPC) or
-// an I/O error logs a warning and returns the uncached source. In the background
-// (options.background), the build's and preload's errors come later, from the returned
-// source's reads (see "In the background" above); the shm folder is still checked here.
+// not fit its budget, an explicit "device" the loader cannot use (not CUDA, random
+// transforms), or "disk" that UseDiskTier has not turned on; Error(kDevice) when the device
+// upload runs out of memory (nothing stays allocated); and whatever the base source throws
+// while a preload, shm build or upload reads it; Error(kCancelled) when the calling thread's
+// CancelToken (gpufeed/cancel.h) is cancelled during a preload, shm build (or the wait for
+// another process's) or upload, after undoing it (no shm file is published). An shm build that
+// fails for lack of space (ENOSPC) or an I/O error logs a warning and returns the uncached
+// source. In the background (options.background), the build's and preload's errors come later,
+// from the returned source's reads (see "In the background" above); the shm folder is still
+// checked here.
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options = {},
                                    CacheInfo* info = nullptr);
 
-// Everything a loader over a (possibly) cached source is assembled from, as the CLI and the
-// Python package take it from a person: the one table of the defaults they share. Fields
-// left alone keep the defaults written here and in LoaderOptions / CacheOptions.
-struct CachedLoaderOptions {
-  // Default: LoaderOptions' own. Its `device` and `transforms` stay unset (else
-  // Error(kInvalidArgument)): the two fields below hold them, for the loader and the cache.
-  LoaderOptions loader;
-  // Default: "auto" = the GPU when there is one (CUDA_VISIBLE_DEVICES / LOCAL_RANK pick
-  // which), else the host. gpufeed exists to feed a GPU: a person who has one should not
-  // have to say so, and without one "auto" is the host. Else "cpu", "cuda", "cuda:N".
-  std::string device = "auto";
-  // Default: none. Host transform specs (ParseTransform): "cast:mel:float16", ...
-  std::vector<std::string> transforms = {};
-  // Default: CacheOptions' own (tier none). Its `device` and `transforms` stay unset, as the
-  // loader's do.
-  CacheOptions cache = {};
-  // Default: false. True, with cache tier none: the loader reads through a source that can
-  // start caching itself while the loader runs (StartCacheWhileRunning), which the
-  // doctor's remedies call when the loop waits on reads (gpufeed/remedies.h).
-  bool remedies = false;
-};
-
-// A loader and what its cache chose.
-struct CachedLoader {
-  std::unique_ptr<Loader> loader;
-  CacheInfo cache;  // tier none, reason "caching is off", when no cache was asked for
-};
-
-// Opens the device, parses the transforms, caches `source` as `options.cache` says (the
-// device tier may run the deterministic transforms once before its upload: the loader then
-// runs only CacheInfo::loader_transforms) and builds the loader over the result. Throws what
-// OpenDevice, ParseTransform, OpenCached and the Loader constructor throw.
-CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOptions options);
-
-// With CachedLoaderOptions::remedies (and no cache asked for), the loader's source can start
-// a RAM copy of itself in the background, within the options' RAM budget: this starts it
-// (what the doctor's remedies call, gpufeed/remedies.h) and returns what it started. Returns
-// "" with the reason in `*why` when it cannot: the loader was not opened so, a copy was
-// started before, or the set does not fit the budget. Thread-safe; callable while the
-// loader runs.
-std::string StartCacheWhileRunning(const Source& loader_source, std::string* why);
+// The disk tier for the data at `path`: from now on, the process reads every s3:// and
+// http(s):// source it opens through the node-local disk cache in options.disk_dir, within
+// options.disk_budget_bytes. A source opened before keeps reading as it did, so this comes
+// before the source is opened: OpenLoader calls it for a recipe that names its data by path;
+// a caller that opens its source itself (the Python package) calls it first. OpenCached with
+// the disk tier then reports it (CacheInfo: tier disk, path the folder). Throws
+// Error(kInvalidArgument) when `path` is not an s3:// or http(s):// URI (local data is on
+// disk already), Error(kIo) when the folder is refused or cannot be made.
+void UseDiskTier(const std::string& path, const CacheOptions& options);
 
 // The shm key of a source: 16 hex digits of a hash of its Identity() and the format version.
 std::string CacheKey(const Source& source);
-
-// One shared-memory cache in a folder (`gpufeed cache ls`).
-struct ShmCacheEntry {
-  std::string key;
-  std::string path;
-  std::string description;  // the source's Describe() when it was built
-  std::string identity;     // the source's Identity() when it was built
-  uint64_t bytes = 0;       // file size
-  double age_seconds = 0;   // since it was published
-  int processes = -1;       // processes mapping it now (shared flocks); -1 = unknown
-  bool valid = true;        // the header verifies
-  bool stale = false;       // a file named in the identity changed size or mtime, or is gone
-  bool half_built = false;  // a tmp file whose builder is gone
-  // The data the cache holds: a NumPy folder, or the data files its identity names; empty
-  // when it names none (a synthetic or in-memory source).
-  std::vector<std::string> sources;
-  double idle_seconds = -1;  // since a process last opened it; -1 = unknown
-  double built_share = 1;    // share of its bytes written: 1 once published
-};
-
-// Published caches, tmp files of builds (half_built when no builder holds the lock) and
-// unreadable or refused files named gpufeed-* in the calling user's cache folder under `dir`
-// (<dir>/gpufeed-user-<uid>; with `group`, that group's folder <dir>/gpufeed-group-<gid>), by
-// key. Nothing is followed or blocked on: a FIFO or symlink
-// under a cache's name is listed as refused. Throws Error(kIo) when that folder is not the
-// user's own (planted by another user), Error(kInvalidArgument) for a group the user is not in.
-std::vector<ShmCacheEntry> ListShmCaches(const std::string& dir = kShmRoot,
-                                         const std::string& group = "");
-// Removes the cache `key` (its file, lock and leftovers). Processes mapping it keep their
-// copy until they unmap it. Returns false when there was nothing to remove.
-bool RemoveShmCache(const std::string& key, const std::string& dir = kShmRoot,
-                    const std::string& group = "");
-// Removes the caches of older versions of the files `identity` names (a Source::Identity():
-// the same files, rewritten since) that no process maps, in the folder ListShmCaches(dir,
-// group) reads; returns what it removed. Called when a new version is built, so a data set
-// rewritten daily does not fill /dev/shm.
-std::vector<ShmCacheEntry> RemoveOlderShmVersions(const std::string& identity,
-                                                  const std::string& dir = kShmRoot,
-                                                  const std::string& group = "");
-// What `gpufeed cache verify` found: every block of a published cache re-hashed against the
-// hashes its builder wrote at publication.
-struct ShmVerifyReport {
-  std::string key;
-  std::string path;
-  std::string description;  // the source's Describe() when it was built
-  uint64_t bytes = 0;       // file size
-  uint64_t blocks = 0;      // blocks in the file
-  uint64_t checked = 0;     // blocks hashed (all of them when ok; up to the first bad one)
-  bool ok = false;
-  int64_t first_bad_block = -1;  // -1 when ok
-  // Where the first bad block lies: "block 17 of 760: field 'mel', samples 17 to 17, file
-  // bytes 73728 to 77824"; empty when ok.
-  std::string first_bad;
-};
-
-// Re-hashes every block of the cache `key` in the folder ListShmCaches(dir, group) reads and
-// stops at the first that differs from its hash. The header is checked as at open (owner,
-// mode, keyed checksum) and its texts must give `key`. Readers do not re-hash blocks (only the
-// owner can write the file; see docs/design.md), so this is how damage is found. Throws
-// Error(kInvalidArgument) for a malformed key, Error(kNotFound) when there is no such cache,
-// Error(kIo) when the folder or file is refused or cannot be read (changed size), and
-// Error(kCorruptData) when the header fails its checks.
-ShmVerifyReport VerifyShmCache(const std::string& key, const std::string& dir = kShmRoot,
-                               const std::string& group = "");
-
-// What `gpufeed cache gc` removes beyond garbage. Eviction never removes a cache a process
-// holds (maps) now, nor one whose holders cannot be counted.
-struct ShmGcOptions {
-  double older_than_s = 0;  // Default: 0 = no limit. Else caches unused for longer go too.
-  // Default: 0 = no limit. Else the least recently used caches go until those left take at
-  // most this many bytes.
-  uint64_t max_bytes = 0;
-};
-
-// Removes leftovers of dead builders, invalid files, caches whose source files changed or are
-// gone, and what `options` evicts; returns what it removed. Caches it would have removed but a
-// process holds are kept and listed in `*held` when given.
-std::vector<ShmCacheEntry> CollectShmGarbage(const std::string& dir = kShmRoot,
-                                             const std::string& group = "",
-                                             const ShmGcOptions& options = {},
-                                             std::vector<ShmCacheEntry>* held = nullptr);
-
-// The published caches whose sources are `source` or lie under it (a data file, or a folder
-// of them; made absolute and resolved like the sources' own paths), in the folder
-// ListShmCaches(dir, group) reads.
-std::vector<ShmCacheEntry> ShmCachesOfSource(const std::string& source,
-                                             const std::string& dir = kShmRoot,
-                                             const std::string& group = "");
 
 }  // namespace gpufeed

@@ -10,7 +10,7 @@
 //
 //   gpufeed::CancelToken cancel;                 // another thread (or a signal handler) calls
 //   gpufeed::CancelScope scope(&cancel);         // cancel.Cancel() to stop the open below
-//   auto opened = gpufeed::OpenCachedLoader(source, options);  // Error(kCancelled) once cancelled
+//   auto opened = gpufeed::OpenLoader(recipe);   // Error(kCancelled) once cancelled
 //
 // The Python package runs the open on a thread of its own under a scope, and cancels it on
 // Ctrl-C (KeyboardInterrupt); the CLI cancels it from its SIGINT handler.

@@ -11,24 +11,27 @@
 
 #include "gpufeed/device.h"
 #include "gpufeed/groups.h"
-#include "gpufeed/sampler.h"
 #include "gpufeed/transforms.h"
 
 namespace gpufeed {
 
 struct LoaderOptions {
-  int64_t batch_size = 0;     // Required: > 0
-  // The plan's options take SamplerOptions' defaults (gpufeed/sampler.h), written there once.
-  bool shuffle = SamplerOptions{}.shuffle;
-  uint64_t seed = SamplerOptions{}.seed;
-  bool drop_last = SamplerOptions{}.drop_last;
-  bool pad = SamplerOptions{}.pad;
-  int rank = SamplerOptions{}.rank;
-  int world_size = SamplerOptions{}.world_size;
-  // < 0 here also means the source's PreferredBlock().
-  int64_t shuffle_block = SamplerOptions{}.shuffle_block;
-  int shuffle_window = SamplerOptions{}.shuffle_window;
-  int workers = 0;            // Default: 0 = min(4, hardware threads, max_workers if set)
+  int64_t batch_size = 0;  // Required: > 0
+  bool shuffle = true;     // Default: true: a new order every epoch, seeded
+  uint64_t seed = 0;       // Default: 0
+  bool drop_last = false;  // Default: false: the last batch may be short
+  // Default: true: every rank's shard padded to the same length by repeating samples from the
+  // start of the epoch's order, as torch's DistributedSampler does, so every rank runs the same
+  // number of steps. False: every sample exactly once, shards of unequal length (evaluation).
+  bool pad = true;
+  int rank = -1;        // Default: -1 = $RANK, else 0
+  int world_size = -1;  // Default: -1 = $WORLD_SIZE, else 1
+  // Default: 0 = full shuffle. > 0: block shuffle for chunked data: blocks of this many
+  // consecutive samples (an HDF5 chunk) are shuffled, then samples within windows of
+  // shuffle_window blocks; < 0: the source's PreferredBlock().
+  int64_t shuffle_block = 0;
+  int shuffle_window = 4;  // Default: 4 blocks per within-window shuffle
+  int workers = 0;         // Default: 0 = min(4, hardware threads, max_workers if set)
   // Default: 0 = 2 * workers, within 128 MiB of batches but at least 2 (and within
   // max_prefetch if set): batches kept ready beyond the workers'
   int prefetch = 0;

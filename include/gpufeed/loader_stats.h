@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpufeed/remote.h"
+#include "gpufeed/source.h"
 
 namespace gpufeed {
 
@@ -97,6 +98,10 @@ struct LoaderStats {
   // (gpufeed/remote.h; counters are the difference, latency and concurrency the process's
   // figures): all zero when the data is local.
   RemoteStats remote = {};
+  // What the loader's source reports now (Source::Stats): the cache tier serving it, how far a
+  // copy made while it runs is (the cache's background fill, the remedies' copy), and an
+  // HDF5 source's chunk counters since it was opened, a cache in front of it or not.
+  SourceStats source = {};
 
   // Fraction of the consumer's time spent waiting in Next(): the GPU's data stall.
   double ConsumerWaitFraction() const;
@@ -116,7 +121,7 @@ struct LoaderStats {
 // same batch, as under DDP. A state that has it resumes at any world size and rank: a loader
 // at the saved rank and world size goes on from `batch` (of the plan that starts at
 // `plan_start`); any other deals the rest of the global order, [global_consumed, samples), to
-// its ranks (Sampler::Plan), so a state from any one rank serves them all. A state without it
+// its ranks (pipeline/sampler.h), so a state from any one rank serves them all. A state without it
 // must match `rank` and `world_size`. Packed groups change world size only at an epoch's
 // boundary.
 struct LoaderState {

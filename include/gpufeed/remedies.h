@@ -1,8 +1,11 @@
 // Remedies: the doctor's advice that the loader takes itself, because taking it leaves every
 // batch as it would have been (the same samples in the same order).
 //
-//   auto [loader, info] = gpufeed::OpenCachedLoader(source, {..., .remedies = true});
-//   gpufeed::AttachRemedies(*loader, gpufeed::DefaultRemedies(*loader));
+//   auto [loader, source, cache] = gpufeed::OpenLoader({..., .remedies = true});
+//
+// OpenLoader (gpufeed/open_loader.h) attaches the default remedies to the loader it builds
+// when the recipe asks for them; AttachRemedies attaches others (tests, a loader built by
+// hand).
 //
 // Every `check_every_steps` finished steps (at most four times a second), or `check_every_s`, the
 // doctor judges the recent batches (Diagnose over CollectDoctorInput, without a monitor). When it
@@ -46,10 +49,11 @@ struct RemedyOptions {
   std::function<std::string(std::string* why)> grow_chunk_cache;
 };
 
-// The remedies for a loader opened by OpenCachedLoader with CachedLoaderOptions::remedies:
-// start_cache is StartCacheWhileRunning on its source; grow_chunk_cache raises an HDF5
-// source's chunk cache to the decoded data set, within a quarter of the available RAM. A loader
-// opened otherwise (a cache asked for, or remedies off) gets neither: its source stays as given.
+// The remedies OpenLoader attaches (LoaderRecipe::remedies): start_cache is
+// StartCacheWhileRunning on the loader's source (gpufeed/cache_remedy.h); grow_chunk_cache
+// raises an HDF5 source's chunk cache to the decoded data set, within a quarter of the
+// available RAM. A loader opened otherwise (a cache asked for, or remedies off) gets neither:
+// its source stays as given.
 // REQUIRES: `loader` outlives the options' use (AttachRemedies keeps them in the loader).
 RemedyOptions DefaultRemedies(Loader& loader);
 

@@ -5,6 +5,7 @@
 // sorts a batch's indices for locality and scatters rows back into the order asked.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -13,19 +14,70 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufeed/error.h"
 #include "gpufeed/schema.h"
 
 namespace gpufeed {
 
 // Where a data set is kept (gpufeed/cache.h): kAuto asks OpenCached to choose; a source
-// reports one of the other four. Spelled as text ("auto", "none", "ram", "shm", "device")
-// only where a person types or reads it: the CLI, Python, messages.
-enum class CacheTier { kAuto, kNone, kRam, kShm, kDevice };
+// reports kNone, kRam, kShm or kDevice (cache_tier()). kDisk keeps the bytes of remote data
+// on the node's disk below every source the process opens (the file system's, not a copy a
+// source holds), so no source reports it. Spelled as text (kCacheTiers) only where a person
+// types or reads it: the CLI, Python, messages.
+enum class CacheTier { kAuto, kNone, kRam, kShm, kDevice, kDisk };
 
-// "auto", "none", "ram", "shm", "device".
-std::string_view CacheTierName(CacheTier tier);
+// Every tier with its name, in the order messages list them: the one list of tiers, which
+// the CLI's options, the Python package (gpufeed's cache_tiers) and every message take.
+struct CacheTierSpelling {
+  CacheTier tier;
+  std::string_view name;
+};
+inline constexpr std::array<CacheTierSpelling, 6> kCacheTiers = {{{CacheTier::kAuto, "auto"},
+                                                                  {CacheTier::kNone, "none"},
+                                                                  {CacheTier::kRam, "ram"},
+                                                                  {CacheTier::kShm, "shm"},
+                                                                  {CacheTier::kDevice, "device"},
+                                                                  {CacheTier::kDisk, "disk"}}};
+
+// "auto", "none", "ram", "shm", "device", "disk".
+inline std::string_view CacheTierName(CacheTier tier) {
+  for (const CacheTierSpelling& t : kCacheTiers) {
+    if (t.tier == tier) return t.name;
+  }
+  return "none";
+}
+// The names, as messages list them: "auto, none, ram, shm, device, disk".
+inline std::string CacheTierNames() {
+  std::string names;
+  for (const CacheTierSpelling& t : kCacheTiers) {
+    if (!names.empty()) names += ", ";
+    names += t.name;
+  }
+  return names;
+}
 // The tier named `text`. Throws Error(kInvalidArgument) listing the names for anything else.
-CacheTier ParseCacheTier(std::string_view text);
+inline CacheTier ParseCacheTier(std::string_view text) {
+  for (const CacheTierSpelling& t : kCacheTiers) {
+    if (text == t.name) return t.tier;
+  }
+  throw Error(ErrorCode::kInvalidArgument,
+              "cache tier '" + std::string(text) + "' is not one of " + CacheTierNames());
+}
+
+// What a source reports of itself while a loader reads it (Source::Stats; the loader's
+// LoaderStats::source). A plain value type.
+struct SourceStats {
+  CacheTier cache_tier = CacheTier::kNone;  // the tier serving the reads now (cache_tier())
+  // A copy made while the source is read (a cache filled in the background, the remedies'
+  // copy): the share of it made, 0 to 1 (1 once the copy serves); -1 when none was started.
+  double cache_built_fraction = -1;
+  // Chunked data decoded in the workers (HDF5), since the source was opened: chunks read and
+  // decoded, chunk uses the decoded-chunk cache served, and that cache's budget in bytes; -1
+  // for a source that decodes no chunks.
+  int64_t chunks_decoded = -1;
+  int64_t chunk_cache_hits = -1;
+  int64_t chunk_cache_bytes = -1;
+};
 
 // Where a batch's rows go: one pointer per field of the source's schema (same order), each
 // to `rows` contiguous samples of that field's SampleBytes().
@@ -90,6 +142,9 @@ class Source {
   // The cache tier serving this source: "none", or "ram", "shm", "device" for the caches'
   // sources (the doctor's advice depends on it).
   virtual CacheTier cache_tier() const { return CacheTier::kNone; }
+  // What the source reports of itself (LoaderStats::source). Default: its cache tier. A source
+  // in front of another (a cache that fills while it is read) adds the other's counters.
+  virtual SourceStats Stats() const { return {.cache_tier = cache_tier()}; }
   // Default: true. False when Identity() means nothing in another process (arrays in this
   // process's memory, known by their addresses): such a source is never cached in shared
   // memory, where another process would take the key for its own data.

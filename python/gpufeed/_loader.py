@@ -203,7 +203,7 @@ class Loader:
                     "also holds the group datasets, of other lengths)")
         # Under torchrun, rank 0 lists remote data once for every rank.
         _distributed.manifests_for(source)
-        disk = _options.disk_cache(given, cache, source)
+        _options.disk_cache(cache, source)
         self._source = _sources.as_source(source, fields, chunk_cache, dtype)
         # Before the loader starts: a dtype torch lacks is refused with the dtype= that reads it.
         _tensors.check_schema(self._source.schema)
@@ -219,8 +219,6 @@ class Loader:
         options = _gpufeed._LoaderOptions(**given)
         self._impl = _gpufeed._Loader(self._source, options)
         self._cache_info = json.loads(self._impl.cache_json)
-        if disk is not None:
-            self._cache_info = disk
         self._batch_size = int(batch_size)
         self.schema = [(name, dtype, tuple(shape)) for name, dtype, shape in self._impl.schema]
         _tensors.check_schema(self.schema)

@@ -305,23 +305,18 @@ def is_remote(source):
         os.fsdecode(source))
 
 
-def disk_cache(given, cache, source):
-    """For cache="disk": turns the process's node-local disk cache on for remote reads, takes
-    the tier out of `given` (the loader itself keeps no copy) and returns the cache_info to
-    report; None for any other tier."""
+def disk_cache(cache, source):
+    """Checks the tier against the one list of tiers (gpufeed/source.h, exported as
+    _gpufeed.cache_tiers) and, for cache="disk", turns the process's node-local disk cache on
+    for remote reads before the source is opened, so that it reads through it (the C++
+    UseDiskTier; the loader then reports the tier, its folder and why)."""
     tier = cache.tier if isinstance(cache, Cache) else cache
-    if tier is not None and tier not in ("auto", "none", "ram", "shm", "device", "disk"):
+    if tier is not None and tier not in _gpufeed.cache_tiers:
         raise _gpufeed.InvalidArgument(
-            f"cache tier '{tier}' is not one of auto, none, ram, shm, device, disk")
+            f"cache tier '{tier}' is not one of {', '.join(_gpufeed.cache_tiers)}")
     if tier != "disk":
-        return None
-    if not is_remote(source):
-        raise _gpufeed.InvalidArgument(
-            'cache="disk" keeps remote data (s3://, http(s)://) on this node; a local file is '
-            "already on disk: use cache=\"ram\" or \"shm\" to keep it in memory")
+        return
+    path = os.fsdecode(source) if isinstance(source, (str, bytes, os.PathLike)) else ""
     directory = os.fspath(cache.disk_dir) if isinstance(cache, Cache) and cache.disk_dir else ""
     budget = cache.disk_budget if isinstance(cache, Cache) and cache.disk_budget else 0
-    _gpufeed.use_remote_disk_cache(directory, integer(budget, "disk_budget"))
-    given.pop("cache", None)
-    return {"tier": "disk", "dir": directory or "~/.cache/gpufeed/remote",
-            "reason": "asked for: remote bytes kept on this node's disk"}
+    _gpufeed.use_disk_tier(path, directory, integer(budget, "disk_budget"))

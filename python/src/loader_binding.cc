@@ -13,15 +13,17 @@
 #include "bindings.h"
 #include "core/host_memory_pool.h"
 #include "device/pinned_host_pool.h"
-#include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
-#include "gpufeed/remedies.h"
+#include "gpufeed/open_loader.h"
 #include "interruptible.h"
 #include "py_loader.h"
 
 namespace gpufeed::python {
 namespace {
+
+// _LoaderOptions binds the recipe OpenLoader assembles a loader from (gpufeed/open_loader.h).
+using CachedLoaderOptions = LoaderRecipe;
 
 // A LoaderOptions member as a read-write attribute of _LoaderOptions.
 template <typename T>
@@ -105,7 +107,7 @@ void BindCacheFields(py::class_<CachedLoaderOptions>& c) {
 }
 
 // The options object gpufeed.Loader fills: every attribute starts at the C++ default (the
-// `// Default:` lines of LoaderOptions, CacheOptions and CachedLoaderOptions), and Python
+// `// Default:` lines of LoaderOptions, CacheOptions and LoaderRecipe), and Python
 // sets only what its caller gave, so no default is written twice.
 void BindLoaderOptions(py::module_& m) {
   py::class_<CachedLoaderOptions> c(m, "_LoaderOptions",
@@ -123,10 +125,18 @@ void BindLoaderOptions(py::module_& m) {
     return options;
   }));
   BindLoaderFields(c);
-  // The loader's and the cache's both: CachedLoaderOptions holds them once.
+  // The loader's and the cache's both: the recipe holds them once.
   c.def_readwrite("device", &CachedLoaderOptions::device);
   c.def_readwrite("transforms", &CachedLoaderOptions::transforms);
   BindCacheFields(c);
+}
+
+// cache_tiers: the names _LoaderOptions' "cache" takes, from the one list of tiers
+// (gpufeed/source.h): Python's checks and messages use them.
+void BindCacheTiers(py::module_& m) {
+  py::tuple tiers(kCacheTiers.size());
+  for (size_t i = 0; i < kCacheTiers.size(); ++i) tiers[i] = std::string(kCacheTiers[i].name);
+  m.attr("cache_tiers") = tiers;
 }
 
 std::string CacheJson(const CacheInfo& info) {
@@ -235,13 +245,14 @@ void BindReleaseMemory(py::module_& m) {
 
 void BindLoader(py::module_& m) {
   BindLoaderOptions(m);
+  BindCacheTiers(m);
   py::class_<PyLoader> c(m, "_Loader", "The C++ loader; use gpufeed.Loader.");
   c.def(py::init([](std::shared_ptr<Source> source, const CachedLoaderOptions& options) {
           // Opening a device, a preload, an shm build or upload and the loader's start may
           // each take a while: other Python threads run meanwhile, and Ctrl-C cancels it.
-          CachedLoader opened =
-              RunInterruptible([&] { return OpenCachedLoader(std::move(source), options); });
-          if (options.remedies) AttachRemedies(*opened.loader, DefaultRemedies(*opened.loader));
+          LoaderRecipe recipe = options;
+          recipe.source = std::move(source);
+          OpenedLoader opened = RunInterruptible([&] { return OpenLoader(std::move(recipe)); });
           auto loader = std::make_unique<PyLoader>(std::move(opened.loader));
           if (options.cache.tier != CacheTier::kNone) {
             loader->cache_json = CacheJson(opened.cache);  // else "caching is off"

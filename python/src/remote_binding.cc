@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "bindings.h"
+#include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/file.h"
 #include "gpufeed/remote_stats.h"
 #if GPUFEED_WITH_REMOTE
 #include "gpufeed/remote.h"
-#include "remote/disk/disk_cache.h"
 #endif
 
 namespace gpufeed::python {
@@ -113,18 +113,6 @@ void BindRemoteCalls(py::module_& m) {
       py::arg("prefix"), py::arg("objects"),
       "Adds objects listed elsewhere (rank 0's listing): opens under `prefix` send no HEAD "
       "and listings no request.");
-  m.def(
-      "use_remote_disk_cache",
-      [](const std::string& dir, uint64_t budget_bytes) {
-        DiskCacheOptions options;
-        options.dir = dir;
-        options.budget_bytes = budget_bytes;
-        UseRemoteDiskCache(options);
-      },
-      py::arg("dir") = std::string(), py::arg("budget_bytes") = 0,
-      "From now on, every s3:// and http(s):// source the process opens reads through the "
-      "node-local disk cache in `dir` (default ~/.cache/gpufeed/remote) within budget_bytes "
-      "(0: half the free space there).");
 }
 
 #else
@@ -134,7 +122,7 @@ RemoteStats Stats() { return ProcessRemoteStats(); }
 // The same names, each refused: this build has no remote support.
 void BindRemoteCalls(py::module_& m) {
   for (const char* name : {"set_remote_options", "remote_manifest", "list_remote",
-                           "add_remote_manifest", "use_remote_disk_cache"}) {
+                           "add_remote_manifest"}) {
     m.def(
         name,
         [name](const py::args&, const py::kwargs&) {
@@ -173,6 +161,19 @@ void BindRemote(py::module_& m) {
       "What the process's remote file system has done so far.");
   m.def("is_remote_uri", &IsRemoteUri, py::arg("path"),
         "Whether `path` is read over the network: an s3://, http:// or https:// URI.");
+  m.def(
+      "use_disk_tier",
+      [](const std::string& path, const std::string& dir, uint64_t budget_bytes) {
+        CacheOptions options;
+        options.disk_dir = dir;
+        options.disk_budget_bytes = budget_bytes;
+        UseDiskTier(path, options);
+      },
+      py::arg("path"), py::arg("dir") = std::string(), py::arg("budget_bytes") = 0,
+      "The disk tier for the data at `path` (gpufeed/cache.h, UseDiskTier): from now on, every "
+      "s3:// and http(s):// source the process opens reads through the node-local disk cache "
+      "in `dir` (default ~/.cache/gpufeed/remote) within budget_bytes (0: half the free space "
+      "there). Raises InvalidArgument for a local path.");
 }
 
 }  // namespace gpufeed::python

@@ -16,10 +16,10 @@
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
 #include "gpufeed/hdf5.h"
-#include "gpufeed/sampler.h"
 #include "gpufeed/sources.h"
 #include "gpufeed/stack.h"
 #include "interruptible.h"
+#include "pipeline/sampler.h"
 
 namespace gpufeed::python {
 namespace {

@@ -75,6 +75,13 @@ void BackgroundCachedSource::Run(const Fill& fill) {
   }
 }
 
+SourceStats BackgroundCachedSource::Stats() const {
+  SourceStats stats = serving_->Stats();
+  stats.cache_tier = cache_tier();
+  stats.cache_built_fraction = progress_->Get().built_fraction;
+  return stats;
+}
+
 std::unique_ptr<SourceWorkerState> BackgroundCachedSource::NewWorkerState() const {
   return std::make_unique<SwitchingWorkerState>();
 }

@@ -66,6 +66,9 @@ class BackgroundCachedSource : public Source {
   int64_t PreferredBlock() const override { return Current().PreferredBlock(); }
   SourceChunking chunking() const override { return Current().chunking(); }
   CacheTier cache_tier() const override { return Current().cache_tier(); }
+  // The counters of the source it starts with, the tier serving now and the share of the copy
+  // made.
+  SourceStats Stats() const override;
   bool shareable_across_processes() const override {
     return serving_->shareable_across_processes();
   }

@@ -20,6 +20,13 @@ class CachedSource : public Source {
   int64_t size() const override { return base_->size(); }
   std::string Identity() const override { return base_->Identity(); }
   CacheTier cache_tier() const override { return tier_; }
+  // The base's counters (the RAM tier reads it for the rows it has not copied yet), this tier.
+  SourceStats Stats() const override {
+    SourceStats stats = base_->Stats();
+    stats.cache_tier = tier_;
+    stats.cache_built_fraction = -1;
+    return stats;
+  }
   bool shareable_across_processes() const override { return base_->shareable_across_processes(); }
 
   CacheTier tier() const { return tier_; }

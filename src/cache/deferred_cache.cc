@@ -54,6 +54,16 @@ std::string DeferredCachedSource::Start(std::string* why) const {
                      info.tier == CacheTier::kRam ? "RAM" : CacheTierName(info.tier), why_it_fits);
 }
 
+SourceStats DeferredCachedSource::Stats() const {
+  SourceStats stats = base_->Stats();
+  if (const Source* cached = cached_.load(std::memory_order_acquire)) {
+    const SourceStats copy = cached->Stats();
+    stats.cache_tier = copy.cache_tier;
+    stats.cache_built_fraction = copy.cache_built_fraction;
+  }
+  return stats;
+}
+
 std::unique_ptr<SourceWorkerState> DeferredCachedSource::NewWorkerState() const {
   auto state = std::make_unique<DeferredWorker>();
   state->base = base_->NewWorkerState();

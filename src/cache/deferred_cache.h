@@ -34,6 +34,9 @@ class DeferredCachedSource final : public Source {
   int64_t PreferredBlock() const override { return Current().PreferredBlock(); }
   SourceChunking chunking() const override { return Current().chunking(); }
   CacheTier cache_tier() const override { return Current().cache_tier(); }
+  // The base's counters (it stays the data behind the copy); once Start has run, the copy's
+  // tier and progress.
+  SourceStats Stats() const override;
   bool shareable_across_processes() const override { return base_->shareable_across_processes(); }
   bool rows_repeat() const override { return base_->rows_repeat(); }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override;
@@ -49,11 +52,6 @@ class DeferredCachedSource final : public Source {
   // `source` as a DeferredCachedSource, or null when it is another source.
   static const DeferredCachedSource* Of(const Source& source) {
     return dynamic_cast<const DeferredCachedSource*>(&source);
-  }
-  // The source a DeferredCachedSource reads (its base), or `source` itself.
-  static const Source& Unwrapped(const Source& source) {
-    const DeferredCachedSource* deferred = Of(source);
-    return deferred != nullptr ? deferred->base() : source;
   }
 
  private:

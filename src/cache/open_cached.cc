@@ -9,6 +9,7 @@
 #include "cache/background_cache.h"
 #include "cache/deferred_cache.h"
 #include "cache/device_cache.h"
+#include "cache/disk_tier.h"
 #include "cache/gather_probe.h"
 #include "cache/ram_cache.h"
 #include "cache/shm/shm_format.h"
@@ -19,6 +20,7 @@
 #include "core/log.h"
 #include "core/system/system_memory.h"
 #include "gpufeed/cache.h"
+#include "gpufeed/cache_remedy.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -176,6 +178,12 @@ std::shared_ptr<Source> Opened(std::shared_ptr<Source> cached, CacheInfo result,
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options,
                                    CacheInfo* info) {
   if (source == nullptr) throw Error(ErrorCode::kInvalidArgument, "OpenCached: source is null");
+  // The disk tier is below the source, in the file system: nothing to wrap.
+  if (options.tier == CacheTier::kDisk) {
+    CacheInfo disk = DiskTierInfo(*source, options);
+    return Opened(std::move(source), std::move(disk), options, std::chrono::steady_clock::now(),
+                  info);
+  }
   if (options.tier != CacheTier::kNone && !source->rows_repeat()) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{}: its samples differ from read to read (random crops drawn per "
@@ -245,42 +253,10 @@ std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions 
   return Opened(std::move(cached), std::move(result), options, start, info);
 }
 
-CachedLoader OpenCachedLoader(std::shared_ptr<Source> source, CachedLoaderOptions options) {
-  LoaderOptions& loader = options.loader;
-  // Each setting has one place: the device and the transforms are CachedLoaderOptions' own,
-  // which the loader and the cache then share.
-  if (loader.device || !loader.transforms.empty() || options.cache.device ||
-      !options.cache.transforms.empty()) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "OpenCachedLoader: give the device and the transforms as "
-                "CachedLoaderOptions::device and ::transforms (\"cuda:0\", "
-                "\"cast:mel:float16\"), not in its loader or cache options");
-  }
-  loader.device = OpenDevice(options.device);
-  for (const auto& spec : options.transforms) loader.transforms.push_back(ParseTransform(spec));
-  CachedLoader out;
-  out.cache.reason = "caching is off";
-  if (options.cache.tier != CacheTier::kNone) {
-    options.cache.device = loader.device;
-    options.cache.transforms = loader.transforms;
-    source = OpenCached(std::move(source), options.cache, &out.cache);
-    loader.transforms = out.cache.loader_transforms;  // the device tier ran the deterministic ones
-  } else if (options.remedies && source->rows_repeat() && source->device_rows() == nullptr) {
-    CacheOptions copy = options.cache;
-    copy.tier = CacheTier::kRam;
-    copy.preload = true;
-    copy.background = true;  // never blocks the loop that asked
-    copy.verbose = false;    // the remedy logs what it started, with its evidence
-    source = std::make_shared<DeferredCachedSource>(std::move(source), std::move(copy));
-  }
-  out.loader = std::make_unique<Loader>(std::move(source), std::move(loader));
-  return out;
-}
-
 std::string StartCacheWhileRunning(const Source& loader_source, std::string* why) {
   const DeferredCachedSource* deferred = DeferredCachedSource::Of(loader_source);
   if (deferred == nullptr) {
-    *why = "the loader was not opened to cache while it runs (CachedLoaderOptions::remedies)";
+    *why = "the loader was not opened to cache while it runs (LoaderRecipe::remedies)";
     return {};
   }
   return deferred->Start(why);

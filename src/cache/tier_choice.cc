@@ -62,6 +62,8 @@ TierChoice ChooseTier(const TierInputs& in) {
       "{} {} the RAM budget {}", size, fits_ram ? "fits" : "exceeds", FormatBytes(in.ram_budget));
   const std::string raise = "raise ram_budget_bytes or use tier 'auto'";
   if (in.requested == CacheTier::kNone) return {CacheTier::kNone, "caching is off"};
+  // The disk tier is below the source, nothing to choose: OpenCached reports it first.
+  GPUFEED_ASSERT(in.requested != CacheTier::kDisk, "the disk tier reached the tier choice");
   const uint64_t device_bytes = in.device_bytes != 0 ? in.device_bytes : in.bytes;
   const bool fits_device = device_bytes <= in.device_budget;
   const std::string device_why =

@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "gpufeed/sampler.h"
 #include "gpufeed/source.h"
+#include "pipeline/sampler.h"
 
 namespace gpufeed::cli {
 

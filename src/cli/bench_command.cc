@@ -15,6 +15,7 @@
 #include "gpufeed/groups.h"
 #include "gpufeed/hdf5.h"
 #include "gpufeed/images.h"
+#include "gpufeed/open_loader.h"
 #include "gpufeed/sources.h"
 #include "sources/open_path.h"
 
@@ -31,7 +32,7 @@ struct BenchArgs {
   int64_t chunk_cache_mib = -1;  // -1: the HDF5 source's default
   bool json = false;
   bool quiet = false;
-  std::string cache{CacheTierName(CachedLoaderOptions{}.cache.tier)};
+  std::string cache{CacheTierName(LoaderRecipe{}.cache.tier)};
   std::string group;          // a per-row group id dataset
   std::string group_offsets;  // an F+1 offsets dataset
   bool pack = false;
@@ -63,6 +64,10 @@ void CheckSourceArgs(const BenchArgs& args) {
 // can open again (args.config.reopen).
 std::shared_ptr<Source> OpenBenchSource(BenchArgs& args) {
   std::shared_ptr<Source> source;
+  // The disk tier is below the source: on before the source is opened, so it reads through it.
+  if (ParseCacheTier(args.cache) == CacheTier::kDisk) {
+    UseDiskTier(args.path, args.config.open.cache);
+  }
   // Ctrl-C stops a long open (an HDF5 file of many chunks) cleanly; only while it runs.
   std::optional<SigintCancels> sigint(std::in_place);
   if (!args.synthetic.empty()) {
@@ -91,7 +96,7 @@ std::shared_ptr<Source> OpenBenchSource(BenchArgs& args) {
 
 // The loader's options from the arguments: groups, shuffle, cache, and the run's length.
 void ConfigureRun(BenchArgs& args, const Source& source) {
-  CachedLoaderOptions& o = args.config.open;
+  LoaderRecipe& o = args.config.open;
   if (!args.group.empty() || !args.group_offsets.empty()) {
     o.loader.groups = ReadGroups(args.path, {.id_field = args.group, .offsets = args.group_offsets},
                                  source.size());
@@ -216,8 +221,8 @@ void AddRunOptions(CLI::App* cmd, BenchArgs* args) {
   cmd->add_flag("-q,--quiet", args->quiet, "No progress line");
   cmd->add_option("--cache", args->cache,
                   "Cache the data set: none, ram, shm (shared by every process on the node), "
-                  "device or auto (chosen within memory budgets); for images, the decoded "
-                  "images")
+                  "device, disk (remote data kept on this node's disk) or auto (chosen within "
+                  "memory budgets); for images, the decoded images")
       ->capture_default_str();
   cmd->add_flag("--preload", args->config.open.cache.preload,
                 "With --cache ram: read the whole set first");

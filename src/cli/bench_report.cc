@@ -163,6 +163,27 @@ std::string FormatMemory(const BenchResult& r) {
   return out;
 }
 
+// What served the samples at the end of the run and what the loader did by itself, from its
+// stats: the cache tier, how far a copy made while it ran had come, the remedies it took; ""
+// when it read the source with nothing done to it.
+std::string FormatServing(const LoaderStats& s) {
+  const SourceStats& from = s.source;
+  std::string out;
+  if (from.cache_tier != CacheTier::kNone || from.cache_built_fraction >= 0) {
+    out += fmt::format("serving     {}", from.cache_tier == CacheTier::kNone
+                                             ? std::string_view("the source")
+                                             : CacheTierName(from.cache_tier));
+    if (from.cache_built_fraction >= 0) {
+      out += fmt::format(" (a copy made while it ran: {:.0f}% built)",
+                         100 * from.cache_built_fraction);
+    }
+    out += "\n";
+  }
+  if (!s.actions.empty()) out += "remedies    the loader took the doctor's advice itself:\n";
+  for (const auto& action : s.actions) out += fmt::format("  - {}\n", action);
+  return out;
+}
+
 // The autotuner's final values and its changes; "" when it changed nothing.
 std::string FormatTuning(const LoaderStats& s) {
   if (s.tuning_log.empty()) return "";
@@ -176,7 +197,7 @@ std::string FormatTuning(const LoaderStats& s) {
 
 std::string FormatBenchReport(const BenchResult& r) {
   std::string out = FormatDelivered(r) + FormatCeilings(r) + FormatFirstTouch(r) + FormatTimes(r) +
-                    FormatMemory(r) + FormatTuning(r.stats);
+                    FormatMemory(r) + FormatServing(r.stats) + FormatTuning(r.stats);
   if (!r.diagnosis_text.empty()) out += "\n" + r.diagnosis_text;
   return out;
 }

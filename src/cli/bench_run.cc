@@ -11,12 +11,10 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "cache/deferred_cache.h"
 #include "cli/bench_ceilings.h"
 #include "cli/sigint_cancel.h"
 #include "cli/simulated_step.h"
@@ -24,11 +22,9 @@
 #include "core/log.h"
 #include "device/cuda_device.h"
 #include "gpufeed/doctor.h"
-#include "gpufeed/hdf5.h"
 #include "gpufeed/monitor.h"
-#include "gpufeed/remedies.h"
-#include "gpufeed/sampler.h"
 #include "pipeline/loader_checks.h"
+#include "pipeline/sampler.h"
 
 namespace gpufeed::cli {
 namespace {
@@ -55,7 +51,7 @@ int64_t StatusBytes(const char* key) {
 // built). nullptr when there is no opener, or the loader reads something a new opening would
 // not give (a RAM or device copy, packed groups, images decoded into a cache): then the
 // same work reads the loader's own source. The identities must match: the same rows.
-std::shared_ptr<Source> ReopenForSameWork(const BenchConfig& config, const CachedLoader& opened,
+std::shared_ptr<Source> ReopenForSameWork(const BenchConfig& config, const OpenedLoader& opened,
                                           const Source& loader_source) {
   if (!config.reopen) return nullptr;
   const CacheTier tier = opened.cache.tier;
@@ -64,10 +60,14 @@ std::shared_ptr<Source> ReopenForSameWork(const BenchConfig& config, const Cache
   try {
     fresh = config.reopen();
     if (tier == CacheTier::kShm) {
-      CacheOptions cache = config.open.cache;
-      cache.tier = CacheTier::kShm;
-      cache.verbose = false;
-      fresh = OpenCached(std::move(fresh), cache);
+      // The loader's shm cache, found as the loader found it: the recipe's cache alone.
+      LoaderRecipe recipe{.source = std::move(fresh),
+                          .device = "cpu",
+                          .cache = config.open.cache,
+                          .cache_only = true};
+      recipe.cache.tier = CacheTier::kShm;
+      recipe.cache.verbose = false;
+      fresh = OpenLoader(std::move(recipe)).source;
     }
   } catch (const Error& e) {
     // The file changed or went since the run opened it, or the shm cache was removed and
@@ -97,8 +97,9 @@ struct BenchRunState {
   std::deque<std::shared_ptr<DeviceEvent>> steps_in_flight;  // CUDA: each step's end
   FinishSteps finish_steps;
   double step_s = 0;  // the time the simulated GPU worked
-  // An HDF5 source's chunk counters before the run (a cache in front hides them: none then).
-  std::optional<Hdf5Counters> hdf5_before;
+  // The source's figures before the run (LoaderStats::source): its chunk counters, when it
+  // decodes chunks (an HDF5 source), are what the run's subtract from.
+  SourceStats source_before;
   int64_t peak_anon = 0;
   HostMemoryPool::Counters pool_before;
   std::chrono::steady_clock::time_point start{};
@@ -117,12 +118,14 @@ struct BenchRunState {
 constexpr std::chrono::milliseconds kReportEvery{100};
 
 // Opens the loader (and its cache) and records what it reads, where, and its set-up time.
-CachedLoader OpenBenchLoader(std::shared_ptr<Source> source, const BenchConfig& config,
+OpenedLoader OpenBenchLoader(std::shared_ptr<Source> source, const BenchConfig& config,
                              BenchResult& result) {
   const auto setup_start = std::chrono::steady_clock::now();
-  CachedLoader opened = [&] {
+  OpenedLoader opened = [&] {
     SigintCancels sigint;  // Ctrl-C stops a cache build, preload or upload cleanly
-    CachedLoader o = OpenCachedLoader(std::move(source), config.open);
+    LoaderRecipe recipe = config.open;
+    recipe.source = std::move(source);
+    OpenedLoader o = OpenLoader(std::move(recipe));
     sigint.ThrowIfInterrupted("opening the loader");
     return o;
   }();
@@ -149,9 +152,7 @@ void PrepareRun(const Loader& loader, const BenchConfig& config, BenchRunState& 
   run.cuda_device = dynamic_cast<const cuda::CudaDevice*>(loader.options().device.get());
   run.gpu_step.ms = config.step_ms;
   run.finish_steps.device = config.step_ms > 0 ? run.cuda_device : nullptr;
-  // The file under the remedies' deferred copy (CachedLoaderOptions::remedies), if any.
-  const Source& data = DeferredCachedSource::Unwrapped(loader.source());
-  if (IsHdf5Source(data)) run.hdf5_before = Hdf5SourceCounters(data);
+  run.source_before = loader.stats().source;
   run.peak_anon = StatusBytes("RssAnon");
 }
 
@@ -275,11 +276,12 @@ void CollectRunFigures(const Loader& loader, const BenchConfig& config, BenchRun
     result.monitor_summary = run.monitor->Summary().ToText();
   }
   result.stats = loader.stats();
-  if (run.hdf5_before) {
-    const Hdf5Counters after = Hdf5SourceCounters(DeferredCachedSource::Unwrapped(loader.source()));
-    result.hdf5_chunks_decoded = after.chunks_decoded - run.hdf5_before->chunks_decoded;
-    result.hdf5_chunk_cache_hits = after.chunk_cache_hits - run.hdf5_before->chunk_cache_hits;
-    result.hdf5_chunk_cache_bytes = static_cast<int64_t>(after.chunk_cache_bytes);
+  const SourceStats& before = run.source_before;
+  const SourceStats& after = result.stats.source;
+  if (before.chunks_decoded >= 0 && after.chunks_decoded >= 0) {
+    result.hdf5_chunks_decoded = after.chunks_decoded - before.chunks_decoded;
+    result.hdf5_chunk_cache_hits = after.chunk_cache_hits - before.chunk_cache_hits;
+    result.hdf5_chunk_cache_bytes = after.chunk_cache_bytes;
   }
   if (const GroupTable* groups = loader.groups()) {
     result.groups = groups->num_groups();
@@ -320,7 +322,7 @@ void DiagnoseRun(const Loader& loader, const BenchConfig& config, Monitor* monit
 }
 
 // Both ceilings, measured after the run with as many threads as its workers.
-void MeasureCeilings(const BenchConfig& config, const CachedLoader& opened, int64_t batch_bytes,
+void MeasureCeilings(const BenchConfig& config, const OpenedLoader& opened, int64_t batch_bytes,
                      BenchResult& result) {
   const Loader& loader = *opened.loader;
   result.ceiling_bytes_per_s =
@@ -370,13 +372,12 @@ BenchResult RunBench(std::shared_ptr<Source> source, const BenchConfig& config,
   // Before the open: the loader's workers start there, and may take their batch buffers before
   // the run begins.
   const HostMemoryPool::Counters pool_before = HostMemoryPool::Instance().counters();
-  CachedLoader opened = OpenBenchLoader(std::move(source), config, result);
+  OpenedLoader opened = OpenBenchLoader(std::move(source), config, result);
   Loader& loader = *opened.loader;
   // After the loader: the run's queued steps, events and monitor use the loader's device, so
   // they go first (a run declared before the loader synchronized a destroyed context).
   BenchRunState run;
   run.pool_before = pool_before;
-  if (config.open.remedies) AttachRemedies(loader, DefaultRemedies(loader));
   PrepareRun(loader, config, run);
   run.start = std::chrono::steady_clock::now();
   RunEpochs(loader, config, run, result, on_progress);

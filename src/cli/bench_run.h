@@ -9,14 +9,15 @@
 #include <memory>
 #include <string>
 
-#include "gpufeed/cache.h"
 #include "gpufeed/loader.h"
+#include "gpufeed/open_loader.h"
 
 namespace gpufeed::cli {
 
 struct BenchConfig {
-  // The loader, its device, transforms and cache, as OpenCachedLoader assembles them.
-  CachedLoaderOptions open;
+  // The loader, its device, transforms, cache and remedies, as OpenLoader assembles them
+  // (RunBench gives it the source).
+  LoaderRecipe open;
   int epochs = 1;  // Default: 1
   // Default: 0 = run `epochs`. > 0: whole epochs until this many seconds have passed (at
   // least one epoch, at most `epochs`): a run long enough to measure, whatever the speed.
@@ -107,8 +108,9 @@ struct BenchResult {
   int64_t peak_anon_rss_bytes = 0;  // peak RssAnon sampled per batch: memory not mapped files
   // (prefetch + workers) * batch bytes + 100 MB, plus an HDF5 source's decoded-chunk budget.
   int64_t bound_anon_rss_bytes = 0;
-  // An HDF5 source with compressed chunks: over the loader's run, the chunks decoded and the
-  // chunk uses the workers' decoded-chunk caches served, and the caches' budget. -1: not HDF5.
+  // An HDF5 source (LoaderStats::source, a cache in front of it or not): over the loader's run,
+  // the chunks decoded and the chunk uses the workers' decoded-chunk caches served, and the
+  // caches' budget. -1: not HDF5.
   int64_t hdf5_chunks_decoded = -1;
   int64_t hdf5_chunk_cache_hits = -1;
   int64_t hdf5_chunk_cache_bytes = -1;

@@ -15,8 +15,9 @@
 #include "cli/exit_codes.h"
 #include "cli/sigint_cancel.h"
 #include "core/format.h"
-#include "gpufeed/cache.h"
 #include "gpufeed/error.h"
+#include "gpufeed/open_loader.h"
+#include "gpufeed/shm_caches.h"
 #include "gpufeed/sources.h"
 #if GPUFEED_WITH_REMOTE
 #include "remote/disk/disk_cache.h"
@@ -353,7 +354,6 @@ int RunBuild(const CacheArgs& a) {
     Detach();
     SayDetached(fmt::format("building {} for the node", a.key.empty() ? a.path : a.key));
   }
-  CacheInfo info;
   SigintCancels sigint;  // Ctrl-C stops the build: its half-written file is removed
   std::shared_ptr<Source> source = OpenPath(a.path, a.fields);
   // A build handed over by a loader must be the loader's copy: another key (the loader
@@ -363,14 +363,18 @@ int RunBuild(const CacheArgs& a) {
                 fmt::format("{} opens as cache key {}, not {} as --key says; nothing built",
                             source->Describe(), CacheKey(*source), a.key));
   }
-  OpenCached(std::move(source),
-             {.tier = CacheTier::kShm,
-              .shm_dir = a.dir,
-              .shm_group = a.group,
-              .threads = a.threads,
-              .verbose = true,
-              .background = false},  // the command's work is the build itself
-             &info);
+  // The copy a loader of this data would read, without the loader.
+  const CacheInfo info = OpenLoader({.source = std::move(source),
+                                     .device = "cpu",
+                                     .cache = {.tier = CacheTier::kShm,
+                                               .shm_dir = a.dir,
+                                               .shm_group = a.group,
+                                               .threads = a.threads,
+                                               .verbose = true,
+                                               // the command's work is the build itself
+                                               .background = false},
+                                     .cache_only = true})
+                             .cache;
   sigint.ThrowIfInterrupted("building the cache");
   if (info.tier != CacheTier::kShm) return ExitCodeFor(ErrorCode::kIo);
   fmt::print("{} {} in {:.2f} s: {}\n", info.built ? "built" : "found", info.key, info.open_seconds,

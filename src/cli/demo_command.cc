@@ -32,7 +32,7 @@ struct DemoArgs {
   int64_t batch_size = 8192;
   double step_ms = 10;
   int workers = 0;
-  std::string device = CachedLoaderOptions{}.device;
+  std::string device = LoaderRecipe{}.device;
 };
 
 // The DataLoader's batch: what users of a per-sample Dataset typically pick.

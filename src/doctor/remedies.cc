@@ -12,7 +12,6 @@
 #include "core/format.h"
 #include "core/log.h"
 #include "core/system/system_memory.h"
-#include "gpufeed/cache.h"
 #if GPUFEED_WITH_HDF5
 #include "gpufeed/hdf5.h"
 #endif
@@ -84,13 +83,14 @@ void Check(Loader& loader, RemedyState& state) {
   }
 }
 
-std::string GrowChunkCache(const Loader& loader, std::string* why) {
+// `source`: the data the loader's deferred copy would copy (its base), which the loader reads
+// until a copy serves.
+std::string GrowChunkCache(const Source& source, std::string* why) {
 #if !GPUFEED_WITH_HDF5
-  (void)loader;
+  (void)source;
   *why = "no HDF5 support in this build, so no decoded-chunk cache";
   return {};
 #else
-  const Source& source = DeferredCachedSource::Unwrapped(loader.source());
   if (!IsHdf5Source(source) || !source.chunking().compressed) {
     *why = "no compressed HDF5 chunks to keep decoded";
     return {};
@@ -131,11 +131,12 @@ std::optional<std::string> CacheRemedyEvidence(const Diagnosis& d) {
 RemedyOptions DefaultRemedies(Loader& loader) {
   RemedyOptions options;
   // A loader with a cache asked for (or opened without remedies) keeps the source it was given.
-  if (DeferredCachedSource::Of(loader.source()) == nullptr) return options;
-  options.start_cache = [&loader](std::string* why) {
-    return StartCacheWhileRunning(loader.source(), why);
+  const DeferredCachedSource* deferred = DeferredCachedSource::Of(loader.source());
+  if (deferred == nullptr) return options;
+  options.start_cache = [deferred](std::string* why) { return deferred->Start(why); };
+  options.grow_chunk_cache = [deferred](std::string* why) {
+    return GrowChunkCache(deferred->base(), why);
   };
-  options.grow_chunk_cache = [&loader](std::string* why) { return GrowChunkCache(loader, why); };
   return options;
 }
 

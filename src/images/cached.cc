@@ -216,6 +216,9 @@ std::shared_ptr<ImageSource> NewCachedImageSource(std::shared_ptr<const ImageSet
   cache.shm_dir = o.shm_dir;
   cache.threads = o.cache_threads;
   cache.verbose = o.verbose;
+  // The stored images are cached as any source is: a tier inside the image source, below
+  // the loader (whose assembly, OpenLoader, caches what the loader reads: the crops, which
+  // change every epoch and are never copied).
   auto cached = OpenCached(std::make_shared<StoredImageSource>(set), cache);
   return std::make_shared<CachedImageSource>(std::move(set), std::move(cached));
 }

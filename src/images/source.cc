@@ -360,6 +360,11 @@ std::shared_ptr<ImageSource> OpenImages(const std::string& path, ImageOptions op
                 "images: cache must be none, ram, shm or auto, got \"device\" (each epoch's "
                 "crops are cut on the host from the stored images)");
   }
+  if (options.cache == CacheTier::kDisk) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "images: cache must be none, ram, shm or auto, got \"disk\" (it keeps the "
+                "bytes of remote files, not decoded images: ask the loader for it)");
+  }
   if (options.cache != CacheTier::kNone &&
       (options.cache_size < options.size || options.cache_size > 4096)) {
     throw Error(ErrorCode::kInvalidArgument,

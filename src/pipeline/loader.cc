@@ -23,7 +23,6 @@
 #include "core/thread_annotations.h"
 #include "core/thread_pool.h"
 #include "gpufeed/error.h"
-#include "gpufeed/sampler.h"
 #include "pipeline/batch_builder.h"
 #include "pipeline/groups/group_packer.h"
 #include "pipeline/groups/group_source.h"
@@ -35,6 +34,7 @@
 #include "pipeline/measure/trace_recorder.h"
 #include "pipeline/memory_fit.h"
 #include "pipeline/reorder_queue.h"
+#include "pipeline/sampler.h"
 
 namespace gpufeed {
 class Loader::Impl {
@@ -249,6 +249,7 @@ class Loader::Impl {
     s.buffers_allocated = builder_.buffers_allocated();
     s.buffer_bytes = static_cast<int64_t>(builder_.buffer_bytes());
     s.device = options_.device->name();
+    s.source = source_->Stats();
     return s;
   }
 

@@ -10,8 +10,8 @@
 
 #include "gpufeed/loader_options.h"
 #include "gpufeed/loader_stats.h"
-#include "gpufeed/sampler.h"
 #include "gpufeed/source.h"
+#include "pipeline/sampler.h"
 
 namespace gpufeed {
 

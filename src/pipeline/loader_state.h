@@ -5,7 +5,7 @@
 //
 // The invariant that lets a state move between world sizes: an epoch's global order is a
 // function of (seed, epoch, the data set, the shuffle mode) and never of the world size or the
-// rank (gpufeed/sampler.h); a state records how far along that order all ranks together went
+// rank (pipeline/sampler.h); a state records how far along that order all ranks together went
 // (LoaderState::global_consumed), and a loader at another world size deals the rest.
 //
 // Thread-safety: EpochOrders and HintedUpTo are thread-safe; the functions depend on their
@@ -22,8 +22,8 @@
 #include "core/thread_annotations.h"
 #include "gpufeed/loader_options.h"
 #include "gpufeed/loader_stats.h"
-#include "gpufeed/sampler.h"
 #include "gpufeed/source.h"
+#include "pipeline/sampler.h"
 
 namespace gpufeed {
 

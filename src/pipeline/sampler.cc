@@ -1,4 +1,4 @@
-#include "gpufeed/sampler.h"
+#include "pipeline/sampler.h"
 
 #include <fmt/format.h>
 

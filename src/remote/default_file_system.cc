@@ -33,4 +33,10 @@ void UseRemoteDiskCache(const DiskCacheOptions& options) {
   DiskSlot() = std::move(disk);
 }
 
+std::string RemoteDiskCacheDir() {
+  std::lock_guard lock(disk_mu);
+  const auto* disk = dynamic_cast<const DiskCacheFileSystem*>(DiskSlot().get());
+  return disk != nullptr ? disk->dir() : std::string();
+}
+
 }  // namespace gpufeed

@@ -6,31 +6,6 @@
 
 namespace gpufeed {
 
-std::string_view CacheTierName(CacheTier tier) {
-  switch (tier) {
-    case CacheTier::kAuto:
-      return "auto";
-    case CacheTier::kNone:
-      return "none";
-    case CacheTier::kRam:
-      return "ram";
-    case CacheTier::kShm:
-      return "shm";
-    case CacheTier::kDevice:
-      return "device";
-  }
-  return "none";
-}
-
-CacheTier ParseCacheTier(std::string_view text) {
-  for (const CacheTier tier : {CacheTier::kAuto, CacheTier::kNone, CacheTier::kRam,
-                               CacheTier::kShm, CacheTier::kDevice}) {
-    if (text == CacheTierName(tier)) return tier;
-  }
-  throw Error(ErrorCode::kInvalidArgument,
-              fmt::format("cache tier '{}' is not one of auto, none, ram, shm, device", text));
-}
-
 void CheckReadRequest(const Source& source, std::span<const int64_t> indices,
                       const BatchView& out) {
   GPUFEED_ASSERT(out.rows == static_cast<int64_t>(indices.size()),

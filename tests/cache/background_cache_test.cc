@@ -27,6 +27,7 @@
 #include "gpufeed/cache.h"
 #include "gpufeed/cancel.h"
 #include "gpufeed/loader.h"
+#include "gpufeed/shm_caches.h"
 #include "gpufeed/sources.h"
 #include "sources/scratch_dir.h"
 

@@ -13,6 +13,7 @@
 #include "cache/shm/shm_user_dir.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
+#include "gpufeed/shm_caches.h"
 #include "gpufeed/sources.h"
 #include "sources/scratch_dir.h"
 

@@ -12,6 +12,7 @@
 #include "cache/background_cache.h"
 #include "cache/cache_test_util.h"
 #include "gpufeed/cache.h"
+#include "gpufeed/shm_caches.h"
 #include "gpufeed/sources.h"
 #include "sources/scratch_dir.h"
 

@@ -23,6 +23,7 @@
 #include "cache/shm/shm_user_dir.h"
 #include "error_code_of.h"
 #include "gpufeed/cache.h"
+#include "gpufeed/shm_caches.h"
 #include "gpufeed/sources.h"
 #include "sources/scratch_dir.h"
 

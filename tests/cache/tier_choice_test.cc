@@ -121,7 +121,7 @@ TEST(TierChoiceTest, ExplicitTiersOverBudgetOrUnknownAreErrors) {
   }
   in = Inputs(kGB);
   // An unknown tier has no CacheTier: its name is refused where text becomes one.
-  EXPECT_THROW(ParseCacheTier("disk"), Error);
+  EXPECT_THROW(ParseCacheTier("tape"), Error);
   in.requested = CacheTier::kShm;
   in.shareable = false;
   EXPECT_THROW(ChooseTier(in), Error);

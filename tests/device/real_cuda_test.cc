@@ -17,6 +17,7 @@
 #include "gpufeed/cache.h"
 #include "gpufeed/device.h"
 #include "gpufeed/loader.h"
+#include "gpufeed/open_loader.h"
 #include "gpufeed/sources.h"
 
 namespace gpufeed {
@@ -131,13 +132,13 @@ TEST_F(RealCudaTest, StreamedBatchesArriveIntactOnTheGpu) {
 }
 
 TEST_F(RealCudaTest, DeviceCacheTierGathersIntactRowsOnTheGpu) {
-  CachedLoaderOptions options;
-  options.loader.batch_size = 512;
-  options.loader.seed = 5;
-  options.device = "cuda";
-  options.cache.tier = CacheTier::kDevice;
-  auto [loader, info] = OpenCachedLoader(
-      OpenSynthetic(ParseSchema("x:float32[32],label:int64"), 10000, kSeed), options);
+  LoaderRecipe recipe;
+  recipe.source = OpenSynthetic(ParseSchema("x:float32[32],label:int64"), 10000, kSeed);
+  recipe.loader.batch_size = 512;
+  recipe.loader.seed = 5;
+  recipe.device = "cuda";
+  recipe.cache.tier = CacheTier::kDevice;
+  auto [loader, cached, info] = OpenLoader(recipe);
   EXPECT_EQ(info.tier, CacheTier::kDevice) << info.ToString();
   int batches = 0;
   while (auto batch = loader->Next()) {

@@ -12,7 +12,9 @@
 #include <thread>
 
 #include "gpufeed/cache.h"
+#include "gpufeed/cache_remedy.h"
 #include "gpufeed/hdf5.h"
+#include "gpufeed/open_loader.h"
 #include "loader_test_util.h"
 
 namespace gpufeed {
@@ -112,8 +114,14 @@ std::vector<std::vector<int64_t>> Epochs(Loader& loader, int epochs) {
   return out;
 }
 
-CachedLoaderOptions Healing(int64_t batch, uint64_t ram_budget = 0) {
-  CachedLoaderOptions o;
+// The loader `recipe` assembles over `source`.
+OpenedLoader Open(std::shared_ptr<Source> source, LoaderRecipe recipe) {
+  recipe.source = std::move(source);
+  return OpenLoader(std::move(recipe));
+}
+
+LoaderRecipe Healing(int64_t batch, uint64_t ram_budget = 0) {
+  LoaderRecipe o;
   o.loader = Opts(batch, 1);
   o.device = "cpu";
   o.remedies = true;
@@ -128,15 +136,12 @@ CachedLoaderOptions Healing(int64_t batch, uint64_t ram_budget = 0) {
 TEST(Remedies, CopyMidEpochKeepsEveryBatch) {
   Data data(4096);
   auto slow = std::make_shared<TestSource>(data.Open(), -1, /*delay_ms=*/10);
-  CachedLoaderOptions options = Healing(8);
+  LoaderRecipe options = Healing(8);
   options.loader.shuffle = true;
   options.loader.rank = 1;
   options.loader.world_size = 2;
-  CachedLoader healed = OpenCachedLoader(slow, options);
+  OpenedLoader healed = Open(slow, options);  // attaches the remedies (LoaderRecipe::remedies)
   Loader& loader = *healed.loader;
-  AttachRemedies(loader, {.start_cache = [&loader](std::string* why) {
-                   return StartCacheWhileRunning(loader.source(), why);
-                 }});
   const auto got = Epochs(loader, 2);
   LoaderOptions plain_options = Opts(8, 1);
   plain_options.shuffle = true;
@@ -158,12 +163,15 @@ TEST(Remedies, CopyMidEpochKeepsEveryBatch) {
   }
   EXPECT_TRUE(quiet);
   EXPECT_EQ(loader.source().cache_tier(), CacheTier::kRam);
+  // The loader's stats say so: the copy serves, made whole while the loader ran.
+  EXPECT_EQ(loader.stats().source.cache_tier, CacheTier::kRam);
+  EXPECT_EQ(loader.stats().source.cache_built_fraction, 1.0);
 }
 
 TEST(Remedies, CopyThatDoesNotFitIsRefusedWithTheBudget) {
   Data data(2048);
   auto slow = std::make_shared<TestSource>(data.Open(), -1, /*delay_ms=*/10);
-  CachedLoader healed = OpenCachedLoader(slow, Healing(8, /*ram_budget=*/1024));
+  OpenedLoader healed = Open(slow, Healing(8, /*ram_budget=*/1024));
   std::string why;
   EXPECT_EQ(StartCacheWhileRunning(healed.loader->source(), &why), "");
   EXPECT_THAT(why, HasSubstr("budget"));
@@ -176,9 +184,9 @@ TEST(Remedies, CopyThatDoesNotFitIsRefusedWithTheBudget) {
 
 TEST(Remedies, LoaderOpenedWithoutRemediesCannotStartACopy) {
   Data data(64);
-  CachedLoaderOptions o = Healing(8);
+  LoaderRecipe o = Healing(8);
   o.remedies = false;
-  CachedLoader opened = OpenCachedLoader(data.Open(), o);
+  OpenedLoader opened = Open(data.Open(), o);
   std::string why;
   EXPECT_EQ(StartCacheWhileRunning(opened.loader->source(), &why), "");
   EXPECT_THAT(why, HasSubstr("remedies"));
@@ -188,7 +196,7 @@ TEST(Remedies, LoaderOpenedWithoutRemediesCannotStartACopy) {
   EXPECT_FALSE(none.grow_chunk_cache);
   o.remedies = true;
   o.cache.tier = CacheTier::kRam;
-  CachedLoader cached = OpenCachedLoader(data.Open(), o);
+  OpenedLoader cached = Open(data.Open(), o);
   EXPECT_FALSE(DefaultRemedies(*cached.loader).start_cache);
 }
 
@@ -202,7 +210,7 @@ class DrawingSource final : public TestSource {
 TEST(Remedies, SourceThatDrawsPerReadIsNeverCopied) {
   Data data(64);
   auto drawing = std::make_shared<DrawingSource>(data.Open());
-  CachedLoader opened = OpenCachedLoader(drawing, Healing(8));
+  OpenedLoader opened = Open(drawing, Healing(8));
   std::string why;
   EXPECT_EQ(StartCacheWhileRunning(opened.loader->source(), &why), "");
   try {
@@ -243,8 +251,8 @@ TEST(Remedies, ChunkCacheGrowsTowardTheDecodedSetAndNeverShrinks) {
   auto source = OpenHdf5({path}, {"x"}, {.chunk_cache_bytes = 4096});
   EXPECT_EQ(Hdf5ChunkCacheOf(*source).budget, 4096u);
   EXPECT_EQ(Hdf5ChunkCacheOf(*source).decoded_bytes, 2048u * 64 * 4);  // 128 chunks of 4 KiB
-  CachedLoaderOptions o = Healing(8, /*ram_budget=*/1024);             // no copy fits
-  CachedLoader opened = OpenCachedLoader(source, o);
+  LoaderRecipe o = Healing(8, /*ram_budget=*/1024);                    // no copy fits
+  OpenedLoader opened = Open(source, o);
   const RemedyOptions remedies = DefaultRemedies(*opened.loader);
   std::string why;
   EXPECT_EQ(remedies.start_cache(&why), "");
@@ -272,7 +280,7 @@ TEST(Remedies, ChunkCacheGrowsTowardTheDecodedSetAndNeverShrinks) {
 
 TEST(Remedies, ChunkCacheIsNotGrownForOtherSources) {
   Data data(64);
-  CachedLoader opened = OpenCachedLoader(data.Open(), Healing(8));
+  OpenedLoader opened = Open(data.Open(), Healing(8));
   std::string why;
   EXPECT_EQ(DefaultRemedies(*opened.loader).grow_chunk_cache(&why), "");
   EXPECT_THAT(why, HasSubstr("no compressed HDF5 chunks"));

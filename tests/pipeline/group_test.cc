@@ -11,9 +11,9 @@
 #include "error_code_of.h"
 #include "gpufeed/groups.h"
 #include "gpufeed/loader.h"
-#include "gpufeed/sampler.h"
 #include "gpufeed/sources.h"
 #include "pipeline/groups/group_packer.h"
+#include "pipeline/sampler.h"
 
 namespace gpufeed {
 namespace {

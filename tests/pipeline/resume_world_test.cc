@@ -13,8 +13,8 @@
 
 #include "gpufeed/error.h"
 #include "gpufeed/loader.h"
-#include "gpufeed/sampler.h"
 #include "pipeline/loader_test_util.h"
+#include "pipeline/sampler.h"
 
 namespace gpufeed {
 namespace {

@@ -10,17 +10,18 @@ namespace gpufeed {
 namespace {
 
 TEST(CacheTierTest, NamesRoundTripAndUnknownNamesListTheChoices) {
-  for (const CacheTier tier :
-       {CacheTier::kAuto, CacheTier::kNone, CacheTier::kRam, CacheTier::kShm, CacheTier::kDevice}) {
-    EXPECT_EQ(ParseCacheTier(CacheTierName(tier)), tier);
+  for (const CacheTierSpelling& t : kCacheTiers) {
+    EXPECT_EQ(CacheTierName(t.tier), t.name);
+    EXPECT_EQ(ParseCacheTier(t.name), t.tier);
   }
+  EXPECT_EQ(ParseCacheTier("disk"), CacheTier::kDisk);
   try {
-    ParseCacheTier("disk");
-    FAIL() << "'disk' is no tier";
+    ParseCacheTier("tape");
+    FAIL() << "'tape' is no tier";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_THAT(e.what(),
-                ::testing::HasSubstr("'disk' is not one of auto, none, ram, shm, device"));
+                ::testing::HasSubstr("'tape' is not one of auto, none, ram, shm, device, disk"));
   }
 }
 

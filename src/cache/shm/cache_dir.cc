@@ -16,6 +16,7 @@
 #include "cache/shm/shm_user_dir.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
+#include "gpufeed/shm_caches.h"
 
 namespace gpufeed {
 namespace {

@@ -23,6 +23,7 @@
 #include "gpufeed/cache.h"
 #include "gpufeed/cancel.h"
 #include "gpufeed/error.h"
+#include "gpufeed/shm_caches.h"
 
 namespace gpufeed {
 namespace {

@@ -8,7 +8,7 @@
 // block on every read would defend against no one, so it is not done. At open, OpenShmCache
 // checks the owner and mode, the header, its keyed checksum and its field table against the
 // source's schema; the builder writes a hash per block at publication, which
-// `gpufeed cache verify` (VerifyShmCache) re-checks on request.
+// `gpufeed cache verify` (VerifyShmCache) re-checks on request (gpufeed/shm_caches.h).
 //
 // A file truncated under a reader (another process of the user cutting it short) would raise
 // SIGBUS on the next access to a page past its new end; each batch's copy runs inside

@@ -15,6 +15,7 @@
 #include "core/io/fd_io.h"
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
+#include "gpufeed/shm_caches.h"
 
 namespace gpufeed {
 namespace {

@@ -57,6 +57,20 @@ bool IsRemoteUri(std::string_view path) {
 
 RemoteStats ProcessRemoteStats() { return Hooks().stats ? Hooks().stats() : RemoteStats{}; }
 
+void UseNodeDiskCache(const std::string& dir, uint64_t budget_bytes) {
+  if (!Hooks().use_disk_cache) {
+    throw Error(ErrorCode::kUnsupported,
+                "the node-local disk cache keeps remote data, but this build of gpufeed has no "
+                "remote support (it was built with -DGPUFEED_WITH_REMOTE=OFF, or the program "
+                "does not link gpufeed_remote)");
+  }
+  Hooks().use_disk_cache(dir, budget_bytes);
+}
+
+std::string NodeDiskCacheDir() {
+  return Hooks().disk_cache_dir ? Hooks().disk_cache_dir() : std::string();
+}
+
 std::shared_ptr<const FileSystem> DefaultFileSystem() {
   static const auto* fs =
       new std::shared_ptr<const FileSystem>(std::make_shared<DispatchingFileSystem>());

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "gpufeed/groups.h"
-#include "gpufeed/sampler.h"
+#include "pipeline/sampler.h"
 
 namespace gpufeed {
 

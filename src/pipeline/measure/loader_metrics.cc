@@ -234,6 +234,16 @@ std::string LoaderStats::ToJson() const {
   j["gpu_busy_fraction"] = gpu_busy >= 0 ? nlohmann::json(gpu_busy) : nlohmann::json();
   j["storage_read_bytes"] =
       storage_read_bytes >= 0 ? nlohmann::json(storage_read_bytes) : nlohmann::json();
+  nlohmann::json from_source = {{"cache_tier", CacheTierName(source.cache_tier)}};
+  if (source.cache_built_fraction >= 0) {
+    from_source["cache_built_fraction"] = source.cache_built_fraction;
+  }
+  if (source.chunks_decoded >= 0) {
+    from_source["chunks_decoded"] = source.chunks_decoded;
+    from_source["chunk_cache_hits"] = source.chunk_cache_hits;
+    from_source["chunk_cache_bytes"] = source.chunk_cache_bytes;
+  }
+  j["source"] = std::move(from_source);
   if (remote.requests > 0) {
     j["remote"] = {{"requests", remote.requests},
                    {"retries", remote.retries},

@@ -100,5 +100,8 @@ std::shared_ptr<const FileSystem> RemoteDiskCache(std::shared_ptr<const FileSyst
 // a node-local disk cache with `options` (the sources opened after this call; files already
 // open keep reading as they did). Throws as DiskCacheFileSystem's constructor.
 void UseRemoteDiskCache(const DiskCacheOptions& options);
+// The folder of the disk cache UseRemoteDiskCache put in front of the process's remote reads;
+// empty when none is.
+std::string RemoteDiskCacheDir();
 
 }  // namespace gpufeed

@@ -296,6 +296,16 @@ class Hdf5Source final : public Source {
     return true;
   }
 
+  // The chunk counters, with the default's tier (this source is the data, never a copy).
+  SourceStats Stats() const override {
+    const Hdf5Counters c = counters();
+    return {.cache_tier = cache_tier(),
+            .cache_built_fraction = -1,
+            .chunks_decoded = c.chunks_decoded,
+            .chunk_cache_hits = c.chunk_cache_hits,
+            .chunk_cache_bytes = static_cast<int64_t>(c.chunk_cache_bytes)};
+  }
+
   Hdf5Counters counters() const {
     Hdf5Counters c;
     c.chunks_decoded = chunks_decoded_.load(std::memory_order_relaxed);

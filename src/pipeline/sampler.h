@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "gpufeed/groups.h"
+#include "gpufeed/loader_options.h"
 
 namespace gpufeed {
 
@@ -48,16 +49,18 @@ class GroupPacker;
 class EpochShuffle;
 struct ShuffleWindowCache;
 
+// The plan's options, as the loader passes them on (ToSamplerOptions): the defaults are
+// LoaderOptions' (gpufeed/loader_options.h), written there once.
 struct SamplerOptions {
-  int64_t batch_size = 0;     // Required: > 0
-  bool shuffle = true;        // Default: true
-  uint64_t seed = 0;          // Default: 0
-  bool drop_last = false;     // Default: false: the last batch may be short
-  bool pad = true;            // Default: true: shards padded to equal length (see above)
-  int rank = -1;              // Default: -1 = $RANK, else 0
-  int world_size = -1;        // Default: -1 = $WORLD_SIZE, else 1
-  int64_t shuffle_block = 0;  // Default: 0 = full shuffle; > 0: block shuffle (above)
-  int shuffle_window = 4;     // Default: 4 blocks per within-window shuffle
+  int64_t batch_size = 0;  // Required: > 0
+  bool shuffle = LoaderOptions{}.shuffle;
+  uint64_t seed = LoaderOptions{}.seed;
+  bool drop_last = LoaderOptions{}.drop_last;
+  bool pad = LoaderOptions{}.pad;  // shards padded to equal length (see above)
+  int rank = LoaderOptions{}.rank;
+  int world_size = LoaderOptions{}.world_size;
+  int64_t shuffle_block = 0;  // 0 = full shuffle; > 0: block shuffle (above)
+  int shuffle_window = LoaderOptions{}.shuffle_window;
   // Default: null. Packed groups (gpufeed/groups.h): batches of whole groups, packed as
   // src/pipeline/group_packer.h says (shuffle moves groups, not rows; shards are dealt at
   // group granularity; drop_last and shuffle_block do not apply). The table's row count must
