@@ -80,7 +80,8 @@ struct SourceStats {
 };
 
 // Where a batch's rows go: one pointer per field of the source's schema (same order), each
-// to `rows` contiguous samples of that field's SampleBytes().
+// to `rows` contiguous samples of that field's SampleBytes(). A variable-length field's
+// pointer is null: Read leaves it alone (Source::ReadItems serves it).
 struct BatchView {
   std::vector<std::byte*> fields = {};
   int64_t rows = 0;
@@ -171,6 +172,25 @@ class Source {
     Read(indices, out, state);
   }
 
+  // Variable-length fields (FieldSpec::variable(): `tokens: int32[*]`) hold their own number
+  // of items per sample. A source that has them serves them through these two, which the
+  // adaptors that batch them (gpufeed/varlen.h) call; the default throws Error(kUnsupported)
+  // (a source without such fields).
+  //
+  // The item count of field number `field` in sample indices[i], into lengths[i], for any
+  // number of indices (an adaptor asks for every sample's at once). A length the data cannot
+  // hold (past the values stored, or past what fits 63 bits of bytes) throws Error naming the
+  // file, the field and the sample. REQUIRES: lengths.size() == indices.size(); the field is
+  // variable; every index in [0, size()) (Error(kInvalidArgument) otherwise).
+  virtual void ReadLengths(int field, std::span<const int64_t> indices, std::span<int64_t> lengths,
+                           SourceWorkerState* state) const;
+  // Items [first, first + count) of field number `field` of sample `index`, into `out`:
+  // count * ItemBytes() bytes, count = out.size() / ItemBytes(). `state` is this worker's
+  // (null outside a loader's workers). REQUIRES: first >= 0 and first + count within the
+  // sample's length as ReadLengths gives it (Error(kInvalidArgument) otherwise).
+  virtual void ReadItems(int field, int64_t index, int64_t first, std::span<std::byte> out,
+                         SourceWorkerState* state) const;
+
   // Samples a later batch will read, told before the next Read with `state`: a source whose
   // reads cost a round trip may fetch what they will need along with that Read's own requests
   // (the HDF5 source fetches the whole chunks of a remote object they read most of), so that
@@ -192,5 +212,11 @@ class Source {
 // (asserted: the loader's invariants), and every index in [0, source.size()) (an
 // Error(kInvalidArgument) naming the source and the index: user input).
 void CheckReadRequest(const Source& source, std::span<const int64_t> indices, const BatchView& out);
+
+// The checks a ReadItems makes first: the field is variable, `out` holds whole items, and
+// [first, first + count) lies within `length`, the sample's item count. Returns count.
+// Error(kInvalidArgument) naming the source, field and sample otherwise.
+int64_t CheckItemsRequest(const Source& source, int field, int64_t index, int64_t first,
+                          std::span<const std::byte> out, int64_t length);
 
 }  // namespace gpufeed

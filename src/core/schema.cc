@@ -16,17 +16,17 @@ namespace {
 
 constexpr uint64_t kMaxCount = std::numeric_limits<int64_t>::max();
 
-}  // namespace
-
-int64_t FieldSpec::ElementsPerSample() const {
+// The checked product of dims [first, end) of `field`'s shape.
+int64_t Elements(const FieldSpec& field, size_t first, std::string_view what) {
   // Every dimension is checked first, then the product: a zero anywhere must not hide an
   // overflowing rest, so (0, 2^62, 2^62) is refused as well as (2^62, 2^62, 0).
   uint64_t nonzero = 1;
   bool zero = false;
-  for (int64_t d : shape) {
+  for (size_t i = first; i < field.shape.size(); ++i) {
+    const int64_t d = field.shape[i];
     if (d < 0) {
       throw Error(ErrorCode::kCorruptData,
-                  fmt::format("field {}: negative dimension {}", ToString(), d));
+                  fmt::format("field {}: negative dimension {}", field.ToString(), d));
     }
     if (d == 0) {
       zero = true;
@@ -34,27 +34,56 @@ int64_t FieldSpec::ElementsPerSample() const {
     }
     const auto next = CheckedMul(nonzero, static_cast<uint64_t>(d));
     if (!next || *next > kMaxCount) {
-      throw Error(
-          ErrorCode::kCorruptData,
-          fmt::format("field {}: the element count per sample overflows 63 bits", ToString()));
+      throw Error(ErrorCode::kCorruptData,
+                  fmt::format("field {}: the element count per {} overflows 63 bits",
+                              field.ToString(), what));
     }
     nonzero = *next;
   }
   return zero ? 0 : static_cast<int64_t>(nonzero);
 }
 
-size_t FieldSpec::SampleBytes() const {
-  const uint64_t elements = static_cast<uint64_t>(ElementsPerSample());
-  const auto bytes = CheckedMul(elements, DTypeSize(dtype));
+size_t Bytes(const FieldSpec& field, int64_t elements, std::string_view what) {
+  const auto bytes = CheckedMul(static_cast<uint64_t>(elements), DTypeSize(field.dtype));
   if (!bytes || *bytes > kMaxCount) {
     throw Error(ErrorCode::kCorruptData,
-                fmt::format("field {}: the bytes per sample overflow 63 bits", ToString()));
+                fmt::format("field {}: the bytes per {} overflow 63 bits", field.ToString(), what));
   }
   return static_cast<size_t>(*bytes);
 }
 
+}  // namespace
+
+int64_t FieldSpec::ElementsPerSample() const {
+  if (variable()) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("field {} is variable-length: its samples have no one size (batch "
+                            "it padded or packed: gpufeed/varlen.h)",
+                            ToString()));
+  }
+  return Elements(*this, 0, "sample");
+}
+
+size_t FieldSpec::SampleBytes() const { return Bytes(*this, ElementsPerSample(), "sample"); }
+
+int64_t FieldSpec::ElementsPerItem() const {
+  GPUFEED_ASSERT(variable(), "ElementsPerItem of a fixed-size field");
+  return Elements(*this, 1, "item");
+}
+
+size_t FieldSpec::ItemBytes() const { return Bytes(*this, ElementsPerItem(), "item"); }
+
 std::string FieldSpec::ToString() const {
-  return fmt::format("{}: {}[{}]", name, DTypeName(dtype), fmt::join(shape, ","));
+  std::vector<std::string> dims;
+  for (int64_t d : shape) dims.push_back(d == kVariableDim ? "*" : std::to_string(d));
+  return fmt::format("{}: {}[{}]", name, DTypeName(dtype), fmt::join(dims, ","));
+}
+
+bool Schema::HasVariable() const {
+  for (const auto& f : fields) {
+    if (f.variable()) return true;
+  }
+  return false;
 }
 
 int Schema::IndexOf(std::string_view name) const {
@@ -121,6 +150,13 @@ FieldSpec ParseField(std::string_view spec, std::string_view part) {
   while (!dims.empty()) {
     const size_t comma = dims.find(',');
     const std::string_view dim = Trim(dims.substr(0, comma));
+    if (dim == "*") {
+      if (!field.shape.empty()) BadSpec(spec, part, "only the first dimension may be '*'");
+      field.shape.push_back(kVariableDim);
+      if (comma == std::string_view::npos) break;
+      dims.remove_prefix(comma + 1);
+      continue;
+    }
     const int64_t value = ParseNumber<int64_t>(dim).value_or(0);
     if (value <= 0) {
       BadSpec(spec, part, fmt::format("dimension '{}' is not a positive integer", dim));
@@ -130,7 +166,7 @@ FieldSpec ParseField(std::string_view spec, std::string_view part) {
     dims.remove_prefix(comma + 1);
   }
   try {
-    (void)field.SampleBytes();
+    (void)(field.variable() ? field.ItemBytes() : field.SampleBytes());
   } catch (const Error& e) {
     BadSpec(spec, part, e.what());
   }
@@ -158,7 +194,11 @@ Schema ParseSchema(std::string_view spec) {
   }
   if (schema.fields.empty()) BadSpec(spec, spec, "no fields");
   try {
-    (void)schema.SampleBytes();
+    Schema fixed;
+    for (const FieldSpec& f : schema.fields) {
+      if (!f.variable()) fixed.fields.push_back(f);
+    }
+    (void)fixed.SampleBytes();
   } catch (const Error& e) {
     BadSpec(spec, spec, e.what());
   }

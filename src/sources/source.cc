@@ -22,4 +22,43 @@ void CheckReadRequest(const Source& source, std::span<const int64_t> indices,
   }
 }
 
+void Source::ReadLengths(int field, std::span<const int64_t> /*indices*/,
+                         std::span<int64_t> /*lengths*/, SourceWorkerState* /*state*/) const {
+  throw Error(ErrorCode::kUnsupported,
+              fmt::format("{}: field number {} has no variable-length items to read",
+                          Describe(), field));
+}
+
+void Source::ReadItems(int field, int64_t /*index*/, int64_t /*first*/,
+                       std::span<std::byte> /*out*/, SourceWorkerState* /*state*/) const {
+  throw Error(ErrorCode::kUnsupported,
+              fmt::format("{}: field number {} has no variable-length items to read",
+                          Describe(), field));
+}
+
+int64_t CheckItemsRequest(const Source& source, int field, int64_t index, int64_t first,
+                          std::span<const std::byte> out, int64_t length) {
+  const auto& fields = source.schema().fields;
+  if (field < 0 || static_cast<size_t>(field) >= fields.size() ||
+      !fields[static_cast<size_t>(field)].variable()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: field number {} is not a variable-length field",
+                            source.Describe(), field));
+  }
+  const FieldSpec& spec = fields[static_cast<size_t>(field)];
+  const size_t item = spec.ItemBytes();
+  if (item == 0 ? !out.empty() : out.size() % item != 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: field {}: {} bytes are not whole items of {} bytes",
+                            source.Describe(), spec.name, out.size(), item));
+  }
+  const int64_t count = item == 0 ? 0 : static_cast<int64_t>(out.size() / item);
+  if (first < 0 || first > length || count > length - first) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: field {}, sample {}: {} items from item {} are not within its {} items",
+                            source.Describe(), spec.name, index, count, first, length));
+  }
+  return count;
+}
+
 }  // namespace gpufeed
