@@ -11,7 +11,7 @@
 //
 // In order: the disk tier when asked for (before the data is opened, so that its reads go
 // through it: gpufeed/cache.h, UseDiskTier); the data (opened from `path`, or the source
-// given); the device and the transforms; the cache (OpenCached: the device tier may run the
+// given), its variable-length field padded or packed into rows of one size; the device and the transforms; the cache (OpenCached: the device tier may run the
 // deterministic transforms once before its upload, and the loader then runs the others); the
 // loader; the remedies (gpufeed/remedies.h), attached to it. What the loader meets afterwards --
 // the tier serving it, how far a copy is, the remedies taken, the source's counters -- is in its
@@ -23,12 +23,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gpufeed/cache.h"
 #include "gpufeed/loader.h"
 #include "gpufeed/source.h"
+#include "gpufeed/varlen.h"
 
 namespace gpufeed {
 
@@ -53,6 +55,12 @@ struct LoaderRecipe {
   std::string device = "auto";
   // Default: none. Host transform specs (ParseTransform): "cast:mel:float16", ...
   std::vector<std::string> transforms = {};
+  // How a variable-length field of the data is batched (gpufeed/varlen.h): packed with
+  // `pack` when it is set (its `shuffle` then follows the loader's), else padded with `pad`
+  // (default: to the longest sample). Either on data without such a field is
+  // Error(kInvalidArgument).
+  std::optional<PackOptions> pack = std::nullopt;
+  std::optional<PadOptions> pad = std::nullopt;
   // Default: CacheOptions' own (tier none). Its `device` and `transforms` stay unset, as the
   // loader's do. Tier disk with a `source` given open: the caller turned it on before opening
   // it (UseDiskTier), else Error(kInvalidArgument).

@@ -77,6 +77,12 @@ struct SourceStats {
   int64_t chunks_decoded = -1;
   int64_t chunk_cache_hits = -1;
   int64_t chunk_cache_bytes = -1;
+  // Rows made of a variable-length field, padded or packed (gpufeed/varlen.h), over one epoch:
+  // the field's items the rows hold, the padding items, and the items cut from samples longer
+  // than a row; -1 for other sources.
+  int64_t varlen_items = -1;
+  int64_t varlen_pad_items = -1;
+  int64_t varlen_truncated_items = -1;
 };
 
 // Where a batch's rows go: one pointer per field of the source's schema (same order), each
@@ -116,6 +122,10 @@ struct SourceChunking {
   std::string pieces_field;
   std::vector<int64_t> pieces_chunk_shape;
 };
+
+class Source;
+// Error(kUnsupported): `source` has no variable-length field number `field` to read.
+[[noreturn]] void ThrowNoVariableField(const Source& source, int field);
 
 class Source {
  public:
@@ -182,14 +192,18 @@ class Source {
   // hold (past the values stored, or past what fits 63 bits of bytes) throws Error naming the
   // file, the field and the sample. REQUIRES: lengths.size() == indices.size(); the field is
   // variable; every index in [0, size()) (Error(kInvalidArgument) otherwise).
-  virtual void ReadLengths(int field, std::span<const int64_t> indices, std::span<int64_t> lengths,
-                           SourceWorkerState* state) const;
+  virtual void ReadLengths(int field, std::span<const int64_t> /*indices*/,
+                           std::span<int64_t> /*lengths*/, SourceWorkerState* /*state*/) const {
+    ThrowNoVariableField(*this, field);
+  }
   // Items [first, first + count) of field number `field` of sample `index`, into `out`:
   // count * ItemBytes() bytes, count = out.size() / ItemBytes(). `state` is this worker's
   // (null outside a loader's workers). REQUIRES: first >= 0 and first + count within the
   // sample's length as ReadLengths gives it (Error(kInvalidArgument) otherwise).
-  virtual void ReadItems(int field, int64_t index, int64_t first, std::span<std::byte> out,
-                         SourceWorkerState* state) const;
+  virtual void ReadItems(int field, int64_t /*index*/, int64_t /*first*/,
+                         std::span<std::byte> /*out*/, SourceWorkerState* /*state*/) const {
+    ThrowNoVariableField(*this, field);
+  }
 
   // Samples a later batch will read, told before the next Read with `state`: a source whose
   // reads cost a round trip may fetch what they will need along with that Read's own requests

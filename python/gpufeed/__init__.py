@@ -51,6 +51,7 @@ from gpufeed._monitor import Monitor
 from gpufeed._options import Autotune, BlockShuffle, Cache, Groups, Held, Trace
 from gpufeed._progress import tqdm
 from gpufeed._sources import hdf5, memory, open, synthetic
+from gpufeed._varlen import Pack, Ragged, cu_seqlens, ragged
 
 __all__ = [
     "Autotune",
@@ -70,15 +71,19 @@ __all__ = [
     "IoError",
     "Loader",
     "NotFound",
+    "Pack",
+    "Ragged",
     "PermissionDenied",
     "Source",
     "Monitor",
     "Unsupported",
     "hdf5",
     "fit_batch_size",
+    "cu_seqlens",
     "images",
     "memory",
     "open",
+    "ragged",
     "release_memory",
     "remote_stats",
     "set_remote_options",

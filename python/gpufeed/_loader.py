@@ -8,7 +8,7 @@ import torch
 
 from collections.abc import Mapping
 
-from gpufeed import _distributed, _gpufeed, _groups, _options, _sources, _tensors
+from gpufeed import _distributed, _gpufeed, _groups, _options, _sources, _tensors, _varlen
 from gpufeed._batch import Batch, EpochIterator
 from gpufeed._options import integer as _int
 
@@ -80,6 +80,15 @@ class Loader:
                 (default True): every rank runs the same number of batches of the same sizes,
                 so DDP's collectives stay paired. False: every sample exactly once, shards of
                 unequal length (evaluation without collectives).
+    pack, max_length, pad_value, pad_to_multiple_of, truncation: how a variable-length field
+                (`tokens: int32[*]`: a Megatron corpus, gpufeed.ragged(values, offsets)) is
+                batched. By default padded: batch["f"] is [B, max_length] (None: the longest
+                sample, rounded up to pad_to_multiple_of), filled with pad_value (0) after each
+                sample's items, and batch["f_lengths"] [B] holds the items kept; a longer sample
+                is cut at its end (truncation="right") or start ("left"). pack=gpufeed.Pack(L)
+                fills rows of L items with samples end to end instead (see gpufeed.Pack).
+                stats()["source"] gives, per epoch, varlen_items (the items the rows hold),
+                varlen_pad_items, varlen_truncated_items and varlen_padding_share.
     cache:      keep the data set close to the GPU (docs/caches.md): "none" (default), "ram" (a
                 copy in this process, filled as rows are first read), "shm" (one copy under
                 /dev/shm for every process of the node), "device" (resident in GPU memory,
@@ -164,7 +173,9 @@ class Loader:
     def __init__(self, source, fields=None, batch_size=None, *, shuffle=None, seed=None,
                  drop_last=None, workers=None, prefetch=None, device=None, transforms=(),
                  batch_transform=None, dtype=None, rank=None, world_size=None, pad=None,
-                 cache=None, groups=None, trace=None, autotune=None, held=None, **removed):
+                 cache=None, groups=None, trace=None, autotune=None, held=None, pack=None,
+                 max_length=None, pad_value=None, pad_to_multiple_of=None, truncation=None,
+                 **removed):
         if removed:  # only to name the new spelling of a keyword the Loader no longer takes
             _options.refuse_keywords(removed, {"cache": cache, "trace": trace})
         # None leaves an option unset: its default is the C++ one (gpufeed/loader_options.h,
@@ -205,6 +216,10 @@ class Loader:
         _distributed.manifests_for(source)
         _options.disk_cache(cache, source)
         self._source = _sources.as_source(source, fields, chunk_cache, dtype)
+        # A variable-length field is batched padded (the default) or packed: rows of one size.
+        varlen = _varlen.loader_options(self._source.schema, pack, max_length, pad_value,
+                                        pad_to_multiple_of, truncation)
+        given.update(varlen)
         # Before the loader starts: a dtype torch lacks is refused with the dtype= that reads it.
         _tensors.check_schema(self._source.schema)
         self._group_table = None
@@ -215,7 +230,8 @@ class Loader:
                                                     len(self._source))
             given["groups"] = self._group_table
             self.group_fields = _groups.group_fields(self._group_table)
-        given.update(_sources.rebuild_description(source, fields, dtype))
+        if not varlen:  # a builder in another process opens the same rows
+            given.update(_sources.rebuild_description(source, fields, dtype))
         options = _gpufeed._LoaderOptions(**given)
         self._impl = _gpufeed._Loader(self._source, options)
         self._cache_info = json.loads(self._impl.cache_json)

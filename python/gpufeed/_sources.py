@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from gpufeed import _distributed, _gpufeed
+from gpufeed import _distributed, _gpufeed, _varlen
 
 # torch dtypes whose memory gpufeed reads as is, by their NumPy-style names.
 _TORCH_DTYPE_NAMES = {
@@ -233,7 +233,8 @@ def _numpy_field(name, array):
 
 def memory(arrays, fields=None):
     """A source over arrays already in memory, zero-copy: a dict name -> NumPy array or CPU
-    torch tensor, samples along axis 0. The source keeps the arrays alive; writes to them
+    torch tensor, samples along axis 0, or gpufeed.ragged(values, offsets) for a
+    variable-length field. The source keeps the arrays alive; writes to them
     show in batches read afterwards, as with torch.from_numpy.
 
     `fields` picks the fields, in order; None takes every entry of the dict.
@@ -246,12 +247,19 @@ def memory(arrays, fields=None):
     names = list(arrays) if fields is None else list(fields)
     if not names:
         raise _gpufeed.InvalidArgument("memory source: no fields given")
-    specs, owners = [], []
+    specs, owners, ragged = [], [], []
     for name in names:
         if name not in arrays:
             raise _gpufeed.NotFound(
                 f"memory source: no field '{name}' (the dict holds {sorted(arrays)})")
         value = arrays[name]
+        if isinstance(value, _varlen.Ragged):
+            values = value.values
+            ragged.append((str(name), values.dtype.name, [int(d) for d in values.shape[1:]],
+                           values.__array_interface__["data"][0], int(values.shape[0]),
+                           value.offsets.__array_interface__["data"][0], len(value)))
+            owners.append(value)
+            continue
         if type(value).__module__.startswith("torch"):
             held, dtype, address = _torch_field(name, value)
         else:
@@ -262,6 +270,8 @@ def memory(arrays, fields=None):
                 f"memory source: field '{name}' is a scalar; samples go along axis 0")
         specs.append((str(name), dtype, list(shape[1:]), int(address), shape[0]))
         owners.append(held)
+    if ragged:
+        return _gpufeed.ragged_memory(ragged, specs, tuple(owners))
     return _gpufeed.memory(specs, tuple(owners))
 
 

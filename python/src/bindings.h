@@ -13,6 +13,8 @@ void BindErrors(py::module_& m);
 void BindSources(py::module_& m);
 // ImageSource and open_images (called by BindSources).
 void BindImages(py::module_& m);
+// ragged_memory, length_summary, read_items.
+void BindVarlen(py::module_& m);
 // BatchHandle and FieldArray: DLPack exports of a batch's fields.
 void BindBatch(py::module_& m);
 // _Loader: the C++ Loader with the GIL released while it waits.

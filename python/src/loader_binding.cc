@@ -106,6 +106,32 @@ void BindCacheFields(py::class_<CachedLoaderOptions>& c) {
       [](CachedLoaderOptions& o, const std::string& path) { o.cache.cli_binary = path; });
 }
 
+// The attributes of _LoaderOptions that say how a variable-length field is batched
+// (LoaderRecipe::pack, ::pad), each a dict of the options' fields.
+void BindVarlenFields(py::class_<CachedLoaderOptions>& c) {
+  c.def_property(
+      "pack_sequences", [](const CachedLoaderOptions& o) { return o.pack.has_value(); },
+      [](CachedLoaderOptions& o, const py::dict& d) {
+        PackOptions pack;
+        pack.field = d["field"].cast<std::string>();
+        pack.length = d["length"].cast<int64_t>();
+        pack.split = d["split"].cast<bool>();
+        pack.eos = d["eos"].cast<std::optional<double>>();
+        pack.pad_value = d["pad_value"].cast<double>();
+        pack.window = d["window"].cast<int64_t>();
+        o.pack = pack;
+      });
+  c.def_property(
+      "pad_sequences", [](const CachedLoaderOptions& o) { return o.pad.has_value(); },
+      [](CachedLoaderOptions& o, const py::dict& d) {
+        o.pad = PadOptions{.field = "",
+                           .max_length = d["max_length"].cast<int64_t>(),
+                           .pad_to_multiple_of = d["pad_to_multiple_of"].cast<int64_t>(),
+                           .pad_value = d["pad_value"].cast<double>(),
+                           .truncate_left = d["truncate_left"].cast<bool>()};
+      });
+}
+
 // The options object gpufeed.Loader fills: every attribute starts at the C++ default (the
 // `// Default:` lines of LoaderOptions, CacheOptions and LoaderRecipe), and Python
 // sets only what its caller gave, so no default is written twice.
@@ -125,6 +151,7 @@ void BindLoaderOptions(py::module_& m) {
     return options;
   }));
   BindLoaderFields(c);
+  BindVarlenFields(c);
   // The loader's and the cache's both: the recipe holds them once.
   c.def_readwrite("device", &CachedLoaderOptions::device);
   c.def_readwrite("transforms", &CachedLoaderOptions::transforms);

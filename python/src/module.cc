@@ -6,6 +6,7 @@ PYBIND11_MODULE(_gpufeed, m) {
   m.doc() = "gpufeed's native engine; use the `gpufeed` package instead";
   gpufeed::python::BindErrors(m);
   gpufeed::python::BindSources(m);
+  gpufeed::python::BindVarlen(m);
   gpufeed::python::BindBatch(m);
   gpufeed::python::BindGroups(m);
   gpufeed::python::BindLoader(m);

@@ -1,6 +1,8 @@
 // OpenLoader: every step of assembling a loader, in one place (gpufeed/open_loader.h).
 #include "gpufeed/open_loader.h"
 
+#include <fmt/format.h>
+
 #include <utility>
 
 #include "cache/deferred_cache.h"
@@ -46,6 +48,29 @@ std::shared_ptr<Source> OpenData(LoaderRecipe& recipe) {
   return OpenPath(recipe.path, recipe.fields);
 }
 
+// The data in rows of one size: a variable-length field padded or packed (gpufeed/varlen.h).
+std::shared_ptr<Source> BatchVariableField(std::shared_ptr<Source> source, LoaderRecipe& recipe) {
+  if (!source->schema().HasVariable()) {
+    if (recipe.pack || recipe.pad) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("OpenLoader: {} applies to a variable-length field, and {} has "
+                              "none ({})",
+                              recipe.pack ? "packing" : "padding", source->Describe(),
+                              source->schema().ToString()));
+    }
+    return source;
+  }
+  // A build that another process takes over opens the path alone, without these rows.
+  recipe.cache.source_path.clear();
+  recipe.cache.source_fields.clear();
+  if (recipe.pack) {
+    PackOptions pack = *recipe.pack;
+    pack.shuffle = recipe.loader.shuffle;
+    return PackSequences(std::move(source), std::move(pack));
+  }
+  return PadSequences(std::move(source), recipe.pad.value_or(PadOptions{}));
+}
+
 // Whether the loader's source is one the remedies can copy while the loader runs: no cache of
 // its own in front of it (the disk tier is below it), rows that repeat, not on a device.
 bool CopiesWhileRunning(const LoaderRecipe& recipe, const Source& source) {
@@ -59,7 +84,7 @@ bool CopiesWhileRunning(const LoaderRecipe& recipe, const Source& source) {
 
 OpenedLoader OpenLoader(LoaderRecipe recipe) {
   CheckRecipe(recipe);
-  std::shared_ptr<Source> source = OpenData(recipe);
+  std::shared_ptr<Source> source = BatchVariableField(OpenData(recipe), recipe);
   LoaderOptions& loader = recipe.loader;
   loader.device = OpenDevice(recipe.device);
   for (const auto& spec : recipe.transforms) loader.transforms.push_back(ParseTransform(spec));

@@ -22,18 +22,10 @@ void CheckReadRequest(const Source& source, std::span<const int64_t> indices,
   }
 }
 
-void Source::ReadLengths(int field, std::span<const int64_t> /*indices*/,
-                         std::span<int64_t> /*lengths*/, SourceWorkerState* /*state*/) const {
+void ThrowNoVariableField(const Source& source, int field) {
   throw Error(ErrorCode::kUnsupported,
               fmt::format("{}: field number {} has no variable-length items to read",
-                          Describe(), field));
-}
-
-void Source::ReadItems(int field, int64_t /*index*/, int64_t /*first*/,
-                       std::span<std::byte> /*out*/, SourceWorkerState* /*state*/) const {
-  throw Error(ErrorCode::kUnsupported,
-              fmt::format("{}: field number {} has no variable-length items to read",
-                          Describe(), field));
+                          source.Describe(), field));
 }
 
 int64_t CheckItemsRequest(const Source& source, int field, int64_t index, int64_t first,

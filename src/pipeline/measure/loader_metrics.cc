@@ -243,6 +243,14 @@ std::string LoaderStats::ToJson() const {
     from_source["chunk_cache_hits"] = source.chunk_cache_hits;
     from_source["chunk_cache_bytes"] = source.chunk_cache_bytes;
   }
+  if (source.varlen_items >= 0) {
+    const int64_t all = source.varlen_items + source.varlen_pad_items;
+    from_source["varlen_items"] = source.varlen_items;
+    from_source["varlen_pad_items"] = source.varlen_pad_items;
+    from_source["varlen_truncated_items"] = source.varlen_truncated_items;
+    from_source["varlen_padding_share"] =
+        all > 0 ? static_cast<double>(source.varlen_pad_items) / static_cast<double>(all) : 0.0;
+  }
   j["source"] = std::move(from_source);
   if (remote.requests > 0) {
     j["remote"] = {{"requests", remote.requests},
