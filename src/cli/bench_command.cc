@@ -36,6 +36,10 @@ struct BenchArgs {
   std::string group;          // a per-row group id dataset
   std::string group_offsets;  // an F+1 offsets dataset
   bool pack = false;
+  int64_t pack_length = 0;  // > 0: a variable-length field packed into rows of this many items
+  bool whole_samples = false;
+  std::optional<double> eos;
+  int64_t max_length = 0;  // padded rows: 0 = the longest sample
   BenchConfig config;
 };
 
@@ -94,6 +98,30 @@ std::shared_ptr<Source> OpenBenchSource(BenchArgs& args) {
   return source;
 }
 
+// A variable-length field: packed with --pack-length, else padded (gpufeed/varlen.h). The
+// same-work ceiling then reads the loader's own rows (there is no other opening of them).
+void ConfigureVarlen(BenchArgs& args, const Source& source) {
+  LoaderRecipe& o = args.config.open;
+  const bool asked = args.pack_length > 0 || args.max_length > 0 || args.whole_samples || args.eos;
+  if (!source.schema().HasVariable()) {
+    if (asked) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("--pack-length, --max-length, --whole-samples and --eos apply to a "
+                              "variable-length field; {} has none ({})",
+                              source.Describe(), source.schema().ToString()));
+    }
+    return;
+  }
+  args.config.reopen = nullptr;
+  if (args.pack_length > 0) {
+    o.pack = PackOptions{.length = args.pack_length, .split = !args.whole_samples, .eos = args.eos};
+  } else if (args.whole_samples || args.eos) {
+    throw Error(ErrorCode::kInvalidArgument, "--whole-samples and --eos go with --pack-length");
+  } else {
+    o.pad = PadOptions{.max_length = args.max_length};
+  }
+}
+
 // The loader's options from the arguments: groups, shuffle, cache, and the run's length.
 void ConfigureRun(BenchArgs& args, const Source& source) {
   LoaderRecipe& o = args.config.open;
@@ -107,6 +135,7 @@ void ConfigureRun(BenchArgs& args, const Source& source) {
                 "--group-offsets DATASET");
   }
   o.loader.shuffle = !args.no_shuffle;
+  ConfigureVarlen(args, source);
   if (args.block_shuffle) o.loader.shuffle_block = -1;  // the source's own block (HDF5 chunk)
   o.cache.tier = ParseCacheTier(args.cache);
   o.remedies = o.loader.autotune;
@@ -256,6 +285,20 @@ void AddGroupOptions(CLI::App* cmd, BenchArgs* args) {
                 "--group-offsets)");
 }
 
+// A variable-length field (`tokens: int32[*]`): packed or padded rows.
+void AddVarlenOptions(CLI::App* cmd, BenchArgs* args) {
+  cmd->add_option("--pack-length", args->pack_length,
+                  "A variable-length field packed end to end into rows of this many items "
+                  "(default: padded rows)");
+  cmd->add_flag("--whole-samples", args->whole_samples,
+                "With --pack-length: whole samples only, first-fit decreasing (default: the "
+                "stream cut at row ends)");
+  cmd->add_option("--eos", args->eos, "With --pack-length: a value put after every sample");
+  cmd->add_option("--max-length", args->max_length,
+                  "Padded rows of a variable-length field: this many items (0: the longest "
+                  "sample)");
+}
+
 }  // namespace
 
 void RegisterBenchCommand(CLI::App& app) {
@@ -272,6 +315,7 @@ void RegisterBenchCommand(CLI::App& app) {
   AddLoaderOptions(cmd, args.get());
   AddRunOptions(cmd, args.get());
   AddGroupOptions(cmd, args.get());
+  AddVarlenOptions(cmd, args.get());
   cmd->add_option("--trace-batches", args->config.open.loader.trace_batches,
                   "Batches the trace keeps (0: the last minute; -1: record nothing)")
       ->capture_default_str();

@@ -143,7 +143,8 @@ std::string FormatTimes(const BenchResult& r) {
   return out;
 }
 
-// Memory against its bound, and an HDF5 source's decoded-chunk caches.
+// Memory against its bound, an HDF5 source's decoded-chunk caches, and the padding of rows
+// made of a variable-length field.
 std::string FormatMemory(const BenchResult& r) {
   std::string out;
   out += fmt::format("memory      peak RSS {} (anonymous {}; bound {})\n",
@@ -159,6 +160,16 @@ std::string FormatMemory(const BenchResult& r) {
         FormatCount(static_cast<double>(r.hdf5_chunk_cache_hits)),
         100.0 * static_cast<double>(r.hdf5_chunk_cache_hits) / uses,
         FormatBytes(static_cast<double>(r.hdf5_chunk_cache_bytes)));
+  }
+  const SourceStats& from = r.stats.source;
+  if (from.varlen_items >= 0) {
+    const int64_t all = from.varlen_items + from.varlen_pad_items;
+    out += fmt::format("padding     {:.1f}% of the rows' items per epoch ({} items, {} of "
+                       "padding, {} cut from long samples)\n",
+                       all > 0 ? 100.0 * static_cast<double>(from.varlen_pad_items) / all : 0.0,
+                       FormatCount(static_cast<double>(from.varlen_items)),
+                       FormatCount(static_cast<double>(from.varlen_pad_items)),
+                       FormatCount(static_cast<double>(from.varlen_truncated_items)));
   }
   return out;
 }
