@@ -74,6 +74,11 @@ struct DoctorInput {
   std::vector<int64_t> pieces_chunk_shape;   // the dataset's chunk shape (samples first)
   std::vector<int64_t> pieces_sample_shape;  // that field's per-sample shape
   bool block_shuffle = false;
+  // Rows made of a variable-length field (SourceStats::varlen_*): its items and the padding
+  // in one epoch's rows, and the items cut from long samples; -1 for other sources.
+  int64_t varlen_items = -1;
+  int64_t varlen_pad_items = -1;
+  int64_t varlen_truncated_items = -1;
   // Bytes the process fetched from storage while the loader ran (LoaderStats::
   // storage_read_bytes) against the bytes the loader delivered: reads served from the page
   // cache or memory fetch nothing, and waiting on them is memory copying, not storage.

@@ -165,6 +165,12 @@ class Source {
   // draw, so no cache tier copies such a source (it caches what repeats itself, as the image
   // sources cache their decoded images).
   virtual bool rows_repeat() const { return true; }
+  // Default: true. False when a copy of the rows would read no faster than the source does:
+  // arrays already in this process's memory, or rows computed from another source's items
+  // (padded or packed, gpufeed/varlen.h: a copy would hold the padding and the position ids
+  // besides the items, and read no faster). The doctor's remedies copy only a source whose
+  // copy speeds its reads (LoaderRecipe::remedies); an explicit cache tier still copies it.
+  virtual bool copy_speeds_reads() const { return true; }
 
   // Reads samples `indices` into `out`: row i of every field receives sample indices[i].
   // `state` is this worker's state from NewWorkerState() (may be null when that returned

@@ -142,6 +142,10 @@ void SetLoaderShape(DoctorInput& in, const Loader& loader) {
     if (field.name == chunking.pieces_field) in.pieces_sample_shape = field.shape;
   }
   in.block_shuffle = o.shuffle_block != 0;
+  const SourceStats source = loader.source().Stats();
+  in.varlen_items = source.varlen_items;
+  in.varlen_pad_items = source.varlen_pad_items;
+  in.varlen_truncated_items = source.varlen_truncated_items;
 }
 
 // The event figures of the judged window: steps with both a busy and an idle figure.

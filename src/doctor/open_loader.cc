@@ -72,12 +72,13 @@ std::shared_ptr<Source> BatchVariableField(std::shared_ptr<Source> source, Loade
 }
 
 // Whether the loader's source is one the remedies can copy while the loader runs: no cache of
-// its own in front of it (the disk tier is below it), rows that repeat, not on a device.
+// its own in front of it (the disk tier is below it), rows that repeat and that a copy reads
+// faster, not on a device.
 bool CopiesWhileRunning(const LoaderRecipe& recipe, const Source& source) {
   const CacheTier tier = recipe.cache.tier;
   return recipe.remedies && !recipe.cache_only &&
          (tier == CacheTier::kNone || tier == CacheTier::kDisk) && source.rows_repeat() &&
-         source.device_rows() == nullptr;
+         source.copy_speeds_reads() && source.device_rows() == nullptr;
 }
 
 }  // namespace

@@ -47,6 +47,21 @@ std::optional<std::string> BatchSizeAdvice(const DoctorInput& in) {
       in.batch_size, Gb(used), Gb(total));
 }
 
+// Padded rows of a variable-length field that are more than a fifth padding: the figure, and
+// packing, which wastes none.
+void AddPaddingAdvice(const DoctorInput& in, Diagnosis& d) {
+  const int64_t all = in.varlen_items + in.varlen_pad_items;
+  if (in.varlen_items < 0 || all <= 0) return;
+  const double share = static_cast<double>(in.varlen_pad_items) / static_cast<double>(all);
+  if (share <= 0.20) return;
+  d.advice.push_back(fmt::format(
+      "{} of the rows' items are padding ({} padding items per epoch beside {} real ones): "
+      "pack the field instead (pack=gpufeed.Pack(length); `gpufeed bench --pack-length`), "
+      "which fills every row but the last, or whole samples at a stated fill with "
+      "split=False",
+      Pct(share), in.varlen_pad_items, in.varlen_items));
+}
+
 }  // namespace
 
 namespace doctor {
@@ -246,6 +261,7 @@ Diagnosis Diagnose(const DoctorInput& in) {
     ruling = rule(in, f, d);
     if (ruling.decided) break;
   }
+  AddPaddingAdvice(in, d);
   // Whatever decided the verdict, say what the events measured when they did.
   if (d.gpu_measure == "events" && !ruling.headline_tells_events) {
     d.headline += fmt::format(

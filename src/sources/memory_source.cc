@@ -36,6 +36,8 @@ class MemorySource final : public Source {
   // `owner` keeps them alive: a cache keyed on them must not outlive this source, and they
   // mean something else in another process.
   bool shareable_across_processes() const override { return !identity_.empty(); }
+  // Already in memory: a copy reads no faster.
+  bool copy_speeds_reads() const override { return false; }
   std::string Identity() const override {
     if (!identity_.empty()) return identity_;
     std::string id = "memory";

@@ -471,5 +471,27 @@ TEST(DoctorRules, OneLongWaitInNextDoesNotCancelTheCopyLagOfTheOtherSteps) {
   EXPECT_EQ(d.verdict, Verdict::kCopyBound) << d.ToText();
 }
 
+// Padded rows of a variable-length field: more than a fifth of padding is named, with its
+// figures, and packing advised; a fifth or less says nothing.
+TEST(DoctorRules, PaddingOverAFifthOfTheRowsIsNamedWithItsFigures) {
+  DoctorInput in = Recorded(1, 10, 2);
+  in.varlen_items = 600;
+  in.varlen_pad_items = 400;
+  const Diagnosis d = Diagnose(in);
+  bool named = false;
+  for (const std::string& advice : d.advice) {
+    if (advice.find("40% of the rows' items are padding") != std::string::npos) {
+      named = true;
+      EXPECT_THAT(advice, HasSubstr("400 padding items per epoch beside 600 real ones"));
+      EXPECT_THAT(advice, HasSubstr("gpufeed.Pack"));
+    }
+  }
+  EXPECT_TRUE(named);
+  in.varlen_pad_items = 100;
+  for (const std::string& advice : Diagnose(in).advice) {
+    EXPECT_THAT(advice, Not(HasSubstr("padding")));
+  }
+}
+
 }  // namespace
 }  // namespace gpufeed

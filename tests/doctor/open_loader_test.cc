@@ -208,3 +208,32 @@ TEST(OpenLoader, TheDiskTierKeepsRemoteDataAndIsTurnedOnBeforeTheDataIsOpened) {
 
 }  // namespace
 }  // namespace gpufeed
+
+namespace gpufeed {
+namespace {
+
+// Rows already in memory, or made of a variable-length field's items, are never copied by
+// the remedies: the copy would read no faster (Source::copy_speeds_reads).
+TEST(OpenLoader, TheRemediesLeaveRowsInMemoryAlone) {
+  std::vector<float> x(64 * 4, 1.0f);
+  std::vector<int32_t> tokens(100, 7);
+  std::vector<int64_t> offsets = {0, 10, 40, 100};
+  const auto memory = OpenMemory({{FieldSpec{"x", DType::kFloat32, {4}}, x.data(), 64}});
+  const auto ragged = OpenRagged({{.spec = {"tokens", DType::kInt32, {kVariableDim}},
+                                   .values = tokens.data(),
+                                   .items = 100,
+                                   .offsets = offsets.data(),
+                                   .samples = 3}});
+  for (const auto& source : {memory, ragged}) {
+    LoaderRecipe recipe = Recipe(source);
+    recipe.remedies = true;
+    if (source == ragged) recipe.pack = PackOptions{.length = 16};
+    OpenedLoader out = OpenLoader(recipe);
+    std::string why;
+    EXPECT_EQ(StartCacheWhileRunning(out.loader->source(), &why), "");
+    EXPECT_THAT(why, HasSubstr("not opened to cache while it runs"));
+  }
+}
+
+}  // namespace
+}  // namespace gpufeed

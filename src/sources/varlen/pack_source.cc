@@ -101,6 +101,8 @@ class PackedSource final : public VarlenRowsSource {
     return base_->NewWorkerState();
   }
   bool shareable_across_processes() const override { return base_->shareable_across_processes(); }
+  // A copy would hold the padding (and ids) besides the items, and read no faster.
+  bool copy_speeds_reads() const override { return false; }
   // A shuffled stream holds other rows each epoch: no copy of one epoch's rows may serve the next.
   bool rows_repeat() const override { return !(options_.split && options_.shuffle); }
   SourceStats Stats() const override { return WithVarlen(base_->Stats(), stats_); }

@@ -62,6 +62,8 @@ class PaddedSource final : public VarlenRowsSource {
     return base_->NewWorkerState();
   }
   bool shareable_across_processes() const override { return base_->shareable_across_processes(); }
+  // A copy would hold the padding (and ids) besides the items, and read no faster.
+  bool copy_speeds_reads() const override { return false; }
   SourceStats Stats() const override { return WithVarlen(base_->Stats(), stats_); }
   VarlenStats varlen_stats() const override { return stats_; }
 
