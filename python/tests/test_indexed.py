@@ -2,7 +2,10 @@
 indexed_dataset.py's _IndexWriter writes it (prefix.bin + prefix.idx) opens as one
 variable-length field."""
 
+import json
+import os
 import struct
+import subprocess
 
 import numpy as np
 import pytest
@@ -47,3 +50,22 @@ def test_a_lying_index_is_corrupt_data_naming_the_file(tmp_path):
         f.truncate(8)  # the second sequence now runs past the end
     with pytest.raises(gpufeed.CorruptData, match="bad.idx: sequence 1"):
         gpufeed.open(prefix)
+
+
+def test_inspect_prints_the_variable_length_field(tmp_path):
+    binary = os.environ.get("GPUFEED_BIN")
+    if not binary:
+        pytest.skip("GPUFEED_BIN (the built CLI) is not set")
+    prefix = tmp_path / "corpus"
+    write_megatron(prefix, [[1, 2, 3], [], [4]], np.int32, 4)
+    out = subprocess.run([binary, "inspect", str(prefix)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out
+    assert "tokens: int32[*]" in out.stdout and "3 sequences" in out.stdout
+    out = subprocess.run([binary, "inspect", str(prefix) + ".idx", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out
+    report = json.loads(out.stdout)
+    assert report["samples"] == 3
+    assert report["fields"] == [{"name": "tokens", "dtype": "int32", "shape": [-1],
+                                 "variable": True}]

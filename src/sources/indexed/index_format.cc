@@ -65,11 +65,16 @@ void PlaceArrays(IndexedHeader& h, uint64_t idx_size, const std::string& path) {
 
 }  // namespace
 
-uint64_t IdxBytes::Uint(size_t pos, size_t width, const char* what) const {
+void IdxBytes::Need(size_t pos, size_t width, const char* what) const {
   if (pos > b_.size() || width > b_.size() - pos) {
     Corrupt(fmt::format("{}: ends early: the {} at byte {} needs {} bytes, {} are there", *path_,
                         what, at_ + pos, width, pos > b_.size() ? 0 : b_.size() - pos));
   }
+}
+
+uint64_t IdxBytes::Uint(size_t pos, size_t width, const char* what) const {
+  GPUFEED_ASSERT(width <= 8, "IdxBytes::Uint reads at most 8 bytes");
+  Need(pos, width, what);
   uint64_t v = 0;
   for (size_t i = 0; i < width; ++i) v |= uint64_t{b_[pos + i]} << (8 * i);
   return v;
@@ -88,7 +93,7 @@ bool IndexedDType(uint8_t code, DType* dtype) {
 IndexedHeader ParseIndexedHeader(std::span<const uint8_t> head, uint64_t idx_size,
                                  const std::string& idx_path) {
   const IdxBytes b(head.first(std::min<size_t>(head.size(), kIndexedHeaderBytes)), 0, &idx_path);
-  b.Uint(0, sizeof(kIndexedMagic), "magic");  // throws for a file shorter than the magic
+  b.Need(0, sizeof(kIndexedMagic), "magic");
   if (std::memcmp(head.data(), kIndexedMagic, sizeof(kIndexedMagic)) != 0) {
     Corrupt(
         fmt::format("{}: not a Megatron indexed data set index: it starts with \"{}\", "

@@ -47,7 +47,9 @@ class IdxBytes {
   IdxBytes(std::span<const uint8_t> bytes, uint64_t at, const std::string* path)
       : b_(bytes), at_(at), path_(path) {}
   size_t size() const { return b_.size(); }
-  // `width` bytes at `pos` (relative to the view) as an unsigned little-endian integer.
+  // Throws unless `width` bytes at `pos` lie within the view.
+  void Need(size_t pos, size_t width, const char* what) const;
+  // `width` (at most 8) bytes at `pos` (relative to the view) as an unsigned little-endian integer.
   uint64_t Uint(size_t pos, size_t width, const char* what) const;
   int64_t Int64(size_t pos, const char* what) const {
     return static_cast<int64_t>(Uint(pos, 8, what));
