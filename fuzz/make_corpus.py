@@ -139,6 +139,32 @@ URIS = [
 ]
 
 
+def megatron_idx(code, lengths, itemsize, pointers=None, docs=None, tail=b""):
+    """A .idx as Megatron's _IndexWriter writes it (sequences end to end unless `pointers`)."""
+    if pointers is None:
+        pointers, at = [], 0
+        for n in lengths:
+            pointers.append(at)
+            at += n * itemsize
+    if docs is None:
+        docs = list(range(len(lengths) + 1))
+    return (b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, code, len(lengths), len(docs)) +
+            struct.pack("<%di" % len(lengths), *lengths) +
+            struct.pack("<%dq" % len(pointers), *pointers) +
+            struct.pack("<%dq" % len(docs), *docs) + tail)
+
+
+def indexed_seeds():
+    return {
+        "i32": megatron_idx(4, [3, 0, 100, 1, 0, 2], 4, docs=[0, 2, 3, 6]),
+        "u16": megatron_idx(8, [5, 0, 7], 2),
+        "u8_long": megatron_idx(1, [0, 4000, 1], 1),
+        "f64": megatron_idx(6, [2, 2], 8),
+        "empty": megatron_idx(4, [], 4),
+        "gapped": megatron_idx(3, [2, 2], 2, pointers=[100, 10]),
+    }
+
+
 def seeds():
     npys = {
         "f4_2d": npy("<f4", (3, 2), struct.pack("<6f", *range(6))),
@@ -150,6 +176,7 @@ def seeds():
     }
     return {
         "npy_fuzz": npys,
+        "indexed_fuzz": indexed_seeds(),
         "pg_copy_fuzz": pg_seeds(),
         "shm_header_fuzz": shm_seeds(),
         "schema_fuzz": {"s%d" % i: s.encode() for i, s in enumerate(SCHEMAS)},
@@ -176,6 +203,12 @@ def regressions():
             "array_dims_wrap": pg_stream(1, [[pg_value(be32(6) + be32(0) + be32(700) +
                                                        (be32(65536) + be32(1)) * 6),
                                               pg_value(struct.pack(">q", 1))]]),
+        },
+        "indexed_fuzz": {
+            "count_2_60": megatron_idx(4, [1], 4)[:18] + struct.pack("<QQ", 2**60, 2),
+            "pointer_end_wraps": megatron_idx(4, [2], 4, pointers=[2**63 - 4]),
+            "negative_length": megatron_idx(4, [1, -1], 4),
+            "documents_backwards": megatron_idx(4, [1, 1, 1], 4, docs=[0, 2, 1, 3]),
         },
         "shm_header_fuzz": {"row_bytes_72": shm_row_bytes_72()},
         "schema_fuzz": {"overflow": b"x:float32[4611686018427387904,4]",

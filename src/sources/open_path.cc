@@ -9,6 +9,7 @@
 #include "gpufeed/database.h"
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
+#include "gpufeed/varlen.h"
 #include "sources/families.h"
 
 namespace gpufeed {
@@ -45,11 +46,49 @@ bool IsImageFolder(const std::string& path, const FileSystem& fs) {
   return has_folder;
 }
 
+// A Megatron indexed data set's prefix: `prefix`.idx or `prefix`.bin is a file.
+bool IsIndexedPrefix(const std::string& prefix, const FileSystem& fs) {
+  try {
+    return fs.Type(prefix + ".idx") == PathType::kFile ||
+           fs.Type(prefix + ".bin") == PathType::kFile;
+  } catch (const Error&) {
+    return false;  // unreadable: reported by whoever opens it for real
+  }
+}
+
+// A .idx beside its .bin, or a .bin beside its .idx (a .bin alone is any binary file).
+bool IsIndexedFile(const std::string& path, const std::string& ext, const FileSystem& fs) {
+  if (ext != ".idx" && ext != ".bin") return false;
+  const std::string prefix = path.substr(0, path.size() - 4);
+  try {
+    return fs.Type(prefix + (ext == ".idx" ? ".bin" : ".idx")) == PathType::kFile;
+  } catch (const Error&) {
+    return ext == ".idx";
+  }
+}
+
+// OpenIndexed, with `fields` (empty or {"tokens"}: its one field) checked.
+std::shared_ptr<Source> OpenIndexedFields(const std::string& path,
+                                          const std::vector<std::string>& fields,
+                                          std::shared_ptr<const FileSystem> fs) {
+  for (const std::string& field : fields) {
+    if (field != "tokens") {
+      throw Error(ErrorCode::kNotFound,
+                  fmt::format("{}: a Megatron indexed data set has no field '{}'; its one field "
+                              "is 'tokens'",
+                              path, field));
+    }
+  }
+  return OpenIndexed(path, std::move(fs));
+}
+
 }  // namespace
 
 PathKind ClassifyPath(const std::string& path, const FileSystem& fs) {
   const PathType type = fs.Type(path);
-  if (type == PathType::kMissing) return PathKind::kMissing;
+  if (type == PathType::kMissing) {
+    return IsIndexedPrefix(path, fs) ? PathKind::kIndexed : PathKind::kMissing;
+  }
   const std::string ext = LowerExtension(path);
   if (type == PathType::kDirectory) {
     return IsImageFolder(path, fs) ? PathKind::kImages : PathKind::kNumpyFolder;
@@ -57,6 +96,7 @@ PathKind ClassifyPath(const std::string& path, const FileSystem& fs) {
   if (ext == ".csv") return PathKind::kImages;
   if (ext == ".h5" || ext == ".hdf5" || ext == ".hdf") return PathKind::kHdf5;
   if (ext == ".npy") return PathKind::kNpyFile;
+  if (IsIndexedFile(path, ext, fs)) return PathKind::kIndexed;
   return StartsWithHdf5Signature(path, fs) ? PathKind::kHdf5 : PathKind::kUnknown;
 }
 
@@ -82,6 +122,8 @@ std::shared_ptr<Source> OpenPath(const std::string& path, const std::vector<std:
                               "holds one .npy per field: open {} instead",
                               path, folder.empty() ? std::string(".") : folder));
     }
+    case PathKind::kIndexed:
+      return OpenIndexedFields(path, fields, fs);
     case PathKind::kImages:
       throw Error(ErrorCode::kUnsupported,
                   fmt::format("{} is an image folder or list: open it with OpenImages "
@@ -90,10 +132,12 @@ std::shared_ptr<Source> OpenPath(const std::string& path, const std::vector<std:
     case PathKind::kUnknown:
       break;
   }
-  throw Error(ErrorCode::kUnsupported,
-              fmt::format("{}: unknown format; expected a folder of .npy files (one per field) "
-                          "or an HDF5 file (.h5, .hdf5, .hdf)",
-                          path));
+  throw Error(
+      ErrorCode::kUnsupported,
+      fmt::format("{}: unknown format; expected a folder of .npy files (one per field) "
+                  "an HDF5 file (.h5, .hdf5, .hdf) or a Megatron indexed data set (prefix.idx + "
+                  "prefix.bin)",
+                  path));
 }
 
 }  // namespace gpufeed
