@@ -46,6 +46,23 @@ std::shared_ptr<Source> OpenData(LoaderRecipe& recipe) {
   return OpenPath(recipe.path, recipe.fields);
 }
 
+// Every copy the assembly makes -- the loader's rows, a store below its data -- is made here.
+std::shared_ptr<Source> Copy(std::shared_ptr<Source> rows, const CacheOptions& options,
+                             CacheInfo* info) {
+  return OpenCached(std::move(rows), options, info);
+}
+
+// The rows the data is cut from, when it asks for them to be cached (gpufeed/cache.h,
+// StoreBelow: an image source's decoded images): the copy made as the data asks, once per
+// source, and handed back to it. What the loader reads stays the data itself.
+void CacheStoreBelow(const Source& data) {
+  if (const StoreBelow* below = StoreBelow::Of(data)) {
+    below->CacheStore([](std::shared_ptr<Source> store, const CacheOptions& asked) {
+      return Copy(std::move(store), asked, nullptr);
+    });
+  }
+}
+
 // Whether the loader's source is one the remedies can copy while the loader runs: no cache of
 // its own in front of it (the disk tier is below it), rows that repeat, not on a device.
 bool CopiesWhileRunning(const LoaderRecipe& recipe, const Source& source) {
@@ -60,6 +77,7 @@ bool CopiesWhileRunning(const LoaderRecipe& recipe, const Source& source) {
 OpenedLoader OpenLoader(LoaderRecipe recipe) {
   CheckRecipe(recipe);
   std::shared_ptr<Source> source = OpenData(recipe);
+  CacheStoreBelow(*source);
   LoaderOptions& loader = recipe.loader;
   loader.device = OpenDevice(recipe.device);
   for (const auto& spec : recipe.transforms) loader.transforms.push_back(ParseTransform(spec));
@@ -68,7 +86,7 @@ OpenedLoader OpenLoader(LoaderRecipe recipe) {
   if (recipe.cache.tier != CacheTier::kNone) {
     recipe.cache.device = loader.device;
     recipe.cache.transforms = loader.transforms;
-    source = OpenCached(std::move(source), recipe.cache, &out.cache);
+    source = Copy(std::move(source), recipe.cache, &out.cache);
     loader.transforms = out.cache.loader_transforms;  // the device tier ran the deterministic ones
   }
   if (CopiesWhileRunning(recipe, *source)) {
