@@ -7,7 +7,11 @@
 //   auto [loader, source, info] = gpufeed::OpenLoader({.source = gpufeed::OpenNumpy("train"),
 //       .loader = {.batch_size = 8192}, .device = "cuda", .cache = {.tier = CacheTier::kAuto}});
 //
-// OpenCached below is the cache alone: a Source decorator over any source.
+// That assembly makes every copy gpufeed's own loaders read: the loader's rows as the recipe
+// asks, and the rows below a source whose own rows change at every read, as that source asks
+// (StoreBelow below: an image source's decoded images, below each epoch's random crops).
+// OpenCached below is the cache alone, a Source decorator over any source: what OpenLoader
+// calls, and what a program that builds its loader by hand calls itself.
 //
 // Tiers (gpufeed/source.h lists their names):
 //   ram    one contiguous array per field in this process, filled on first touch, or preloaded
@@ -68,6 +72,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -229,8 +234,9 @@ struct CacheInfo {
 
 // Returns a Source serving the same samples as `source`, cached in the tier `options` picks
 // (the source itself for "none" and "disk"). `info`, when given, receives the choice. Throws
-// Error(kInvalidArgument) for an unknown tier, when an explicit "ram", "shm" or "device" does
-// not fit its budget, an explicit "device" the loader cannot use (not CUDA, random
+// Error(kInvalidArgument) for an unknown tier, a source whose rows differ from read to read
+// (Source::rows_repeat false: a copy would freeze one draw; its store is what may be cached,
+// StoreBelow), when an explicit "ram", "shm" or "device" does not fit its budget, an explicit "device" the loader cannot use (not CUDA, random
 // transforms), or "disk" that UseDiskTier has not turned on; Error(kDevice) when the device
 // upload runs out of memory (nothing stays allocated); and whatever the base source throws
 // while a preload, shm build or upload reads it; Error(kCancelled) when the calling thread's
@@ -242,6 +248,35 @@ struct CacheInfo {
 // checked here.
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options = {},
                                    CacheInfo* info = nullptr);
+
+// A source whose own rows differ from read to read (images: each epoch's random crops), cut
+// from rows below it that repeat (the decoded images, stored at one size), which a cache may
+// keep: the store. The source says which cache it asks for its store (ImageOptions::cache)
+// but makes no copy itself. Its assembly, OpenLoader, makes the copy with OpenCached and hands
+// it back through CacheStore. Until then -- and in a loader built by hand without it -- the
+// source reads its store directly: the same samples, the store's rows made again at every read.
+// Thread-safety: thread-safe. CacheStore may run while workers read the source: each read of
+// the store is served wholly by the store or wholly by its copy, which hold the same rows.
+class StoreBelow {
+ public:
+  // Makes the copy of `store` as `asked` says; returns the source to read the store from.
+  using MakeCopy = std::function<std::shared_ptr<Source>(std::shared_ptr<Source> store,
+                                                         const CacheOptions& asked)>;
+
+  virtual ~StoreBelow() = default;
+
+  // When the source asks for a cache (a tier other than none), the first call hands
+  // `make_copy` the store and the cache asked for, and reads the store from what it returns
+  // from then on. Later calls (another loader over the same source) do nothing: one copy per
+  // source. Concurrent calls wait for the first. What `make_copy` throws is thrown, and the
+  // next call tries again.
+  virtual void CacheStore(const MakeCopy& make_copy) const = 0;
+
+  // `source` as a StoreBelow, or null when it has no store to cache.
+  static const StoreBelow* Of(const Source& source) {
+    return dynamic_cast<const StoreBelow*>(&source);
+  }
+};
 
 // The disk tier for the data at `path`: from now on, the process reads every s3:// and
 // http(s):// source it opens through the node-local disk cache in options.disk_dir, within

@@ -93,7 +93,12 @@ struct ImageOptions {
   // Decoded-image cache: none, ram, shm or auto (see gpufeed/cache.h). Images are
   // stored once at `cache_size` pixels on the shorter side (the longer side at most
   // cache_size * 4 / 3; wider images get a shorter short side), uint8; crops are then cut
-  // from the stored image, so the decoded files are read only in the first epoch.
+  // from the stored image, so the decoded files are read only in the first epoch. The source
+  // asks for the copy and the loader's assembly makes it (OpenLoader, when it opens a loader
+  // over the source; gpufeed/cache.h, StoreBelow), with the fields below. Until then, or in a
+  // loader built by hand, the source decodes the stored image at every read: the same crops.
+  // By hand: StoreBelow::Of(*source)->CacheStore([](auto store, const CacheOptions& asked) {
+  //   return OpenCached(store, asked); });
   CacheTier cache = CacheTier::kNone;  // Default: none
   int cache_size = 256;                // Default: 256
   std::string shm_dir = "/dev/shm";    // Default: /dev/shm

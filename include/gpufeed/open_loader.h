@@ -17,6 +17,12 @@
 // the tier serving it, how far a copy is, the remedies taken, the source's counters -- is in its
 // stats() (LoaderStats::source and ::actions).
 //
+// Every cache a loader reads is made here, and OpenLoader is the one caller of OpenCached in
+// gpufeed's own code. Right after the data is opened, data that asks for the rows below it to
+// be cached (gpufeed/cache.h, StoreBelow: an image source's decoded images, from which each
+// epoch's crops are cut) gets that copy, made as it asks (ImageOptions::cache) and handed back
+// to it, once per source: a second loader over the same source reads the same copy.
+//
 // Thread-safety: OpenLoader may be called from any thread. Its long phases (a cache build, a
 // preload, an upload, the wait for another process's build) stop at the calling thread's
 // CancelToken (gpufeed/cancel.h).
@@ -87,7 +93,8 @@ struct OpenedLoader {
 // Assembles the loader `recipe` describes (see above). Throws Error(kInvalidArgument) for a
 // recipe with both or neither of `source` and `path`, or with a device or transforms in its
 // loader or cache options; and what UseDiskTier, OpenPath, OpenDevice, ParseTransform,
-// OpenCached and the Loader constructor throw.
+// OpenCached (for the loader's rows, or a store below the data) and the Loader constructor
+// throw.
 OpenedLoader OpenLoader(LoaderRecipe recipe);
 
 }  // namespace gpufeed

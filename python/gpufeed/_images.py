@@ -61,7 +61,8 @@ def images(path, *, size=None, crop=None, resize=None, scale=None, ratio=None, f
                 PIL decodes it, and counted in stats()["decode_warnings"]; True: an error.
     cache:      "none", "ram", "shm" or "auto": decode each image once to `cache_size` on
                 its shorter side (longer side at most 4/3 of it) and cut later epochs'
-                crops from there.
+                crops from there. The first gpufeed.Loader over the source makes the copy,
+                which later loaders over it share; source.cache_tier says the tier from then.
 
     PNG pixels are the stored values, as PIL and torchvision give them (no gamma
     conversion); 16-bit PNGs keep their high byte as PIL does, except 16-bit grey, which

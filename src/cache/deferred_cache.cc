@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "cache/open_cached.h"
 #include "gpufeed/error.h"
 
 namespace gpufeed {
@@ -29,6 +30,12 @@ DeferredCachedSource::DeferredCachedSource(std::shared_ptr<Source> base, CacheOp
                 fmt::format("DeferredCachedSource: no tier to copy into (\"{}\")",
                             CacheTierName(options_.tier)));
   }
+  if (!base_->rows_repeat()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("DeferredCachedSource: {} gives other rows at every read; a copy "
+                            "would freeze one draw",
+                            base_->Describe()));
+  }
 }
 
 std::string DeferredCachedSource::Start(std::string* why) const {
@@ -40,7 +47,7 @@ std::string DeferredCachedSource::Start(std::string* why) const {
   started_ = true;
   CacheInfo info;
   try {
-    cached_owner_ = OpenCached(base_, options_, &info);
+    cached_owner_ = CacheInTier(base_, options_, &info);
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kInvalidArgument) throw;
     *why = e.what();

@@ -1,8 +1,8 @@
 // DeferredCachedSource: a source that can start caching itself later, while a loader reads
 // it. The doctor's remedy (gpufeed/remedies.h) calls Start when the loop turns out to wait on
 // reads; until then, and until the copy is made, every read goes to the source as before.
-// After Start each read goes wholly to the cached source OpenCached returned (which itself
-// serves from the source until its copy is complete): the same bytes either way, so batches
+// After Start each read goes wholly to the cached source the cache's building block returned
+// (CacheInTier, open_cached.h: it serves from the source until its copy is complete): the same bytes either way, so batches
 // are the same as without the remedy.
 // Thread-safety: thread-safe like every Source; Start may run while workers read.
 #pragma once
@@ -19,10 +19,11 @@ namespace gpufeed {
 
 class DeferredCachedSource final : public Source {
  public:
-  // `options`: the copy Start makes (an explicit tier: not auto or none).
+  // `options`: the copy Start makes (an explicit tier: not auto or none). REQUIRES: the base's
+  // rows repeat (Error(kInvalidArgument) otherwise).
   DeferredCachedSource(std::shared_ptr<Source> base, CacheOptions options);
 
-  // Caches the source as the options say (OpenCached). Returns what it started ("a RAM copy
+  // Caches the source as the options say (CacheInTier). Returns what it started ("a RAM copy
   // (0.8 GB fits the RAM budget 11.2 GB)"); on a refusal (the set does not fit the budget) or a
   // second call, returns "" and says why in `*why`. Never throws for a refusal.
   std::string Start(std::string* why) const;

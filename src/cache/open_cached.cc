@@ -1,4 +1,7 @@
-// OpenCached: picks a tier within the budgets, says why once, and wraps the source.
+// OpenCached: checks what it is asked, then CacheInTier picks a tier within the budgets, says
+// why once, and wraps the source.
+#include "cache/open_cached.h"
+
 #include <fmt/format.h>
 #include <sys/statvfs.h>
 
@@ -162,7 +165,7 @@ bool AutoDecidesInTheBackground(const CacheOptions& options, const TierInputs& i
   return unmeasured == CacheTier::kShm || unmeasured == CacheTier::kRam;
 }
 
-// What OpenCached returns: logs the choice once and hands `result` to the caller.
+// What CacheInTier returns: logs the choice once and hands `result` to the caller.
 std::shared_ptr<Source> Opened(std::shared_ptr<Source> cached, CacheInfo result,
                                const CacheOptions& options,
                                std::chrono::steady_clock::time_point start, CacheInfo* info) {
@@ -178,19 +181,25 @@ std::shared_ptr<Source> Opened(std::shared_ptr<Source> cached, CacheInfo result,
 std::shared_ptr<Source> OpenCached(std::shared_ptr<Source> source, CacheOptions options,
                                    CacheInfo* info) {
   if (source == nullptr) throw Error(ErrorCode::kInvalidArgument, "OpenCached: source is null");
-  // The disk tier is below the source, in the file system: nothing to wrap.
-  if (options.tier == CacheTier::kDisk) {
-    CacheInfo disk = DiskTierInfo(*source, options);
-    return Opened(std::move(source), std::move(disk), options, std::chrono::steady_clock::now(),
-                  info);
-  }
-  if (options.tier != CacheTier::kNone && !source->rows_repeat()) {
+  if (options.tier != CacheTier::kNone && options.tier != CacheTier::kDisk &&
+      !source->rows_repeat()) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{}: its samples differ from read to read (random crops drawn per "
                             "epoch), so a copy of them would freeze one draw; cache what "
                             "repeats with the source's own cache option (images: the decoded "
                             "images, ImageOptions::cache)",
                             source->Describe()));
+  }
+  return CacheInTier(std::move(source), options, info);
+}
+
+std::shared_ptr<Source> CacheInTier(std::shared_ptr<Source> source, const CacheOptions& options,
+                                    CacheInfo* info) {
+  // The disk tier is below the source, in the file system: nothing to wrap.
+  if (options.tier == CacheTier::kDisk) {
+    CacheInfo disk = DiskTierInfo(*source, options);
+    return Opened(std::move(source), std::move(disk), options, std::chrono::steady_clock::now(),
+                  info);
   }
   const auto start = std::chrono::steady_clock::now();
   const int threads = options.threads > 0 ? options.threads : UsableCpus();

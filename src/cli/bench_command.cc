@@ -77,7 +77,8 @@ std::shared_ptr<Source> OpenBenchSource(BenchArgs& args) {
   if (!args.synthetic.empty()) {
     source = OpenSynthetic(ParseSchema(args.synthetic), args.samples, args.config.open.loader.seed);
   } else if (ClassifyPath(args.path, *DefaultFileSystem()) == PathKind::kImages) {
-    // Images: RandomResizedCrop(224) + flip; --cache caches the decoded images.
+    // Images: RandomResizedCrop(224) + flip; --cache asks for a copy of the decoded images,
+    // which OpenLoader makes (the crops themselves are never copied).
     source = OpenImages(args.path, {.cache = ParseCacheTier(args.cache), .verbose = !args.json});
     args.cache = "none";
   } else {

@@ -71,6 +71,23 @@ std::shared_ptr<Source> BatchVariableField(std::shared_ptr<Source> source, Loade
   return PadSequences(std::move(source), recipe.pad.value_or(PadOptions{}));
 }
 
+// Every copy the assembly makes -- the loader's rows, a store below its data -- is made here.
+std::shared_ptr<Source> Copy(std::shared_ptr<Source> rows, const CacheOptions& options,
+                             CacheInfo* info) {
+  return OpenCached(std::move(rows), options, info);
+}
+
+// The rows the data is cut from, when it asks for them to be cached (gpufeed/cache.h,
+// StoreBelow: an image source's decoded images): the copy made as the data asks, once per
+// source, and handed back to it. What the loader reads stays the data itself.
+void CacheStoreBelow(const Source& data) {
+  if (const StoreBelow* below = StoreBelow::Of(data)) {
+    below->CacheStore([](std::shared_ptr<Source> store, const CacheOptions& asked) {
+      return Copy(std::move(store), asked, nullptr);
+    });
+  }
+}
+
 // Whether the loader's source is one the remedies can copy while the loader runs: no cache of
 // its own in front of it (the disk tier is below it), rows that repeat and that a copy reads
 // faster, not on a device.
@@ -85,7 +102,9 @@ bool CopiesWhileRunning(const LoaderRecipe& recipe, const Source& source) {
 
 OpenedLoader OpenLoader(LoaderRecipe recipe) {
   CheckRecipe(recipe);
-  std::shared_ptr<Source> source = BatchVariableField(OpenData(recipe), recipe);
+  std::shared_ptr<Source> source = OpenData(recipe);
+  CacheStoreBelow(*source);
+  source = BatchVariableField(std::move(source), recipe);
   LoaderOptions& loader = recipe.loader;
   loader.device = OpenDevice(recipe.device);
   for (const auto& spec : recipe.transforms) loader.transforms.push_back(ParseTransform(spec));
@@ -94,7 +113,7 @@ OpenedLoader OpenLoader(LoaderRecipe recipe) {
   if (recipe.cache.tier != CacheTier::kNone) {
     recipe.cache.device = loader.device;
     recipe.cache.transforms = loader.transforms;
-    source = OpenCached(std::move(source), recipe.cache, &out.cache);
+    source = Copy(std::move(source), recipe.cache, &out.cache);
     loader.transforms = out.cache.loader_transforms;  // the device tier ran the deterministic ones
   }
   if (CopiesWhileRunning(recipe, *source)) {

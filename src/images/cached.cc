@@ -1,15 +1,19 @@
 // Cached image reading: each image decoded once, resized to a stored size (shorter side
 // cache_size, the longer at most 4/3 of that) and kept as uint8 rows in a cache tier; crops
-// are cut from the stored image in every epoch. The stored row is a fixed-size box padded
-// after the pixels, with the image's own height and width beside it:
+// are cut from the stored image in every epoch. The source asks for the tier; the loader's
+// assembly (OpenLoader) makes the copy and hands it back (gpufeed/cache.h, StoreBelow). The
+// stored row is a fixed-size box padded after the pixels, with the image's own height and
+// width beside it:
 //   pixels: uint8[cache_size * max_long * 3]  (the image's rows, HWC, then zeros)
 //   hw:     int32[2]                          (stored height, width)
 //   label:  int64[]
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "gpufeed/cache.h"
 #include "gpufeed/error.h"
@@ -106,30 +110,55 @@ class StoredImageSource final : public Source {
   Schema schema_;
 };
 
-// Crops cut from stored images read through the cache tier.
-class CachedImageSource final : public ImageSetSource {
+// The cache the stored images ask for: ImageOptions' cache fields.
+CacheOptions StoreCacheOptions(const ImageOptions& o) {
+  CacheOptions cache;
+  cache.tier = o.cache;
+  cache.ram_budget_bytes = o.ram_budget_bytes;
+  cache.shm_dir = o.shm_dir;
+  cache.threads = o.cache_threads;
+  cache.verbose = o.verbose;
+  return cache;
+}
+
+// Crops cut from stored images: read from the store itself (each image decoded at every read)
+// until the assembly hands back the store's copy (StoreBelow), then from the copy.
+class CachedImageSource final : public ImageSetSource, public StoreBelow {
  public:
-  CachedImageSource(std::shared_ptr<const ImageSet> set, std::shared_ptr<Source> cached)
-      : ImageSetSource(std::move(set)), cached_(std::move(cached)) {
-    stored_ = cached_->schema();
+  explicit CachedImageSource(std::shared_ptr<const ImageSet> set)
+      : ImageSetSource(std::move(set)),
+        store_(std::make_shared<StoredImageSource>(set_)),
+        asked_(StoreCacheOptions(set_->options())),
+        serving_(store_.get()) {
+    stored_ = store_->schema();
   }
 
   std::string Describe() const override {
     return fmt::format("images:{} ({} images, {} classes, {} crop {}, cached {} at {})",
                        set_->origin(), size(), set_->list().classes.size(),
                        CropModeName(set_->options().crop), set_->options().size,
-                       CacheTierName(cached_->cache_tier()), set_->options().cache_size);
+                       CacheTierName(Store().cache_tier()), set_->options().cache_size);
   }
   std::string Identity() const override {
     const ImageOptions& o = set_->options();
     return fmt::format("images-cached:{}:{}:{}:{}|{}", CropModeName(o.crop), o.size, o.resize,
-                       set_->OutputIdentity(), cached_->Identity());
+                       set_->OutputIdentity(), store_->Identity());
   }
-  CacheTier cache_tier() const override { return cached_->cache_tier(); }
+  CacheTier cache_tier() const override { return Store().cache_tier(); }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
     auto worker = std::make_unique<ImageWorker>();
-    worker->inner = cached_->NewWorkerState();
+    StoreState(*worker);
     return worker;
+  }
+
+  void CacheStore(const MakeCopy& make_copy) const override {
+    if (asked_.tier == CacheTier::kNone) return;
+    std::lock_guard lock(copy_mu_);
+    if (copy_ != nullptr) return;
+    std::shared_ptr<Source> copy = make_copy(store_, asked_);
+    if (copy == nullptr) return;
+    copy_ = std::move(copy);
+    serving_.store(copy_.get(), std::memory_order_release);
   }
   void ReadSeeded(std::span<const int64_t> indices, const BatchView& out, SourceWorkerState* state,
                   uint64_t seed) const override {
@@ -142,12 +171,13 @@ class CachedImageSource final : public ImageSetSource {
     worker->stored_sizes.resize(2 * sizeof(int32_t) * kStoredRowsPerStep);
     worker->stored_labels.resize(sizeof(int64_t) * kStoredRowsPerStep);
     if (!set_->uint8_output()) worker->chw.resize(ChwBytes());
+    const Source& store = StoreState(*worker);
     for (size_t first = 0; first < indices.size(); first += kStoredRowsPerStep) {
       const size_t count = std::min<size_t>(kStoredRowsPerStep, indices.size() - first);
       BatchView stored{
           {worker->stored_rows.data(), worker->stored_sizes.data(), worker->stored_labels.data()},
           static_cast<int64_t>(count)};
-      cached_->Read(indices.subspan(first, count), stored, worker->inner.get());
+      store.Read(indices.subspan(first, count), stored, worker->inner.get());
       for (size_t i = 0; i < count; ++i) {
         const size_t row = first + i;
         int32_t hw[2];
@@ -202,25 +232,31 @@ class CachedImageSource final : public ImageSetSource {
                   {resized_w, resized_h, left, top, size, size}, false, target, worker.resample);
   }
 
-  std::shared_ptr<Source> cached_;
+  // What serves the stored images now: the store, or its copy once handed back.
+  const Source& Store() const { return *serving_.load(std::memory_order_acquire); }
+
+  // The store serving now, with `worker`'s state for it (made afresh after the switch).
+  const Source& StoreState(ImageWorker& worker) const {
+    const Source& store = Store();
+    if (worker.inner_for != &store) {
+      worker.inner = store.NewWorkerState();
+      worker.inner_for = &store;
+    }
+    return store;
+  }
+
+  const std::shared_ptr<Source> store_;  // the stored images, decoded at every read
+  const CacheOptions asked_;             // the cache ImageOptions ask for them
   Schema stored_;
+  mutable std::mutex copy_mu_;
+  mutable std::shared_ptr<Source> copy_;  // the store's copy; set once, under copy_mu_
+  mutable std::atomic<const Source*> serving_;  // store_ or copy_
 };
 
 }  // namespace
 
 std::shared_ptr<ImageSource> NewCachedImageSource(std::shared_ptr<const ImageSet> set) {
-  const ImageOptions& o = set->options();
-  CacheOptions cache;
-  cache.tier = o.cache;
-  cache.ram_budget_bytes = o.ram_budget_bytes;
-  cache.shm_dir = o.shm_dir;
-  cache.threads = o.cache_threads;
-  cache.verbose = o.verbose;
-  // The stored images are cached as any source is: a tier inside the image source, below
-  // the loader (whose assembly, OpenLoader, caches what the loader reads: the crops, which
-  // change every epoch and are never copied).
-  auto cached = OpenCached(std::make_shared<StoredImageSource>(set), cache);
-  return std::make_shared<CachedImageSource>(std::move(set), std::move(cached));
+  return std::make_shared<CachedImageSource>(std::move(set));
 }
 
 }  // namespace gpufeed

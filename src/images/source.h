@@ -95,7 +95,10 @@ class ImageWorker : public SourceWorkerState {
   std::vector<std::byte> stored_rows;  // cached reading: stored images of a few samples
   std::vector<std::byte> stored_sizes;
   std::vector<std::byte> stored_labels;
-  std::unique_ptr<SourceWorkerState> inner;  // the cache tier's worker state
+  // Cached reading: the worker state for the store of stored images (or its copy), and which
+  // of the two it was made for.
+  std::unique_ptr<SourceWorkerState> inner;
+  const Source* inner_for = nullptr;
 };
 
 // Draws the random crop of a width x height image from the sample's generator.
@@ -153,8 +156,8 @@ class ImageSetSource : public ImageSource {
 
 // The streaming source (crops decoded straight from the files).
 std::shared_ptr<ImageSource> NewStreamingImageSource(std::shared_ptr<const ImageSet> set);
-// The cached source: stored images decoded once into `options.cache`'s tier, crops cut from
-// them.
+// The cached source: crops cut from stored images, which the source asks to be kept in
+// `options.cache`'s tier; its assembly makes that copy (gpufeed/cache.h, StoreBelow).
 std::shared_ptr<ImageSource> NewCachedImageSource(std::shared_ptr<const ImageSet> set);
 
 }  // namespace gpufeed

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,47 @@ Error RefusalOf(LoaderRecipe recipe) {
   ADD_FAILURE() << "the recipe was accepted";
   return Error(ErrorCode::kIo, "accepted");
 }
+
+// Data whose own rows differ per read, cut from a store below it that it asks to be cached
+// in `tier`, as an image source asks for its decoded images (gpufeed/cache.h, StoreBelow). It
+// keeps the first copy handed back and counts the calls.
+class AsksForItsStore final : public Source, public StoreBelow {
+ public:
+  explicit AsksForItsStore(CacheTier tier) : store_(Data()) {
+    asked_.tier = tier;
+    asked_.verbose = false;
+  }
+  const Schema& schema() const override { return store_->schema(); }
+  int64_t size() const override { return store_->size(); }
+  std::string Describe() const override { return "data asking for its store's copy"; }
+  std::string Identity() const override { return "asks:" + store_->Identity(); }
+  bool rows_repeat() const override { return false; }
+  CacheTier cache_tier() const override { return Serving().cache_tier(); }
+  void Read(std::span<const int64_t> indices, const BatchView& out,
+            SourceWorkerState* /*state*/) const override {
+    Serving().Read(indices, out, nullptr);
+  }
+  void CacheStore(const MakeCopy& make_copy) const override {
+    std::lock_guard lock(mu_);
+    ++calls_;
+    if (copy_ == nullptr) copy_ = make_copy(store_, asked_);
+  }
+  int calls() const {
+    std::lock_guard lock(mu_);
+    return calls_;
+  }
+
+ private:
+  const Source& Serving() const {
+    std::lock_guard lock(mu_);
+    return copy_ != nullptr ? *copy_ : *store_;
+  }
+  const std::shared_ptr<Source> store_;
+  CacheOptions asked_;
+  mutable std::mutex mu_;
+  mutable int calls_ = 0;
+  mutable std::shared_ptr<Source> copy_;
+};
 
 // A gzip-compressed HDF5 file as h5py writes one: `n` samples of float32[16], chunks of 16
 // samples.
@@ -135,6 +177,26 @@ TEST(OpenLoader, CacheOnlyMakesTheCopyWithoutALoader) {
   ASSERT_NE(out.source, nullptr);
   EXPECT_EQ(out.source->cache_tier(), CacheTier::kRam);
   EXPECT_EQ(out.cache.tier, CacheTier::kRam);
+}
+
+// The store below the data is cached where the loader is assembled, as the data asks; the
+// loader reads the data itself, and the recipe's own cache stays off.
+TEST(OpenLoader, TheStoreBelowTheDataIsCachedAsTheDataAsks) {
+  auto data = std::make_shared<AsksForItsStore>(CacheTier::kRam);
+  EXPECT_EQ(data->cache_tier(), CacheTier::kNone);
+  OpenedLoader first = OpenLoader(Recipe(data));
+  EXPECT_EQ(data->calls(), 1);
+  EXPECT_EQ(data->cache_tier(), CacheTier::kRam);
+  EXPECT_EQ(first.source, data);
+  EXPECT_EQ(first.cache.tier, CacheTier::kNone);
+  EXPECT_EQ(first.cache.reason, "caching is off");
+  Drain(*first.loader);
+  OpenLoader(Recipe(data));  // a second loader: the data keeps the copy it has
+  EXPECT_EQ(data->calls(), 2);
+  // The data's own rows are drawn per read: a copy of them is still refused.
+  LoaderRecipe cached = Recipe(data);
+  cached.cache.tier = CacheTier::kRam;
+  EXPECT_THAT(RefusalOf(cached).what(), HasSubstr("freeze one draw"));
 }
 
 // The loader's stats say what serves it and what its source counted, whatever stands in front

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "error_code_of.h"
+#include "gpufeed/cache.h"
 #include "gpufeed/error.h"
 #include "gpufeed/images.h"
 #include "gpufeed/loader.h"
@@ -300,6 +301,11 @@ TEST(ImageSourceTest, RamCacheServesStoredImagesAndCropsFromThem) {
   MakeFolder(dir);
   auto cached = OpenImages(
       dir.path(), {.size = 16, .cache = CacheTier::kRam, .cache_size = 24, .verbose = false});
+  // The copy OpenLoader makes of the stored images (gpufeed/cache.h, StoreBelow), by hand.
+  const auto copy = [](std::shared_ptr<Source> store, const CacheOptions& asked) {
+    return OpenCached(std::move(store), asked);
+  };
+  StoreBelow::Of(*cached)->CacheStore(copy);
   EXPECT_EQ(cached->cache_tier(), CacheTier::kRam);
   const Epoch first = RunEpoch(cached, 4, 0, 2);
   const Epoch again = RunEpoch(cached, 4, 0, 1);  // from the cache: same crops
@@ -324,6 +330,7 @@ TEST(ImageSourceTest, RamCacheServesStoredImagesAndCropsFromThem) {
                                                .cache = CacheTier::kRam,
                                                .cache_size = 24,
                                                .verbose = false});
+  StoreBelow::Of(*cached_eval)->CacheStore(copy);
   EXPECT_EQ(RunEpoch(stream_eval, 0, 0, 1, 3).images, RunEpoch(cached_eval, 0, 0, 1, 3).images);
 }
 
