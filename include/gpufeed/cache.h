@@ -236,8 +236,9 @@ struct CacheInfo {
 // (the source itself for "none" and "disk"). `info`, when given, receives the choice. Throws
 // Error(kInvalidArgument) for an unknown tier, a source whose rows differ from read to read
 // (Source::rows_repeat false: a copy would freeze one draw; its store is what may be cached,
-// StoreBelow), when an explicit "ram", "shm" or "device" does not fit its budget, an explicit "device" the loader cannot use (not CUDA, random
-// transforms), or "disk" that UseDiskTier has not turned on; Error(kDevice) when the device
+// StoreBelow), when an explicit "ram", "shm" or "device" does not fit its budget, an explicit
+// "device" the loader cannot use (not CUDA, random transforms), or "disk" that UseDiskTier has
+// not turned on; Error(kDevice) when the device
 // upload runs out of memory (nothing stays allocated); and whatever the base source throws
 // while a preload, shm build or upload reads it; Error(kCancelled) when the calling thread's
 // CancelToken (gpufeed/cancel.h) is cancelled during a preload, shm build (or the wait for

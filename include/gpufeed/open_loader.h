@@ -11,9 +11,11 @@
 //
 // In order: the disk tier when asked for (before the data is opened, so that its reads go
 // through it: gpufeed/cache.h, UseDiskTier); the data (opened from `path`, or the source
-// given), its variable-length field padded or packed into rows of one size; the device and the transforms; the cache (OpenCached: the device tier may run the
-// deterministic transforms once before its upload, and the loader then runs the others); the
-// loader; the remedies (gpufeed/remedies.h), attached to it. What the loader meets afterwards --
+// given), the store below it cached where it asks (see below), and its variable-length field
+// padded or packed into rows of one size (gpufeed/varlen.h); the device and the transforms;
+// the cache (OpenCached: the device tier may run the deterministic transforms once before its
+// upload, and the loader then runs the others); the loader; the remedies
+// (gpufeed/remedies.h), attached to it. What the loader meets afterwards --
 // the tier serving it, how far a copy is, the remedies taken, the source's counters -- is in its
 // stats() (LoaderStats::source and ::actions).
 //

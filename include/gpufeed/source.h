@@ -211,6 +211,19 @@ class Source {
     ThrowNoVariableField(*this, field);
   }
 
+  // Many ReadItems at once (a batch's pieces), each as ReadItems serves it, into its own
+  // `out`. A source that pays per call (a guard around a mapping, a lock) serves them all
+  // under one. Default: ReadItems for each, in order.
+  struct ItemsRequest {
+    int64_t index = 0;
+    int64_t first = 0;
+    std::span<std::byte> out = {};
+  };
+  virtual void ReadItemsMany(int field, std::span<const ItemsRequest> requests,
+                             SourceWorkerState* state) const {
+    for (const ItemsRequest& r : requests) ReadItems(field, r.index, r.first, r.out, state);
+  }
+
   // Samples a later batch will read, told before the next Read with `state`: a source whose
   // reads cost a round trip may fetch what they will need along with that Read's own requests
   // (the HDF5 source fetches the whole chunks of a remote object they read most of), so that

@@ -33,7 +33,9 @@ class Transform {
   virtual bool deterministic() const { return false; }
 };
 
-// Casts a floating field to float16 or bfloat16 (or float32), rounding to nearest even.
+// Casts a floating field to float16 or bfloat16 (or float32), rounding to nearest even; or
+// widens an integer field to int32 or int64 where every value fits (uint16 token ids to int32,
+// which torch reads; uint32 to int64).
 std::shared_ptr<Transform> Cast(std::string field, DType to);
 
 // (x - mean) / std on a floating field, in its own dtype. REQUIRES: std > 0.

@@ -64,8 +64,8 @@ std::shared_ptr<Source> OpenIndexed(const std::string& prefix,
 // (PaddedStats). Every other field of `source` passes through. Throws Error(kInvalidArgument)
 // for an unknown or fixed-size field, or a max_length below 1.
 struct PadOptions {
-  std::string field = {};   // Default: the source's only variable-length field.
-  int64_t max_length = 0;   // Default 0: the longest sample (rounded up to pad_to_multiple_of)
+  std::string field = {};  // Default: the source's only variable-length field.
+  int64_t max_length = 0;  // Default 0: the longest sample (rounded up to pad_to_multiple_of)
   int64_t pad_to_multiple_of = 1;
   double pad_value = 0;
   bool truncate_left = false;  // cut the first items of a long sample instead of its last
@@ -106,8 +106,8 @@ std::shared_ptr<Source> PackSequences(std::shared_ptr<Source> source, PackOption
 // What a padding or packing source knows of its rows, for stats() and the doctor.
 struct VarlenStats {
   int64_t rows = 0;
-  int64_t items = 0;          // items of the samples kept
-  int64_t pad_items = 0;      // padding items in all rows (one epoch)
+  int64_t items = 0;      // items of the samples kept
+  int64_t pad_items = 0;  // padding items in all rows (one epoch)
   int64_t truncated_items = 0;
   double fill() const { return rows == 0 ? 1.0 : double(items) / double(items + pad_items); }
 };

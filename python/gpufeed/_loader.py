@@ -220,8 +220,10 @@ class Loader:
         varlen = _varlen.loader_options(self._source.schema, pack, max_length, pad_value,
                                         pad_to_multiple_of, truncation)
         given.update(varlen)
-        # Before the loader starts: a dtype torch lacks is refused with the dtype= that reads it.
-        _tensors.check_schema(self._source.schema)
+        # Before the loader starts: a dtype torch lacks is refused with the dtype= that reads it
+        # (a variable-length field's rows are checked once made: a cast transform may fix them).
+        if not _varlen.has_variable(self._source.schema):
+            _tensors.check_schema(self._source.schema)
         self._group_table = None
         self.group_fields = None
         if groups is not None:
@@ -237,7 +239,7 @@ class Loader:
         self._cache_info = json.loads(self._impl.cache_json)
         self._batch_size = int(batch_size)
         self.schema = [(name, dtype, tuple(shape)) for name, dtype, shape in self._impl.schema]
-        _tensors.check_schema(self.schema)
+        _tensors.check_schema(self.schema, cast_by_transform=bool(varlen))
         self._names = [name for name, _, _ in self.schema]
         self._views = _tensors.field_views(self.schema)
         self._device_type, self._device_index = self._impl.device_id

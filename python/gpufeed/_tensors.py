@@ -18,16 +18,20 @@ _VIEW_AS = {"bool": torch.bool}
 CAST_FOR_TORCH = {"uint16": "int32", "uint32": "int64", "uint64": "int64"}
 
 
-def check_schema(schema):
-    """Raises Unsupported for a field whose dtype this torch has no dtype for."""
+def check_schema(schema, cast_by_transform=False):
+    """Raises Unsupported for a field whose dtype this torch has no dtype for, naming the
+    option that reads it: dtype=, or (`cast_by_transform`: rows of a variable-length field,
+    which dtype= does not reach) a cast transform."""
     for name, dtype, _ in schema:
         if dtype in CAST_FOR_TORCH and not hasattr(torch, dtype):
             cast = CAST_FOR_TORCH[dtype]
             fits = ("values above int64's range are refused, naming the sample"
                     if dtype == "uint64" else f"every {dtype} value fits")
+            option = (f"transforms=['cast:{name}:{cast}']" if cast_by_transform
+                      else f"dtype={{'{name}': '{cast}'}}")
             raise _gpufeed.Unsupported(
                 f"field '{name}' is {dtype}, which torch {torch.__version__} has no dtype "
-                f"for: pass dtype={{'{name}': '{cast}'}} to gpufeed.Loader to read it as "
+                f"for: pass {option} to gpufeed.Loader to read it as "
                 f"{cast} ({fits}; 'int64' and 'float32' are accepted too)")
 
 

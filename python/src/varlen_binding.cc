@@ -72,9 +72,9 @@ void BindVarlen(py::module_& m) {
       [](const Source& source, const std::string& field) {
         const int index = source.schema().IndexOf(field);
         if (index < 0 || !source.schema().fields[static_cast<size_t>(index)].variable()) {
-          throw Error(ErrorCode::kInvalidArgument,
-                      fmt::format("'{}' is not a variable-length field of {}", field,
-                                  source.Describe()));
+          throw Error(
+              ErrorCode::kInvalidArgument,
+              fmt::format("'{}' is not a variable-length field of {}", field, source.Describe()));
         }
         LengthSummary s;
         {

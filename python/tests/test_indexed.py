@@ -69,3 +69,53 @@ def test_inspect_prints_the_variable_length_field(tmp_path):
     assert report["samples"] == 3
     assert report["fields"] == [{"name": "tokens", "dtype": "int32", "shape": [-1],
                                  "variable": True}]
+
+
+def reference_sequences(prefix):
+    """The corpus read with numpy from the format's spec alone: header, sizes, pointers."""
+    idx = np.fromfile(str(prefix) + ".idx", dtype=np.uint8)
+    assert idx[:9].tobytes() == b"MMIDIDX\x00\x00"
+    code = int(idx[17])
+    dtype = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64,
+             7: np.float32, 8: np.uint16}[code]
+    count = int(idx[18:26].view("<u8")[0])
+    lengths = idx[34:34 + 4 * count].view("<i4")
+    pointers = idx[34 + 4 * count:34 + 12 * count].view("<i8")
+    data = np.fromfile(str(prefix) + ".bin", dtype=np.uint8)
+    return [data[p:p + n * np.dtype(dtype).itemsize].view(dtype) for p, n in zip(pointers, lengths)]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_packed_rows_of_an_indexed_corpus_hold_its_tokens_once(tmp_path, shuffle):
+    rng = np.random.default_rng(5)
+    sequences = [rng.integers(0, 60_000, size=n) for n in rng.integers(0, 300, size=200)]
+    prefix = tmp_path / "corpus"
+    write_megatron(prefix, sequences, np.uint16, 8)
+    expected = np.concatenate(reference_sequences(prefix)).astype(np.int64)
+    loader = gpufeed.Loader(prefix, batch_size=4, shuffle=shuffle, seed=2, device="cpu",
+                            pad=False, pack=gpufeed.Pack(256),
+                            transforms=["cast:tokens:int32"])
+    got = []
+    for batch in loader:
+        for row, n in enumerate(batch["tokens_lengths"].tolist()):
+            got.extend(batch["tokens"][row, :n].tolist())
+    loader.close()
+    if shuffle:
+        assert sorted(got) == sorted(expected.tolist())
+    else:
+        assert got == expected.tolist()
+
+
+def test_padded_rows_of_an_indexed_corpus_equal_the_spec_reading(tmp_path):
+    rng = np.random.default_rng(6)
+    sequences = [rng.integers(-2**31, 2**31 - 1, size=n) for n in [0, 1, 50, 700, 3]]
+    prefix = tmp_path / "corpus"
+    write_megatron(prefix, sequences, np.int32, 4)
+    reference = reference_sequences(prefix)
+    loader = gpufeed.Loader(prefix, batch_size=5, shuffle=False, device="cpu", max_length=64)
+    batch = next(iter(loader))
+    for i, seq in enumerate(reference):
+        n = min(64, len(seq))
+        assert int(batch["tokens_lengths"][i]) == n
+        assert batch["tokens"][i, :n].tolist() == seq[:n].tolist()
+    loader.close()

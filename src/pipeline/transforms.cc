@@ -132,6 +132,77 @@ class CastTransform : public Transform {
   DType to_;
 };
 
+// An integer field widened to a signed type that holds every value of it exactly (token ids
+// stored as uint16 to int32, which torch reads): uint8, int8, uint16, int16 to int32 or
+// int64; uint32 and int32 to int64.
+bool Widens(DType from, DType to) {
+  const bool from_int = !IsFloating(from) && from != DType::kBool && from != DType::kUInt64 &&
+                        from != DType::kInt64;
+  if (!from_int || (to != DType::kInt32 && to != DType::kInt64)) return false;
+  return DTypeSize(to) > DTypeSize(from) || (from == DType::kInt32 && to == DType::kInt32);
+}
+
+template <typename From, typename To>
+void WidenBackward(std::byte* data, int64_t n) {
+  for (int64_t i = n - 1; i >= 0; --i) {
+    From v;
+    std::memcpy(&v, data + static_cast<size_t>(i) * sizeof(From), sizeof(From));
+    const To w = static_cast<To>(v);
+    std::memcpy(data + static_cast<size_t>(i) * sizeof(To), &w, sizeof(To));
+  }
+}
+
+template <typename To>
+void WidenTo(DType from, std::byte* data, int64_t n) {
+  switch (from) {
+    case DType::kUInt8: return WidenBackward<uint8_t, To>(data, n);
+    case DType::kInt8: return WidenBackward<int8_t, To>(data, n);
+    case DType::kUInt16: return WidenBackward<uint16_t, To>(data, n);
+    case DType::kInt16: return WidenBackward<int16_t, To>(data, n);
+    case DType::kUInt32: return WidenBackward<uint32_t, To>(data, n);
+    case DType::kInt32: return WidenBackward<int32_t, To>(data, n);
+    default: GPUFEED_ASSERT(false, "WidenTo from a dtype it does not widen");
+  }
+}
+
+class WidenTransform : public Transform {
+ public:
+  WidenTransform(std::string field, DType to) : field_(std::move(field)), to_(to) {}
+  std::string name() const override { return fmt::format("cast({}->{})", field_, DTypeName(to_)); }
+  bool deterministic() const override { return true; }
+  Schema OutputSchema(const Schema& input) const override {
+    const FieldSpec& spec = input.Field(field_);
+    if (!Widens(spec.dtype, to_)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("cast of '{}' ({}) to {}: an integer field widens to a signed "
+                              "type that holds all its values (uint8..int16 to int32 or int64, "
+                              "uint32 or int32 to int64); floating fields cast to float16, "
+                              "bfloat16, float32 or float64",
+                              field_, DTypeName(spec.dtype), DTypeName(to_)));
+    }
+    Schema out = input;
+    out.fields[static_cast<size_t>(out.IndexOf(field_))].dtype = to_;
+    return out;
+  }
+  void Apply(const Schema& input, const BatchView& batch, uint64_t) const override {
+    const int index = input.IndexOf(field_);
+    const FieldSpec& spec = input.fields[static_cast<size_t>(index)];
+    if (spec.dtype == to_) return;
+    std::byte* data = batch.fields[static_cast<size_t>(index)];
+    const int64_t n = batch.rows * spec.ElementsPerSample();
+    // In place, walking backward: each wider write lands at or after its read.
+    if (to_ == DType::kInt32) {
+      WidenTo<int32_t>(spec.dtype, data, n);
+    } else {
+      WidenTo<int64_t>(spec.dtype, data, n);
+    }
+  }
+
+ private:
+  std::string field_;
+  DType to_;
+};
+
 class NormalizeTransform : public Transform {
  public:
   NormalizeTransform(std::string field, float mean, float std)
@@ -250,6 +321,9 @@ T Number(std::string_view spec, std::string_view text) {
 }  // namespace
 
 std::shared_ptr<Transform> Cast(std::string field, DType to) {
+  if (to == DType::kInt32 || to == DType::kInt64) {
+    return std::make_shared<WidenTransform>(std::move(field), to);
+  }
   return std::make_shared<CastTransform>(std::move(field), to);
 }
 
@@ -265,7 +339,7 @@ std::shared_ptr<Transform> ParseTransform(const std::string& spec) {
   const auto parts = Split(spec, ':');
   const auto bad = [&](std::string_view why) {
     return Error(ErrorCode::kInvalidArgument,
-                 fmt::format("bad transform '{}': {} (expected cast:FIELD:float16|bfloat16, "
+                 fmt::format("bad transform '{}': {} (expected cast:FIELD:float16|bfloat16|int32|int64, "
                              "normalize:FIELD:MEAN:STD or specaugment:FIELD[:FM:F:TM:T])",
                              spec, why));
   };

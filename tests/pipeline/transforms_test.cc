@@ -54,6 +54,21 @@ TEST(Transforms, WideningCastWalksBackward) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(b.f32(0)[i], static_cast<float>(i) + 0.5f);
 }
 
+TEST(Transforms, IntegerFieldsWidenToSignedTypesThatHoldEveryValue) {
+  Batch b(ParseSchema("tokens:uint16[4]"), 2);
+  const uint16_t values[8] = {0, 1, 65535, 40000, 7, 65534, 2, 3};
+  std::memcpy(b.view.fields[0], values, sizeof(values));
+  auto cast = ParseTransform("cast:tokens:int32");
+  EXPECT_EQ(cast->OutputSchema(b.schema).fields[0].dtype, DType::kInt32);
+  cast->Apply(b.schema, b.view, 0);
+  const auto* out = reinterpret_cast<const int32_t*>(b.view.fields[0]);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(out[i], values[i]) << i;
+  // int64 holds what int32 cannot promise for uint64; float targets need a floating field.
+  EXPECT_THROW(ParseTransform("cast:x:int32")->OutputSchema(ParseSchema("x:uint64[2]")), Error);
+  EXPECT_THROW(ParseTransform("cast:x:int32")->OutputSchema(ParseSchema("x:uint32[2]")), Error);
+  EXPECT_THROW(ParseTransform("cast:x:float16")->OutputSchema(ParseSchema("x:int32[2]")), Error);
+}
+
 TEST(Transforms, NormalizeUsesMeanAndStd) {
   Batch b(ParseSchema("x:float32[2],y:int64"), 2);
   const float values[4] = {1.0f, 3.0f, 5.0f, 7.0f};

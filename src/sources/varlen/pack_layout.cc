@@ -18,8 +18,8 @@ PackStream MakeStream(std::span<const int64_t> lengths, bool eos, bool shuffle, 
     for (size_t i = n; i > 1; --i) {
       state += kSplitMixGamma;
       // Lemire's multiply-shift: a draw in [0, i) without a division.
-      const auto j = static_cast<size_t>(
-          (static_cast<unsigned __int128>(SplitMixFinalize(state)) * i) >> 64);
+      const auto j =
+          static_cast<size_t>((static_cast<unsigned __int128>(SplitMixFinalize(state)) * i) >> 64);
       std::swap(stream.order[i - 1], stream.order[j]);
     }
   }
@@ -32,17 +32,16 @@ PackStream MakeStream(std::span<const int64_t> lengths, bool eos, bool shuffle, 
   return stream;
 }
 
-void StreamRow(const PackStream& stream, std::span<const int64_t> lengths, bool eos,
-               int64_t length, int64_t row, std::vector<PackPiece>& pieces) {
+void StreamRow(const PackStream& stream, std::span<const int64_t> lengths, bool eos, int64_t length,
+               int64_t row, std::vector<PackPiece>& pieces) {
   pieces.clear();
   const int64_t total = stream.prefix.back();
   const int64_t start = row * length;
   const int64_t end = std::min(start + length, total);
   // The sample holding `start`: the last k with prefix[k] <= start (an empty sample before
   // it has prefix[k + 1] == prefix[k] and is passed over).
-  auto k = static_cast<size_t>(
-      std::upper_bound(stream.prefix.begin(), stream.prefix.end(), start) - stream.prefix.begin() -
-      1);
+  auto k = static_cast<size_t>(std::upper_bound(stream.prefix.begin(), stream.prefix.end(), start) -
+                               stream.prefix.begin() - 1);
   for (int64_t pos = start; pos < end; ++k) {
     GPUFEED_ASSERT(k < stream.order.size(), "a packed row past the stream");
     const int64_t sample = stream.order[k];

@@ -30,8 +30,8 @@ struct PackStream {
 PackStream MakeStream(std::span<const int64_t> lengths, bool eos, bool shuffle, uint64_t seed);
 
 // The pieces of row `row` of `length` items over `stream` (the last may end short).
-void StreamRow(const PackStream& stream, std::span<const int64_t> lengths, bool eos,
-               int64_t length, int64_t row, std::vector<PackPiece>& pieces);
+void StreamRow(const PackStream& stream, std::span<const int64_t> lengths, bool eos, int64_t length,
+               int64_t row, std::vector<PackPiece>& pieces);
 
 struct PackBins {
   std::vector<int64_t> row_begin;  // rows + 1 offsets into `pieces`

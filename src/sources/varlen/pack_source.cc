@@ -124,10 +124,10 @@ class PackedSource final : public VarlenRowsSource {
     }
     const size_t length = static_cast<size_t>(options_.length);
     std::vector<PackPiece> pieces;
+    std::vector<ItemsRequest> requests;
     for (size_t i = 0; i < indices.size(); ++i) {
       if (options_.split) {
-        StreamRow(*stream, lengths_, options_.eos.has_value(), options_.length, indices[i],
-                  pieces);
+        StreamRow(*stream, lengths_, options_.eos.has_value(), options_.length, indices[i], pieces);
       } else {
         const auto b = static_cast<size_t>(indices[i]);
         pieces.assign(bins_.pieces.begin() + bins_.row_begin[b],
@@ -136,18 +136,21 @@ class PackedSource final : public VarlenRowsSource {
       WriteRow(pieces, out.fields[0] + i * length * item_bytes_,
                reinterpret_cast<int32_t*>(out.fields[1]) + i * length,
                reinterpret_cast<int32_t*>(out.fields[2]) + i * length,
-               reinterpret_cast<int64_t*>(out.fields[3]) + i, state);
+               reinterpret_cast<int64_t*>(out.fields[3]) + i, requests);
     }
+    base_->ReadItemsMany(field_, requests, state);
   }
 
  private:
+  // Writes one row but its items, which it adds to `requests` (the batch's items are read in
+  // one call, ReadItemsMany).
   void WriteRow(std::span<const PackPiece> pieces, std::byte* values, int32_t* positions,
-                int32_t* documents, int64_t* real, SourceWorkerState* state) const {
+                int32_t* documents, int64_t* real, std::vector<ItemsRequest>& requests) const {
     RowWriter row(values, positions, documents, item_bytes_);
     int32_t document = 0;
     for (const PackPiece& p : pieces) {
       const size_t bytes = static_cast<size_t>(p.items) * item_bytes_;
-      base_->ReadItems(field_, p.sample, p.first, {row.next_items(), bytes}, state);
+      if (bytes > 0) requests.push_back({p.sample, p.first, {row.next_items(), bytes}});
       row.Advance(p.items, document);
       if (p.eos) {
         FillElements(row.next_items(), elements_per_item_, *eos_);

@@ -86,18 +86,21 @@ class PaddedSource final : public VarlenRowsSource {
     if (base_->schema().fields.size() > 1) base_->Read(indices, inner, state);
     const int64_t max_length = options_.max_length;
     const size_t row_bytes = static_cast<size_t>(max_length) * item_bytes_;
-    const int64_t elements_per_item = static_cast<int64_t>(item_bytes_ / std::max<size_t>(pad_.size, 1));
+    const int64_t elements_per_item =
+        static_cast<int64_t>(item_bytes_ / std::max<size_t>(pad_.size, 1));
+    std::vector<ItemsRequest> requests;
+    requests.reserve(indices.size());
     for (size_t i = 0; i < indices.size(); ++i) {
       const int64_t length = lengths_[static_cast<size_t>(indices[i])];
       const int64_t kept = std::min(length, max_length);
       const int64_t first = options_.truncate_left ? length - kept : 0;
       std::byte* row = values + i * row_bytes;
-      base_->ReadItems(field_, indices[i], first,
-                       {row, static_cast<size_t>(kept) * item_bytes_}, state);
+      requests.push_back({indices[i], first, {row, static_cast<size_t>(kept) * item_bytes_}});
       FillElements(row + static_cast<size_t>(kept) * item_bytes_,
                    (max_length - kept) * elements_per_item, pad_);
       lengths[i] = kept;
     }
+    base_->ReadItemsMany(field_, requests, state);
   }
 
  private:
@@ -119,9 +122,9 @@ std::shared_ptr<Source> PadSequences(std::shared_ptr<Source> source, PadOptions 
   const int field = ChooseVariableField(*source, options.field, "PadSequences");
   const std::string& name = source->schema().fields[static_cast<size_t>(field)].name;
   if (source->schema().IndexOf(name + "_lengths") >= 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("PadSequences: {} already has a field '{}_lengths'",
-                            source->Describe(), name));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("PadSequences: {} already has a field '{}_lengths'", source->Describe(), name));
   }
   if (options.pad_to_multiple_of < 1 || options.max_length < 0) {
     throw Error(ErrorCode::kInvalidArgument,

@@ -43,7 +43,8 @@ class RaggedSource final : public Source {
       id += fmt::format("|{}@{}:{}@{}:{}", r.spec.ToString(), r.values, r.items,
                         static_cast<const void*>(r.offsets), r.samples);
     }
-    for (const auto& f : fixed_) id += fmt::format("|{}@{}:{}", f.spec.ToString(), f.data, f.samples);
+    for (const auto& f : fixed_)
+      id += fmt::format("|{}@{}:{}", f.spec.ToString(), f.data, f.samples);
     return id;
   }
 
@@ -83,17 +84,17 @@ class RaggedSource final : public Source {
  private:
   const RaggedField& Ragged(int field) const {
     if (field < 0 || static_cast<size_t>(field) >= ragged_.size()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: field number {} is not a variable-length field", Describe(),
-                              field));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: field number {} is not a variable-length field", Describe(), field));
     }
     return ragged_[static_cast<size_t>(field)];
   }
   void CheckIndex(int64_t index) const {
     if (index < 0 || index >= samples_) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
-                              samples_));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index, samples_));
     }
   }
 
@@ -152,11 +153,11 @@ std::shared_ptr<Source> OpenRagged(std::vector<RaggedField> ragged, std::vector<
                   fmt::format("ragged source: field '{}' appears twice", r.spec.name));
     }
     if (r.samples != ragged.front().samples) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("ragged source: fields have different sample counts: '{}' has {}, "
-                              "'{}' has {}",
-                              ragged.front().spec.name, ragged.front().samples, r.spec.name,
-                              r.samples));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("ragged source: fields have different sample counts: '{}' has {}, "
+                      "'{}' has {}",
+                      ragged.front().spec.name, ragged.front().samples, r.spec.name, r.samples));
     }
   }
   for (const auto& f : fixed) {

@@ -63,7 +63,8 @@ std::vector<int64_t> AllLengths(const Source& source, int field) {
     source.ReadLengths(field, indices, out, nullptr);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t length = out[static_cast<size_t>(i)];
-      const auto bytes = length < 0 ? std::nullopt : CheckedMul(static_cast<uint64_t>(length), item);
+      const auto bytes =
+          length < 0 ? std::nullopt : CheckedMul(static_cast<uint64_t>(length), item);
       const auto sum = bytes ? CheckedAdd(total_bytes, *bytes) : std::nullopt;
       if (!sum || *sum > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         throw Error(ErrorCode::kCorruptData,
@@ -82,9 +83,10 @@ namespace {
 template <typename T>
 ElementBytes Exact(double value, const std::string& what, DType dtype) {
   // The bounds as exact powers of two: [-2^(b-1), 2^(b-1)) signed, [0, 2^b) unsigned.
-  constexpr int kBits = std::numeric_limits<T>::digits + (std::numeric_limits<T>::is_signed ? 1 : 0);
-  const double kTop = std::numeric_limits<T>::is_signed ? std::ldexp(1.0, kBits - 1)
-                                                            : std::ldexp(1.0, kBits);
+  constexpr int kBits =
+      std::numeric_limits<T>::digits + (std::numeric_limits<T>::is_signed ? 1 : 0);
+  const double kTop =
+      std::numeric_limits<T>::is_signed ? std::ldexp(1.0, kBits - 1) : std::ldexp(1.0, kBits);
   const double kBottom = std::numeric_limits<T>::is_signed ? -kTop : 0.0;
   if (!std::isfinite(value) || std::trunc(value) != value || value < kBottom || value >= kTop) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -114,18 +116,30 @@ ElementBytes EncodeElement(double value, DType dtype, const std::string& what) {
         throw Error(ErrorCode::kInvalidArgument, fmt::format("{} {} is not a bool", what, value));
       }
       return Bits<uint8_t>(value != 0);
-    case DType::kInt8: return Exact<int8_t>(value, what, dtype);
-    case DType::kInt16: return Exact<int16_t>(value, what, dtype);
-    case DType::kInt32: return Exact<int32_t>(value, what, dtype);
-    case DType::kInt64: return Exact<int64_t>(value, what, dtype);
-    case DType::kUInt8: return Exact<uint8_t>(value, what, dtype);
-    case DType::kUInt16: return Exact<uint16_t>(value, what, dtype);
-    case DType::kUInt32: return Exact<uint32_t>(value, what, dtype);
-    case DType::kUInt64: return Exact<uint64_t>(value, what, dtype);
-    case DType::kFloat16: return Bits<uint16_t>(FloatToHalf(static_cast<float>(value)));
-    case DType::kBFloat16: return Bits<uint16_t>(FloatToBFloat16(static_cast<float>(value)));
-    case DType::kFloat32: return Bits<float>(static_cast<float>(value));
-    case DType::kFloat64: return Bits<double>(value);
+    case DType::kInt8:
+      return Exact<int8_t>(value, what, dtype);
+    case DType::kInt16:
+      return Exact<int16_t>(value, what, dtype);
+    case DType::kInt32:
+      return Exact<int32_t>(value, what, dtype);
+    case DType::kInt64:
+      return Exact<int64_t>(value, what, dtype);
+    case DType::kUInt8:
+      return Exact<uint8_t>(value, what, dtype);
+    case DType::kUInt16:
+      return Exact<uint16_t>(value, what, dtype);
+    case DType::kUInt32:
+      return Exact<uint32_t>(value, what, dtype);
+    case DType::kUInt64:
+      return Exact<uint64_t>(value, what, dtype);
+    case DType::kFloat16:
+      return Bits<uint16_t>(FloatToHalf(static_cast<float>(value)));
+    case DType::kBFloat16:
+      return Bits<uint16_t>(FloatToBFloat16(static_cast<float>(value)));
+    case DType::kFloat32:
+      return Bits<float>(static_cast<float>(value));
+    case DType::kFloat64:
+      return Bits<double>(value);
   }
   throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: unknown dtype", what));
 }

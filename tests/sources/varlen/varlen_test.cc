@@ -1,5 +1,7 @@
 // Variable-length fields: the schema's `*`, ragged memory, and the padding and packing
 // adaptors, checked against the samples they are made of.
+#include "gpufeed/varlen.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include <numeric>
 
 #include "gpufeed/error.h"
-#include "gpufeed/varlen.h"
 
 namespace gpufeed {
 namespace {
@@ -21,7 +22,8 @@ struct Corpus {
 
   explicit Corpus(const std::vector<int64_t>& lengths, bool with_label = false) {
     for (size_t i = 0; i < lengths.size(); ++i) {
-      for (int64_t j = 0; j < lengths[i]; ++j) values.push_back(static_cast<int32_t>(1000 * i + j + 1));
+      for (int64_t j = 0; j < lengths[i]; ++j)
+        values.push_back(static_cast<int32_t>(1000 * i + j + 1));
       offsets.push_back(static_cast<int64_t>(values.size()));
     }
     labels.resize(lengths.size());
