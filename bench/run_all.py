@@ -184,6 +184,30 @@ BENCHMARKS = [
         ],
     },
     {
+        "id": "token-packing",
+        "what": "Megatron indexed corpus (450,000 documents, log-normal lengths, median 400: "
+                "204 M int32 tokens) packed into rows of 4096: gpufeed vs a DataLoader over "
+                "np.memmap with a padding collate_fn, 2 workers each",
+        "command": "{py} bench/token_packing.py --gpufeed {gpufeed}",
+        "figures": [
+            ("DataLoader, M tokens/s", regex(r"^DataLoader .*: ([0-9.]+) M tokens/s")),
+            ("[8, 4096] in order: gpufeed / DataLoader",
+             regex(r"^gpufeed / DataLoader, in order: ([0-9.]+)x")),
+            ("[8, 4096] shuffled: gpufeed / DataLoader",
+             regex(r"^gpufeed / DataLoader, shuffled: ([0-9.]+)x")),
+            ("[8, 4096] shuffled: time per batch, us",
+             regex(r"^gpufeed packed \[8, 4096\] shuffled: .*; ([0-9]+) us per batch")),
+            ("[64, 4096] tokens only: tokens / memcpy of the tokens",
+             regex(r"^gpufeed packed \[64, 4096\], tokens only.*tokens ratio ([0-9.]+)")),
+            ("[64, 4096] with ids: tokens / memcpy of the tokens",
+             regex(r"^gpufeed packed \[64, 4096\], with position.*tokens ratio ([0-9.]+)")),
+            ("[64, 4096] with ids: the batch's bytes / memcpy",
+             regex(r"^gpufeed packed \[64, 4096\], with position.*memcpy ([0-9.]+)$")),
+            ("fill of padded rows", regex(r"^fill: padded rows ([0-9.]+)")),
+            ("fill of whole documents packed", regex(r"split=False\) ([0-9.]+)")),
+        ],
+    },
+    {
         "id": "shm-vs-ram",
         "what": "the shared-memory cache vs the RAM cache, same set (synthetic 800 MB, 8 KiB "
                 "rows), same run, epochs after the first alternating, batch 8192, 2 workers",

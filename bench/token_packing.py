@@ -19,11 +19,12 @@ int32 tokens for 450,000). Then measures, in one run:
       shuffled: 3 epochs each, tokens/s (rows' real tokens) of each epoch, the median printed,
       and the loader's time per batch. The Loader's open (reading every document's length) is
       timed apart.
-  (c) `gpufeed bench PREFIX --pack-length 4096 -b 64 --workers 2 --json`: tokens/s at
-      [64, 4096] against the memcpy ceiling of the same threads (bytes/s over 4 bytes a token).
-  (d) The fill (real tokens / batch tokens) of batch 64 of the same lengths: padded to each
-      batch's longest (random batches), bucketed (sorted by length within windows of 64
-      batches, then batches shuffled), and whole documents packed into rows of 4096
+  (c) `gpufeed bench PREFIX --pack-length 4096 -b 64 --workers 2 --epochs 10 --json`, with
+      and without `--no-ids`: tokens/s at [64, 4096] against the memcpy ceiling of the same
+      threads (its bytes/s over 4 bytes a token), and the batch's bytes (ids included) against
+      the same ceiling.
+  (d) The fill (real tokens / all the rows' tokens) of the same lengths: gpufeed's padded rows
+      (max_length = the longest document), and whole documents packed into rows of 4096
       (split=False), from gpufeed's stats.
 """
 import argparse
@@ -138,35 +139,26 @@ def gpufeed_epochs(prefix, shuffle, epochs=3):
     return open_s, statistics.median(rates), statistics.median(per_batch)
 
 
-def wide_rows(binary, prefix):
-    out = subprocess.run([binary, "bench", prefix, "--pack-length", str(LENGTH), "-b", "64",
-                          "--workers", "2", "--no-shuffle", "--epochs", "3", "--json"],
-                         check=True, capture_output=True, text=True).stdout
-    doc = json.loads(out.strip().splitlines()[-1])
+def wide_rows(binary, prefix, ids):
+    """tokens/s at [64, 4096] from `gpufeed bench`, and its memcpy ceiling (same threads) in
+    tokens/s: the bytes/s it copies over 4 bytes a token."""
+    command = [binary, "bench", prefix, "--pack-length", str(LENGTH), "-b", "64", "--workers",
+               "2", "--no-shuffle", "--epochs", "10", "--json"] + ([] if ids else ["--no-ids"])
+    doc = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
     source = doc["stats"]["source"]
     share_real = source["varlen_items"] / (source["varlen_items"] + source["varlen_pad_items"])
     tokens_per_s = doc["samples_per_s"] * LENGTH * share_real
-    memcpy_tokens_per_s = doc["ceiling_bytes_per_s"] / 4
-    return tokens_per_s, memcpy_tokens_per_s
+    return tokens_per_s, doc["ceiling_bytes_per_s"] / 4, doc["ratio_to_ceiling"]
 
 
-def fills(prefix, lengths):
-    """Real tokens / batch tokens of batch 64: random padded, bucketed, and split=False."""
-    rng = np.random.default_rng(2)
-    order = rng.permutation(len(lengths))
-    batches = [lengths[order[i:i + 64]] for i in range(0, len(order) - 63, 64)]
-    random_fill = sum(b.sum() for b in batches) / sum(len(b) * b.max() for b in batches)
-    window = 64 * 64
-    bucketed = []
-    for w in range(0, len(order) - window + 1, window):
-        part = np.sort(lengths[order[w:w + window]])
-        bucketed += [part[i:i + 64] for i in range(0, window, 64)]
-    bucket_fill = sum(b.sum() for b in bucketed) / sum(len(b) * b.max() for b in bucketed)
-    loader = gpufeed.Loader(prefix, batch_size=64, device="cpu",
-                            pack=gpufeed.Pack(LENGTH, split=False))
-    source = loader.stats()["source"]
-    loader.close()
-    return random_fill, bucket_fill, 1 - source["varlen_padding_share"]
+def fills(prefix):
+    """Real tokens / all the rows' tokens: padded rows and whole documents packed."""
+    result = []
+    for options in ({"max_length": None}, {"pack": gpufeed.Pack(LENGTH, split=False)}):
+        loader = gpufeed.Loader(prefix, batch_size=64, device="cpu", **options)
+        result.append(1 - loader.stats()["source"]["varlen_padding_share"])
+        loader.close()
+    return result
 
 
 def main():
@@ -192,12 +184,16 @@ def main():
         print(f"gpufeed packed [8, {LENGTH}] {name}: {rate / 1e6:.1f} M tokens/s "
               f"(median of 3 epochs; {per_batch * 1e6:.0f} us per batch; open {open_s:.2f} s)")
         print(f"gpufeed / DataLoader, {name}: {rate / baseline:.1f}x")
-    wide, memcpy = wide_rows(args.gpufeed, prefix)
-    print(f"gpufeed packed [64, {LENGTH}]: {wide / 1e6:.1f} M tokens/s; memcpy of the same "
-          f"bytes, same threads: {memcpy / 1e6:.1f} M tokens/s; ratio {wide / memcpy:.2f}")
-    random_fill, bucket_fill, packed_fill = fills(prefix, lengths)
-    print(f"fill, batch 64: random padded {random_fill:.3f}, bucketed {bucket_fill:.3f}, "
-          f"packed whole documents (split=False) {packed_fill:.3f}")
+    for ids in (False, True):
+        wide, memcpy, all_bytes = wide_rows(args.gpufeed, prefix, ids)
+        name = "with position and document ids" if ids else "tokens only (ids=False)"
+        print(f"gpufeed packed [64, {LENGTH}], {name}: {wide / 1e6:.0f} M tokens/s; memcpy of "
+              f"the tokens' bytes, same threads: {memcpy / 1e6:.0f} M tokens/s; "
+              f"tokens ratio {wide / memcpy:.2f}; all the batch's bytes against memcpy "
+              f"{all_bytes:.2f}")
+    padded_fill, packed_fill = fills(prefix)
+    print(f"fill: padded rows {padded_fill:.3f}; whole documents packed (split=False) "
+          f"{packed_fill:.3f}")
 
 
 if __name__ == "__main__":

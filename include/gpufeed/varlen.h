@@ -100,6 +100,10 @@ struct PackOptions {
   std::optional<double> eos = std::nullopt;
   double pad_value = 0;
   int64_t window = 1024;  // !split: samples packed together
+  // Default: true. False: no f_position_ids and f_document_ids (rows of `f` and `f_lengths`
+  // only, for a model that attends across the samples of a row, as GPT pre-training with
+  // Megatron's defaults does): a third of the bytes to write and copy.
+  bool ids = true;
 };
 std::shared_ptr<Source> PackSequences(std::shared_ptr<Source> source, PackOptions options);
 

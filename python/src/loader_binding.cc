@@ -119,6 +119,7 @@ void BindVarlenFields(py::class_<CachedLoaderOptions>& c) {
         pack.eos = d["eos"].cast<std::optional<double>>();
         pack.pad_value = d["pad_value"].cast<double>();
         pack.window = d["window"].cast<int64_t>();
+        pack.ids = d["ids"].cast<bool>();
         o.pack = pack;
       });
   c.def_property(

@@ -146,3 +146,17 @@ def test_bad_offsets_are_refused_by_name():
     with pytest.raises(gpufeed.CorruptData, match="tokens"):
         gpufeed.Loader({"tokens": gpufeed.ragged(np.zeros(5, np.int32), [0, 3, 2, 5])},
                        batch_size=2, device="cpu")
+
+
+def test_packed_rows_without_ids_hold_the_same_tokens():
+    values, offsets = corpus(100)
+    make = lambda ids: gpufeed.Loader(  # noqa: E731
+        {"tokens": gpufeed.ragged(values, offsets)}, batch_size=4, shuffle=False,
+        device="cpu", pack=gpufeed.Pack(64, ids=ids))
+    with_ids, without = make(True), make(False)
+    assert [name for name, _, _ in without.schema] == ["tokens", "tokens_lengths"]
+    for a, b in zip(with_ids, without):
+        assert torch.equal(a["tokens"], b["tokens"])
+        assert torch.equal(a["tokens_lengths"], b["tokens_lengths"])
+    with_ids.close()
+    without.close()

@@ -38,6 +38,7 @@ struct BenchArgs {
   bool pack = false;
   int64_t pack_length = 0;  // > 0: a variable-length field packed into rows of this many items
   bool whole_samples = false;
+  bool no_ids = false;
   std::optional<double> eos;
   int64_t max_length = 0;  // padded rows: 0 = the longest sample
   BenchConfig config;
@@ -103,7 +104,8 @@ std::shared_ptr<Source> OpenBenchSource(BenchArgs& args) {
 // same-work ceiling then reads the loader's own rows (there is no other opening of them).
 void ConfigureVarlen(BenchArgs& args, const Source& source) {
   LoaderRecipe& o = args.config.open;
-  const bool asked = args.pack_length > 0 || args.max_length > 0 || args.whole_samples || args.eos;
+  const bool asked =
+      args.pack_length > 0 || args.max_length > 0 || args.whole_samples || args.eos || args.no_ids;
   if (!source.schema().HasVariable()) {
     if (asked) {
       throw Error(ErrorCode::kInvalidArgument,
@@ -115,9 +117,13 @@ void ConfigureVarlen(BenchArgs& args, const Source& source) {
   }
   args.config.reopen = nullptr;
   if (args.pack_length > 0) {
-    o.pack = PackOptions{.length = args.pack_length, .split = !args.whole_samples, .eos = args.eos};
-  } else if (args.whole_samples || args.eos) {
-    throw Error(ErrorCode::kInvalidArgument, "--whole-samples and --eos go with --pack-length");
+    o.pack = PackOptions{.length = args.pack_length,
+                         .split = !args.whole_samples,
+                         .eos = args.eos,
+                         .ids = !args.no_ids};
+  } else if (args.whole_samples || args.eos || args.no_ids) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "--whole-samples, --eos and --no-ids go with --pack-length");
   } else {
     o.pad = PadOptions{.max_length = args.max_length};
   }
@@ -295,6 +301,9 @@ void AddVarlenOptions(CLI::App* cmd, BenchArgs* args) {
                 "With --pack-length: whole samples only, first-fit decreasing (default: the "
                 "stream cut at row ends)");
   cmd->add_option("--eos", args->eos, "With --pack-length: a value put after every sample");
+  cmd->add_flag("--no-ids", args->no_ids,
+                "With --pack-length: no position and document ids, only the items and the "
+                "rows' lengths");
   cmd->add_option("--max-length", args->max_length,
                   "Padded rows of a variable-length field: this many items (0: the longest "
                   "sample)");

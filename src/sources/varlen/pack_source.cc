@@ -22,8 +22,9 @@ class RowWriter {
   std::byte* next_items() const { return values_ + static_cast<size_t>(column_) * item_bytes_; }
   // Marks `count` items written at next_items() as a piece of document `document`, the piece
   // starting at position 0.
+  // Without ids (null positions), only the column moves.
   void Advance(int64_t count, int32_t document) {
-    for (int64_t j = 0; j < count; ++j) {
+    for (int64_t j = 0; positions_ != nullptr && j < count; ++j) {
       positions_[column_ + j] = static_cast<int32_t>(piece_column_ + j);
       documents_[column_ + j] = document;
     }
@@ -60,10 +61,14 @@ class PackedSource final : public VarlenRowsSource {
     values.shape.front() = options_.length;
     (void)values.SampleBytes();
     const std::vector<int64_t> row = {options_.length};
-    schema_.fields = {values,
-                      {.name = spec.name + "_position_ids", .dtype = DType::kInt32, .shape = row},
-                      {.name = spec.name + "_document_ids", .dtype = DType::kInt32, .shape = row},
-                      {.name = spec.name + "_lengths", .dtype = DType::kInt64, .shape = {}}};
+    schema_.fields = {values};
+    if (options_.ids) {
+      schema_.fields.push_back(
+          {.name = spec.name + "_position_ids", .dtype = DType::kInt32, .shape = row});
+      schema_.fields.push_back(
+          {.name = spec.name + "_document_ids", .dtype = DType::kInt32, .shape = row});
+    }
+    schema_.fields.push_back({.name = spec.name + "_lengths", .dtype = DType::kInt64, .shape = {}});
     int64_t items = 0;
     for (int64_t length : lengths_) items += length;
     const bool eos = options_.eos.has_value();
@@ -93,9 +98,9 @@ class PackedSource final : public VarlenRowsSource {
                        options_.split ? "" : " (whole samples)");
   }
   std::string Identity() const override {
-    return fmt::format("{}|pack:{}:{}:{}:{}:{}:{}", base_->Identity(), field_, options_.length,
-                       options_.split, options_.eos.value_or(-0.5), options_.pad_value,
-                       options_.window);
+    return fmt::format("{}|pack:{}:{}:{}:{}:{}:{}:{}", base_->Identity(), field_,
+                       options_.length, options_.split, options_.eos.value_or(-0.5),
+                       options_.pad_value, options_.window, options_.ids);
   }
   std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
     return base_->NewWorkerState();
@@ -133,10 +138,11 @@ class PackedSource final : public VarlenRowsSource {
         pieces.assign(bins_.pieces.begin() + bins_.row_begin[b],
                       bins_.pieces.begin() + bins_.row_begin[b + 1]);
       }
+      const size_t ids = options_.ids ? 2 : 0;
       WriteRow(pieces, out.fields[0] + i * length * item_bytes_,
-               reinterpret_cast<int32_t*>(out.fields[1]) + i * length,
-               reinterpret_cast<int32_t*>(out.fields[2]) + i * length,
-               reinterpret_cast<int64_t*>(out.fields[3]) + i, requests);
+               ids ? reinterpret_cast<int32_t*>(out.fields[1]) + i * length : nullptr,
+               ids ? reinterpret_cast<int32_t*>(out.fields[2]) + i * length : nullptr,
+               reinterpret_cast<int64_t*>(out.fields[1 + ids]) + i, requests);
     }
     base_->ReadItemsMany(field_, requests, state);
   }
@@ -162,8 +168,10 @@ class PackedSource final : public VarlenRowsSource {
     *real = row.column();
     const int64_t rest = options_.length - row.column();
     FillElements(row.next_items(), rest * elements_per_item_, pad_);
-    std::fill_n(positions + row.column(), rest, 0);
-    std::fill_n(documents + row.column(), rest, -1);
+    if (positions != nullptr) {
+      std::fill_n(positions + row.column(), rest, 0);
+      std::fill_n(documents + row.column(), rest, -1);
+    }
   }
 
   // The epoch's stream for `seed`, made once: the two most recent are kept, since a loader's
