@@ -31,6 +31,13 @@ struct NumpyOptions {
 // shrinks while open is an Error(kIo) naming it ("changed size while being read") on the
 // reading thread (use_mmap = false reads with pread and reports Error(kCorruptData) naming the
 // sample instead).
+//
+// A variable-length field: `tokens.npy` (every sample's items end to end along axis 0) with
+// `tokens.offsets.npy` beside it (1-D, any integer dtype, samples + 1 non-decreasing offsets
+// into axis 0; the first may be above 0) is the field `tokens: dtype[*, ...]` (the rest of
+// tokens.npy's shape per item), served by ReadLengths and ReadItems; the offsets file is not a
+// field of its own. The offsets are read and checked at open (Error(kCorruptData) naming the
+// file and the sample for one past the values or running backwards) and kept in memory.
 std::shared_ptr<Source> OpenNumpy(const std::string& dir, NumpyOptions options = {});
 
 // Writes one `.npy` file (the header and `bytes` of C-order data). Used by the demo and tests.
