@@ -54,10 +54,10 @@ void WriteNpy(const std::string& path, const FieldSpec& field, int64_t samples, 
 // is bounded, |z| < 8.6) exceeds it is refused.
 struct SyntheticLengths {
   enum class Kind { kNone, kUniform, kLogNormal };
-  Kind kind = Kind::kNone;  // Default: none; a schema with a variable-length field needs one
-  double a = 0;             // MIN, or MEDIAN
-  double b = 0;             // MAX, or SIGMA
-  int64_t max = 0;          // the largest length it can draw (set by ParseSyntheticLengths)
+  Kind kind = Kind::kNone;       // Default: none; a schema with a variable-length field needs one
+  double a = 0;                  // MIN, or MEDIAN
+  double b = 0;                  // MAX, or SIGMA
+  int64_t max = 0;               // the largest length it can draw (set by ParseSyntheticLengths)
   std::string ToString() const;  // the spelling it was parsed from, normalized
 };
 inline constexpr int64_t kMaxSyntheticLength = int64_t{1} << 31;

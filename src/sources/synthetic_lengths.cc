@@ -102,8 +102,7 @@ SyntheticLengths ParseSyntheticLengths(std::string_view spec) {
   Refuse(spec, "unknown distribution or wrong number of parameters");
 }
 
-int64_t SyntheticLength(const SyntheticLengths& lengths, uint64_t seed, int field,
-                        int64_t sample) {
+int64_t SyntheticLength(const SyntheticLengths& lengths, uint64_t seed, int field, int64_t sample) {
   switch (lengths.kind) {
     case SyntheticLengths::Kind::kNone:
       break;

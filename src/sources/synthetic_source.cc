@@ -264,9 +264,11 @@ void FillItemRange(DType dtype, uint64_t row_key, int64_t first, int64_t count, 
     case DType::kInt64:
       return as.operator()<int64_t, 32>([](uint64_t c) { return static_cast<int64_t>(c % 1000); });
     case DType::kUInt16:
-      return as.operator()<uint16_t, 32>([](uint64_t c) { return static_cast<uint16_t>(c % 1000); });
+      return as.operator()<uint16_t, 32>(
+          [](uint64_t c) { return static_cast<uint16_t>(c % 1000); });
     case DType::kUInt32:
-      return as.operator()<uint32_t, 32>([](uint64_t c) { return static_cast<uint32_t>(c % 1000); });
+      return as.operator()<uint32_t, 32>(
+          [](uint64_t c) { return static_cast<uint32_t>(c % 1000); });
     case DType::kUInt64:
       return as.operator()<uint64_t, 32>([](uint64_t c) { return c % 1000; });
   }
@@ -291,8 +293,7 @@ class SyntheticSource final : public Source {
                        samples_, seed_, LengthsText());
   }
   std::string Identity() const override {
-    return fmt::format("synthetic:{}:{}:{}{}", schema_.ToString(), samples_, seed_,
-                       LengthsText());
+    return fmt::format("synthetic:{}:{}:{}{}", schema_.ToString(), samples_, seed_, LengthsText());
   }
 
   // Any order costs the same: nothing is read, so no sorting either.
@@ -332,17 +333,17 @@ class SyntheticSource final : public Source {
   const FieldSpec& Variable(int field) const {
     if (field < 0 || static_cast<size_t>(field) >= schema_.fields.size() ||
         !schema_.fields[static_cast<size_t>(field)].variable()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: field number {} is not a variable-length field", Describe(),
-                              field));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: field number {} is not a variable-length field", Describe(), field));
     }
     return schema_.fields[static_cast<size_t>(field)];
   }
   int64_t CheckIndex(int64_t index) const {
     if (index < 0 || index >= samples_) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
-                              samples_));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index, samples_));
     }
     return index;
   }

@@ -120,10 +120,9 @@ TEST(SyntheticVarlenTest, LengthsFollowTheDistributionWithinItsBounds) {
 }
 
 TEST(SyntheticVarlenTest, DistributionsThatCouldPassTheBoundOrMeanNothingAreRefused) {
-  for (const char* spec :
-       {"uniform:5:1", "uniform:-1:3", "uniform:0:4294967296", "uniform:1.5:3", "uniform:1",
-        "lognormal:400:3", "lognormal:0:1", "lognormal:400:-1", "lognormal:4:1:1e12",
-        "gamma:1:2", "", "uniform:a:b"}) {
+  for (const char* spec : {"uniform:5:1", "uniform:-1:3", "uniform:0:4294967296", "uniform:1.5:3",
+                           "uniform:1", "lognormal:400:3", "lognormal:0:1", "lognormal:400:-1",
+                           "lognormal:4:1:1e12", "gamma:1:2", "", "uniform:a:b"}) {
     std::string message;
     EXPECT_EQ(ErrorCodeOf([&] { ParseSyntheticLengths(spec); }, &message),
               ErrorCode::kInvalidArgument)

@@ -357,7 +357,8 @@ class SqliteLoader {
     if (type != SQLITE_BLOB) Fail(c, fmt::format("a {} value in a BLOB column", StorageName(type)));
     const FieldSpec& spec = columns_[c].spec;
     const size_t item = spec.ItemBytes();
-    const auto bytes = static_cast<size_t>(sqlite3_column_bytes(statement_.get(), static_cast<int>(c)));
+    const auto bytes =
+        static_cast<size_t>(sqlite3_column_bytes(statement_.get(), static_cast<int>(c)));
     if (item == 0 || bytes % item != 0) {
       Fail(c, fmt::format("a BLOB of {} bytes is not a whole number of {}-byte items of {}", bytes,
                           item, spec.ToString()));

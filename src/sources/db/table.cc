@@ -85,8 +85,8 @@ std::shared_ptr<Source> NewDatabaseSource(ColumnTable table, std::string what,
     }
   }
   if (!ragged.empty()) {
-    return NewNamedRaggedSource(std::move(ragged), std::move(fields), owned, order,
-                                std::move(what), std::move(identity));
+    return NewNamedRaggedSource(std::move(ragged), std::move(fields), owned, order, std::move(what),
+                                std::move(identity));
   }
   return NewNamedMemorySource(std::move(fields), owned, std::move(what), std::move(identity));
 }

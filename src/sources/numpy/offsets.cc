@@ -37,11 +37,11 @@ bool IsIntegerDType(DType dtype) {
 // -1 (refused as out of range by the caller).
 int64_t OffsetAt(const std::byte* at, DType dtype) {
   switch (dtype) {
-#define GPUFEED_OFFSET_CASE(kind, T)         \
-  case DType::kind: {                        \
-    T v;                                     \
-    std::memcpy(&v, at, sizeof(v));          \
-    return static_cast<int64_t>(v);          \
+#define GPUFEED_OFFSET_CASE(kind, T) \
+  case DType::kind: {                \
+    T v;                             \
+    std::memcpy(&v, at, sizeof(v));  \
+    return static_cast<int64_t>(v);  \
   }
     GPUFEED_OFFSET_CASE(kInt8, int8_t)
     GPUFEED_OFFSET_CASE(kInt16, int16_t)
@@ -72,9 +72,8 @@ std::vector<int64_t> ReadNpyOffsets(const File& file, int64_t items,
   const std::string& path = file.path();
   const NpyHeader header = ReadNpyHeader(file);
   if (!IsIntegerDType(header.dtype)) {
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("{}: offsets of {} must be integers, not {}", path, values_path,
-                            DTypeName(header.dtype)));
+    throw Error(ErrorCode::kUnsupported, fmt::format("{}: offsets of {} must be integers, not {}",
+                                                     path, values_path, DTypeName(header.dtype)));
   }
   if (header.shape.size() != 1 || header.shape[0] < 1) {
     throw Error(ErrorCode::kCorruptData,
@@ -96,15 +95,15 @@ std::vector<int64_t> ReadNpyOffsets(const File& file, int64_t items,
       const int64_t i = first + k;
       const int64_t o = OffsetAt(raw.data() + static_cast<size_t>(k) * width, header.dtype);
       if (o < 0 || o > items) {
-        throw Error(ErrorCode::kCorruptData,
-                    fmt::format("{}: offset {} (sample {}) is {}, outside the {} rows of {}",
-                                path, i, std::max<int64_t>(0, std::min(i, count - 2)), o, items,
-                                values_path));
+        throw Error(
+            ErrorCode::kCorruptData,
+            fmt::format("{}: offset {} (sample {}) is {}, outside the {} rows of {}", path, i,
+                        std::max<int64_t>(0, std::min(i, count - 2)), o, items, values_path));
       }
       if (i > 0 && o < offsets[static_cast<size_t>(i - 1)]) {
         throw Error(ErrorCode::kCorruptData,
-                    fmt::format("{}: offsets run backwards at sample {} ({} after {})", path,
-                                i - 1, o, offsets[static_cast<size_t>(i - 1)]));
+                    fmt::format("{}: offsets run backwards at sample {} ({} after {})", path, i - 1,
+                                o, offsets[static_cast<size_t>(i - 1)]));
       }
       offsets[static_cast<size_t>(i)] = o;
     }

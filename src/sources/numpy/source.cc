@@ -158,7 +158,8 @@ class NumpySource final : public Source {
     const NumpyField& f = Variable(field);
     const auto at = static_cast<size_t>(CheckIndex(index));
     const int64_t start = f.offsets[at];
-    const int64_t count = CheckItemsRequest(*this, field, index, first, out, f.offsets[at + 1] - start);
+    const int64_t count =
+        CheckItemsRequest(*this, field, index, first, out, f.offsets[at + 1] - start);
     if (count == 0) return;
     // Within the file: the offsets were checked against the values' rows at open.
     const uint64_t row = static_cast<uint64_t>(start + first);
@@ -180,17 +181,17 @@ class NumpySource final : public Source {
   const NumpyField& Variable(int field) const {
     if (field < 0 || static_cast<size_t>(field) >= fields_.size() ||
         !fields_[static_cast<size_t>(field)].spec.variable()) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: field number {} is not a variable-length field", Describe(),
-                              field));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: field number {} is not a variable-length field", Describe(), field));
     }
     return fields_[static_cast<size_t>(field)];
   }
   int64_t CheckIndex(int64_t index) const {
     if (index < 0 || index >= samples_) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
-                              samples_));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index, samples_));
     }
     return index;
   }
@@ -375,7 +376,8 @@ NumpyField OpenField(const FileSystem& fs, const std::string& dir, const std::st
     field.samples = static_cast<int64_t>(field.offsets.size()) - 1;
   }
   field.row_bytes = field.spec.variable() ? field.spec.ItemBytes() : field.spec.SampleBytes();
-  const uint64_t end = header.data_offset + field.row_bytes * static_cast<uint64_t>(header.shape[0]);
+  const uint64_t end =
+      header.data_offset + field.row_bytes * static_cast<uint64_t>(header.shape[0]);
   if (use_mmap) {
     const std::byte* map = field.file->Map();
     if (map != nullptr) {
@@ -435,11 +437,11 @@ std::shared_ptr<Source> OpenNumpy(const std::string& dir, NumpyOptions options) 
     const NumpyField& first = fields.front();
     const NumpyField& last = fields.back();
     if (last.samples != first.samples) {
-      throw Error(ErrorCode::kCorruptData,
-                  fmt::format("numpy folder {}: fields have different sample counts: {} holds "
-                              "{} samples, {} holds {}",
-                              dir, SamplesPath(first), first.samples, SamplesPath(last),
-                              last.samples));
+      throw Error(
+          ErrorCode::kCorruptData,
+          fmt::format("numpy folder {}: fields have different sample counts: {} holds "
+                      "{} samples, {} holds {}",
+                      dir, SamplesPath(first), first.samples, SamplesPath(last), last.samples));
     }
   }
   const int64_t samples = fields.front().samples;

@@ -1,5 +1,7 @@
 // The ragged source: variable-length fields held in memory as values plus offsets (and fixed
 // fields beside them), served with no copy at open time.
+#include "sources/varlen/ragged_source.h"
+
 #include <fmt/format.h>
 
 #include <cstring>
@@ -8,7 +10,6 @@
 #include "core/row_gather.h"
 #include "gpufeed/error.h"
 #include "gpufeed/varlen.h"
-#include "sources/varlen/ragged_source.h"
 
 namespace gpufeed {
 namespace {
@@ -64,7 +65,8 @@ class RaggedSource final : public Source {
       id += fmt::format("|{}@{}:{}@{}:{}", r.spec.ToString(), r.values, r.items,
                         static_cast<const void*>(r.offsets), r.samples);
     }
-    for (const auto& f : fixed_) id += fmt::format("|{}@{}:{}", f.spec.ToString(), f.data, f.samples);
+    for (const auto& f : fixed_)
+      id += fmt::format("|{}@{}:{}", f.spec.ToString(), f.data, f.samples);
     return id;
   }
 
@@ -109,17 +111,17 @@ class RaggedSource final : public Source {
   const RaggedField& Ragged(int field) const {
     if (field < 0 || static_cast<size_t>(field) >= slots_.size() ||
         !slots_[static_cast<size_t>(field)].ragged) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: field number {} is not a variable-length field", Describe(),
-                              field));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: field number {} is not a variable-length field", Describe(), field));
     }
     return ragged_[slots_[static_cast<size_t>(field)].index];
   }
   void CheckIndex(int64_t index) const {
     if (index < 0 || index >= samples_) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
-                              samples_));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index, samples_));
     }
   }
 
@@ -178,11 +180,11 @@ void CheckRaggedSource(const std::vector<RaggedField>& ragged,
                   fmt::format("ragged source: field '{}' appears twice", r.spec.name));
     }
     if (r.samples != ragged.front().samples) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("ragged source: fields have different sample counts: '{}' has {}, "
-                              "'{}' has {}",
-                              ragged.front().spec.name, ragged.front().samples, r.spec.name,
-                              r.samples));
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("ragged source: fields have different sample counts: '{}' has {}, "
+                      "'{}' has {}",
+                      ragged.front().spec.name, ragged.front().samples, r.spec.name, r.samples));
     }
   }
   for (const auto& f : fixed) {

@@ -40,15 +40,15 @@ class SqliteBytesTest : public ::testing::Test {
     for (int64_t id = 0; id < rows; ++id) {
       sqlite3_stmt* insert = nullptr;
       const std::string value = id == odd ? odd_value : "?";
-      ASSERT_EQ(sqlite3_prepare_v2(db,
-                                   fmt::format("INSERT INTO t VALUES ({}, {}, {})", id, value,
-                                               id * 10)
-                                       .c_str(),
-                                   -1, &insert, nullptr),
-                SQLITE_OK);
+      ASSERT_EQ(
+          sqlite3_prepare_v2(
+              db, fmt::format("INSERT INTO t VALUES ({}, {}, {})", id, value, id * 10).c_str(), -1,
+              &insert, nullptr),
+          SQLITE_OK);
       const std::string bytes = RowBytes(id);
-      if (id != odd) sqlite3_bind_blob(insert, 1, bytes.data(), static_cast<int>(bytes.size()),
-                                       SQLITE_TRANSIENT);
+      if (id != odd)
+        sqlite3_bind_blob(insert, 1, bytes.data(), static_cast<int>(bytes.size()),
+                          SQLITE_TRANSIENT);
       ASSERT_EQ(sqlite3_step(insert), SQLITE_DONE);
       sqlite3_finalize(insert);
     }
@@ -71,8 +71,7 @@ std::string Items(const Source& source, int field, int64_t index) {
 
 TEST_F(SqliteBytesTest, EachRowsBytesAreOneSampleBesideTheFixedColumns) {
   Make(40);
-  auto source = OpenDatabase(
-      fmt::format("sqlite://{}?table=t&key=id&fields=b:uint8[*]", path_));
+  auto source = OpenDatabase(fmt::format("sqlite://{}?table=t&key=id&fields=b:uint8[*]", path_));
   ASSERT_EQ(source->size(), 40);
   // The columns keep the table's order.
   ASSERT_EQ(source->schema().fields.size(), 2u);

@@ -78,11 +78,11 @@ TEST(NumpyRaggedTest, AnyIntegerDTypeOfOffsetsWorksAndPadsThroughTheAdaptor) {
   std::vector<int32_t> rows(2 * 3 * 2, -1);
   int64_t lengths[2] = {};
   const int64_t indices[2] = {0, 1};
-  padded->Read(indices,
-               {.fields = {reinterpret_cast<std::byte*>(rows.data()),
-                           reinterpret_cast<std::byte*>(lengths)},
-                .rows = 2},
-               nullptr);
+  padded->Read(
+      indices,
+      {.fields = {reinterpret_cast<std::byte*>(rows.data()), reinterpret_cast<std::byte*>(lengths)},
+       .rows = 2},
+      nullptr);
   EXPECT_THAT(lengths, ::testing::ElementsAre(2, 3));
   EXPECT_EQ(rows, (std::vector<int32_t>{0, 1, 2, 3, 0, 0, 4, 5, 6, 7, 8, 9}));
 }
@@ -94,8 +94,7 @@ TEST(NumpyRaggedTest, HostileOffsetsAreCorruptDataNamingTheFileAndSample) {
   };
   for (const Case& c : {Case{{0, 3, 2, 5}, "offsets run backwards at sample 1 (2 after 3)"},
                         Case{{0, 3, 11}, "offset 2 (sample 1) is 11, outside the 10 rows"},
-                        Case{{-1, 3}, "offset 0 (sample 0) is -1"},
-                        Case{{}, "samples + 1"}}) {
+                        Case{{-1, 3}, "offset 0 (sample 0) is -1"}, Case{{}, "samples + 1"}}) {
     ScratchDir dir;
     WriteRagged<int64_t>(dir, 10, c.offsets, DType::kInt64);
     std::string message;
@@ -136,7 +135,11 @@ TEST(NumpyRaggedTest, SampleCountsMustAgreeAndTheOffsetsAreNoFieldOfTheirOwn) {
   const int64_t labels[3] = {1, 2, 3};
   WriteNpy(dir.Path("label.npy"), {"label", DType::kInt64, {}}, 3, labels);
   std::string message;
-  EXPECT_EQ(ErrorCodeOf([&] { OpenNumpy(dir.path(), {.fields = {"tokens", "label"}}); }, &message),
+  EXPECT_EQ(ErrorCodeOf(
+                [&] {
+                  OpenNumpy(dir.path(), {.fields = {"tokens", "label"}});
+                },
+                &message),
             ErrorCode::kCorruptData);
   EXPECT_THAT(message, HasSubstr("tokens.offsets.npy holds 2 samples"));
   EXPECT_EQ(ErrorCodeOf([&] { OpenNumpy(dir.path(), {.fields = {"tokens.offsets"}}); }, &message),
