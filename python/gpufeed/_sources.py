@@ -193,12 +193,19 @@ def hdf5(paths, fields=None, chunk_cache=None):
     return _gpufeed.open_hdf5([os.fsdecode(p) for p in paths], list(fields or []), budget)
 
 
-def synthetic(schema, samples, seed=0):
+def synthetic(schema, samples, seed=0, lengths=None):
     """Deterministic data of a schema, e.g. "mel:float32[1,64,32],label:int64[]".
 
     Every element is a function of (seed, field, sample, element), so runs repeat exactly.
+
+    A variable-length field ("tokens:int32[*],label:int64") needs ``lengths``, the
+    distribution of its samples' item counts, each a function of (seed, field, sample):
+    ``"uniform:MIN:MAX"`` (whole numbers, both ends included) or
+    ``"lognormal:MEDIAN:SIGMA"`` (rounded exp of a normal draw around ln(MEDIAN)), optionally
+    capped: ``"lognormal:MEDIAN:SIGMA:MAX"``. A length is at most 2**31 items; a lognormal
+    that could draw more needs its MAX. No memory is kept per sample.
     """
-    return _gpufeed.synthetic(schema, int(samples), int(seed))
+    return _gpufeed.synthetic(schema, int(samples), int(seed), lengths or "")
 
 
 def _torch_field(name, tensor):

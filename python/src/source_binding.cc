@@ -169,14 +169,21 @@ void BindFileSources(py::module_& m) {
 void BindTestingHelpers(py::module_& m) {
   m.def(
       "synthetic",
-      [](const std::string& spec, int64_t samples, uint64_t seed) {
+      [](const std::string& spec, int64_t samples, uint64_t seed, const std::string& lengths) {
         if (samples < 0) {
           throw Error(ErrorCode::kInvalidArgument,
                       fmt::format("synthetic: samples must be >= 0, got {}", samples));
         }
-        return OpenSynthetic(ParseSchema(spec), samples, seed);
+        return OpenSynthetic(ParseSchema(spec), samples, seed,
+                             lengths.empty() ? SyntheticLengths{} : ParseSyntheticLengths(lengths));
       },
-      py::arg("schema"), py::arg("samples"), py::arg("seed") = 0);
+      py::arg("schema"), py::arg("samples"), py::arg("seed") = 0, py::arg("lengths") = "");
+  m.def(
+      "synthetic_length",
+      [](const std::string& lengths, uint64_t seed, int field, int64_t sample) {
+        return SyntheticLength(ParseSyntheticLengths(lengths), seed, field, sample);
+      },
+      py::arg("lengths"), py::arg("seed"), py::arg("field"), py::arg("sample"));
 
   m.def(
       "memory",

@@ -25,6 +25,7 @@ namespace {
 struct BenchArgs {
   std::string path;
   std::string synthetic;
+  std::string lengths;  // a synthetic variable-length field's length distribution
   int64_t samples = 100000;
   std::vector<std::string> fields;
   bool no_shuffle = false;
@@ -76,7 +77,9 @@ std::shared_ptr<Source> OpenBenchSource(BenchArgs& args) {
   // Ctrl-C stops a long open (an HDF5 file of many chunks) cleanly; only while it runs.
   std::optional<SigintCancels> sigint(std::in_place);
   if (!args.synthetic.empty()) {
-    source = OpenSynthetic(ParseSchema(args.synthetic), args.samples, args.config.open.loader.seed);
+    source = OpenSynthetic(
+        ParseSchema(args.synthetic), args.samples, args.config.open.loader.seed,
+        args.lengths.empty() ? SyntheticLengths{} : ParseSyntheticLengths(args.lengths));
   } else if (ClassifyPath(args.path, *DefaultFileSystem()) == PathKind::kImages) {
     // Images: RandomResizedCrop(224) + flip; --cache asks for a copy of the decoded images,
     // which OpenLoader makes (the crops themselves are never copied).
@@ -194,7 +197,8 @@ void AddDataSetOptions(CLI::App* cmd, BenchArgs* args) {
       "    sqlite:///abs/path.db?table=T   (sqlite:rel/path.db is relative)\n"
       "    postgresql://user@host:5432/db?query=SELECT x, label FROM t   (or postgres://)\n"
       "    parameters: table=T or query=SELECT..., columns=a,b, fields=x:float32[7,5] (a\n"
-      "    BLOB's dtype and shape); PostgreSQL only: key=COLUMN and connections=N (parallel\n"
+      "    BLOB's dtype and shape; x:uint8[*] for its bytes); PostgreSQL only: key=COLUMN and "
+      "connections=N (parallel\n"
       "    COPY by key ranges), cursor=1; any other parameter goes to libpq. A password comes\n"
       "    from PGPASSWORD or ~/.pgpass, as libpq reads them.\n"
       "Grouped data (--group, --group-offsets): an HDF5 file or a NumPy folder that holds the\n"
@@ -202,6 +206,9 @@ void AddDataSetOptions(CLI::App* cmd, BenchArgs* args) {
   cmd->add_option("--synthetic", args->synthetic,
                   "Benchmark generated data of this schema instead, e.g. "
                   "'mel:float32[1,64,32],label:int64'");
+  cmd->add_option("--lengths", args->lengths,
+                  "With --synthetic and a variable-length field ('tokens:int32[*]'): its "
+                  "samples' lengths, 'uniform:MIN:MAX' or 'lognormal:MEDIAN:SIGMA[:MAX]'");
   cmd->add_option("--samples", args->samples, "Samples of synthetic data")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

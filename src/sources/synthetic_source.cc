@@ -13,6 +13,7 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "core/splitmix.h"
@@ -207,24 +208,92 @@ void FillField(DType dtype, std::span<const int64_t> indices, uint64_t key, int6
   GPUFEED_ASSERT(false, "unknown dtype");
 }
 
+// Elements [first, first + count) of the row keyed `row_key`, as FillField stores them.
+template <typename T, int kBits, typename Store>
+void FillRange(uint64_t row_key, int64_t first, int64_t count, std::byte* out, Store store) {
+  constexpr int64_t kPerWord = 64 / kBits;
+  constexpr uint64_t kMask = kBits == 64 ? ~uint64_t{0} : (uint64_t{1} << kBits) - 1;
+  T* dst = reinterpret_cast<T*>(out);
+  int64_t word = first / kPerWord;
+  int64_t j = first % kPerWord;
+  uint64_t h = WordHash(row_key, word);
+  for (int64_t e = 0; e < count; ++e) {
+    if (j == kPerWord) {
+      h = WordHash(row_key, ++word);
+      j = 0;
+    }
+    dst[e] = store((h >> (j * kBits)) & kMask);
+    ++j;
+  }
+}
+
+// Elements [first, first + count) of a variable-length sample, the values SyntheticValue
+// gives: each dtype's chunk as ValueOf reads it, converted as Read converts it.
+void FillItemRange(DType dtype, uint64_t row_key, int64_t first, int64_t count, std::byte* out) {
+  auto as = [&]<typename T, int kBits>(auto store) {
+    FillRange<T, kBits>(row_key, first, count, out, store);
+  };
+  switch (dtype) {
+    case DType::kFloat16: {
+      const auto& table = GridTable<11, FloatToHalf>();
+      return as.operator()<uint16_t, 16>([&table](uint64_t c) { return table[c & 0x7ff]; });
+    }
+    case DType::kBFloat16: {
+      const auto& table = GridTable<8, FloatToBFloat16>();
+      return as.operator()<uint16_t, 16>([&table](uint64_t c) { return table[c & 0xff]; });
+    }
+    case DType::kFloat32:
+      return as.operator()<float, 32>(
+          [](uint64_t c) { return static_cast<float>(Grid<24>(c)) * (1.0f / (1 << 23)); });
+    case DType::kFloat64:
+      return as.operator()<double, 64>([](uint64_t c) {
+        return static_cast<double>(Grid<53>(c >> 11)) * (1.0 / (int64_t{1} << 52));
+      });
+    case DType::kBool:
+      return as.operator()<uint8_t, 8>([](uint64_t c) { return static_cast<uint8_t>(c & 1); });
+    case DType::kInt8:  // c - 128 in two's complement
+      return as.operator()<uint8_t, 8>([](uint64_t c) { return static_cast<uint8_t>(c ^ 0x80); });
+    case DType::kUInt8:
+      return as.operator()<uint8_t, 8>([](uint64_t c) { return static_cast<uint8_t>(c); });
+    case DType::kInt16:
+      return as.operator()<int16_t, 32>(
+          [](uint64_t c) { return static_cast<int16_t>(static_cast<int64_t>(c % 2000) - 1000); });
+    case DType::kInt32:
+      return as.operator()<int32_t, 32>(
+          [](uint64_t c) { return static_cast<int32_t>(static_cast<int64_t>(c % 2000) - 1000); });
+    case DType::kInt64:
+      return as.operator()<int64_t, 32>([](uint64_t c) { return static_cast<int64_t>(c % 1000); });
+    case DType::kUInt16:
+      return as.operator()<uint16_t, 32>(
+          [](uint64_t c) { return static_cast<uint16_t>(c % 1000); });
+    case DType::kUInt32:
+      return as.operator()<uint32_t, 32>(
+          [](uint64_t c) { return static_cast<uint32_t>(c % 1000); });
+    case DType::kUInt64:
+      return as.operator()<uint64_t, 32>([](uint64_t c) { return c % 1000; });
+  }
+  GPUFEED_ASSERT(false, "unknown dtype");
+}
+
 class SyntheticSource final : public Source {
  public:
-  SyntheticSource(Schema schema, int64_t samples, uint64_t seed)
-      : schema_(std::move(schema)), samples_(samples), seed_(seed) {
+  SyntheticSource(Schema schema, int64_t samples, uint64_t seed, SyntheticLengths lengths)
+      : schema_(std::move(schema)), samples_(samples), seed_(seed), lengths_(lengths) {
     for (size_t f = 0; f < schema_.fields.size(); ++f) {
+      const FieldSpec& spec = schema_.fields[f];
       field_keys_.push_back(FieldKey(seed_, static_cast<int>(f)));
-      elements_.push_back(schema_.fields[f].ElementsPerSample());
+      elements_.push_back(spec.variable() ? spec.ElementsPerItem() : spec.ElementsPerSample());
     }
   }
 
   const Schema& schema() const override { return schema_; }
   int64_t size() const override { return samples_; }
   std::string Describe() const override {
-    return fmt::format("synthetic ({} fields, {} samples, seed {})", schema_.fields.size(),
-                       samples_, seed_);
+    return fmt::format("synthetic ({} fields, {} samples, seed {}{})", schema_.fields.size(),
+                       samples_, seed_, LengthsText());
   }
   std::string Identity() const override {
-    return fmt::format("synthetic:{}:{}:{}", schema_.ToString(), samples_, seed_);
+    return fmt::format("synthetic:{}:{}:{}{}", schema_.ToString(), samples_, seed_, LengthsText());
   }
 
   // Any order costs the same: nothing is read, so no sorting either.
@@ -232,21 +301,94 @@ class SyntheticSource final : public Source {
             SourceWorkerState*) const override {
     CheckReadRequest(*this, indices, out);
     for (size_t f = 0; f < schema_.fields.size(); ++f) {
+      if (schema_.fields[f].variable()) continue;  // ReadItems serves it
       FillField(schema_.fields[f].dtype, indices, field_keys_[f], elements_[f], out.fields[f]);
     }
   }
 
+  void ReadLengths(int field, std::span<const int64_t> indices, std::span<int64_t> lengths,
+                   SourceWorkerState*) const override {
+    Variable(field);
+    GPUFEED_ASSERT(lengths.size() == indices.size(), "ReadLengths: one length per index");
+    for (size_t i = 0; i < indices.size(); ++i) {
+      lengths[i] = SyntheticLength(lengths_, seed_, field, CheckIndex(indices[i]));
+    }
+  }
+
+  void ReadItems(int field, int64_t index, int64_t first, std::span<std::byte> out,
+                 SourceWorkerState*) const override {
+    const FieldSpec& spec = Variable(field);
+    const int64_t length = SyntheticLength(lengths_, seed_, field, CheckIndex(index));
+    const int64_t count = CheckItemsRequest(*this, field, index, first, out, length);
+    const auto f = static_cast<size_t>(field);
+    FillItemRange(spec.dtype, RowKey(field_keys_[f], index), first * elements_[f],
+                  count * elements_[f], out.data());
+  }
+
  private:
+  std::string LengthsText() const {
+    return lengths_.kind == SyntheticLengths::Kind::kNone ? std::string()
+                                                          : ", lengths " + lengths_.ToString();
+  }
+  const FieldSpec& Variable(int field) const {
+    if (field < 0 || static_cast<size_t>(field) >= schema_.fields.size() ||
+        !schema_.fields[static_cast<size_t>(field)].variable()) {
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: field number {} is not a variable-length field", Describe(), field));
+    }
+    return schema_.fields[static_cast<size_t>(field)];
+  }
+  int64_t CheckIndex(int64_t index) const {
+    if (index < 0 || index >= samples_) {
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index, samples_));
+    }
+    return index;
+  }
+
   const Schema schema_;
   const int64_t samples_;
   const uint64_t seed_;
+  const SyntheticLengths lengths_;
   std::vector<uint64_t> field_keys_;
-  std::vector<int64_t> elements_;
+  std::vector<int64_t> elements_;  // per sample; per item for a variable-length field
 };
+
+// Refuses the lengths a schema cannot use: none for a variable-length field, some for a schema
+// without one, or a longest sample whose bytes pass 63 bits.
+void CheckLengths(const Schema& schema, const SyntheticLengths& lengths) {
+  const bool none = lengths.kind == SyntheticLengths::Kind::kNone;
+  if (!schema.HasVariable()) {
+    if (none) return;
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("synthetic source: lengths {} given, but no field of {} is "
+                            "variable-length ('*')",
+                            lengths.ToString(), schema.ToString()));
+  }
+  for (const FieldSpec& field : schema.fields) {
+    if (!field.variable()) continue;
+    if (none) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("synthetic source: field {} is variable-length; give its lengths "
+                              "(\"uniform:MIN:MAX\" or \"lognormal:MEDIAN:SIGMA[:MAX]\")",
+                              field.ToString()));
+    }
+    const size_t item = field.ItemBytes();
+    if (item > 0 && static_cast<uint64_t>(lengths.max) >
+                        static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / item) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("synthetic source: {} items of field {} pass 63 bits of bytes",
+                              lengths.max, field.ToString()));
+    }
+  }
+}
 
 }  // namespace
 
-std::shared_ptr<Source> OpenSynthetic(Schema schema, int64_t samples, uint64_t seed) {
+std::shared_ptr<Source> OpenSynthetic(Schema schema, int64_t samples, uint64_t seed,
+                                      SyntheticLengths lengths) {
   if (samples < 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("synthetic source: {} samples; expected 0 or more", samples));
@@ -260,15 +402,16 @@ std::shared_ptr<Source> OpenSynthetic(Schema schema, int64_t samples, uint64_t s
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("synthetic source: field '{}' appears twice", field.name));
     }
-    for (int64_t d : field.shape) {
-      if (d < 0) {
+    for (size_t i = field.variable() ? 1 : 0; i < field.shape.size(); ++i) {
+      if (field.shape[i] < 0) {
         throw Error(
             ErrorCode::kInvalidArgument,
             fmt::format("synthetic source: field {} has a negative dimension", field.ToString()));
       }
     }
   }
-  return std::make_shared<SyntheticSource>(std::move(schema), samples, seed);
+  CheckLengths(schema, lengths);
+  return std::make_shared<SyntheticSource>(std::move(schema), samples, seed, lengths);
 }
 
 double SyntheticValue(uint64_t seed, int field, int64_t sample, int64_t element, DType dtype) {

@@ -270,8 +270,9 @@ class SqliteLoader {
       if (!column.declared) {
         throw Error(ErrorCode::kInvalidArgument,
                     fmt::format("{}: column '{}' holds BLOBs: declare its dtype and shape "
-                                "(fields {}:float32[7,5] for a 7x5 float32 array per row)",
-                                context_, column.spec.name, column.spec.name));
+                                "(fields {}:float32[7,5] for a 7x5 float32 array per row, or "
+                                "{}:uint8[*] for each row's bytes)",
+                                context_, column.spec.name, column.spec.name, column.spec.name));
       }
       column.storage = Storage::kBlob;
     } else if (type == SQLITE_TEXT) {
@@ -306,6 +307,7 @@ class SqliteLoader {
     SqliteColumn& column = columns_[c];
     table.fields[c] = column.spec;
     auto& out = table.data[c];
+    if (column.spec.variable()) return StoreItems(c, type, table);
     const size_t size = column.spec.SampleBytes();
     const size_t base = out.size();
     switch (column.storage) {
@@ -347,6 +349,31 @@ class SqliteLoader {
         break;
       }
     }
+  }
+
+  // A BLOB of a column declared variable-length (`x:uint8[*]`): its bytes, whole items of the
+  // declared dtype and item shape, appended to the column's values, and its end as an offset.
+  void StoreItems(size_t c, int type, ColumnTable& table) {
+    if (type != SQLITE_BLOB) Fail(c, fmt::format("a {} value in a BLOB column", StorageName(type)));
+    const FieldSpec& spec = columns_[c].spec;
+    const size_t item = spec.ItemBytes();
+    const auto bytes =
+        static_cast<size_t>(sqlite3_column_bytes(statement_.get(), static_cast<int>(c)));
+    if (item == 0 || bytes % item != 0) {
+      Fail(c, fmt::format("a BLOB of {} bytes is not a whole number of {}-byte items of {}", bytes,
+                          item, spec.ToString()));
+    }
+    table.offsets.resize(table.fields.size());
+    auto& offsets = table.offsets[c];
+    if (offsets.empty()) offsets.push_back(0);
+    auto& out = table.data[c];
+    const size_t base = out.size();
+    out.resize(base + bytes);
+    if (bytes > 0) {
+      std::memcpy(out.data() + base, sqlite3_column_blob(statement_.get(), static_cast<int>(c)),
+                  bytes);
+    }
+    offsets.push_back(offsets.back() + static_cast<int64_t>(bytes / item));
   }
 
   const std::string path_;

@@ -10,12 +10,20 @@
 #include "gpufeed/error.h"
 #include "sources/memory_source.h"
 #include "sources/stack/plan.h"
+#include "sources/varlen/ragged_source.h"
 
 namespace gpufeed {
 
 void ColumnTable::Append(ColumnTable&& other) {
   GPUFEED_ASSERT(other.fields == fields, "appending a table with other fields");
+  offsets.resize(data.size());
+  other.offsets.resize(data.size());
   for (size_t f = 0; f < data.size(); ++f) {
+    if (!other.offsets[f].empty()) {  // shifted past the items held so far
+      const int64_t shift = offsets[f].empty() ? 0 : offsets[f].back();
+      if (!offsets[f].empty()) offsets[f].pop_back();
+      for (int64_t o : other.offsets[f]) offsets[f].push_back(o + shift);
+    }
     if (data[f].empty()) {
       data[f] = std::move(other.data[f]);
     } else {
@@ -31,7 +39,15 @@ std::shared_ptr<Source> NewDatabaseSource(ColumnTable table, std::string what,
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("{}: the query returned no rows; a data set needs at least one", what));
   }
+  table.offsets.resize(table.fields.size());
   for (size_t f = 0; f < table.fields.size(); ++f) {
+    if (table.fields[f].variable()) {
+      GPUFEED_ASSERT(table.offsets[f].size() == static_cast<size_t>(table.rows) + 1 &&
+                         table.data[f].size() == static_cast<size_t>(table.offsets[f].back()) *
+                                                     table.fields[f].ItemBytes(),
+                     "a variable-length column's offsets differ from its rows and items");
+      continue;
+    }
     GPUFEED_ASSERT(
         table.data[f].size() == static_cast<size_t>(table.rows) * table.fields[f].SampleBytes(),
         "column size differs from rows * sample bytes");
@@ -39,9 +55,13 @@ std::shared_ptr<Source> NewDatabaseSource(ColumnTable table, std::string what,
   // std::hash of a string_view is stable within one build of libstdc++, which is what
   // processes sharing a cache run; the byte count rides along for safety.
   uint64_t hash = 0;
-  for (const auto& column : table.data) {
-    const std::string_view bytes(reinterpret_cast<const char*>(column.data()), column.size());
+  for (size_t f = 0; f < table.data.size(); ++f) {
+    const std::string_view bytes(reinterpret_cast<const char*>(table.data[f].data()),
+                                 table.data[f].size());
+    const std::string_view offsets(reinterpret_cast<const char*>(table.offsets[f].data()),
+                                   table.offsets[f].size() * sizeof(int64_t));
     hash = hash * 0x9E3779B97F4A7C15ULL ^ std::hash<std::string_view>{}(bytes);
+    hash = hash * 0x9E3779B97F4A7C15ULL ^ std::hash<std::string_view>{}(offsets);
   }
   Schema schema{table.fields};
   identity =
@@ -49,9 +69,24 @@ std::shared_ptr<Source> NewDatabaseSource(ColumnTable table, std::string what,
   // The loaded table is a memory source's arrays, owned by the source.
   auto owned = std::make_shared<const ColumnTable>(std::move(table));
   std::vector<MemoryField> fields;
+  std::vector<RaggedField> ragged;
+  std::vector<std::string> order;
   for (size_t f = 0; f < owned->fields.size(); ++f) {
-    fields.push_back(
-        {.spec = owned->fields[f], .data = owned->data[f].data(), .samples = owned->rows});
+    const FieldSpec& spec = owned->fields[f];
+    order.push_back(spec.name);
+    if (spec.variable()) {
+      ragged.push_back({.spec = spec,
+                        .values = owned->data[f].data(),
+                        .items = owned->offsets[f].back(),
+                        .offsets = owned->offsets[f].data(),
+                        .samples = owned->rows});
+    } else {
+      fields.push_back({.spec = spec, .data = owned->data[f].data(), .samples = owned->rows});
+    }
+  }
+  if (!ragged.empty()) {
+    return NewNamedRaggedSource(std::move(ragged), std::move(fields), owned, order, std::move(what),
+                                std::move(identity));
   }
   return NewNamedMemorySource(std::move(fields), owned, std::move(what), std::move(identity));
 }

@@ -20,8 +20,11 @@ namespace gpufeed {
 
 struct ColumnTable {
   std::vector<FieldSpec> fields;
-  // data[f] holds rows * fields[f].SampleBytes() bytes, C order.
+  // data[f] holds rows * fields[f].SampleBytes() bytes, C order; for a variable-length field
+  // (a BLOB declared `x:uint8[*]`) every row's items end to end, and offsets[f] the rows + 1
+  // offsets into them, in items (empty for a fixed field).
   std::vector<std::vector<std::byte>> data;
+  std::vector<std::vector<int64_t>> offsets;
   int64_t rows = 0;
 
   // Appends the rows of `other`, whose fields must equal these (REQUIRES).
@@ -30,7 +33,8 @@ struct ColumnTable {
 
 // `what` describes the origin for Describe() ("postgresql host=db dbname=train: SELECT ...",
 // no password), `identity` is what the data came from for a cache key; a hash of the loaded
-// bytes is added to it, so a table that changed gets another key. Throws
+// bytes is added to it, so a table that changed gets another key. A table with a
+// variable-length field is served as values plus offsets (NewNamedRaggedSource). Throws
 // Error(kInvalidArgument) for a table without rows, naming `what`.
 std::shared_ptr<Source> NewDatabaseSource(ColumnTable table, std::string what,
                                           std::string identity);

@@ -1,18 +1,13 @@
-// The NumPy source: a folder with one memory-mapped `.npy` file per field, and WriteNpy.
-#include <fcntl.h>
+// The NumPy source: a folder with one memory-mapped `.npy` file per field (a variable-length
+// field with its offsets beside it: sources/numpy/offsets.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <cstring>
 #include <numeric>
 #include <set>
-#include <system_error>
 
-#include "core/io/fd_io.h"
 #include "core/io/mapped_read_guard.h"
 #include "core/io/missing_path.h"
 #include "core/io/warmed_mapping.h"
@@ -21,6 +16,7 @@
 #include "gpufeed/error.h"
 #include "gpufeed/sources.h"
 #include "sources/numpy/npy_header.h"
+#include "sources/numpy/offsets.h"
 
 namespace gpufeed {
 namespace {
@@ -50,11 +46,15 @@ struct RunPlan {
   size_t scratch_bytes = 0;
 };
 
+// A fixed field, or a variable-length one (spec.variable(): `file` holds the items, rows of
+// row_bytes, and `offsets` where each sample's start).
 struct NumpyField {
   FieldSpec spec;
   std::unique_ptr<File> file;
   uint64_t data_offset = 0;
   size_t row_bytes = 0;
+  std::unique_ptr<File> offsets_file;  // variable-length only
+  std::vector<int64_t> offsets;        // samples + 1, checked at open
   // The first data byte in the file's mapping, or null: read through ReadAt.
   const std::byte* data = nullptr;
   // With a mapping: how far it is warm. Rows below come from the mapping, the rest by pread.
@@ -93,6 +93,13 @@ class NumpySource final : public Source {
       if (const std::string stamp = f.file->VersionStamp(); !stamp.empty()) {
         id += fmt::format("|stamp:{}/{}.npy={}", identity_dir_, f.spec.name, stamp);
       }
+      if (f.offsets_file != nullptr) {
+        id += fmt::format("|offsets:{}:{}", f.offsets_file->Size(),
+                          f.offsets_file->ModificationTimeNs());
+        if (const std::string stamp = f.offsets_file->VersionStamp(); !stamp.empty()) {
+          id += fmt::format(":{}", stamp);
+        }
+      }
     }
     return id;
   }
@@ -110,6 +117,7 @@ class NumpySource final : public Source {
     SortByIndex(indices, ws->order);
     for (size_t f = 0; f < fields_.size(); ++f) {
       const NumpyField& field = fields_[f];
+      if (field.spec.variable()) continue;  // ReadItems serves it
       std::span<const size_t> order(ws->order);
       if (field.data != nullptr) {
         // Which way wins, measured (bench/stream_gather.cc, README): from a warm mapping a
@@ -135,7 +143,59 @@ class NumpySource final : public Source {
     }
   }
 
+  void ReadLengths(int field, std::span<const int64_t> indices, std::span<int64_t> lengths,
+                   SourceWorkerState* /*state*/) const override {
+    const NumpyField& f = Variable(field);
+    GPUFEED_ASSERT(lengths.size() == indices.size(), "ReadLengths: one length per index");
+    for (size_t i = 0; i < indices.size(); ++i) {
+      const auto at = static_cast<size_t>(CheckIndex(indices[i]));
+      lengths[i] = f.offsets[at + 1] - f.offsets[at];
+    }
+  }
+
+  void ReadItems(int field, int64_t index, int64_t first, std::span<std::byte> out,
+                 SourceWorkerState* /*state*/) const override {
+    const NumpyField& f = Variable(field);
+    const auto at = static_cast<size_t>(CheckIndex(index));
+    const int64_t start = f.offsets[at];
+    const int64_t count =
+        CheckItemsRequest(*this, field, index, first, out, f.offsets[at + 1] - start);
+    if (count == 0) return;
+    // Within the file: the offsets were checked against the values' rows at open.
+    const uint64_t row = static_cast<uint64_t>(start + first);
+    if (f.data != nullptr) {
+      GuardMappedRead(f.file->path(),
+                      [&] { std::memcpy(out.data(), f.data + row * f.row_bytes, out.size()); });
+      return;
+    }
+    try {
+      ReadFully(*f.file, f.data_offset + row * f.row_bytes, out.data(), out.size(),
+                fmt::format("sample {}", index));
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("numpy field '{}' ({}): cannot read sample {}: {}",
+                                        f.spec.name, f.file->path(), index, e.what()));
+    }
+  }
+
  private:
+  const NumpyField& Variable(int field) const {
+    if (field < 0 || static_cast<size_t>(field) >= fields_.size() ||
+        !fields_[static_cast<size_t>(field)].spec.variable()) {
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: field number {} is not a variable-length field", Describe(), field));
+    }
+    return fields_[static_cast<size_t>(field)];
+  }
+  int64_t CheckIndex(int64_t index) const {
+    if (index < 0 || index >= samples_) {
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index, samples_));
+    }
+    return index;
+  }
+
   // Batch positions in ascending sample order, so reads walk each file forwards.
   static void SortByIndex(std::span<const int64_t> indices, std::vector<size_t>& order) {
     order.resize(indices.size());
@@ -270,7 +330,19 @@ std::vector<std::string> ListNpyFields(const FileSystem& fs, const std::string& 
     }
   }
   std::sort(names.begin(), names.end());
+  // "tokens.offsets" beside "tokens" is part of that field, not a field of its own.
+  std::erase_if(names, [&](const std::string& n) {
+    return n.ends_with(kOffsetsSuffix) &&
+           std::binary_search(names.begin(), names.end(),
+                              n.substr(0, n.size() - kOffsetsSuffix.size()));
+  });
   return names;
+}
+
+// The offsets file of field `name`, which makes it variable-length, or "" when there is none.
+std::string OffsetsPath(const FileSystem& fs, const std::string& dir, const std::string& name) {
+  std::string path = JoinPath(dir, name + std::string(kOffsetsSuffix) + ".npy");
+  return fs.Type(path) == PathType::kFile ? path : std::string();
 }
 
 NumpyField OpenField(const FileSystem& fs, const std::string& dir, const std::string& name,
@@ -294,20 +366,32 @@ NumpyField OpenField(const FileSystem& fs, const std::string& dir, const std::st
   field.spec.dtype = header.dtype;
   field.spec.shape.assign(header.shape.begin() + 1, header.shape.end());
   field.data_offset = header.data_offset;
-  field.row_bytes = field.spec.SampleBytes();
   field.samples = header.shape[0];
+  const std::string offsets_path = OffsetsPath(fs, dir, name);
+  if (!offsets_path.empty()) {
+    // Axis 0 holds items, the offsets say whose.
+    field.spec.shape.insert(field.spec.shape.begin(), kVariableDim);
+    field.offsets_file = fs.Open(offsets_path);
+    field.offsets = ReadNpyOffsets(*field.offsets_file, header.shape[0], path);
+    field.samples = static_cast<int64_t>(field.offsets.size()) - 1;
+  }
+  field.row_bytes = field.spec.variable() ? field.spec.ItemBytes() : field.spec.SampleBytes();
+  const uint64_t end =
+      header.data_offset + field.row_bytes * static_cast<uint64_t>(header.shape[0]);
   if (use_mmap) {
     const std::byte* map = field.file->Map();
     if (map != nullptr) {
-      field.file->PreferHugePages(header.data_offset,
-                                  field.row_bytes * static_cast<uint64_t>(field.samples));
+      field.file->PreferHugePages(header.data_offset, end - header.data_offset);
       field.data = map + header.data_offset;
-      field.warm = std::make_shared<WarmedMapping>(
-          map, header.data_offset,
-          header.data_offset + field.row_bytes * static_cast<uint64_t>(field.samples), path);
+      field.warm = std::make_shared<WarmedMapping>(map, header.data_offset, end, path);
     }
   }
   return field;
+}
+
+// The file that says how many samples `f` has: its offsets for a variable-length field.
+const std::string& SamplesPath(const NumpyField& f) {
+  return (f.offsets_file != nullptr ? f.offsets_file : f.file)->path();
 }
 
 }  // namespace
@@ -336,6 +420,17 @@ std::shared_ptr<Source> OpenNumpy(const std::string& dir, NumpyOptions options) 
                             fmt::join(names, ", ")));
   }
 
+  for (const auto& name : names) {
+    if (!name.ends_with(kOffsetsSuffix)) continue;
+    const std::string owner = name.substr(0, name.size() - kOffsetsSuffix.size());
+    if (fs->Type(JoinPath(dir, owner + ".npy")) == PathType::kFile) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("numpy folder {}: {}.npy holds the offsets of the variable-length "
+                              "field '{}', not a field of its own",
+                              dir, name, owner));
+    }
+  }
+
   std::vector<NumpyField> fields;
   for (const auto& name : names) {
     fields.push_back(OpenField(*fs, dir, name, options.use_mmap));
@@ -346,59 +441,11 @@ std::shared_ptr<Source> OpenNumpy(const std::string& dir, NumpyOptions options) 
           ErrorCode::kCorruptData,
           fmt::format("numpy folder {}: fields have different sample counts: {} holds "
                       "{} samples, {} holds {}",
-                      dir, first.file->path(), first.samples, last.file->path(), last.samples));
+                      dir, SamplesPath(first), first.samples, SamplesPath(last), last.samples));
     }
   }
   const int64_t samples = fields.front().samples;
   return std::make_shared<NumpySource>(dir, std::move(fields), samples);
-}
-
-void WriteNpy(const std::string& path, const FieldSpec& field, int64_t samples, const void* data) {
-  if (samples < 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{}: cannot write {} samples", path, samples));
-  }
-  std::vector<int64_t> shape{samples};
-  for (int64_t d : field.shape) {
-    if (d < 0) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: field {} has a negative dimension", path, field.ToString()));
-    }
-    shape.push_back(d);
-  }
-  const std::string header = FormatNpyHeader(field.dtype, shape);
-  const size_t bytes = static_cast<size_t>(samples) * field.SampleBytes();
-  if (bytes > 0 && data == nullptr) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{}: no data for {} samples of {}", path, samples, field.ToString()));
-  }
-  // A unique temporary name in the same folder, renamed over `path` when complete, so a
-  // reader never sees a half-written file.
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, getpid(), counter.fetch_add(1));
-  int fd;
-  do {
-    fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) {
-    throw Error(ErrorCode::kIo, fmt::format("{}: cannot create {}: {}", path, tmp,
-                                            std::generic_category().message(errno)));
-  }
-  bool ok = WriteAll(fd, header.data(), header.size()) && WriteAll(fd, data, bytes);
-  int err = ok ? 0 : errno;
-  if (close(fd) != 0 && ok) {
-    ok = false;
-    err = errno;
-  }
-  if (ok && rename(tmp.c_str(), path.c_str()) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    unlink(tmp.c_str());
-    throw Error(ErrorCode::kIo,
-                fmt::format("{}: cannot write: {}", path, std::generic_category().message(err)));
-  }
 }
 
 }  // namespace gpufeed

@@ -1,5 +1,7 @@
 // The ragged source: variable-length fields held in memory as values plus offsets (and fixed
 // fields beside them), served with no copy at open time.
+#include "sources/varlen/ragged_source.h"
+
 #include <fmt/format.h>
 
 #include <cstring>
@@ -12,32 +14,52 @@
 namespace gpufeed {
 namespace {
 
+// Where schema field f lives: ragged_[index] or fixed_[index].
+struct RaggedSlot {
+  bool ragged = true;
+  size_t index = 0;
+};
+
 class RaggedSource final : public Source {
  public:
+  // `order`: the fields' names in schema order (empty: the ragged fields, then the fixed).
+  // `what` and `identity` empty: arrays a caller lent, known by their addresses.
   RaggedSource(std::vector<RaggedField> ragged, std::vector<MemoryField> fixed,
-               std::shared_ptr<const void> owner)
-      : ragged_(std::move(ragged)), fixed_(std::move(fixed)), owner_(std::move(owner)) {
-    for (const auto& r : ragged_) {
-      schema_.fields.push_back(r.spec);
-      item_bytes_.push_back(r.spec.ItemBytes());
+               std::shared_ptr<const void> owner, const std::vector<std::string>& order,
+               std::string what, std::string identity)
+      : ragged_(std::move(ragged)),
+        fixed_(std::move(fixed)),
+        owner_(std::move(owner)),
+        what_(what.empty() ? "ragged memory" : std::move(what)),
+        identity_(std::move(identity)) {
+    for (size_t r = 0; r < ragged_.size(); ++r) slots_.push_back({true, r});
+    for (size_t f = 0; f < fixed_.size(); ++f) slots_.push_back({false, f});
+    if (!order.empty()) {
+      std::vector<RaggedSlot> ordered;
+      for (const std::string& name : order) {
+        for (const RaggedSlot& slot : slots_) {
+          if (Spec(slot).name == name) ordered.push_back(slot);
+        }
+      }
+      GPUFEED_ASSERT(ordered.size() == slots_.size(), "the order names every field once");
+      slots_ = std::move(ordered);
     }
-    for (const auto& f : fixed_) {
-      schema_.fields.push_back(f.spec);
-      row_bytes_.push_back(f.spec.SampleBytes());
-    }
+    for (const RaggedSlot& slot : slots_) schema_.fields.push_back(Spec(slot));
     samples_ = ragged_.front().samples;
   }
 
   const Schema& schema() const override { return schema_; }
   int64_t size() const override { return samples_; }
   std::string Describe() const override {
-    return fmt::format("ragged memory ({} fields, {} samples)", schema_.fields.size(), samples_);
+    return fmt::format("{} ({} fields, {} samples)", what_, schema_.fields.size(), samples_);
   }
-  // The arrays' addresses identify them for as long as `owner` keeps them alive.
-  bool shareable_across_processes() const override { return false; }
+  // Without an identity of its own, the arrays' addresses identify them for as long as
+  // `owner` keeps them alive.
+  bool shareable_across_processes() const override { return !identity_.empty(); }
   // Already in memory: a copy reads no faster.
   bool copy_speeds_reads() const override { return false; }
   std::string Identity() const override {
+    if (!identity_.empty()) return identity_;
     std::string id = "ragged";
     for (const auto& r : ragged_) {
       id += fmt::format("|{}@{}:{}@{}:{}", r.spec.ToString(), r.values, r.items,
@@ -51,10 +73,11 @@ class RaggedSource final : public Source {
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState*) const override {
     CheckReadRequest(*this, indices, out);
-    const size_t first_fixed = ragged_.size();
-    for (size_t f = 0; f < fixed_.size(); ++f) {
-      GatherRows(static_cast<const std::byte*>(fixed_[f].data), row_bytes_[f], indices,
-                 out.fields[first_fixed + f]);
+    for (size_t f = 0; f < slots_.size(); ++f) {
+      if (slots_[f].ragged) continue;  // ReadItems serves it
+      const MemoryField& fixed = fixed_[slots_[f].index];
+      GatherRows(static_cast<const std::byte*>(fixed.data), fixed.spec.SampleBytes(), indices,
+                 out.fields[f]);
     }
   }
 
@@ -75,20 +98,24 @@ class RaggedSource final : public Source {
     const int64_t start = r.offsets[index];
     CheckItemsRequest(*this, field, index, first, out, r.offsets[index + 1] - start);
     if (out.empty()) return;
-    const size_t item = item_bytes_[static_cast<size_t>(field)];
+    const size_t item = r.spec.ItemBytes();
     std::memcpy(out.data(),
                 static_cast<const std::byte*>(r.values) + static_cast<size_t>(start + first) * item,
                 out.size());
   }
 
  private:
+  const FieldSpec& Spec(const RaggedSlot& slot) const {
+    return slot.ragged ? ragged_[slot.index].spec : fixed_[slot.index].spec;
+  }
   const RaggedField& Ragged(int field) const {
-    if (field < 0 || static_cast<size_t>(field) >= ragged_.size()) {
+    if (field < 0 || static_cast<size_t>(field) >= slots_.size() ||
+        !slots_[static_cast<size_t>(field)].ragged) {
       throw Error(
           ErrorCode::kInvalidArgument,
           fmt::format("{}: field number {} is not a variable-length field", Describe(), field));
     }
-    return ragged_[static_cast<size_t>(field)];
+    return ragged_[slots_[static_cast<size_t>(field)].index];
   }
   void CheckIndex(int64_t index) const {
     if (index < 0 || index >= samples_) {
@@ -101,9 +128,10 @@ class RaggedSource final : public Source {
   const std::vector<RaggedField> ragged_;
   const std::vector<MemoryField> fixed_;
   const std::shared_ptr<const void> owner_;
+  const std::string what_;
+  const std::string identity_;  // empty: the arrays' addresses
+  std::vector<RaggedSlot> slots_;
   Schema schema_;
-  std::vector<size_t> item_bytes_;
-  std::vector<size_t> row_bytes_;
   int64_t samples_ = 0;
 };
 
@@ -138,10 +166,9 @@ void CheckRagged(const RaggedField& r) {
   }
 }
 
-}  // namespace
-
-std::shared_ptr<Source> OpenRagged(std::vector<RaggedField> ragged, std::vector<MemoryField> fixed,
-                                   std::shared_ptr<const void> owner) {
+// OpenRagged's checks; throws as it documents.
+void CheckRaggedSource(const std::vector<RaggedField>& ragged,
+                       const std::vector<MemoryField>& fixed) {
   if (ragged.empty()) {
     throw Error(ErrorCode::kInvalidArgument, "ragged source: no variable-length field given");
   }
@@ -169,7 +196,26 @@ std::shared_ptr<Source> OpenRagged(std::vector<RaggedField> ragged, std::vector<
                               f.spec.ToString(), f.samples, ragged.front().samples));
     }
   }
-  return std::make_shared<RaggedSource>(std::move(ragged), std::move(fixed), std::move(owner));
+}
+
+}  // namespace
+
+std::shared_ptr<Source> OpenRagged(std::vector<RaggedField> ragged, std::vector<MemoryField> fixed,
+                                   std::shared_ptr<const void> owner) {
+  CheckRaggedSource(ragged, fixed);
+  return std::make_shared<RaggedSource>(std::move(ragged), std::move(fixed), std::move(owner),
+                                        std::vector<std::string>{}, "", "");
+}
+
+std::shared_ptr<Source> NewNamedRaggedSource(std::vector<RaggedField> ragged,
+                                             std::vector<MemoryField> fixed,
+                                             std::shared_ptr<const void> owner,
+                                             const std::vector<std::string>& order,
+                                             std::string what, std::string identity) {
+  GPUFEED_ASSERT(!identity.empty(), "a named ragged source needs an identity");
+  CheckRaggedSource(ragged, fixed);
+  return std::make_shared<RaggedSource>(std::move(ragged), std::move(fixed), std::move(owner),
+                                        order, std::move(what), std::move(identity));
 }
 
 }  // namespace gpufeed
