@@ -193,6 +193,10 @@ BENCHMARKS = [
             ("DataLoader, M tokens/s", regex(r"^DataLoader .*: ([0-9.]+) M tokens/s")),
             ("[8, 4096] in order: gpufeed / DataLoader",
              regex(r"^gpufeed / DataLoader, in order: ([0-9.]+)x")),
+            ("[8, 4096] in order: gpufeed, M tokens/s",
+             regex(r"^gpufeed packed \[8, 4096\] in order: ([0-9.]+) M tokens/s")),
+            ("[8, 4096] shuffled: gpufeed, M tokens/s",
+             regex(r"^gpufeed packed \[8, 4096\] shuffled: ([0-9.]+) M tokens/s")),
             ("[8, 4096] shuffled: gpufeed / DataLoader",
              regex(r"^gpufeed / DataLoader, shuffled: ([0-9.]+)x")),
             ("[8, 4096] shuffled: time per batch, us",
@@ -201,8 +205,6 @@ BENCHMARKS = [
              regex(r"^gpufeed packed \[64, 4096\], tokens only.*tokens ratio ([0-9.]+)")),
             ("[64, 4096] with ids: tokens / memcpy of the tokens",
              regex(r"^gpufeed packed \[64, 4096\], with position.*tokens ratio ([0-9.]+)")),
-            ("[64, 4096] with ids: the batch's bytes / memcpy",
-             regex(r"^gpufeed packed \[64, 4096\], with position.*memcpy ([0-9.]+)$")),
             ("fill of padded rows", regex(r"^fill: padded rows ([0-9.]+)")),
             ("fill of whole documents packed", regex(r"split=False\) ([0-9.]+)")),
         ],
@@ -452,11 +454,12 @@ SECTIONS = {
 INTRO = """# Benchmarks
 
 Written by `bench/run_all.py` (`/usr/bin/python3 bench/run_all.py`; `scripts/gpu-check` runs
-its GPU part). Each run replaces the section it measured: the page holds the figures as they
-stand now. Each figure is the median of the runs, with the lowest and highest in brackets;
-ratios compare gpufeed with a peer or a ceiling measured in the same run, so they hold better
-than absolute rates on a shared machine. One-time costs (first batch, uploads, cache builds)
-are on lines of their own, never folded into a rate.
+its GPU part). Each run replaces the section it measured (with --only, the rows of the
+benchmarks it ran, and a line saying when): the page holds the figures as they stand now.
+Each figure is the median of the runs, with the lowest and highest in brackets; ratios
+compare gpufeed with a peer or a ceiling measured in the same run, so they hold better than
+absolute rates on a shared machine. One-time costs (first batch, uploads, cache builds) are
+on lines of their own, never folded into a rate.
 """
 
 
@@ -493,27 +496,67 @@ def render_section(name, results, args, load_before, load_after, started):
         "| --- | --- | --- | --- |",
     ]
     for bench, values, error in results:
-        command = bench["command"].format(gpufeed="build/src/cli/gpufeed", build="build",
-                                          py=PY)
-        if error:
-            lines.append(f"| {bench['what']} | not run | {error} | `{command}` |")
-            continue
-        for label, figures in values.items():
-            if not figures:
-                cell = "not printed"
-            else:
-                cell = (f"{fmt(statistics.median(figures))} "
-                        f"[{fmt(min(figures))} – {fmt(max(figures))}]")
-            lines.append(f"| {bench['what']} | {label} | {cell} | `{command}` |")
+        lines += rows_of(bench, values, error)
     lines.append("")
     return "\n".join(lines)
+
+
+def rows_of(bench, values, error):
+    """The table rows of one benchmark's results."""
+    command = bench["command"].format(gpufeed="build/src/cli/gpufeed", build="build", py=PY)
+    if error:
+        return [f"| {bench['what']} | not run | {error} | `{command}` |"]
+    rows = []
+    for label, figures in values.items():
+        if not figures:
+            cell = "not printed"
+        else:
+            cell = (f"{fmt(statistics.median(figures))} "
+                    f"[{fmt(min(figures))} – {fmt(max(figures))}]")
+        rows.append(f"| {bench['what']} | {label} | {cell} | `{command}` |")
+    return rows
+
+
+def merged_section(name, kept, results, args, load_before, load_after, started):
+    """The section `name` as written before (`kept`), with the rows of the benchmarks run now
+    replaced (or added, in the script's order) and a line saying when they ran."""
+    lines = kept.rstrip("\n").split("\n")
+    head = [line for line in lines if not line.startswith("| ") or line.startswith("| ---")
+            or line.startswith("| benchmark |")]
+    table_at = next((i for i, line in enumerate(head) if line.startswith("| benchmark |")),
+                    len(head))
+    old_rows = [line for line in lines if line.startswith("| ") and not line.startswith("| ---")
+                and not line.startswith("| benchmark |")]
+    measured = {r[0]["id"]: r for r in results}
+    rows = []
+    for bench in BENCHMARKS:
+        if section_of(bench) != name:
+            continue
+        if bench["id"] in measured:
+            rows += rows_of(*measured[bench["id"]])
+        else:
+            rows += [line for line in old_rows if line.startswith(f"| {bench['what']} |")]
+    note = (f"- Measured again on {started:%Y-%m-%d %H:%M} UTC (load average before and after "
+            f"{load_before:.2f}, {load_after:.2f}; {args.runs} runs): "
+            f"{', '.join(sorted(measured))}")
+    # An earlier "measured again" line stays while a benchmark it names was not run now.
+    header = [line for line in head[:table_at] if line.strip() and not (
+        line.startswith("- Measured again") and
+        set(line.rsplit("): ", 1)[-1].split(", ")) <= set(measured))]
+    header += [note, ""]
+    return "\n".join(header + head[table_at:table_at + 2] + rows + [""])
 
 
 def render(results, args, load_before, load_after, started):
     sections = kept_sections(args.out)
     for name in SECTIONS:
         mine = [r for r in results if section_of(r[0]) == name]
-        if mine:
+        if not mine:
+            continue
+        if args.only and name in sections:
+            sections[name] = merged_section(name, sections[name], mine, args, load_before,
+                                            load_after, started)
+        else:
             sections[name] = render_section(name, mine, args, load_before, load_after, started)
     parts = [INTRO]
     for name, title in SECTIONS.items():

@@ -246,6 +246,10 @@ class Source {
 // Error(kInvalidArgument) naming the source and the index: user input).
 void CheckReadRequest(const Source& source, std::span<const int64_t> indices, const BatchView& out);
 
+// `index` when it is a sample of `source` ([0, source.size())); else Error(kInvalidArgument)
+// naming the source and the index (user input).
+int64_t CheckSampleIndex(const Source& source, int64_t index);
+
 // The checks a ReadItems makes first: the field is variable, `out` holds whole items, and
 // [first, first + count) lies within `length`, the sample's item count. Returns count.
 // Error(kInvalidArgument) naming the source, field and sample otherwise.

@@ -76,6 +76,13 @@ const FieldSpec& FloatingField(const Schema& schema, const std::string& field,
   return spec;
 }
 
+// `input` with field `field` of dtype `to`.
+Schema WithDType(const Schema& input, const std::string& field, DType to) {
+  Schema out = input;
+  out.fields[static_cast<size_t>(out.IndexOf(field))].dtype = to;
+  return out;
+}
+
 class CastTransform : public Transform {
  public:
   CastTransform(std::string field, DType to) : field_(std::move(field)), to_(to) {
@@ -90,9 +97,7 @@ class CastTransform : public Transform {
   bool deterministic() const override { return true; }
   Schema OutputSchema(const Schema& input) const override {
     FloatingField(input, field_, "cast");
-    Schema out = input;
-    out.fields[static_cast<size_t>(out.IndexOf(field_))].dtype = to_;
-    return out;
+    return WithDType(input, field_, to_);
   }
   void Apply(const Schema& input, const BatchView& batch, uint64_t) const override {
     const int index = input.IndexOf(field_);
@@ -180,9 +185,7 @@ class WidenTransform : public Transform {
                               "bfloat16, float32 or float64",
                               field_, DTypeName(spec.dtype), DTypeName(to_)));
     }
-    Schema out = input;
-    out.fields[static_cast<size_t>(out.IndexOf(field_))].dtype = to_;
-    return out;
+    return WithDType(input, field_, to_);
   }
   void Apply(const Schema& input, const BatchView& batch, uint64_t) const override {
     const int index = input.IndexOf(field_);

@@ -12,14 +12,17 @@ void CheckReadRequest(const Source& source, std::span<const int64_t> indices,
                  "BatchView rows differ from the number of indices");
   GPUFEED_ASSERT(out.fields.size() == source.schema().fields.size(),
                  "BatchView has the wrong field count");
+  for (int64_t index : indices) CheckSampleIndex(source, index);
+}
+
+int64_t CheckSampleIndex(const Source& source, int64_t index) {
   const int64_t samples = source.size();
-  for (int64_t index : indices) {
-    if (index < 0 || index >= samples) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: sample index {} is out of range [0, {})", source.Describe(),
-                              index, samples));
-    }
+  if (index < 0 || index >= samples) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{}: sample index {} is out of range [0, {})", source.Describe(),
+                            index, samples));
   }
+  return index;
 }
 
 void ThrowNoVariableField(const Source& source, int field) {

@@ -311,14 +311,14 @@ class SyntheticSource final : public Source {
     Variable(field);
     GPUFEED_ASSERT(lengths.size() == indices.size(), "ReadLengths: one length per index");
     for (size_t i = 0; i < indices.size(); ++i) {
-      lengths[i] = SyntheticLength(lengths_, seed_, field, CheckIndex(indices[i]));
+      lengths[i] = SyntheticLength(lengths_, seed_, field, CheckSampleIndex(*this, indices[i]));
     }
   }
 
   void ReadItems(int field, int64_t index, int64_t first, std::span<std::byte> out,
                  SourceWorkerState*) const override {
     const FieldSpec& spec = Variable(field);
-    const int64_t length = SyntheticLength(lengths_, seed_, field, CheckIndex(index));
+    const int64_t length = SyntheticLength(lengths_, seed_, field, CheckSampleIndex(*this, index));
     const int64_t count = CheckItemsRequest(*this, field, index, first, out, length);
     const auto f = static_cast<size_t>(field);
     FillItemRange(spec.dtype, RowKey(field_keys_[f], index), first * elements_[f],
@@ -338,14 +338,6 @@ class SyntheticSource final : public Source {
           fmt::format("{}: field number {} is not a variable-length field", Describe(), field));
     }
     return schema_.fields[static_cast<size_t>(field)];
-  }
-  int64_t CheckIndex(int64_t index) const {
-    if (index < 0 || index >= samples_) {
-      throw Error(
-          ErrorCode::kInvalidArgument,
-          fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index, samples_));
-    }
-    return index;
   }
 
   const Schema schema_;

@@ -83,7 +83,7 @@ class IndexedSource final : public Source {
                    SourceWorkerState* /*state*/) const override {
     CheckField(field);
     GPUFEED_ASSERT(lengths.size() == indices.size(), "ReadLengths: one length per index");
-    for (int64_t index : indices) CheckIndex(index);
+    for (int64_t index : indices) CheckSampleIndex(*this, index);
     const uint8_t* at = idx_.bytes + header_.lengths_at;
     GuardIdx([&] {
       for (size_t i = 0; i < indices.size(); ++i) {
@@ -94,7 +94,7 @@ class IndexedSource final : public Source {
 
   void ReadItems(int field, int64_t index, int64_t first, std::span<std::byte> out,
                  SourceWorkerState* /*state*/) const override {
-    CheckIndex(index);
+    CheckSampleIndex(*this, index);
     int64_t length = 0;
     int64_t pointer = 0;
     const uint64_t i = static_cast<uint64_t>(index);
@@ -130,7 +130,7 @@ class IndexedSource final : public Source {
       return;
     }
     CheckField(field);
-    for (const ItemsRequest& r : requests) CheckIndex(r.index);
+    for (const ItemsRequest& r : requests) CheckSampleIndex(*this, r.index);
     std::vector<uint64_t> offsets(requests.size());
     std::vector<int64_t> lengths(requests.size());
     GuardIdx([&] {
@@ -174,13 +174,6 @@ class IndexedSource final : public Source {
     }
   }
 
-  void CheckIndex(int64_t index) const {
-    if (index < 0 || index >= header_.sequences) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
-                              header_.sequences));
-    }
-  }
 
   const std::string prefix_;
   const IndexedFile idx_;

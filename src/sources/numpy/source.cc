@@ -148,7 +148,7 @@ class NumpySource final : public Source {
     const NumpyField& f = Variable(field);
     GPUFEED_ASSERT(lengths.size() == indices.size(), "ReadLengths: one length per index");
     for (size_t i = 0; i < indices.size(); ++i) {
-      const auto at = static_cast<size_t>(CheckIndex(indices[i]));
+      const auto at = static_cast<size_t>(CheckSampleIndex(*this, indices[i]));
       lengths[i] = f.offsets[at + 1] - f.offsets[at];
     }
   }
@@ -156,7 +156,7 @@ class NumpySource final : public Source {
   void ReadItems(int field, int64_t index, int64_t first, std::span<std::byte> out,
                  SourceWorkerState* /*state*/) const override {
     const NumpyField& f = Variable(field);
-    const auto at = static_cast<size_t>(CheckIndex(index));
+    const auto at = static_cast<size_t>(CheckSampleIndex(*this, index));
     const int64_t start = f.offsets[at];
     const int64_t count =
         CheckItemsRequest(*this, field, index, first, out, f.offsets[at + 1] - start);
@@ -186,14 +186,6 @@ class NumpySource final : public Source {
           fmt::format("{}: field number {} is not a variable-length field", Describe(), field));
     }
     return fields_[static_cast<size_t>(field)];
-  }
-  int64_t CheckIndex(int64_t index) const {
-    if (index < 0 || index >= samples_) {
-      throw Error(
-          ErrorCode::kInvalidArgument,
-          fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index, samples_));
-    }
-    return index;
   }
 
   // Batch positions in ascending sample order, so reads walk each file forwards.

@@ -47,12 +47,9 @@ class PackedSource final : public VarlenRowsSource {
  public:
   PackedSource(std::shared_ptr<Source> base, PackOptions options, int field,
                std::vector<int64_t> lengths)
-      : base_(std::move(base)),
-        options_(std::move(options)),
-        field_(field),
-        lengths_(std::move(lengths)) {
-    const FieldSpec& spec = base_->schema().fields[static_cast<size_t>(field_)];
-    item_bytes_ = spec.ItemBytes();
+      : VarlenRowsSource(std::move(base), field, std::move(lengths)),
+        options_(std::move(options)) {
+    const FieldSpec& spec = spec_;
     elements_per_item_ = spec.ElementsPerItem();
     const std::string what = fmt::format("PackSequences: field '{}'", spec.name);
     pad_ = EncodeElement(options_.pad_value, spec.dtype, what + ": pad_value");
@@ -102,16 +99,8 @@ class PackedSource final : public VarlenRowsSource {
                        options_.length, options_.split, options_.eos.value_or(-0.5),
                        options_.pad_value, options_.window, options_.ids);
   }
-  std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
-    return base_->NewWorkerState();
-  }
-  bool shareable_across_processes() const override { return base_->shareable_across_processes(); }
-  // A copy would hold the padding (and ids) besides the items, and read no faster.
-  bool copy_speeds_reads() const override { return false; }
   // A shuffled stream holds other rows each epoch: no copy of one epoch's rows may serve the next.
   bool rows_repeat() const override { return !(options_.split && options_.shuffle); }
-  SourceStats Stats() const override { return WithVarlen(base_->Stats(), stats_); }
-  VarlenStats varlen_stats() const override { return stats_; }
 
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override {
@@ -188,11 +177,7 @@ class PackedSource final : public VarlenRowsSource {
     return made;
   }
 
-  const std::shared_ptr<Source> base_;
   const PackOptions options_;
-  const int field_;
-  const std::vector<int64_t> lengths_;
-  size_t item_bytes_ = 0;
   int64_t elements_per_item_ = 1;
   ElementBytes pad_;
   std::optional<ElementBytes> eos_;
@@ -200,7 +185,6 @@ class PackedSource final : public VarlenRowsSource {
   int64_t rows_ = 0;
   PackStream fixed_stream_;  // split: the source's order
   PackBins bins_;            // !split
-  VarlenStats stats_;
   mutable Mutex mu_;
   mutable std::vector<std::pair<uint64_t, std::shared_ptr<const PackStream>>> streams_
       GUARDED_BY(mu_);

@@ -15,12 +15,9 @@ class PaddedSource final : public VarlenRowsSource {
  public:
   PaddedSource(std::shared_ptr<Source> base, PadOptions options, int field,
                std::vector<int64_t> lengths)
-      : base_(std::move(base)),
-        options_(std::move(options)),
-        field_(field),
-        lengths_(std::move(lengths)) {
-    const FieldSpec& spec = base_->schema().fields[static_cast<size_t>(field_)];
-    item_bytes_ = spec.ItemBytes();
+      : VarlenRowsSource(std::move(base), field, std::move(lengths)),
+        options_(std::move(options)) {
+    const FieldSpec& spec = spec_;
     pad_ = EncodeElement(options_.pad_value, spec.dtype,
                          fmt::format("PadSequences: pad_value for field '{}'", spec.name));
     for (size_t f = 0; f < base_->schema().fields.size(); ++f) {
@@ -58,14 +55,6 @@ class PaddedSource final : public VarlenRowsSource {
   }
   int64_t PreferredBlock() const override { return base_->PreferredBlock(); }
   SourceChunking chunking() const override { return base_->chunking(); }
-  std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
-    return base_->NewWorkerState();
-  }
-  bool shareable_across_processes() const override { return base_->shareable_across_processes(); }
-  // A copy would hold the padding (and ids) besides the items, and read no faster.
-  bool copy_speeds_reads() const override { return false; }
-  SourceStats Stats() const override { return WithVarlen(base_->Stats(), stats_); }
-  VarlenStats varlen_stats() const override { return stats_; }
 
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override {
@@ -104,15 +93,10 @@ class PaddedSource final : public VarlenRowsSource {
   }
 
  private:
-  const std::shared_ptr<Source> base_;
   const PadOptions options_;
-  const int field_;
-  const std::vector<int64_t> lengths_;
-  size_t item_bytes_ = 0;
   ElementBytes pad_;
   Schema schema_;
   std::vector<int> from_;  // per output field: the base field, or -1 for the lengths
-  VarlenStats stats_;
 };
 
 }  // namespace

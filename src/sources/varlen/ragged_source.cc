@@ -86,7 +86,7 @@ class RaggedSource final : public Source {
     const RaggedField& r = Ragged(field);
     GPUFEED_ASSERT(lengths.size() == indices.size(), "one length per index");
     for (size_t i = 0; i < indices.size(); ++i) {
-      CheckIndex(indices[i]);
+      CheckSampleIndex(*this, indices[i]);
       lengths[i] = r.offsets[indices[i] + 1] - r.offsets[indices[i]];
     }
   }
@@ -94,7 +94,7 @@ class RaggedSource final : public Source {
   void ReadItems(int field, int64_t index, int64_t first, std::span<std::byte> out,
                  SourceWorkerState*) const override {
     const RaggedField& r = Ragged(field);
-    CheckIndex(index);
+    CheckSampleIndex(*this, index);
     const int64_t start = r.offsets[index];
     CheckItemsRequest(*this, field, index, first, out, r.offsets[index + 1] - start);
     if (out.empty()) return;
@@ -116,13 +116,6 @@ class RaggedSource final : public Source {
           fmt::format("{}: field number {} is not a variable-length field", Describe(), field));
     }
     return ragged_[slots_[static_cast<size_t>(field)].index];
-  }
-  void CheckIndex(int64_t index) const {
-    if (index < 0 || index >= samples_) {
-      throw Error(
-          ErrorCode::kInvalidArgument,
-          fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index, samples_));
-    }
   }
 
   const std::vector<RaggedField> ragged_;

@@ -45,9 +45,34 @@ inline SourceStats WithVarlen(SourceStats stats, const VarlenStats& varlen) {
 }
 
 // A source of fixed-size rows made from a variable-length field; it knows its fill.
+// What both adaptors hold: the source, its variable-length field, every sample's length, and
+// the forwarding of what does not change with the rows (worker state, sharing, a copy's worth,
+// the source's own counters with the rows' fill).
 class VarlenRowsSource : public Source {
  public:
-  virtual VarlenStats varlen_stats() const = 0;
+  VarlenRowsSource(std::shared_ptr<Source> base, int field, std::vector<int64_t> lengths)
+      : base_(std::move(base)),
+        field_(field),
+        lengths_(std::move(lengths)),
+        spec_(base_->schema().fields[static_cast<size_t>(field_)]),
+        item_bytes_(spec_.ItemBytes()) {}
+
+  VarlenStats varlen_stats() const { return stats_; }
+  std::unique_ptr<SourceWorkerState> NewWorkerState() const override {
+    return base_->NewWorkerState();
+  }
+  bool shareable_across_processes() const override { return base_->shareable_across_processes(); }
+  // A copy would hold the padding (and ids) besides the items, and read no faster.
+  bool copy_speeds_reads() const override { return false; }
+  SourceStats Stats() const override { return WithVarlen(base_->Stats(), stats_); }
+
+ protected:
+  const std::shared_ptr<Source> base_;
+  const int field_;
+  const std::vector<int64_t> lengths_;
+  const FieldSpec spec_;  // the variable-length field
+  const size_t item_bytes_;
+  VarlenStats stats_;  // set by the constructor of the adaptor
 };
 
 }  // namespace gpufeed
