@@ -62,13 +62,16 @@ def test_inspect_prints_the_variable_length_field(tmp_path):
                          timeout=120)
     assert out.returncode == 0, out
     assert "tokens: int32[*]" in out.stdout and "3 sequences" in out.stdout
+    assert "lengths p0 0, p50 1, p90 1, p99 1, p100 3; 4 items in all" in out.stdout
     out = subprocess.run([binary, "inspect", str(prefix) + ".idx", "--json"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out
     report = json.loads(out.stdout)
     assert report["samples"] == 3
     assert report["fields"] == [{"name": "tokens", "dtype": "int32", "shape": [-1],
-                                 "variable": True}]
+                                 "variable": True, "items": 4,
+                                 "length_percentiles": {"p0": 0, "p50": 1, "p90": 1, "p99": 1,
+                                                        "p100": 3}}]
 
 
 def reference_sequences(prefix):

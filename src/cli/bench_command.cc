@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/bench_run.h"
@@ -17,6 +18,7 @@
 #include "gpufeed/images.h"
 #include "gpufeed/open_loader.h"
 #include "gpufeed/sources.h"
+#include "gpufeed/varlen.h"
 #include "sources/open_path.h"
 
 namespace gpufeed::cli {
@@ -162,6 +164,19 @@ void ConfigureRun(BenchArgs& args, const Source& source) {
   args.config.monitor = !args.json && !args.quiet;
 }
 
+// The length percentiles of each variable-length field of the data (before padding or
+// packing), for the report.
+std::vector<std::pair<std::string, LengthSummary>> VariableLengths(const Source& source) {
+  std::vector<std::pair<std::string, LengthSummary>> out;
+  const Schema& schema = source.schema();
+  for (size_t i = 0; i < schema.fields.size(); ++i) {
+    if (schema.fields[i].variable()) {
+      out.emplace_back(schema.fields[i].name, SummarizeLengths(source, static_cast<int>(i)));
+    }
+  }
+  return out;
+}
+
 int RunBenchCommand(BenchArgs& args) {
   CheckSourceArgs(args);
   const std::shared_ptr<Source> source = OpenBenchSource(args);
@@ -174,10 +189,23 @@ int RunBenchCommand(BenchArgs& args) {
     result.groups_per_s = static_cast<double>(result.groups) * result.epochs / result.wall_s;
   }
   if (args.json) {
-    fmt::print("{}\n", result.ToJson());
+    nlohmann::json j = nlohmann::json::parse(result.ToJson());
+    for (const auto& [name, lengths] : VariableLengths(*source)) {
+      for (const auto& [percent, length] : lengths.percentiles) {
+        j["lengths"][name][fmt::format("p{}", percent)] = length;
+      }
+    }
+    fmt::print("{}\n", j.dump(2));
   } else {
     if (!result.cache.empty()) fmt::print("cache       {}\n", result.cache);
     fmt::print("{}", FormatBenchReport(result));
+    for (const auto& [name, lengths] : VariableLengths(*source)) {
+      std::string line;
+      for (const auto& [percent, length] : lengths.percentiles) {
+        line += fmt::format("{}p{} {}", line.empty() ? "" : ", ", percent, length);
+      }
+      fmt::print("lengths     {}: {}\n", name, line);
+    }
   }
   return 0;
 }
