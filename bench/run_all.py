@@ -210,6 +210,19 @@ BENCHMARKS = [
         ],
     },
     {
+        "id": "hdf5-vlen",
+        "what": "HDF5 int32 variable-length sequences as h5py writes them (50,000, gzip, "
+                "log-normal lengths, median 200), padded batches of 64, shuffled: gpufeed vs "
+                "a DataLoader over per-sample h5py reads, 2 workers each",
+        "command": "{py} bench/hdf5_vlen.py",
+        "figures": [
+            ("DataLoader + h5py, M tokens/s",
+             regex(r"^DataLoader \+ h5py .*: ([0-9.]+) M tokens/s")),
+            ("gpufeed, M tokens/s", regex(r"^gpufeed padded .*: ([0-9.]+) M tokens/s")),
+            ("gpufeed / DataLoader", regex(r"^gpufeed / DataLoader: ([0-9.]+)x")),
+        ],
+    },
+    {
         "id": "shm-vs-ram",
         "what": "the shared-memory cache vs the RAM cache, same set (synthetic 800 MB, 8 KiB "
                 "rows), same run, epochs after the first alternating, batch 8192, 2 workers",
