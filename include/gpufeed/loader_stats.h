@@ -125,6 +125,11 @@ struct LoaderStats {
 // must match `rank` and `world_size`. Packed groups change world size only at an epoch's
 // boundary.
 struct LoaderState {
+  // The format of the state: 2 since rows could be made of variable-length fields (padded or
+  // packed; their options show in `schema` and `samples`). A state without one is of format 1
+  // and reads as it did; a later format is refused by name.
+  static constexpr int kVersion = 2;
+  int version = kVersion;
   int64_t epoch = 0;
   int64_t batch = 0;
   uint64_t seed = 0;

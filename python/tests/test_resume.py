@@ -63,3 +63,13 @@ def test_state_from_another_seed_is_refused_with_a_message():
         other.load_state_dict(state)
     with pytest.raises(gpufeed.InvalidArgument, match="malformed loader state"):
         other.load_state_dict({"epoch": 0})
+
+
+def test_states_carry_a_format_version_and_a_later_one_is_refused():
+    loader = gpufeed.Loader(_source(), batch_size=16, seed=1, device="cpu")
+    state = loader.state_dict()
+    assert state["version"] == 2
+    older = {k: v for k, v in state.items() if k != "version"}  # format 1: read as it was
+    loader.load_state_dict(older)
+    with pytest.raises(gpufeed.InvalidArgument, match="format version 3, which this gpufeed"):
+        loader.load_state_dict(dict(state, version=3))

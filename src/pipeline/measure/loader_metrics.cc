@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
@@ -268,8 +269,10 @@ std::string LoaderStats::ToJson() const {
 }
 
 std::string LoaderState::ToJson() const {
-  nlohmann::json j = {{"epoch", epoch}, {"batch", batch},           {"seed", seed},
-                      {"rank", rank},   {"world_size", world_size}, {"batch_size", batch_size}};
+  nlohmann::json j = {{"version", version}, {"epoch", epoch},
+                      {"batch", batch},     {"seed", seed},
+                      {"rank", rank},       {"world_size", world_size},
+                      {"batch_size", batch_size}};
   if (samples) j["samples"] = *samples;
   if (schema) j["schema"] = *schema;
   if (shuffle) j["shuffle"] = *shuffle;
@@ -285,6 +288,14 @@ LoaderState LoaderState::FromJson(std::string_view json) {
   try {
     const auto j = nlohmann::json::parse(json);
     LoaderState s;
+    s.version = j.contains("version") ? j.at("version").get<int>() : 1;
+    if (s.version < 1 || s.version > kVersion) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("a loader state of format version {}, which this gpufeed does not "
+                              "read (it reads versions 1 to {}): resume it with the gpufeed that "
+                              "saved it",
+                              s.version, kVersion));
+    }
     s.epoch = j.at("epoch").get<int64_t>();
     s.batch = j.at("batch").get<int64_t>();
     s.seed = j.at("seed").get<uint64_t>();
