@@ -30,7 +30,7 @@ namespace gpufeed {
 // A worker's parsed collections, at most `max_bytes` of them, the oldest dropped first.
 class Hdf5HeapCache {
  public:
-  explicit Hdf5HeapCache(size_t max_bytes = size_t{64} << 20) : max_bytes_(max_bytes) {}
+  explicit Hdf5HeapCache(size_t max_bytes = size_t{32} << 20) : max_bytes_(max_bytes) {}
   std::shared_ptr<const Hdf5GlobalHeap> Find(const File* file, uint64_t address) const;
   // Keeps `heap` unless it alone is larger than the budget.
   void Insert(const File* file, uint64_t address, std::shared_ptr<const Hdf5GlobalHeap> heap);
