@@ -121,6 +121,31 @@ TEST_F(Hdf5VlenTest, CompressedChunksBigEndianItemsAndStrings) {
   EXPECT_THAT(bytes, ElementsAre('h', 0xC3, 0xA9));
 }
 
+TEST_F(Hdf5VlenTest, ManyRequestsAtOnceMatchOneByOne) {
+  const auto source = OpenHdf5({dir_.Path("z.h5")}, {"tokens"});
+  auto state = source->NewWorkerState();
+  // Samples out of order, one twice, pieces from the middle: as a packed batch asks.
+  const std::vector<std::pair<int64_t, int64_t>> asked = {{39, 5}, {3, 0},  {21, 20},
+                                                          {0, 0},  {39, 0}, {12, 11}};
+  std::vector<std::vector<int64_t>> outs;
+  std::vector<Source::ItemsRequest> requests;
+  for (const auto& [index, first] : asked) {
+    const int64_t length = index % 3 == 0 ? index : 0;
+    outs.emplace_back(static_cast<size_t>(length - first));
+  }
+  for (size_t k = 0; k < asked.size(); ++k) {
+    requests.push_back(
+        {asked[k].first, asked[k].second, std::as_writable_bytes(std::span(outs[k]))});
+  }
+  source->ReadItemsMany(0, requests, state.get());
+  for (size_t k = 0; k < asked.size(); ++k) {
+    EXPECT_EQ(outs[k], std::vector<int64_t>(outs[k].size(), asked[k].first)) << k;
+  }
+  requests[1].out = std::as_writable_bytes(std::span(outs[0]));  // 34 items of a 3-item sample
+  EXPECT_EQ(ErrorCodeOf([&] { source->ReadItemsMany(0, requests, state.get()); }),
+            ErrorCode::kInvalidArgument);
+}
+
 struct Damage {
   const char* name;
   std::function<void(std::vector<char>&, size_t refs, size_t heap)> patch;

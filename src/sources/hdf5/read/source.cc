@@ -221,6 +221,27 @@ class Hdf5Source final : public Source {
     });
   }
 
+  // A batch's pieces: every reference read in one pass (a chunk row decoded once), then the
+  // items from the heaps.
+  void ReadItemsMany(int field, std::span<const ItemsRequest> requests,
+                     SourceWorkerState* state) const override {
+    std::vector<int64_t> indices;
+    for (const ItemsRequest& r : requests) indices.push_back(r.index);
+    CheckVariable(field, indices);
+    WithState(state, [&](Hdf5WorkerState& ws) {
+      std::vector<Hdf5VlenReference> refs(requests.size());
+      for (const Hdf5FilePart& part : parts_) {
+        part.vlen[size_t(field)]->ReadReferences(indices, part.first_sample, refs, ws.scratch);
+      }
+      for (size_t k = 0; k < requests.size(); ++k) {
+        const ItemsRequest& r = requests[k];
+        CheckItemsRequest(*this, field, r.index, r.first, r.out, int64_t(refs[k].length));
+        parts_[PartOf(r.index)].vlen[size_t(field)]->ReadItems(refs[k], r.index, r.first, r.out,
+                                                               ws.heaps);
+      }
+    });
+  }
+
   // Runs `body` with the worker's state (a fresh one outside a loader's workers) inside one
   // batch of the chunk cache.
   template <class Body>

@@ -71,8 +71,9 @@ Hdf5VlenReference Hdf5VlenReader::Decode(const std::byte* element, int64_t globa
   return ref;
 }
 
-void Hdf5VlenReader::ReadLengths(std::span<const int64_t> indices, int64_t first_sample,
-                                 std::span<int64_t> lengths, Hdf5ReadScratch& scratch) const {
+void Hdf5VlenReader::ReadReferences(std::span<const int64_t> indices, int64_t first_sample,
+                                    std::span<Hdf5VlenReference> refs,
+                                    Hdf5ReadScratch& scratch) const {
   const size_t element = vlen_.reference_bytes();
   const int64_t end = first_sample + references_->dataset().samples;
   std::vector<Hdf5RowTarget> rows;
@@ -91,8 +92,19 @@ void Hdf5VlenReader::ReadLengths(std::span<const int64_t> indices, int64_t first
             [](const Hdf5RowTarget& a, const Hdf5RowTarget& b) { return a.local < b.local; });
   references_->Read(rows, scratch);
   for (size_t k = 0; k < at.size(); ++k) {
-    const Hdf5VlenReference ref = Decode(elements.data() + k * element, indices[at[k]]);
-    lengths[at[k]] = static_cast<int64_t>(ref.length);
+    refs[at[k]] = Decode(elements.data() + k * element, indices[at[k]]);
+  }
+}
+
+void Hdf5VlenReader::ReadLengths(std::span<const int64_t> indices, int64_t first_sample,
+                                 std::span<int64_t> lengths, Hdf5ReadScratch& scratch) const {
+  std::vector<Hdf5VlenReference> refs(indices.size());
+  ReadReferences(indices, first_sample, refs, scratch);
+  const int64_t end = first_sample + references_->dataset().samples;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] >= first_sample && indices[i] < end) {
+      lengths[i] = static_cast<int64_t>(refs[i].length);
+    }
   }
 }
 

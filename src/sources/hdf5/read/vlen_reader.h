@@ -62,6 +62,9 @@ class Hdf5VlenReader {
   // REQUIRES: lengths.size() == indices.size().
   void ReadLengths(std::span<const int64_t> indices, int64_t first_sample,
                    std::span<int64_t> lengths, Hdf5ReadScratch& scratch) const;
+  // As ReadLengths, the whole references into `refs` (a batch's, read in one pass).
+  void ReadReferences(std::span<const int64_t> indices, int64_t first_sample,
+                      std::span<Hdf5VlenReference> refs, Hdf5ReadScratch& scratch) const;
   // The item count of sample `local`, and its reference.
   Hdf5VlenReference Reference(int64_t local, int64_t global, Hdf5ReadScratch& scratch) const;
   // Items [first, first + out.size() / item bytes) of the sample whose reference is `ref` into
