@@ -128,17 +128,20 @@ std::shared_ptr<const Hdf5GlobalHeap> Hdf5VlenReader::Collection(uint64_t addres
     throw Error(ErrorCode::kCorruptData,
                 fmt::format("{} lies past the end of the file ({} bytes)", where, file_size));
   }
-  uint8_t header[8 + 8];
-  ReadFully(*file_, *at, header, header_bytes, where);
-  const uint64_t size = ParseHdf5GlobalHeapSize(std::span<const uint8_t>(header, header_bytes),
-                                                vlen_.sizeof_size, where);
+  // One read for a collection of libhdf5's usual 4 KiB (its header says how much more).
+  constexpr uint64_t kFirstRead = 4096;
+  std::vector<uint8_t> bytes(std::min<uint64_t>(kFirstRead, file_size - *at));
+  ReadFully(*file_, *at, bytes.data(), bytes.size(), where);
+  const uint64_t size = ParseHdf5GlobalHeapSize(
+      std::span<const uint8_t>(bytes.data(), header_bytes), vlen_.sizeof_size, where);
   if (size > file_size - *at) {
     throw Error(ErrorCode::kCorruptData,
                 fmt::format("{} says it holds {} bytes, past the end of the file ({} bytes)", where,
                             size, file_size));
   }
-  std::vector<uint8_t> bytes(size);  // within the file: checked above
-  ReadFully(*file_, *at, bytes.data(), bytes.size(), where);
+  const size_t have = bytes.size();
+  bytes.resize(size);  // within the file: checked above
+  if (size > have) ReadFully(*file_, *at + have, bytes.data() + have, size - have, where);
   auto heap = std::make_shared<const Hdf5GlobalHeap>(
       ParseHdf5GlobalHeap(std::move(bytes), vlen_.sizeof_size, where));
   heaps.Insert(file_, address, heap);
