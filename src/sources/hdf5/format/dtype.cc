@@ -214,7 +214,7 @@ Hdf5TypeLayout ReadHdf5TypeLayout(hid_t type, const std::string& what) {
   throw Error(
       ErrorCode::kUnsupported,
       fmt::format("{}: dtype {} is not supported; gpufeed reads bool, integer, bitfield and "
-                  "float datasets",
+                  "float datasets, and variable-length sequences of those and strings",
                   what, detail));
 }
 

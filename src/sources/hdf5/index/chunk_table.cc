@@ -333,6 +333,24 @@ uint64_t CheckChunkShape(Hdf5Dataset& ds, const std::string& what) {
 
 }  // namespace
 
+void Hdf5ChunkTable::Assign(uint64_t positions,
+                            std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> stored, bool dense) {
+  positions_ = positions;
+  stored_ = std::move(stored);
+  dense_.clear();
+  if (!dense) return;
+  dense_.assign(positions, Hdf5ChunkEntry{});
+  for (const auto& [linear, entry] : stored_) dense_[linear] = entry;
+}
+
+const Hdf5ChunkEntry& Hdf5ChunkTable::at(uint64_t linear) const {
+  if (!dense_.empty()) return dense_[linear];
+  static const Hdf5ChunkEntry kNeverWritten;
+  const auto it = std::lower_bound(stored_.begin(), stored_.end(), linear,
+                                   [](const auto& e, uint64_t l) { return e.first < l; });
+  return it != stored_.end() && it->first == linear ? it->second : kNeverWritten;
+}
+
 void CheckHdf5DataRange(const Hdf5Dataset& ds, const File& file, uint64_t address, uint64_t size,
                         const std::string& part) {
   if (address > file.Size() || size > file.Size() - address) {

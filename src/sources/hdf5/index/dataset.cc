@@ -19,6 +19,7 @@
 #include "sources/hdf5/format/superblock.h"
 #include "sources/hdf5/index/chunk_table.h"
 #include "sources/hdf5/index/compound.h"
+#include "sources/hdf5/index/vlen.h"
 
 namespace gpufeed {
 namespace {
@@ -115,7 +116,7 @@ Hdf5Id OpenOrExplain(hid_t file_id, const Hdf5Dataset& ds, const std::string& wh
 // `element_type` is the compound member's type when reading one member (`type`: the record's).
 void ReadTypeAndShape(Hdf5Dataset& ds, hid_t type, hid_t element_type, hid_t space,
                       const std::string& what) {
-  const Hdf5TypeLayout layout = ReadHdf5TypeLayout(element_type, what);
+  const Hdf5TypeLayout layout = ReadHdf5ElementLayout(element_type, what);
   ds.field.dtype = layout.dtype;
   ds.element_size = H5Tget_size(type);
   ds.big_endian = layout.big_endian;
@@ -139,7 +140,9 @@ void ReadTypeAndShape(Hdf5Dataset& ds, hid_t type, hid_t element_type, hid_t spa
 void ReadFillAndFilters(Hdf5Dataset& ds, hid_t type, hid_t dcpl) {
   ds.fill_value.assign(ds.element_size, std::byte{0});
   H5D_fill_value_t fill_status = H5D_FILL_VALUE_UNDEFINED;
-  if (H5Pfill_value_defined(dcpl, &fill_status) >= 0 && fill_status != H5D_FILL_VALUE_UNDEFINED) {
+  // A variable-length fill libhdf5 would convert through the heap: a null reference instead.
+  if (!ds.vlen && H5Pfill_value_defined(dcpl, &fill_status) >= 0 &&
+      fill_status != H5D_FILL_VALUE_UNDEFINED) {
     if (H5Pget_fill_value(dcpl, type, ds.fill_value.data()) < 0) {
       H5Eclear2(H5E_DEFAULT);
       std::fill(ds.fill_value.begin(), ds.fill_value.end(), std::byte{0});
@@ -346,24 +349,6 @@ herr_t CollectExternalLink(hid_t group, const char* name, const H5L_info_t* info
 
 }  // namespace
 
-void Hdf5ChunkTable::Assign(uint64_t positions,
-                            std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> stored, bool dense) {
-  positions_ = positions;
-  stored_ = std::move(stored);
-  dense_.clear();
-  if (!dense) return;
-  dense_.assign(positions, Hdf5ChunkEntry{});
-  for (const auto& [linear, entry] : stored_) dense_[linear] = entry;
-}
-
-const Hdf5ChunkEntry& Hdf5ChunkTable::at(uint64_t linear) const {
-  if (!dense_.empty()) return dense_[linear];
-  static const Hdf5ChunkEntry kNeverWritten;
-  const auto it = std::lower_bound(stored_.begin(), stored_.end(), linear,
-                                   [](const auto& e, uint64_t l) { return e.first < l; });
-  return it != stored_.end() && it->first == linear ? it->second : kNeverWritten;
-}
-
 size_t Hdf5Dataset::ChunkBytes() const {
   size_t n = element_size;
   for (int64_t c : chunk_dims) n *= static_cast<size_t>(c);
@@ -467,6 +452,7 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
   const Hdf5ElementType element = Hdf5ElementTypeOf(ds, type.get(), what);
   ReadTypeAndShape(ds, type.get(), element.base.get(), space.get(), what);
   AdoptHdf5ElementType(ds, element);
+  AdoptHdf5Vlen(ds, element.element.get(), file_id, dcpl.get(), what);
   ReadFillAndFilters(ds, type.get(), dcpl.get());
   const H5D_layout_t layout = H5Pget_layout(dcpl.get());
   if (layout == H5D_COMPACT) {
@@ -480,6 +466,13 @@ Hdf5Dataset OpenHdf5Dataset(hid_t file_id, const File& file, const std::string& 
     throw Error(ErrorCode::kUnsupported,
                 fmt::format("{}: the {} layout is not supported", what,
                             layout == H5D_VIRTUAL ? "virtual" : "unknown"));
+  }
+  if (ds.vlen && ds.storage == Hdf5Storage::kLibrary) {
+    // Its references would have to come through H5Dread, which resolves them itself.
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("{}: a variable-length dataset that needs libhdf5 ({}) is not "
+                            "supported; rewrite it with gzip or no filter",
+                            what, ds.library_reason));
   }
   if (!ds.type_conversion.empty()) UseLibraryConversion(ds, what);
   if (ds.storage == Hdf5Storage::kLibrary) {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +60,20 @@ class Hdf5ChunkTable {
   std::vector<std::pair<uint64_t, Hdf5ChunkEntry>> stored_;
 };
 
+// A variable-length dataset (h5py's vlen_dtype and string_dtype): each element is a reference
+// (item count, global heap collection address, object index) to its items in a global heap
+// collection (format/global_heap.h). The reference is what the layout stores and the chunks
+// hold: Hdf5Dataset::field reads it as uint8[reference_bytes]; `field` is what users see.
+struct Hdf5VlenType {
+  FieldSpec field;          // `tokens: int32[*]`; a string is uint8[*] (its stored bytes)
+  bool string = false;      // a variable-length string rather than a sequence
+  bool big_endian = false;  // the items need a byte swap
+  unsigned sizeof_addr = 8;
+  unsigned sizeof_size = 8;
+  uint64_t base_address = 0;  // the user block: heap addresses are relative to it
+  size_t reference_bytes() const { return 4 + sizeof_addr + 4; }
+};
+
 struct Hdf5Dataset {
   std::string path;     // the file
   std::string dataset;  // as opened ("/train/mel")
@@ -71,6 +86,8 @@ struct Hdf5Dataset {
   // Non-empty: the field is this member of compound dataset `dataset`, read through libhdf5
   // (element_size is the whole record's until the open ends, then the member's dtype's).
   std::string member;
+  // Set for a variable-length dataset (its reference then is `field`, element_size bytes).
+  std::optional<Hdf5VlenType> vlen;
   // kLibrary and kInMemory: H5Dread copies the elements in the file's own type, unconverted
   // (big_endian then still says whether they need a swap); else into the dtype's native type.
   bool copy_file_layout = false;

@@ -21,28 +21,11 @@
 #include "sources/hdf5/index/dataset.h"
 #include "sources/hdf5/read/chunk_prefetch.h"
 #include "sources/hdf5/read/dataset_reader.h"
+#include "sources/hdf5/read/source_parts.h"
+#include "sources/hdf5/read/vlen_reader.h"
 
 namespace gpufeed {
 namespace {
-
-class Hdf5WorkerState final : public SourceWorkerState {
- public:
-  explicit Hdf5WorkerState(size_t cache_bytes) : scratch(cache_bytes) {}
-  explicit Hdf5WorkerState(std::shared_ptr<SharedChunkCache> chunks) : scratch(std::move(chunks)) {}
-  Hdf5ReadScratch scratch;
-  std::vector<std::pair<int64_t, int64_t>> order;  // (sample, batch row), sorted
-  std::vector<Hdf5RowTarget> targets;
-  std::vector<Hdf5PiecePlan> plans;  // by field
-  std::vector<int64_t> ahead;        // ReadAhead's samples, sorted
-};
-
-// One file: its handle for the hot path and a reader per field.
-struct Hdf5FilePart {
-  std::shared_ptr<const File> file;  // shared with libhdf5's open file (file_driver.h)
-  std::vector<std::unique_ptr<Hdf5DatasetReader>> readers;  // by field
-  int64_t first_sample = 0;                                 // in the whole source
-  int64_t samples = 0;
-};
 
 class Hdf5Source final : public Source {
  public:
@@ -64,7 +47,7 @@ class Hdf5Source final : public Source {
       if (ds.storage == Hdf5Storage::kChunked && ds.filtered()) {
         chunking_.compressed = true;
         chunking_.decoded_chunk_bytes +=
-            block_ * static_cast<int64_t>(schema_.fields[f].SampleBytes());
+            block_ * static_cast<int64_t>(ds.field.SampleBytes());  // a reference when vlen
       }
     }
     chunking_.samples_per_chunk = block_;
@@ -198,36 +181,99 @@ class Hdf5Source final : public Source {
 
   void Read(std::span<const int64_t> indices, const BatchView& out,
             SourceWorkerState* state) const override {
+    CheckReadRequest(*this, indices, out);
+    WithState(state, [&](Hdf5WorkerState& ws) {
+      ws.order.resize(indices.size());
+      for (size_t i = 0; i < indices.size(); ++i) ws.order[i] = {indices[i], int64_t(i)};
+      // Sorted, a batch walks each file forwards and meets each chunk row once.
+      std::sort(ws.order.begin(), ws.order.end());
+      for (size_t k = 0, end = 0; k < ws.order.size(); k = end) {
+        const Hdf5FilePart& part = parts_[PartOf(ws.order[k].first)];
+        for (end = k;
+             end < ws.order.size() && ws.order[end].first < part.first_sample + part.samples;) {
+          ++end;
+        }
+        ReadPart(part, k, end, out, ws);
+      }
+    });
+  }
+
+  // Variable-length datasets (vlen_reader.h): the references alone for the lengths, the
+  // global heap's objects for the items.
+  void ReadLengths(int field, std::span<const int64_t> indices, std::span<int64_t> lengths,
+                   SourceWorkerState* state) const override {
+    CheckVariable(field, indices);
+    WithState(state, [&](Hdf5WorkerState& ws) {
+      for (const Hdf5FilePart& part : parts_) {
+        part.vlen[size_t(field)]->ReadLengths(indices, part.first_sample, lengths, ws.scratch);
+      }
+    });
+  }
+  void ReadItems(int field, int64_t index, int64_t first, std::span<std::byte> out,
+                 SourceWorkerState* state) const override {
+    CheckVariable(field, {&index, 1});
+    WithState(state, [&](Hdf5WorkerState& ws) {
+      const Hdf5FilePart& part = parts_[PartOf(index)];
+      const Hdf5VlenReader& reader = *part.vlen[size_t(field)];
+      const Hdf5VlenReference ref = reader.Reference(index - part.first_sample, index, ws.scratch);
+      CheckItemsRequest(*this, field, index, first, out, int64_t(ref.length));
+      reader.ReadItems(ref, index, first, out, ws.heaps);
+    });
+  }
+
+  // A batch's pieces: every reference read in one pass (a chunk row decoded once), then the
+  // items from the heaps.
+  void ReadItemsMany(int field, std::span<const ItemsRequest> requests,
+                     SourceWorkerState* state) const override {
+    std::vector<int64_t> indices;
+    for (const ItemsRequest& r : requests) indices.push_back(r.index);
+    CheckVariable(field, indices);
+    WithState(state, [&](Hdf5WorkerState& ws) {
+      std::vector<Hdf5VlenReference> refs(requests.size());
+      for (const Hdf5FilePart& part : parts_) {
+        part.vlen[size_t(field)]->ReadReferences(indices, part.first_sample, refs, ws.scratch);
+      }
+      for (size_t k = 0; k < requests.size(); ++k) {
+        const ItemsRequest& r = requests[k];
+        CheckItemsRequest(*this, field, r.index, r.first, r.out, int64_t(refs[k].length));
+        parts_[PartOf(r.index)].vlen[size_t(field)]->ReadItems(refs[k], r.index, r.first, r.out,
+                                                               ws.heaps);
+      }
+    });
+  }
+
+  // Runs `body` with the worker's state (a fresh one outside a loader's workers) inside one
+  // batch of the chunk cache.
+  template <class Body>
+  void WithState(SourceWorkerState* state, Body&& body) const {
     std::unique_ptr<Hdf5WorkerState> local;
     auto* ws = dynamic_cast<Hdf5WorkerState*>(state);
     if (ws == nullptr) {
       local = std::make_unique<Hdf5WorkerState>(0);
       ws = local.get();
     }
-    CheckReadRequest(*this, indices, out);
-    ws->order.resize(indices.size());
-    for (size_t i = 0; i < indices.size(); ++i)
-      ws->order[i] = {indices[i], static_cast<int64_t>(i)};
-    // Sorted, a batch walks each file forwards and meets each chunk row once.
-    std::sort(ws->order.begin(), ws->order.end());
     ws->scratch.cache.BeginBatch();
-    size_t k = 0;
     try {
-      while (k < ws->order.size()) {
-        const size_t p = PartOf(ws->order[k].first);
-        const Hdf5FilePart& part = parts_[p];
-        size_t end = k;
-        while (end < ws->order.size() && ws->order[end].first < part.first_sample + part.samples) {
-          ++end;
-        }
-        ReadPart(part, k, end, out, *ws);
-        k = end;
-      }
+      body(*ws);
     } catch (...) {
       EndRead(*ws);
       throw;
     }
     EndRead(*ws);
+  }
+
+  void CheckVariable(int field, std::span<const int64_t> indices) const {
+    if (field < 0 || size_t(field) >= schema_.fields.size() ||
+        !schema_.fields[size_t(field)].variable()) {
+      ThrowNoVariableField(*this, field);
+    }
+    for (int64_t index : indices) {
+      if (index < 0 || index >= samples_) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("{}: sample index {} is out of range [0, {})", Describe(), index,
+                                samples_));
+      }
+    }
   }
 
   void EndRead(Hdf5WorkerState& ws) const {
@@ -251,7 +297,7 @@ class Hdf5Source final : public Source {
     ws.plans.resize(part.readers.size());
     std::vector<size_t> planned;
     for (size_t f = 0; f < part.readers.size(); ++f) {
-      if (part.readers[f]->PlansPieces()) planned.push_back(f);
+      if (part.readers[f]->PlansPieces() && !schema_.fields[f].variable()) planned.push_back(f);
     }
     if (planned.size() > 1) {
       if (!ReadPlanned(part, planned, targets_of, ws)) planned.clear();
@@ -260,6 +306,7 @@ class Hdf5Source final : public Source {
     }
     for (size_t f = 0; f < part.readers.size(); ++f) {
       if (std::find(planned.begin(), planned.end(), f) != planned.end()) continue;
+      if (schema_.fields[f].variable()) continue;  // ReadItems serves it
       targets_of(f, ws.targets);
       part.readers[f]->Read(ws.targets, ws.scratch);
     }
@@ -353,60 +400,6 @@ class Hdf5Source final : public Source {
   std::unique_ptr<ChunkPrefetcher> prefetcher_;
 };
 
-std::string FieldName(const std::string& dataset) {
-  return dataset.starts_with('/') ? dataset.substr(1) : dataset;
-}
-
-// OpenHdf5 for one file and its datasets.
-void OpenPart(const std::string& path, std::vector<std::string>& datasets,
-              const Hdf5Options& options, int64_t first_sample, size_t p,
-              const std::vector<std::string>& paths, Schema& schema, Hdf5FilePart& part) {
-  part.file = options.file_system->Open(path);  // kNotFound names the path
-  Hdf5Id h5 = OpenHdf5File(part.file);
-  if (datasets.empty()) {
-    // A compound dataset yields its numeric members as fields "table.x".
-    datasets = Hdf5DefaultFields(h5.get(), ListHdf5Datasets(h5.get()));
-    if (datasets.empty()) {
-      const std::string links = DescribeHdf5ExternalLinks(h5.get());
-      throw Error(ErrorCode::kNotFound,
-                  links.empty()
-                      ? fmt::format("{}: the file holds no datasets", path)
-                      : fmt::format("{}: the file holds no datasets of its own: {}", path, links));
-    }
-  }
-  part.first_sample = first_sample;
-  for (size_t f = 0; f < datasets.size(); ++f) {
-    Hdf5Dataset ds = OpenHdf5Dataset(h5.get(), *part.file, datasets[f]);
-    ds.field.name = FieldName(datasets[f]);
-    if (p == 0) {
-      schema.fields.push_back(ds.field);
-    } else if (!(ds.field == schema.fields[f])) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("{}: dataset {} is {}, but in {} it is {}: every file must hold "
-                              "the same dtype and per-sample shape",
-                              path, datasets[f], ds.field.ToString(), paths.front(),
-                              schema.fields[f].ToString()));
-    }
-    if (f == 0) {
-      part.samples = ds.samples;
-    } else if (ds.samples != part.samples) {
-      throw Error(ErrorCode::kCorruptData,
-                  fmt::format("{}: datasets have different lengths: {} holds {} samples, {} "
-                              "holds {}",
-                              path, datasets[0], part.samples, datasets[f], ds.samples));
-    }
-    if (ds.storage == Hdf5Storage::kLibrary) {
-      Log(LogLevel::kWarning,
-          fmt::format("warning: {}: dataset {} uses {}, which gpufeed does not read itself: "
-                      "reading it through libhdf5 under its global lock (slow)",
-                      path, datasets[f], ds.library_reason));
-    }
-    const auto tag = static_cast<uint32_t>(p * datasets.size() + f);
-    part.readers.push_back(
-        std::make_unique<Hdf5DatasetReader>(std::move(ds), part.file.get(), tag));
-  }
-}
-
 }  // namespace
 
 std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths, std::vector<std::string> datasets,
@@ -426,7 +419,7 @@ std::shared_ptr<Source> OpenHdf5(std::vector<std::string> paths, std::vector<std
     const std::string& path = paths[p];
     Hdf5FilePart part;
     try {
-      OpenPart(path, datasets, options, first_sample, p, paths, schema, part);
+      OpenHdf5Part(path, datasets, options, first_sample, p, paths, schema, part);
     } catch (const std::bad_alloc&) {
       // Every size is checked against the file before it is allocated; this is the backstop
       // that keeps a damaged file an Error naming it.

@@ -55,10 +55,11 @@ uint64_t UnfilteredReadBytes(const Hdf5Dataset& ds) {
 }
 
 void Describe(const Hdf5Dataset& ds, Hdf5DatasetInspection& out) {
-  out.dtype = std::string(DTypeName(ds.field.dtype));
+  out.dtype = std::string(DTypeName(ds.vlen ? ds.vlen->field.dtype : ds.field.dtype));
+  out.variable_length = ds.vlen.has_value();
   // The samples and the field's shape: an array member's dimensions follow the dataset's.
   out.shape = {ds.samples};
-  out.shape.insert(out.shape.end(), ds.field.shape.begin(), ds.field.shape.end());
+  if (!ds.vlen) out.shape.insert(out.shape.end(), ds.field.shape.begin(), ds.field.shape.end());
   out.layout = ds.layout_name;
   out.chunk_shape = ds.chunk_dims;
   out.filters = DescribeHdf5Filters(ds.filters);
@@ -396,6 +397,7 @@ nlohmann::json Hdf5InspectionToJson(const Hdf5Inspection& in) {
     } else {
       e["dtype"] = d.dtype;
       e["shape"] = d.shape;
+      e["variable_length"] = d.variable_length;
       e["layout"] = d.layout;
       e["chunk_shape"] = d.chunk_shape;
       e["filters"] = d.filters;
@@ -438,7 +440,12 @@ std::string FormatHdf5Inspection(const Hdf5Inspection& in) {
       layout += fmt::format(" {}, {} stored chunks", ShapeText(d.chunk_shape), d.chunks_stored);
       if (d.chunks_per_sample > 1) layout += fmt::format(", {} per sample", d.chunks_per_sample);
     }
-    o << fmt::format("\n{}: {} {}\n", d.dataset, d.dtype, ShapeText(d.shape));
+    o << fmt::format("\n{}: {}{} {}\n", d.dataset, d.dtype, d.variable_length ? "[*]" : "",
+                     ShapeText(d.shape));
+    if (d.variable_length) {
+      o << "  items:       variable-length: each sample a reference (below) to its items in "
+           "the global heap\n";
+    }
     o << fmt::format("  layout:      {}; filters: {}\n", layout, d.filters);
     o << fmt::format("  size:        {} logical, {} stored (compression ratio {:.2f})\n",
                      FormatBytes(d.logical_bytes), FormatBytes(d.storage_bytes),

@@ -23,6 +23,9 @@ struct Hdf5DatasetInspection {
   std::string unsupported;           // non-empty: why gpufeed cannot read it (then little else)
   std::string dtype;                 // "float32"
   std::vector<int64_t> shape;        // samples first
+  // A variable-length dataset (`tokens: int32[*]`): dtype is its items'; the sizes below are
+  // those of its references.
+  bool variable_length = false;
   std::string layout;                // "contiguous", "chunked", "compact"
   std::vector<int64_t> chunk_shape;  // chunked only
   std::string filters;               // "gzip level 1 + shuffle", "none"
