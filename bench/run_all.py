@@ -553,10 +553,10 @@ def merged_section(name, kept, results, args, load_before, load_after, started):
             f"{load_before:.2f}, {load_after:.2f}; {args.runs} runs): "
             f"{', '.join(sorted(measured))}")
     # An earlier "measured again" line stays while a benchmark it names was not run now.
-    header = [line for line in head[:table_at] if line.strip() and not (
+    bullets = [line for line in head[:table_at] if line.startswith("- ") and not (
         line.startswith("- Measured again") and
         set(line.rsplit("): ", 1)[-1].split(", ")) <= set(measured))]
-    header += [note, ""]
+    header = [SECTIONS[name], ""] + bullets + [note, ""]
     return "\n".join(header + head[table_at:table_at + 2] + rows + [""])
 
 
