@@ -160,3 +160,34 @@ def test_packed_rows_without_ids_hold_the_same_tokens():
         assert torch.equal(a["tokens_lengths"], b["tokens_lengths"])
     with_ids.close()
     without.close()
+
+
+def test_packed_rows_resume_at_another_world_size_in_the_same_global_order():
+    values, offsets = corpus(300)
+
+    def loader(rank, world):
+        return gpufeed.Loader({"tokens": gpufeed.ragged(values, offsets)}, batch_size=2,
+                              shuffle=True, seed=5, rank=rank, world_size=world, device="cpu",
+                              workers=1, drop_last=False, pack=gpufeed.Pack(128))
+
+    def rows(batch):
+        return [tuple(r) for r in batch["tokens"].tolist()]
+
+    with loader(0, 1) as one:  # the epoch's global order of packed rows
+        order = [row for b in one for row in rows(b)]
+    states, taken = [], []
+    for rank in range(4):  # four ranks take three batches each, then save
+        with loader(rank, 4) as part:
+            it = iter(part)
+            for _ in range(3):
+                taken += rows(next(it))
+            states.append(part.state_dict())
+    assert sorted(taken) == sorted(order[:len(taken)])
+    rest = []
+    for rank in range(2):  # the rest at world size 2, from rank 0's state
+        with loader(rank, 2) as part:
+            part.load_state_dict(states[0])
+            rest.append([row for b in part for row in rows(b)])
+    assert len(rest[0]) == len(rest[1])
+    remaining = sorted(order[len(taken):])
+    assert sorted(set(rest[0] + rest[1])) == sorted(set(remaining))
