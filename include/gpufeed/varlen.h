@@ -61,8 +61,9 @@ std::shared_ptr<Source> OpenIndexed(const std::string& prefix,
 // `field: dtype[max_length, ...item]`, each sample's items first, then `pad_value`;
 // `field_lengths: int64[]` gives each row's items kept. A sample longer than max_length is cut
 // (its last items, or with truncate_left its first) and the items cut are counted
-// (PaddedStats). Every other field of `source` passes through. Throws Error(kInvalidArgument)
-// for an unknown or fixed-size field, or a max_length below 1.
+// (VarlenStatsOf, SourceStats::varlen_*). Every other field of `source` passes through. Throws
+// Error(kInvalidArgument) for an unknown or fixed-size field, a negative max_length, a
+// pad_to_multiple_of below 1, or a pad_value the field's dtype cannot hold.
 struct PadOptions {
   std::string field = {};  // Default: the source's only variable-length field.
   int64_t max_length = 0;  // Default 0: the longest sample (rounded up to pad_to_multiple_of)
@@ -74,7 +75,8 @@ std::shared_ptr<Source> PadSequences(std::shared_ptr<Source> source, PadOptions 
 
 // Packed rows: the samples of `source`'s variable-length field, end to end, cut into rows of
 // `length` items. Fields: `f: dtype[length, ...item]`, `f_position_ids: int32[length]`
-// (each item's position in its sample, restarting at each sample), `f_document_ids:
+// (each item's position in its piece of a sample, restarting where each piece starts: a
+// sample cut at a row's start begins again at 0), `f_document_ids:
 // int32[length]` (the samples of a row numbered from 0; -1 on padding) and `f_lengths:
 // int64[]` (the items of the row that are not padding). Other fields of `source` are not
 // carried (a row holds pieces of several samples).
@@ -96,7 +98,7 @@ struct PackOptions {
   std::string field = {};  // Default: the source's only variable-length field.
   int64_t length = 0;      // items per row; required
   bool split = true;
-  bool shuffle = false;
+  bool shuffle = false;  // OpenLoader sets it from the loader's shuffle
   std::optional<double> eos = std::nullopt;
   double pad_value = 0;
   int64_t window = 1024;  // !split: samples packed together
