@@ -13,7 +13,8 @@ documents, shuffled, 2 workers each:
   (a) torch.utils.data.DataLoader over a Dataset whose __getitem__ reads one sequence with
       h5py (the file opened once per worker), with a collate_fn that pads to the batch's
       longest. Only the first batches are timed (from the iterator's creation).
-  (b) gpufeed.Loader(file, fields=["tokens"], max_length=2048), 3 epochs, the median printed;
+  (b) gpufeed.Loader(file, fields=["tokens"], sequences=gpufeed.Pad(2048)), 3 epochs, the
+      median printed;
       its open (every sequence's length read) timed apart.
 and prints the ratio.
 """
@@ -96,7 +97,7 @@ def dataloader_tokens_per_s(path, seconds):
 def gpufeed_tokens_per_s(path, epochs=3):
     t0 = time.perf_counter()
     loader = gpufeed.Loader(path, fields=["tokens"], batch_size=64, workers=2, device="cpu",
-                            max_length=MAX_LENGTH)
+                            sequences=gpufeed.Pad(MAX_LENGTH))
     open_s = time.perf_counter() - t0
     rates = []
     for epoch in range(epochs):

@@ -15,7 +15,7 @@ int32 tokens for 450,000). Then measures, in one run:
       users write: a Dataset whose __getitem__ slices one document out of np.memmap views of
       the .bin and .idx, and a collate_fn that pads the batch to its longest document. Only
       the first batches (from the iterator's creation) are timed; tokens/s counts real tokens.
-  (b) gpufeed.Loader(prefix, pack=gpufeed.Pack(4096), batch_size=8, workers=2) in order and
+  (b) gpufeed.Loader(prefix, sequences=gpufeed.Pack(4096), batch_size=8, workers=2) in order and
       shuffled: 3 epochs each, tokens/s (rows' real tokens) of each epoch, the median printed,
       and the loader's time per batch. The Loader's open (reading every document's length) is
       timed apart.
@@ -121,7 +121,7 @@ def dataloader_tokens_per_s(prefix, seconds):
 def gpufeed_epochs(prefix, shuffle, epochs=3):
     t0 = time.perf_counter()
     loader = gpufeed.Loader(prefix, batch_size=8, shuffle=shuffle, workers=2, device="cpu",
-                            pack=gpufeed.Pack(LENGTH))
+                            sequences=gpufeed.Pack(LENGTH))
     open_s = time.perf_counter() - t0
     rates, per_batch = [], []
     for epoch in range(epochs):
@@ -154,7 +154,8 @@ def wide_rows(binary, prefix, ids):
 def fills(prefix):
     """Real tokens / all the rows' tokens: padded rows and whole documents packed."""
     result = []
-    for options in ({"max_length": None}, {"pack": gpufeed.Pack(LENGTH, split=False)}):
+    for options in ({"sequences": gpufeed.Pad()},
+                    {"sequences": gpufeed.Pack(LENGTH, split=False)}):
         loader = gpufeed.Loader(prefix, batch_size=64, device="cpu", **options)
         result.append(1 - loader.stats()["source"]["varlen_padding_share"])
         loader.close()

@@ -51,7 +51,7 @@ from gpufeed._monitor import Monitor
 from gpufeed._options import Autotune, BlockShuffle, Cache, Groups, Held, Trace
 from gpufeed._progress import tqdm
 from gpufeed._sources import hdf5, memory, open, synthetic
-from gpufeed._varlen import Pack, Ragged, cu_seqlens, ragged
+from gpufeed._varlen import Pack, Pad, Ragged, cu_seqlens, ragged
 
 __all__ = [
     "Autotune",
@@ -72,6 +72,7 @@ __all__ = [
     "Loader",
     "NotFound",
     "Pack",
+    "Pad",
     "Ragged",
     "PermissionDenied",
     "Source",

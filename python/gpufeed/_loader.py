@@ -32,7 +32,8 @@ class Loader:
     """Loads batches of a data set in C++ threads and yields them as dicts of tensors.
 
     Past DataLoader's habits, each concept is one parameter (cache, groups, trace, autotune,
-    held, and shuffle): a plain value for the common case, or a gpufeed options object.
+    held, sequences, and shuffle): a plain value for the common case, or a gpufeed options
+    object.
 
     source:     a path (a folder of .npy files, one per field, or an HDF5 file), a database
                 URI, a dict name -> NumPy array / CPU tensor (read in place), or a
@@ -80,13 +81,12 @@ class Loader:
                 (default True): every rank runs the same number of batches of the same sizes,
                 so DDP's collectives stay paired. False: every sample exactly once, shards of
                 unequal length (evaluation without collectives).
-    pack, max_length, pad_value, pad_to_multiple_of, truncation: how a variable-length field
-                (`tokens: int32[*]`: a Megatron corpus, gpufeed.ragged(values, offsets)) is
-                batched. By default padded: batch["f"] is [B, max_length] (None: the longest
-                sample, rounded up to pad_to_multiple_of), filled with pad_value (0) after each
-                sample's items, and batch["f_lengths"] [B] holds the items kept; a longer sample
-                is cut at its end (truncation="right") or start ("left"). pack=gpufeed.Pack(L)
-                fills rows of L items with samples end to end instead (see gpufeed.Pack).
+    sequences:  how a variable-length field (`tokens: int32[*]`: a Megatron corpus, an HDF5
+                vlen dataset, gpufeed.ragged(values, offsets)) is batched: gpufeed.Pad(
+                max_length=None, pad_value=0, pad_to_multiple_of=1, truncation="right") (the
+                default; a plain number is its max_length): batch["f"] is [B, max_length]
+                and batch["f_lengths"] [B] the items kept; or gpufeed.Pack(L, ...): rows of L
+                items filled with samples end to end (see help(gpufeed.Pack)).
                 stats()["source"] gives, per epoch, varlen_items (the items the rows hold),
                 varlen_pad_items, varlen_truncated_items and varlen_padding_share.
     cache:      keep the data set close to the GPU (docs/caches.md): "none" (default), "ram" (a
@@ -173,8 +173,7 @@ class Loader:
     def __init__(self, source, fields=None, batch_size=None, *, shuffle=None, seed=None,
                  drop_last=None, workers=None, prefetch=None, device=None, transforms=(),
                  batch_transform=None, dtype=None, rank=None, world_size=None, pad=None,
-                 cache=None, groups=None, trace=None, autotune=None, held=None, pack=None,
-                 max_length=None, pad_value=None, pad_to_multiple_of=None, truncation=None,
+                 cache=None, groups=None, trace=None, autotune=None, held=None, sequences=None,
                  **removed):
         if removed:  # only to name the new spelling of a keyword the Loader no longer takes
             _options.refuse_keywords(removed, {"cache": cache, "trace": trace})
@@ -217,8 +216,7 @@ class Loader:
         _options.disk_cache(cache, source)
         self._source = _sources.as_source(source, fields, chunk_cache, dtype)
         # A variable-length field is batched padded (the default) or packed: rows of one size.
-        varlen = _varlen.loader_options(self._source.schema, pack, max_length, pad_value,
-                                        pad_to_multiple_of, truncation)
+        varlen = _varlen.loader_options(self._source.schema, sequences)
         given.update(varlen)
         # Before the loader starts: a dtype torch lacks is refused with the dtype= that reads it
         # (a variable-length field's rows are checked once made: a cast transform may fix them).

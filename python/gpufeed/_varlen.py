@@ -38,8 +38,8 @@ class Ragged:
         return self.offsets.size - 1
 
     def __repr__(self):
-        return (f"gpufeed.ragged({self.values.dtype}[*{''.join(f',{d}' for d in self.values.shape[1:])}]"
-                f", {len(self)} samples)")
+        item = "".join(f",{d}" for d in self.values.shape[1:])
+        return f"gpufeed.ragged({self.values.dtype}[*{item}], {len(self)} samples)"
 
 
 def ragged(values, offsets):
@@ -47,8 +47,35 @@ def ragged(values, offsets):
     return Ragged(values, offsets)
 
 
+class Pad:
+    """Padded rows, the default: Loader(..., sequences=gpufeed.Pad(512)).
+
+    One row per sample: batch["f"] is [B, max_length] (None: the longest sample of the data set,
+    rounded up to pad_to_multiple_of), the sample's items first, then pad_value;
+    batch["f_lengths"] (int64, [B]) holds the items kept. A longer sample is cut at its end
+    (truncation="right") or its start ("left"); the items cut are counted in stats().
+    `field`: the variable-length field to pad (None: the only one)."""
+
+    def __init__(self, max_length=None, pad_value=0, pad_to_multiple_of=1, truncation="right",
+                 field=None):
+        self.max_length = None if max_length is None else int(max_length)
+        if self.max_length is not None and self.max_length < 1:
+            raise _gpufeed.InvalidArgument(f"Pad max_length must be >= 1, got {max_length!r}")
+        self.pad_value = float(pad_value)
+        self.pad_to_multiple_of = int(pad_to_multiple_of)
+        if truncation not in _TRUNCATION:
+            raise _gpufeed.InvalidArgument(
+                f"truncation must be 'right' or 'left', got {truncation!r}")
+        self.truncation = truncation
+        self.field = field
+
+    def __repr__(self):
+        return (f"gpufeed.Pad({self.max_length}, pad_value={self.pad_value}, "
+                f"pad_to_multiple_of={self.pad_to_multiple_of}, truncation={self.truncation!r})")
+
+
 class Pack:
-    """Sequence packing: Loader(..., pack=gpufeed.Pack(4096)).
+    """Sequence packing: Loader(..., sequences=gpufeed.Pack(4096)).
 
     Each row holds `length` items of the variable-length field, samples end to end; batch_size
     counts rows. A batch has `f` [B, length], `f_position_ids` [B, length] (int32, restarting
@@ -87,35 +114,31 @@ def has_variable(schema):
     return any(shape and shape[0] == -1 for _, _, shape in schema)
 
 
-def loader_options(schema, pack, max_length, pad_value, pad_to_multiple_of, truncation):
+def loader_options(schema, sequences):
     """The _LoaderOptions entries that say how the loader batches a variable-length field of
-    a source of `schema`: pack_sequences or pad_sequences (the C++ assembly, OpenLoader, makes
-    the rows), or none for fixed-size data."""
-    padding = {"max_length": max_length, "pad_value": pad_value,
-               "pad_to_multiple_of": pad_to_multiple_of, "truncation": truncation}
-    named = [k for k, v in padding.items() if v is not None]
-    if pack is not None:
-        if not isinstance(pack, Pack):
-            raise _gpufeed.InvalidArgument(
-                f"pack= takes gpufeed.Pack(length, ...), got {type(pack).__name__}")
-        if named:
-            raise _gpufeed.InvalidArgument(
-                f"{', '.join(named)} apply to padded batches; with pack= use "
-                f"gpufeed.Pack(length, pad_value=...)")
-        return {"pack_sequences": {"field": pack.field or "", "length": pack.length,
-                                   "split": pack.split, "eos": pack.eos,
-                                   "pad_value": pack.pad_value, "window": pack.window,
-                                   "ids": pack.ids}}
-    if not named and not has_variable(schema):
-        return {}
-    truncation = "right" if truncation is None else truncation
-    if truncation not in _TRUNCATION:
-        raise _gpufeed.InvalidArgument(
-            f"truncation must be 'right' or 'left', got {truncation!r}")
-    return {"pad_sequences": {"max_length": int(max_length or 0),
-                              "pad_to_multiple_of": int(pad_to_multiple_of or 1),
-                              "pad_value": float(pad_value or 0),
-                              "truncate_left": truncation == "left"}}
+    a source of `schema` (`sequences`: None, a gpufeed.Pad, a max_length, or a gpufeed.Pack):
+    pack_sequences or pad_sequences (the C++ assembly, OpenLoader, makes the rows), or none
+    for fixed-size data without a `sequences`."""
+    if sequences is None:
+        if not has_variable(schema):
+            return {}
+        sequences = Pad()
+    elif isinstance(sequences, int) and not isinstance(sequences, bool):
+        sequences = Pad(sequences)
+    if isinstance(sequences, Pack):
+        return {"pack_sequences": {"field": sequences.field or "", "length": sequences.length,
+                                   "split": sequences.split, "eos": sequences.eos,
+                                   "pad_value": sequences.pad_value,
+                                   "window": sequences.window, "ids": sequences.ids}}
+    if isinstance(sequences, Pad):
+        return {"pad_sequences": {"field": sequences.field or "",
+                                  "max_length": sequences.max_length or 0,
+                                  "pad_to_multiple_of": sequences.pad_to_multiple_of,
+                                  "pad_value": sequences.pad_value,
+                                  "truncate_left": sequences.truncation == "left"}}
+    raise _gpufeed.InvalidArgument(
+        f"sequences= takes gpufeed.Pad(max_length, ...), a max_length, or "
+        f"gpufeed.Pack(length, ...); got {type(sequences).__name__}")
 
 
 def cu_seqlens(batch, field):

@@ -125,7 +125,7 @@ void BindVarlenFields(py::class_<CachedLoaderOptions>& c) {
   c.def_property(
       "pad_sequences", [](const CachedLoaderOptions& o) { return o.pad.has_value(); },
       [](CachedLoaderOptions& o, const py::dict& d) {
-        o.pad = PadOptions{.field = "",
+        o.pad = PadOptions{.field = d["field"].cast<std::string>(),
                            .max_length = d["max_length"].cast<int64_t>(),
                            .pad_to_multiple_of = d["pad_to_multiple_of"].cast<int64_t>(),
                            .pad_value = d["pad_value"].cast<double>(),

@@ -51,7 +51,8 @@ def stored(path, name):
 
 def check_padded(path, name, expected, max_length, batch_size=16, shuffle=False):
     loader = gpufeed.Loader(str(path), fields=[name, "label"], batch_size=batch_size,
-                            shuffle=shuffle, device="cpu", max_length=max_length, drop_last=False)
+                            shuffle=shuffle, device="cpu", sequences=gpufeed.Pad(max_length),
+                            drop_last=False)
     seen = 0
     for batch in loader:
         for row, label in enumerate(batch["label"].tolist()):
@@ -122,7 +123,7 @@ def test_a_huge_sequence_packs_with_the_others(tmp_path, layout):
     write(path, "tokens", values, "int32", layout, label=False)
     expected = np.concatenate(stored(path, "tokens"))
     loader = gpufeed.Loader(str(path), fields=["tokens"], batch_size=4, shuffle=False,
-                            device="cpu", pack=gpufeed.Pack(4096), drop_last=False)
+                            device="cpu", sequences=gpufeed.Pack(4096), drop_last=False)
     tokens = []
     for batch in loader:
         for row in range(batch["tokens"].shape[0]):
@@ -131,7 +132,7 @@ def test_a_huge_sequence_packs_with_the_others(tmp_path, layout):
     np.testing.assert_array_equal(np.concatenate(tokens), expected)
     # Padded to the longest sample: the huge one whole.
     check_padded_huge = gpufeed.Loader(str(path), fields=["tokens"], batch_size=2,
-                                       shuffle=False, device="cpu", max_length=None,
+                                       shuffle=False, device="cpu", sequences=gpufeed.Pad(),
                                        drop_last=False)
     assert check_padded_huge.schema[0][2] == (1_000_000,)
     for i, batch in enumerate(check_padded_huge):
@@ -145,7 +146,7 @@ def test_shuffled_packing_holds_every_item_once(tmp_path):
     write(path, "tokens", sequences(300, "int64", seed=2), "int64", "gzip", label=False)
     expected = np.concatenate(stored(path, "tokens"))
     loader = gpufeed.Loader(str(path), fields=["tokens"], batch_size=3, shuffle=True, seed=4,
-                            device="cpu", pack=gpufeed.Pack(128), drop_last=False, workers=2)
+                            device="cpu", sequences=gpufeed.Pack(128), drop_last=False, workers=2)
     tokens = []
     for batch in loader:
         for row in range(batch["tokens"].shape[0]):
@@ -182,7 +183,7 @@ def hostile_file(tmp_path):
 
 def read_everything(path):
     loader = gpufeed.Loader(str(path), fields=["tokens", "label"], batch_size=4, shuffle=False,
-                            device="cpu", max_length=16)
+                            device="cpu", sequences=gpufeed.Pad(16))
     for _ in loader:
         pass
     loader.close()

@@ -96,7 +96,7 @@ def test_packed_rows_of_an_indexed_corpus_hold_its_tokens_once(tmp_path, shuffle
     write_megatron(prefix, sequences, np.uint16, 8)
     expected = np.concatenate(reference_sequences(prefix)).astype(np.int64)
     loader = gpufeed.Loader(prefix, batch_size=4, shuffle=shuffle, seed=2, device="cpu",
-                            pad=False, pack=gpufeed.Pack(256),
+                            pad=False, sequences=gpufeed.Pack(256),
                             transforms=["cast:tokens:int32"])
     got = []
     for batch in loader:
@@ -115,7 +115,7 @@ def test_padded_rows_of_an_indexed_corpus_equal_the_spec_reading(tmp_path):
     prefix = tmp_path / "corpus"
     write_megatron(prefix, sequences, np.int32, 4)
     reference = reference_sequences(prefix)
-    loader = gpufeed.Loader(prefix, batch_size=5, shuffle=False, device="cpu", max_length=64)
+    loader = gpufeed.Loader(prefix, batch_size=5, shuffle=False, device="cpu", sequences=gpufeed.Pad(64))
     batch = next(iter(loader))
     for i, seq in enumerate(reference):
         n = min(64, len(seq))

@@ -1,4 +1,4 @@
-"""Loader's parameters: at most 20, one per concept; the options objects give the same C++
+"""Loader's parameters: at most 21, one per concept; the options objects give the same C++
 options (and so the same batches) as the keywords they replaced, and each removed keyword
 names its new spelling."""
 
@@ -15,19 +15,19 @@ import gpufeed
 from gpufeed import _gpufeed
 
 
-def test_the_loader_takes_at_most_20_parameters():
+def test_the_loader_takes_at_most_21_parameters():
     parameters = [p for p in inspect.signature(gpufeed.Loader.__init__).parameters.values()
                   if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
-    assert len(parameters) <= 20, [p.name for p in parameters]
+    assert len(parameters) <= 21, [p.name for p in parameters]
     flat = {"source", "fields", "batch_size", "shuffle", "seed", "drop_last", "workers",
             "prefetch", "device", "transforms", "batch_transform", "dtype", "rank",
             "world_size", "pad"}
-    concepts = {"cache", "groups", "trace", "autotune", "held"}
+    concepts = {"cache", "groups", "trace", "autotune", "held", "sequences"}
     assert flat | concepts == {p.name for p in parameters}
     # help(gpufeed.Loader) documents every parameter and options object.
     for name in flat | concepts:
         assert re.search(rf"\s{name}[:,] ", gpufeed.Loader.__doc__), name
-    for cls in ("Cache", "BlockShuffle", "Groups", "Trace", "Autotune", "Held"):
+    for cls in ("Cache", "BlockShuffle", "Groups", "Trace", "Autotune", "Held", "Pad", "Pack"):
         assert f"gpufeed.{cls}(" in gpufeed.Loader.__doc__, cls
         assert cls in gpufeed.__all__
 

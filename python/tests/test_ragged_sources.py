@@ -42,7 +42,7 @@ def test_a_numpy_folder_with_offsets_pads_like_numpy_slicing(tmp_path, offsets_d
     source = gpufeed.open(str(tmp_path))
     assert sorted(source.schema) == [("label", "int64", ()), ("tokens", "int32", (-1,))]
     loader = gpufeed.Loader(str(tmp_path), fields=["tokens", "label"], batch_size=16,
-                            shuffle=True, seed=1, device="cpu", max_length=24)
+                            shuffle=True, seed=1, device="cpu", sequences=gpufeed.Pad(24))
     seen = padded_rows_match(loader, lambda i: values[offsets[i]:offsets[i + 1]].tolist(), 24)
     assert seen == 120
     loader.close()
@@ -51,7 +51,7 @@ def test_a_numpy_folder_with_offsets_pads_like_numpy_slicing(tmp_path, offsets_d
 def test_a_numpy_folder_packs_every_token_once(tmp_path):
     values, offsets = write_ragged_folder(tmp_path)
     loader = gpufeed.Loader(str(tmp_path), fields=["tokens"], batch_size=4, shuffle=False,
-                            device="cpu", drop_last=False, pack=gpufeed.Pack(64))
+                            device="cpu", drop_last=False, sequences=gpufeed.Pack(64))
     tokens = []
     for batch in loader:
         for row in range(batch["tokens"].shape[0]):
@@ -75,7 +75,7 @@ def test_synthetic_lengths_are_drawn_per_sample_and_pad(tmp_path):
     spec = "tokens:int32[*],label:int64"
     source = gpufeed.synthetic(spec, 200, seed=4, lengths="uniform:1:30")
     assert "uniform:1:30" in source.describe()
-    loader = gpufeed.Loader(source, batch_size=32, shuffle=False, device="cpu", max_length=32)
+    loader = gpufeed.Loader(source, batch_size=32, shuffle=False, device="cpu", sequences=gpufeed.Pad(32))
     lengths = []
     for batch in loader:
         for row, n in enumerate(batch["tokens_lengths"].tolist()):
@@ -93,7 +93,7 @@ def test_synthetic_lengths_are_drawn_per_sample_and_pad(tmp_path):
     with pytest.raises(gpufeed.InvalidArgument, match="give its lengths"):
         gpufeed.synthetic("tokens:int32[*]", 10)
     packed = gpufeed.Loader(gpufeed.synthetic("tokens:int32[*]", 50, lengths="lognormal:20:0.5"),
-                            batch_size=2, device="cpu", pack=gpufeed.Pack(128))
+                            batch_size=2, device="cpu", sequences=gpufeed.Pack(128))
     assert next(iter(packed))["tokens"].shape == (2, 128)
     packed.close()
 
@@ -112,7 +112,7 @@ def test_sqlite_blobs_declared_uint8_star_are_each_rows_bytes(tmp_path):
     uri = f"sqlite://{path}?table=t&columns=id,jpeg&fields=jpeg:uint8[*]"
     source = gpufeed.open(uri)
     assert source.schema == [("id", "int64", ()), ("jpeg", "uint8", (-1,))]
-    loader = gpufeed.Loader(uri, batch_size=8, shuffle=True, device="cpu", max_length=64)
+    loader = gpufeed.Loader(uri, batch_size=8, shuffle=True, device="cpu", sequences=gpufeed.Pad(64))
     seen = 0
     for batch in loader:
         for row, i in enumerate(batch["id"].tolist()):
@@ -122,7 +122,7 @@ def test_sqlite_blobs_declared_uint8_star_are_each_rows_bytes(tmp_path):
     assert seen == 90
     loader.close()
     packed = gpufeed.Loader(uri, batch_size=2, shuffle=False, device="cpu", drop_last=False,
-                            pack=gpufeed.Pack(100))
+                            sequences=gpufeed.Pack(100))
     stream = b"".join(bytes(b["jpeg"][r, :int(b["jpeg_lengths"][r])].tolist())
                       for b in packed for r in range(b["jpeg"].shape[0]))
     assert stream == b"".join(reference[i] for i in range(90))

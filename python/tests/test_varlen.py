@@ -26,8 +26,8 @@ def test_padded_batches_hold_each_sample_and_its_length():
     values, offsets = corpus(100)
     labels = np.arange(100, dtype=np.int64)
     loader = gpufeed.Loader({"tokens": gpufeed.ragged(values, offsets), "label": labels},
-                            batch_size=16, shuffle=False, device="cpu", max_length=64,
-                            pad_value=-1)
+                            batch_size=16, shuffle=False, device="cpu",
+                            sequences=gpufeed.Pad(64, pad_value=-1))
     assert ("tokens", "int32", (64,)) in loader.schema
     assert ("tokens_lengths", "int64", ()) in loader.schema
     for batch in loader:
@@ -49,7 +49,8 @@ def test_padded_batches_hold_each_sample_and_its_length():
 def test_left_truncation_keeps_the_last_items():
     values, offsets = corpus(20, median=100)
     loader = gpufeed.Loader({"tokens": gpufeed.ragged(values, offsets)}, batch_size=20,
-                            shuffle=False, device="cpu", max_length=8, truncation="left")
+                            shuffle=False, device="cpu",
+                            sequences=gpufeed.Pad(8, truncation="left"))
     batch = next(iter(loader))
     for i in range(20):
         sample = values[offsets[i]:offsets[i + 1]]
@@ -63,7 +64,7 @@ def test_packed_epoch_holds_every_token_exactly_once(shuffle):
     values, offsets = corpus(400)
     loader = gpufeed.Loader({"tokens": gpufeed.ragged(values, offsets)}, batch_size=4,
                             shuffle=shuffle, seed=3, device="cpu", drop_last=False, pad=False,
-                            pack=gpufeed.Pack(128))
+                            sequences=gpufeed.Pack(128))
     epochs = []
     for epoch in range(2):
         loader.set_epoch(epoch)
@@ -94,7 +95,7 @@ def test_cu_seqlens_marks_pieces_and_padding():
     values = np.arange(1, 11, dtype=np.int32)
     offsets = np.array([0, 3, 10], dtype=np.int64)
     loader = gpufeed.Loader({"tokens": gpufeed.ragged(values, offsets)}, batch_size=2,
-                            shuffle=False, device="cpu", pack=gpufeed.Pack(6))
+                            shuffle=False, device="cpu", sequences=gpufeed.Pack(6))
     batch = next(iter(loader))
     # row 0: sample 0 (3) + 3 of sample 1; row 1: 4 of sample 1, then 2 of padding
     assert batch["tokens"].tolist() == [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 0, 0]]
@@ -106,7 +107,7 @@ def test_packed_batches_resume_exactly_mid_epoch():
     values, offsets = corpus(300)
     make = lambda: gpufeed.Loader({"tokens": gpufeed.ragged(values, offsets)},  # noqa: E731
                                   batch_size=3, shuffle=True, seed=11, device="cpu",
-                                  pack=gpufeed.Pack(64, eos=0))
+                                  sequences=gpufeed.Pack(64, eos=0))
     first = make()
     it = iter(first)
     for _ in range(5):
@@ -126,7 +127,7 @@ def test_packed_batches_resume_exactly_mid_epoch():
 def test_whole_samples_pack_with_a_high_fill():
     values, offsets = corpus(2000, median=300)
     loader = gpufeed.Loader({"tokens": gpufeed.ragged(values, offsets)}, batch_size=8,
-                            device="cpu", pack=gpufeed.Pack(2048, split=False))
+                            device="cpu", sequences=gpufeed.Pack(2048, split=False))
     padding = loader.stats()["source"]
     assert padding["varlen_padding_share"] <= 0.05
     seen = 0
@@ -139,7 +140,7 @@ def test_whole_samples_pack_with_a_high_fill():
 def test_options_for_a_variable_field_on_fixed_data_are_refused():
     with pytest.raises(gpufeed.InvalidArgument, match="variable-length"):
         gpufeed.Loader({"x": np.zeros((4, 3), np.float32)}, batch_size=2, device="cpu",
-                       pack=gpufeed.Pack(4))
+                       sequences=gpufeed.Pack(4))
 
 
 def test_bad_offsets_are_refused_by_name():
@@ -152,7 +153,7 @@ def test_packed_rows_without_ids_hold_the_same_tokens():
     values, offsets = corpus(100)
     make = lambda ids: gpufeed.Loader(  # noqa: E731
         {"tokens": gpufeed.ragged(values, offsets)}, batch_size=4, shuffle=False,
-        device="cpu", pack=gpufeed.Pack(64, ids=ids))
+        device="cpu", sequences=gpufeed.Pack(64, ids=ids))
     with_ids, without = make(True), make(False)
     assert [name for name, _, _ in without.schema] == ["tokens", "tokens_lengths"]
     for a, b in zip(with_ids, without):
@@ -168,7 +169,7 @@ def test_packed_rows_resume_at_another_world_size_in_the_same_global_order():
     def loader(rank, world):
         return gpufeed.Loader({"tokens": gpufeed.ragged(values, offsets)}, batch_size=2,
                               shuffle=True, seed=5, rank=rank, world_size=world, device="cpu",
-                              workers=1, drop_last=False, pack=gpufeed.Pack(128))
+                              workers=1, drop_last=False, sequences=gpufeed.Pack(128))
 
     def rows(batch):
         return [tuple(r) for r in batch["tokens"].tolist()]
