@@ -1,6 +1,8 @@
 // libFuzzer target: ParseSchema, the schema spelling of the CLI, the synthetic source and the
-// database URIs' `fields=`. What it accepts must have sizes that fit (SampleBytes never throws
-// afterwards) and must survive a round trip through ToString.
+// database URIs' `fields=`. What it accepts must have sizes that fit (a fixed-size field's
+// SampleBytes, a variable-length field's ItemBytes never throw afterwards; SampleBytes of a
+// variable-length field is always kUnsupported) and must survive a round trip through
+// ToString.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -17,8 +19,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (e.code() != gpufeed::ErrorCode::kInvalidArgument) __builtin_trap();
     return 0;
   }
-  (void)schema.SampleBytes();  // must not throw: ParseSchema checked it
-  for (const auto& f : schema.fields) (void)f.ElementsPerSample();
+  for (const auto& f : schema.fields) {
+    if (!f.variable()) {
+      (void)f.ElementsPerSample();  // must not throw: ParseSchema checked it
+      (void)f.SampleBytes();
+      continue;
+    }
+    (void)f.ItemBytes();
+    try {
+      (void)f.SampleBytes();
+      __builtin_trap();  // a variable-length field has no size per sample
+    } catch (const gpufeed::Error& e) {
+      if (e.code() != gpufeed::ErrorCode::kUnsupported) __builtin_trap();
+    }
+  }
+  if (!schema.HasVariable()) (void)schema.SampleBytes();
   // Names may hold characters the spelling uses (ToString does not quote), so a round trip
   // is only required to parse when the names are plain.
   bool plain = true;
