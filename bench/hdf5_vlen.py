@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, Dataset
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(ROOT, "build", "python")]
 import gpufeed  # noqa: E402
+from token_packing import pad_collate  # noqa: E402  (the same padding collate_fn)
 
 MAX_LENGTH = 2048
 
@@ -72,23 +73,13 @@ class H5Sequences(Dataset):
         return torch.from_numpy(self.file["tokens"][i])
 
 
-def pad_collate(batch):
-    longest = max(len(t) for t in batch)
-    out = torch.zeros(len(batch), longest, dtype=torch.int32)
-    lengths = torch.empty(len(batch), dtype=torch.int64)
-    for i, t in enumerate(batch):
-        out[i, :len(t)] = t
-        lengths[i] = len(t)
-    return out, lengths
-
-
 def dataloader_tokens_per_s(path, seconds):
     loader = DataLoader(H5Sequences(path), batch_size=64, shuffle=True, num_workers=2,
                         collate_fn=pad_collate)
     tokens = 0
     start = time.perf_counter()
-    for _, lengths in loader:
-        tokens += int(lengths.sum())
+    for batch in loader:
+        tokens += int(batch["tokens_lengths"].sum())
         if time.perf_counter() - start > seconds:
             break
     return tokens / (time.perf_counter() - start)

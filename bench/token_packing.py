@@ -97,6 +97,7 @@ class MemmapDocuments(Dataset):
 
 
 def pad_collate(batch):
+    """The padding collate_fn users write (bench/hdf5_vlen.py's baseline uses it too)."""
     longest = max(len(t) for t in batch)
     out = torch.zeros(len(batch), longest, dtype=torch.int32)
     lengths = torch.empty(len(batch), dtype=torch.int64)
